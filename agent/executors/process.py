@@ -1,0 +1,81 @@
+"""Run a job as plain processes: bash in the job's workspace, in its own process group."""
+
+import asyncio
+import contextlib
+import os
+import sys
+
+from agent.executors.base import Launch, OutputSink
+
+_READ_SIZE = 64 * 1024
+# A line longer than this is cut, so one runaway line cannot hold memory.
+_MAX_LINE = 64 * 1024
+# After the main process exits, children that kept the pipes open get this
+# long before their remaining output is given up.
+_DRAIN_TIMEOUT_S = 5.0
+
+
+class ProcessExecutor:
+    name = "process"
+
+    async def start(self, launch: Launch, sink: OutputSink) -> "ProcessExecution":
+        env = dict(os.environ)
+        # `python` in a job is the agent's own interpreter (its venv has torch
+        # and lightning), ahead of whatever else is on PATH.
+        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+        env.update(launch.env)
+        # set -e: a failing command ends the job with its exit code, as in dstack.
+        script = "set -e\n" + "\n".join(launch.commands) + "\n"
+        proc = await asyncio.create_subprocess_exec(
+            "bash", "-c", script,
+            cwd=launch.working_dir,
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,  # own process group: signals reach the whole tree
+        )
+        return ProcessExecution(proc, sink)
+
+
+class ProcessExecution:
+    def __init__(self, proc: asyncio.subprocess.Process, sink: OutputSink) -> None:
+        self._proc = proc
+        self.pid = proc.pid
+        self._pumps = [
+            asyncio.create_task(_pump(proc.stdout, "out", sink)),
+            asyncio.create_task(_pump(proc.stderr, "err", sink)),
+        ]
+
+    async def wait(self) -> int:
+        code = await self._proc.wait()
+        _done, pending = await asyncio.wait(self._pumps, timeout=_DRAIN_TIMEOUT_S)
+        for task in pending:
+            task.cancel()
+        return 128 - code if code < 0 else code
+
+    def send_signal(self, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+
+async def _pump(reader: asyncio.StreamReader, stream: str, sink: OutputSink) -> None:
+    """Deliver whole lines; a partial line waits for its newline (or EOF)."""
+    partial = b""
+    while True:
+        data = await reader.read(_READ_SIZE)
+        if not data:
+            break
+        data = partial + data
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            sink(stream, data[:cut])
+            partial = data[cut:]
+        else:
+            partial = data
+        if len(partial) > _MAX_LINE:
+            sink(stream, partial + b"\n")
+            partial = b""
+    if partial:
+        sink(stream, partial + b"\n")
+

@@ -1,0 +1,68 @@
+"""Layout of an agent's data dir.
+
+    data_dir/
+      host_key            ed25519 host key (created on first start)
+      host_key.pub
+      authorized_keys     controller keys allowed in
+      agent.json          pid, name, address of the running agent
+      jobs/<id>/          job.json (journal), log.spool, workspace/
+      transfer/           the SFTP root: nothing else is reachable over SFTP
+        snapshots/<sha256>.tar   code snapshots uploaded by controllers
+        artifacts/<id>.tar       packed artifacts waiting to be pulled
+"""
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class AgentHome:
+    root: Path
+
+    @property
+    def host_key(self) -> Path:
+        return self.root / "host_key"
+
+    @property
+    def authorized_keys(self) -> Path:
+        return self.root / "authorized_keys"
+
+    @property
+    def info_file(self) -> Path:
+        return self.root / "agent.json"
+
+    @property
+    def jobs(self) -> Path:
+        return self.root / "jobs"
+
+    @property
+    def transfer(self) -> Path:
+        return self.root / "transfer"
+
+    @property
+    def snapshots(self) -> Path:
+        return self.transfer / "snapshots"
+
+    @property
+    def artifacts(self) -> Path:
+        return self.transfer / "artifacts"
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.jobs / job_id
+
+    def create(self) -> None:
+        for d in (self.root, self.jobs, self.snapshots, self.artifacts):
+            d.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o700)
+
+    def write_info(self, info: dict) -> None:
+        write_json_atomic(self.info_file, info)
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    """Write JSON so a crash leaves either the old or the new file, never half."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True))
+    os.replace(tmp, path)

@@ -1,0 +1,57 @@
+"""The job journal: each job's state on disk, so jobs outlive connections and restarts."""
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from agent.home import write_json_atomic
+from protocol import ArtifactFile, JobState, JobStatus
+
+
+@dataclass
+class JobRecord:
+    job_id: str
+    run_name: str
+    workflow: str
+    commands: list[str]
+    env: dict[str, str]
+    artifacts: list[str]
+    working_dir: str = ""
+    state: str = JobState.SUBMITTED
+    exit_code: int | None = None
+    submitted_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+    error: str = ""
+    pid: int | None = None
+    stop_requested: bool = False
+    abort_requested: bool = False
+    artifacts_archive: str = ""
+    artifact_files: list[dict] = field(default_factory=list)
+
+    @property
+    def terminal(self) -> bool:
+        return JobState(self.state).is_terminal()
+
+    def save(self, job_dir: Path) -> None:
+        write_json_atomic(job_dir / "job.json", asdict(self))
+
+    @classmethod
+    def load(cls, job_dir: Path) -> "JobRecord":
+        data = json.loads((job_dir / "job.json").read_text())
+        known = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def to_status(self, log_lines: int) -> JobStatus:
+        return JobStatus(
+            job_id=self.job_id,
+            state=str(self.state),
+            exit_code=self.exit_code,
+            submitted_at=self.submitted_at,
+            started_at=self.started_at,
+            finished_at=self.finished_at,
+            error=self.error,
+            log_lines=log_lines,
+            artifacts_archive=self.artifacts_archive,
+            artifacts=[ArtifactFile(**f) for f in self.artifact_files],
+        )

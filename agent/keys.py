@@ -1,0 +1,43 @@
+"""Host key and authorized controller keys of an agent."""
+
+import os
+from pathlib import Path
+
+import asyncssh
+
+from agent.errors import AgentError
+
+
+def load_or_create_host_key(path: Path) -> asyncssh.SSHKey:
+    """The agent's ed25519 host key, generated on first start."""
+    if path.exists():
+        try:
+            return asyncssh.read_private_key(str(path))
+        except (OSError, asyncssh.KeyImportError) as exc:
+            raise AgentError(f"cannot read host key {path}: {exc}; move it away to generate a new one") from None
+    key = asyncssh.generate_private_key("ssh-ed25519", comment="lanpool-agent")
+    key.write_private_key(str(path))
+    os.chmod(path, 0o600)
+    key.write_public_key(str(path) + ".pub")
+    return key
+
+
+def authorize_key(authorized_keys: Path, pubkey_file: Path) -> bool:
+    """Add the public key in `pubkey_file`; returns False if it was already there."""
+    try:
+        text = pubkey_file.read_text()
+    except OSError as exc:
+        raise AgentError(f"cannot read {pubkey_file}: {exc.strerror}") from None
+    try:
+        key = asyncssh.import_public_key(text.strip())
+    except asyncssh.KeyImportError as exc:
+        raise AgentError(f"{pubkey_file} is not an SSH public key ({exc}); pass the .pub file") from None
+    line = key.export_public_key().decode().strip()
+    existing = authorized_keys.read_text().splitlines() if authorized_keys.exists() else []
+    known = {" ".join(entry.split()[:2]) for entry in existing if entry.strip()}
+    if " ".join(line.split()[:2]) in known:
+        return False
+    with open(authorized_keys, "a") as fh:
+        fh.write(line + "\n")
+    os.chmod(authorized_keys, 0o600)
+    return True

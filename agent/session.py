@@ -1,0 +1,136 @@
+"""One lanpool channel: read client frames, act on them, reply and stream logs."""
+
+import asyncio
+import contextlib
+import logging
+
+import asyncssh
+
+from agent import __version__
+from agent.jobs import Job, JobError, JobManager
+from protocol import (
+    PROTOCOL_VERSION,
+    Attach,
+    ClientHello,
+    Error,
+    ErrorCode,
+    FrameReader,
+    GetStatus,
+    Hello,
+    JobAccepted,
+    LogChunk,
+    Ping,
+    Pong,
+    ProtocolError,
+    StopJob,
+    SubmitJob,
+    decode_client_message,
+    encode_message,
+)
+
+log = logging.getLogger(__name__)
+
+# Log bytes per LogChunk frame: large enough that a fast job costs few SSH writes.
+CHUNK_BYTES = 256 * 1024
+_READ_SIZE = 256 * 1024
+
+
+class ChannelSession:
+    """Serves one `lanpool` subsystem channel until the client closes it."""
+
+    def __init__(self, process: asyncssh.SSHServerProcess, manager: JobManager, name: str, resources: dict) -> None:
+        self._proc = process
+        self._manager = manager
+        self._name = name
+        self._resources = resources
+        self._streams: set[asyncio.Task] = set()
+        self._write_lock = asyncio.Lock()
+
+    async def run(self) -> None:
+        reader = FrameReader()
+        try:
+            await self._send(Hello(PROTOCOL_VERSION, __version__, self._name, self._resources))
+            while True:
+                data = await self._proc.stdin.read(_READ_SIZE)
+                if not data:
+                    break
+                try:
+                    bodies = reader.feed(data)
+                except ProtocolError as exc:  # cannot find the next frame: reply, close
+                    log.warning("closing channel: %s", exc.message)
+                    await self._send(Error(exc.code, exc.message))
+                    break
+                for body in bodies:
+                    await self._handle_body(body)
+        except (OSError, asyncssh.Error, ConnectionError) as exc:
+            log.info("channel ended: %s", exc)
+        finally:
+            for task in self._streams:
+                task.cancel()
+            with contextlib.suppress(Exception):
+                self._proc.exit(0)
+
+    async def _handle_body(self, body: dict) -> None:
+        try:
+            msg = decode_client_message(body)
+        except ProtocolError as exc:  # one bad message: reply, keep serving
+            await self._send(Error(exc.code, exc.message))
+            return
+        try:
+            await self._dispatch(msg)
+        except JobError as exc:
+            await self._send(Error(exc.code, exc.message, getattr(msg, "job_id", "")))
+
+    async def _dispatch(self, msg) -> None:
+        if isinstance(msg, ClientHello):
+            if msg.protocol_version != PROTOCOL_VERSION:
+                await self._send(Error(
+                    ErrorCode.VERSION_MISMATCH,
+                    f"runner speaks protocol {PROTOCOL_VERSION}, controller {msg.protocol_version}: "
+                    "install the same lanpool version on both",
+                ))
+        elif isinstance(msg, SubmitJob):
+            job = await self._manager.submit(msg)
+            await self._send(JobAccepted(msg.job_id, str(job.dir / "workspace")))
+            await self._send(job.status())
+        elif isinstance(msg, StopJob):
+            job = self._manager.stop(msg.job_id, msg.abort, msg.grace_s)
+            await self._send(job.status())
+        elif isinstance(msg, GetStatus):
+            await self._send(self._manager.get(msg.job_id).status())
+        elif isinstance(msg, Attach):
+            job = self._manager.get(msg.job_id)
+            task = asyncio.create_task(self._stream(job, msg.from_seq, msg.follow))
+            self._streams.add(task)
+            task.add_done_callback(self._streams.discard)
+        elif isinstance(msg, Ping):
+            await self._send(Pong(msg.nonce))
+
+    async def _stream(self, job: Job, cursor: int, follow: bool) -> None:
+        """Send the log from `cursor`, following until the job ends, then its status."""
+        job_id = job.record.job_id
+        try:
+            while True:
+                changed = job.changed  # taken before reading, so no wake-up is missed
+                records = job.spool.read(cursor, CHUNK_BYTES)
+                if records:
+                    frames = []
+                    for rec in records:
+                        frames.append(encode_message(LogChunk(job_id, rec.seq, rec.stream, rec.data)))
+                        cursor = rec.seq + rec.n_lines
+                    await self._write(b"".join(frames))
+                    continue
+                if job.record.terminal or not follow:
+                    await self._send(job.status())
+                    return
+                await changed.wait()
+        except (OSError, asyncssh.Error, ConnectionError):
+            return
+
+    async def _send(self, msg) -> None:
+        await self._write(encode_message(msg))
+
+    async def _write(self, data: bytes) -> None:
+        async with self._write_lock:  # frames from concurrent streams must not interleave
+            self._proc.stdout.write(data)
+            await self._proc.stdout.drain()

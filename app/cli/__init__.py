@@ -1,0 +1,1 @@
+"""The `app` command line: `app headless <verb>` and `app agent <verb>`."""

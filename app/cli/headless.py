@@ -1,0 +1,238 @@
+"""`app headless <verb>`: the controller from scripts and CI.
+
+Every verb calls the same Controller API as the TUI. Errors are one line on
+stderr and an ExitCode; `run` exits with the job's own exit code.
+"""
+
+import argparse
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from app.cli import render
+from app.controller import Controller
+from app.errors import ExitCode, LanpoolError, UsageError
+from app.store import JobRow
+from app.workflows import find_project
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, like every other usage error
+        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="app headless", description="lanpool without the TUI: for scripts and CI.")
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=_Parser)
+
+    run = sub.add_parser("run", help="run a workflow on a runner, streaming its logs")
+    run.add_argument("workflow", nargs="?", help="workflow name (omit to list the workflows)")
+    run.add_argument("--runner", help="runner NAME or HOST[:PORT] (default: the only known runner)")
+    run.add_argument("-d", "--detach", action="store_true", help="submit and return; follow later with `logs -f`")
+    run.add_argument("--project", type=Path, default=None, help="project dir (default: nearest with .lanpool/ or .dstack/)")
+
+    status = sub.add_parser("status", help="runs and their jobs, newest first")
+    status.add_argument("-n", "--limit", type=int, default=20, help="how many runs (default 20)")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--no-refresh", action="store_true", help="do not ask runners about unfinished jobs")
+
+    logs = sub.add_parser("logs", help="print a run's or job's log")
+    logs.add_argument("ref", metavar="RUN|JOB")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+
+    stop = sub.add_parser("stop", help="stop a run or job: SIGTERM, then SIGKILL after a grace period")
+    stop.add_argument("ref", metavar="RUN|JOB")
+    stop.add_argument("--abort", action="store_true", help="do not bring back artifacts")
+    stop.add_argument("--grace", type=float, default=None, help="seconds before SIGKILL (default: the runner's, 10)")
+
+    art = sub.add_parser("artifacts", help="list or download a job's artifacts")
+    art_sub = art.add_subparsers(dest="art_verb", required=True, metavar="VERB", parser_class=_Parser)
+    art_list = art_sub.add_parser("list", help="files a job brought back")
+    art_list.add_argument("ref", metavar="RUN|JOB")
+    art_list.add_argument("-l", "--long", action="store_true", help="with sizes")
+    art_list.add_argument("--json", action="store_true")
+    art_dl = art_sub.add_parser("download", help="copy a job's artifacts to a directory")
+    art_dl.add_argument("ref", metavar="RUN|JOB")
+    art_dl.add_argument("-o", "--output", type=Path, default=None, help="target dir (default ./RUN_NAME)")
+
+    runners = sub.add_parser("runners", help="runners this controller knows")
+    runners.add_argument("--json", action="store_true")
+    runners_sub = runners.add_subparsers(dest="runners_verb", metavar="VERB", parser_class=_Parser)
+    rm = runners_sub.add_parser("remove", help="forget a runner (and its pinned host key)")
+    rm.add_argument("name")
+
+    sub.add_parser("key", help="print the path of this controller's public key (for `app agent authorize`)")
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    handler = _HANDLERS[args.verb]
+    ctl = None
+    try:
+        ctl = Controller()
+        return int(asyncio.run(handler(ctl, args)))
+    except LanpoolError as exc:
+        print(f"app: error: {exc.message}", file=sys.stderr)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        print("\napp: interrupted; jobs keep running on their runners (`app headless stop RUN` stops one)", file=sys.stderr)
+        return 130
+    finally:
+        if ctl is not None:
+            ctl.close()
+
+
+# -- verbs -----------------------------------------------------------------------
+
+
+async def _run(ctl: Controller, args) -> int:
+    root = args.project or find_project(Path.cwd())
+    if root is None:
+        raise UsageError("no .lanpool/workflows.yaml (or .dstack/workflows.yaml) here or above: see README 'Workflows'")
+    project = ctl.load_project(root)
+    if not args.workflow:
+        print(f"workflows in {project.workflows_file}:")
+        for wf in project.workflows.values():
+            print(f"  {wf.name}")
+        return ExitCode.OK
+    sub = await ctl.submit(project, args.workflow, args.runner)
+    _say(f"run {sub.run_name}: job {sub.job_id} ({args.workflow}) on runner {sub.runner}")
+    if args.detach:
+        _say(f"detached: `app headless logs -f {sub.run_name}` follows it, `app headless stop {sub.run_name}` stops it")
+        return ExitCode.OK
+    try:
+        job = await ctl.follow(sub.job_id, _print_log)
+    except LanpoolError as exc:
+        raise type(exc)(f"{exc.message}; the job may still run: `app headless logs -f {sub.run_name}` re-attaches") from None
+    _say(_summary(ctl, job))
+    return job.exit_code if job.exit_code is not None else ExitCode.FAILED
+
+
+async def _status(ctl: Controller, args) -> int:
+    runs = ctl.store.recent_runs(args.limit)
+    jobs = {r.name: ctl.store.jobs_of_run(r.name) for r in runs}
+    if not args.no_refresh:
+        await ctl.refresh([j for js in jobs.values() for j in js])
+        jobs = {r.name: ctl.store.jobs_of_run(r.name) for r in runs}
+    if args.json:
+        out = [{"run": r.name, "workflow": r.workflow, "created_at": r.created_at,
+                "jobs": [_job_json(ctl, j) for j in jobs[r.name]]} for r in runs]
+        print(json.dumps(out, indent=2))
+        return ExitCode.OK
+    if not runs:
+        print("no runs yet: `app headless run WORKFLOW` starts one")
+        return ExitCode.OK
+    rows = []
+    for r in runs:
+        for j in jobs[r.name]:
+            n_art = len(ctl.store.artifacts(j.id))
+            rows.append([r.name, j.id, j.workflow, j.runner, _status_text(j), render.ago(j.submitted_at),
+                         render.duration(j.started_at, j.finished_at), str(n_art) if n_art else "-"])
+    print(render.table(["RUN", "JOB", "WORKFLOW", "RUNNER", "STATUS", "SUBMITTED", "DURATION", "ARTIFACTS"], rows))
+    return ExitCode.OK
+
+
+async def _logs(ctl: Controller, args) -> int:
+    for job in ctl.store.resolve_jobs(args.ref):
+        try:
+            await ctl.follow(job.id, _print_log, follow=args.follow)
+        except LanpoolError as exc:
+            if args.follow:
+                raise
+            # The stored log was printed; the runner could not add to it.
+            _say(f"(stored log only: {exc.message})")
+    return ExitCode.OK
+
+
+async def _stop(ctl: Controller, args) -> int:
+    for job in ctl.store.resolve_jobs(args.ref):
+        if job.state.is_terminal():
+            _say(f"job {job.id} already ended: {job.status}")
+            continue
+        job = await ctl.stop(job.id, abort=args.abort, grace_s=args.grace)
+        _say(f"job {job.id}: {_status_text(job)}")
+    return ExitCode.OK
+
+
+async def _artifacts(ctl: Controller, args) -> int:
+    jobs = ctl.store.resolve_jobs(args.ref)
+    if args.art_verb == "list":
+        await ctl.refresh(jobs)
+        listing = {j.id: ctl.store.artifacts(j.id) for j in jobs}
+        if args.json:
+            print(json.dumps([{"job": jid, "path": p, "size": s} for jid, files in listing.items() for p, s in files], indent=2))
+        else:
+            for jid, files in listing.items():
+                for path, size in files:
+                    print(f"{render.size(size):>10}  {jid}  {path}" if args.long else path)
+        return ExitCode.OK
+    for job in jobs:
+        output = args.output or Path.cwd() / job.run_name
+        files = await ctl.download_artifacts(job.id, output)
+        total = sum(s for _, s in files)
+        _say(f"job {job.id}: {len(files)} file(s), {render.size(total)} -> {output}")
+    return ExitCode.OK
+
+
+async def _runners(ctl: Controller, args) -> int:
+    if args.runners_verb == "remove":
+        if ctl.store.runner(args.name) is None:
+            raise UsageError(f"no runner named {args.name!r}: `app headless runners` lists them")
+        ctl.store.db["runners"].delete(args.name)
+        _say(f"forgot runner {args.name}")
+        return ExitCode.OK
+    runners = ctl.store.runners()
+    if args.json:
+        print(json.dumps([{k: r[k] for k in ("name", "host", "port", "source", "last_seen")} for r in runners], indent=2))
+    elif not runners:
+        print("no runners yet: `app headless run --runner HOST:PORT` connects to one")
+    else:
+        print(render.table(["NAME", "ADDRESS", "SOURCE", "LAST SEEN"],
+                           [[r["name"], f"{r['host']}:{r['port']}", r["source"], render.ago(r["last_seen"])] for r in runners]))
+    return ExitCode.OK
+
+
+async def _key(ctl: Controller, args) -> int:
+    print(ctl.public_key_file)
+    return ExitCode.OK
+
+
+_HANDLERS = {"run": _run, "status": _status, "logs": _logs, "stop": _stop, "artifacts": _artifacts,
+             "runners": _runners, "key": _key}
+
+
+# -- output helpers ----------------------------------------------------------------
+
+
+def _print_log(job_id: str, stream: str, data: bytes) -> None:
+    out = sys.stdout.buffer if stream == "out" else sys.stderr.buffer
+    out.write(data)
+    out.flush()
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _status_text(job: JobRow) -> str:
+    if job.exit_code is not None and job.state.is_terminal():
+        return f"{job.status} ({job.exit_code})"
+    return job.status
+
+
+def _summary(ctl: Controller, job: JobRow) -> str:
+    text = f"run {job.run_name}: {_status_text(job)} in {render.duration(job.started_at, job.finished_at)}"
+    if job.error:
+        text += f": {job.error}"
+    files = ctl.store.artifacts(job.id)
+    if files:
+        text += f"; {len(files)} artifact file(s): `app headless artifacts download {job.run_name}`"
+    return text
+
+
+def _job_json(ctl: Controller, j: JobRow) -> dict:
+    return {"job": j.id, "workflow": j.workflow, "runner": j.runner, "status": j.status, "exit_code": j.exit_code,
+            "error": j.error, "submitted_at": j.submitted_at, "started_at": j.started_at, "finished_at": j.finished_at,
+            "artifacts": [{"path": p, "size": s} for p, s in ctl.store.artifacts(j.id)]}

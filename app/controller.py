@@ -1,0 +1,238 @@
+"""The controller API: what `app headless` and the TUI both call.
+
+It owns the store and the controller key, turns workflows into jobs on
+runners, follows their logs into the store, and pulls artifacts back.
+"""
+
+import asyncio
+import logging
+import secrets
+import shutil
+import tarfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncssh
+
+from app.errors import LanpoolError, NotFoundError, RunnerError, UsageError
+from app.home import ControllerHome
+from app.keys import load_or_create_client_key
+from app.names import new_run_name
+from app.runner_client import RunnerSession
+from app.snapshot import build_snapshot
+from app.store import JobRow, Store
+from app.workflows import Project, load_workflows
+from protocol import JobState, JobStatus, LogChunk, SubmitJob
+
+log = logging.getLogger(__name__)
+
+# Called with (job_id, stream, data) for each chunk of new log lines.
+LogSink = Callable[[str, str, bytes], None]
+
+
+@dataclass(frozen=True)
+class Submitted:
+    run_name: str
+    job_id: str
+    runner: str
+    status: JobStatus
+
+
+def parse_address(spec: str, default_port: int) -> tuple[str, int]:
+    host, sep, port = spec.rpartition(":")
+    if not sep:
+        return spec, default_port
+    if not port.isdigit() or not host:
+        raise UsageError(f"bad runner address {spec!r}: use HOST or HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+class Controller:
+    DEFAULT_PORT = 7422
+
+    def __init__(self, home: ControllerHome | None = None) -> None:
+        self.home = home or ControllerHome.default()
+        self.home.create()
+        self.store = Store(self.home.db)
+        self._key: asyncssh.SSHKey | None = None
+
+    @property
+    def client_key(self) -> asyncssh.SSHKey:
+        if self._key is None:
+            self._key = load_or_create_client_key(self.home.key)
+        return self._key
+
+    @property
+    def public_key_file(self) -> Path:
+        _ = self.client_key
+        return Path(str(self.home.key) + ".pub")
+
+    def close(self) -> None:
+        self.store.close()
+
+    # -- runners -------------------------------------------------------------------
+
+    async def connect(self, host: str, port: int) -> RunnerSession:
+        """Open a session; the runner's host key is pinned on first contact, checked after."""
+        known = self.store.runner_by_address(host, port)
+        session = await RunnerSession.open(host, port, self.client_key, known["host_key"] if known else None)
+        assert session.hello is not None
+        pinned = self.store.runner(session.hello.name)
+        if pinned and pinned["host_key"] != session.host_key:
+            session.close()
+            raise RunnerError(
+                f"runner {session.hello.name!r} at {host}:{port} has a different host key than the one pinned "
+                f"for that name: if it was reinstalled, `app headless runners remove {session.hello.name}` first")
+        self.store.upsert_runner(session.hello.name, host, port, session.host_key)
+        return session
+
+    async def connect_job(self, job: JobRow) -> RunnerSession:
+        return await self.connect(job.host, job.port)
+
+    def pick_runner(self, spec: str | None) -> tuple[str, int]:
+        """The runner address to use: `spec`, else the only known runner."""
+        if spec:
+            named = self.store.runner(spec)
+            if named:
+                return named["host"], named["port"]
+            return parse_address(spec, self.DEFAULT_PORT)
+        runners = self.store.runners()
+        if len(runners) == 1:
+            return runners[0]["host"], runners[0]["port"]
+        if not runners:
+            raise UsageError("no runner known: start one with `app agent serve`, then pass --runner HOST:PORT")
+        names = ", ".join(r["name"] for r in runners)
+        raise UsageError(f"several runners are known ({names}): pick one with --runner NAME")
+
+    # -- runs ----------------------------------------------------------------------------
+
+    def load_project(self, root: Path) -> Project:
+        return load_workflows(root)
+
+    async def submit(self, project: Project, workflow_name: str, runner_spec: str | None = None) -> Submitted:
+        """Start `workflow_name` on a runner; the job is in the store before it is sent."""
+        workflow = project.get(workflow_name)
+        host, port = self.pick_runner(runner_spec)
+        snapshot = await asyncio.to_thread(build_snapshot, project.root)
+        async with await self.connect(host, port) as session:
+            runner = self.store.runner(session.hello.name)
+            run_name = new_run_name(self.store.run_name_taken)
+            job_id = secrets.token_hex(6)
+            spec = {"commands": workflow.commands, "env": workflow.env, "artifacts": workflow.artifacts,
+                    "working_dir": workflow.working_dir, "snapshot": snapshot.sha256}
+            self.store.create_run(run_name, workflow.name, str(project.root))
+            self.store.create_job(job_id, run_name, workflow.name, runner, spec)
+            try:
+                remote = f"snapshots/{snapshot.name}"
+                await session.upload(snapshot.data, remote)
+                status = await session.submit(SubmitJob(
+                    job_id=job_id, run_name=run_name, workflow=workflow.name, commands=workflow.commands,
+                    env=workflow.env, artifacts=workflow.artifacts, snapshot=remote, working_dir=workflow.working_dir,
+                ))
+            except (LanpoolError, OSError, asyncssh.Error) as exc:
+                message = getattr(exc, "message", None) or str(exc)
+                # synced: nothing more will come from the runner for this job
+                self.store.set_job_status(job_id, JobState.FAILED, f"submit failed: {message}", error=message,
+                                          finished_at=time.time(), synced=1)
+                raise RunnerError(f"could not submit to {session.where}: {message}") from None
+            self._record_status(job_id, status)
+        return Submitted(run_name, job_id, runner["name"], status)
+
+    async def follow(self, job_id: str, sink: LogSink | None = None, follow: bool = True) -> JobRow:
+        """Bring the job's log into the store from where it stopped, and its final status.
+
+        With `follow`, waits until the job ends; a controller killed meanwhile
+        resumes here later and loses nothing (the store knows its last line).
+        """
+        job = self.store.job(job_id)
+        if sink:  # what is already stored first, then the rest from the runner
+            for _node, _seq, stream, data in self.store.log_chunks(job_id):
+                sink(job_id, stream, data)
+        if job.synced:
+            return job
+        async with await self.connect_job(job) as session:
+            async for batch in session.attach(job_id, self.store.log_end(job_id), follow=follow):
+                rows = [(m.job_id, m.node, m.seq, m.n_lines, m.stream, m.data) for m in batch if isinstance(m, LogChunk)]
+                if rows:
+                    self.store.add_log_chunks(rows)
+                    if sink:
+                        for row in rows:
+                            sink(job_id, row[4], row[5])
+                final = batch[-1]
+                if isinstance(final, JobStatus):
+                    self._record_status(job_id, final)
+                    if JobState(final.state).is_terminal():
+                        await self._pull_artifacts(session, job_id, final)
+                        self.store.update_job(job_id, synced=1)
+        return self.store.job(job_id)
+
+    async def stop(self, job_id: str, abort: bool = False, grace_s: float | None = None) -> JobRow:
+        job = self.store.job(job_id)
+        if job.state.is_terminal():
+            return job
+        async with await self.connect_job(job) as session:
+            status = await session.stop(job_id, abort, grace_s)
+            self._record_status(job_id, status)
+        return await self.follow(job_id)
+
+    async def refresh(self, jobs: list[JobRow], timeout_s: float = 5.0) -> None:
+        """Bring non-terminal jobs up to date from their runners; unreachable ones stay as they are."""
+        pending = [j for j in jobs if not j.synced]
+
+        async def one(job: JobRow) -> None:
+            try:
+                await asyncio.wait_for(self.follow(job.id, follow=False), timeout_s)
+            except (LanpoolError, TimeoutError) as exc:
+                log.info("could not refresh %s: %s", job.id, exc)
+
+        await asyncio.gather(*(one(j) for j in pending))
+
+    # -- artifacts --------------------------------------------------------------------------
+
+    async def download_artifacts(self, job_id: str, output: Path) -> list[tuple[str, int]]:
+        job = self.store.job(job_id)
+        if not job.artifacts_pulled:
+            if not job.state.is_terminal():
+                raise UsageError(f"job {job_id} is still {job.status}: artifacts come back when it ends")
+            await self.follow(job_id, follow=False)
+            job = self.store.job(job_id)
+        files = self.store.artifacts(job_id)
+        if not files:
+            raise NotFoundError(f"job {job_id} has no artifacts")
+        src = self.home.job_artifacts(job_id)
+        output.mkdir(parents=True, exist_ok=True)
+        for path, _size in files:
+            dest = output / path
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src / path, dest)
+        return files
+
+    async def _pull_artifacts(self, session: RunnerSession, job_id: str, status: JobStatus) -> None:
+        if not status.artifacts_archive:
+            return
+        job = self.store.job(job_id)
+        if job.artifacts_pulled:
+            return
+        dest = self.home.job_artifacts(job_id)
+        tmp_tar = self.home.artifacts / f"{job_id}.tar.part"
+        await session.download(status.artifacts_archive, tmp_tar)
+        await asyncio.to_thread(_extract, tmp_tar, dest)
+        tmp_tar.unlink()
+        self.store.set_artifacts(job_id, [(f.path, f.size) for f in status.artifacts])
+
+    def _record_status(self, job_id: str, status: JobStatus) -> None:
+        fields = {"exit_code": status.exit_code, "started_at": status.started_at,
+                  "finished_at": status.finished_at, "artifacts_archive": status.artifacts_archive or None}
+        if status.error:
+            fields["error"] = status.error
+        self.store.set_job_status(job_id, status.state, **fields)
+
+
+def _extract(tar_path: Path, dest: Path) -> None:
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(dest, filter="data")

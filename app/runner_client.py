@@ -1,0 +1,219 @@
+"""An SSH session with one runner: the lanpool subsystem and SFTP.
+
+Each purpose gets its own channel on the connection (requests, each attached
+log stream), so replies never have to be sorted out of a log stream.
+"""
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import asyncssh
+
+from app import __version__
+from app.errors import NotFoundError, RunnerError
+from protocol import (
+    PROTOCOL_VERSION,
+    Attach,
+    ClientHello,
+    Error,
+    ErrorCode,
+    FrameReader,
+    GetStatus,
+    Hello,
+    JobAccepted,
+    JobStatus,
+    ProtocolError,
+    StopJob,
+    SubmitJob,
+    decode_agent_message,
+    encode_message,
+)
+
+log = logging.getLogger(__name__)
+
+SUBSYSTEM = "lanpool"
+ENCRYPTION_ALGS = ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com", "aes128-ctr"]
+CONNECT_TIMEOUT_S = 10.0
+REPLY_TIMEOUT_S = 60.0  # a submit extracts the snapshot before replying
+_READ_SIZE = 1024 * 1024
+
+
+class Channel:
+    """One lanpool subsystem channel: typed send, typed receive."""
+
+    def __init__(self, process: asyncssh.SSHClientProcess, where: str) -> None:
+        self._proc = process
+        self._reader = FrameReader()
+        self._messages: list = []
+        self._where = where
+        self.hello: Hello | None = None
+
+    async def start(self) -> Hello:
+        msg = await self.recv(CONNECT_TIMEOUT_S)
+        if not isinstance(msg, Hello):
+            raise RunnerError(f"{self._where} did not greet with Hello; is it a lanpool agent?")
+        if msg.protocol_version != PROTOCOL_VERSION:
+            raise RunnerError(
+                f"{self._where} speaks lanpool protocol {msg.protocol_version}, this controller {PROTOCOL_VERSION}: "
+                "install the same lanpool version on both")
+        self.hello = msg
+        await self.send(ClientHello(PROTOCOL_VERSION, __version__))
+        return msg
+
+    async def send(self, msg) -> None:
+        self._proc.stdin.write(encode_message(msg))
+        await self._proc.stdin.drain()
+
+    async def _fill(self, timeout: float | None) -> None:
+        while not self._messages:
+            data = await asyncio.wait_for(self._proc.stdout.read(_READ_SIZE), timeout)
+            if not data:
+                raise RunnerError(f"{self._where} closed the connection")
+            try:
+                bodies = self._reader.feed(data)
+                self._messages.extend(decode_agent_message(b) for b in bodies)
+            except ProtocolError as exc:
+                raise RunnerError(f"{self._where} sent a message this controller cannot read: {exc.message}") from None
+
+    async def recv_many(self, timeout: float | None = None) -> list:
+        """Every whole message that has arrived (at least one); raises at end of stream."""
+        await self._fill(timeout)
+        batch, self._messages = self._messages, []
+        return batch
+
+    async def recv(self, timeout: float | None = None):
+        await self._fill(timeout)
+        return self._messages.pop(0)
+
+    def close(self) -> None:
+        self._proc.close()
+
+
+
+class RunnerSession:
+    """A connection to one runner, opened with the controller key and a pinned host key."""
+
+    def __init__(self, conn: asyncssh.SSHClientConnection, where: str, host_key: str) -> None:
+        self.conn = conn
+        self.where = where
+        self.host_key = host_key
+        self.hello: Hello | None = None
+        self._control: Channel | None = None
+
+    @classmethod
+    async def open(cls, host: str, port: int, client_key: asyncssh.SSHKey, pinned_host_key: str | None) -> "RunnerSession":
+        where = f"runner {host}:{port}"
+        known_hosts = None  # first contact: trust on first use, then pinned by the caller
+        if pinned_host_key:
+            known_hosts = ([asyncssh.import_public_key(pinned_host_key)], [], [])
+        try:
+            conn = await asyncio.wait_for(asyncssh.connect(
+                host, port, username="lanpool", client_keys=[client_key], known_hosts=known_hosts,
+                encryption_algs=ENCRYPTION_ALGS, agent_path=None, config=[], preferred_auth=["publickey"],
+                connect_timeout=CONNECT_TIMEOUT_S, keepalive_interval=15,
+            ), CONNECT_TIMEOUT_S + 5)
+        except asyncssh.HostKeyNotVerifiable:
+            raise RunnerError(
+                f"{where} presented a different host key than the one pinned for it. If the runner was "
+                "reinstalled, `app headless runners remove NAME` and connect again; otherwise someone may be "
+                "impersonating it") from None
+        except asyncssh.PermissionDenied:
+            raise RunnerError(
+                f"{where} refused this controller's key: on the runner, run "
+                f"`app agent authorize {_pubkey_hint()}` with this controller's public key") from None
+        except (OSError, asyncssh.Error, TimeoutError) as exc:
+            reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc) or type(exc).__name__
+            raise RunnerError(f"cannot reach {where}: {reason}; is `app agent serve` running there?") from None
+        key = conn.get_server_host_key()
+        session = cls(conn, where, key.export_public_key().decode().strip() if key else "")
+        try:
+            session._control = await session.open_channel()
+        except BaseException:
+            conn.close()
+            raise
+        session.hello = session._control.hello
+        return session
+
+    async def open_channel(self) -> Channel:
+        try:
+            proc = await self.conn.create_process(subsystem=SUBSYSTEM, encoding=None)
+        except (OSError, asyncssh.Error) as exc:
+            raise RunnerError(f"{self.where} refused the lanpool channel: {exc}") from None
+        channel = Channel(proc, self.where)
+        await channel.start()
+        return channel
+
+    async def _request(self, msg, expect: type):
+        assert self._control is not None
+        await self._control.send(msg)
+        reply = await self._control.recv(REPLY_TIMEOUT_S)
+        if isinstance(reply, Error):
+            raise _error_from(reply, self.where)
+        if not isinstance(reply, expect):
+            raise RunnerError(f"{self.where} replied {type(reply).__name__} to {type(msg).__name__}")
+        return reply
+
+    async def submit(self, req: SubmitJob) -> JobStatus:
+        await self._request(req, JobAccepted)
+        return await self._control.recv(REPLY_TIMEOUT_S)
+
+    async def stop(self, job_id: str, abort: bool, grace_s: float | None) -> JobStatus:
+        return await self._request(StopJob(job_id, abort, grace_s), JobStatus)
+
+    async def status(self, job_id: str) -> JobStatus:
+        return await self._request(GetStatus(job_id), JobStatus)
+
+    async def attach(self, job_id: str, from_seq: int, follow: bool = True) -> AsyncIterator[list]:
+        """Batches of LogChunk messages; the last batch ends with the job's JobStatus."""
+        channel = await self.open_channel()
+        try:
+            await channel.send(Attach(job_id, from_seq, follow))
+            while True:
+                batch = await channel.recv_many()
+                for msg in batch:
+                    if isinstance(msg, Error):
+                        raise _error_from(msg, self.where)
+                yield batch
+                if isinstance(batch[-1], JobStatus):
+                    return
+        finally:
+            channel.close()
+
+    async def upload(self, data: bytes, remote: str) -> None:
+        """Put `data` at `remote` (relative to the runner's transfer dir) unless already there."""
+        async with self.conn.start_sftp_client() as sftp:
+            if await sftp.exists(remote):
+                return
+            tmp = f"{remote}.part"
+            async with sftp.open(tmp, "wb") as fh:
+                await fh.write(data)
+            await sftp.posix_rename(tmp, remote)
+
+    async def download(self, remote: str, local: Path) -> None:
+        async with self.conn.start_sftp_client() as sftp:
+            await sftp.get(remote, str(local))
+
+    def close(self) -> None:
+        self.conn.close()
+
+    async def __aenter__(self) -> "RunnerSession":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        self.close()
+        await self.conn.wait_closed()
+
+
+def _error_from(err: Error, where: str) -> Exception:
+    if err.code == ErrorCode.UNKNOWN_JOB:
+        return NotFoundError(f"{where}: {err.message}")
+    return RunnerError(f"{where}: {err.message}")
+
+
+def _pubkey_hint() -> str:
+    from app.home import ControllerHome
+
+    return str(ControllerHome.default().key) + ".pub"
+

@@ -1,0 +1,67 @@
+"""Numbered schema migrations; PRAGMA user_version records the last one applied.
+
+Append new migrations; never edit one that has shipped.
+"""
+
+from collections.abc import Callable
+
+import sqlite_utils
+
+
+def _m001_initial(db: sqlite_utils.Database) -> None:
+    db["runners"].create(
+        {"name": str, "host": str, "port": int, "host_key": str, "source": str, "added_at": float, "last_seen": float},
+        pk="name",
+    )
+    db["runs"].create(
+        {"name": str, "workflow": str, "project_dir": str, "created_at": float, "tag": str},
+        pk="name",
+    )
+    db["jobs"].create(
+        {
+            "id": str, "run_name": str, "workflow": str, "runner": str, "host": str, "port": int,
+            "status": str, "exit_code": int, "error": str,
+            "submitted_at": float, "started_at": float, "finished_at": float,
+            "artifacts_archive": str, "artifacts_pulled": int, "spec": str,
+            # 1 once the final status, every log line and the artifacts are here
+            "synced": int,
+        },
+        pk="id",
+        foreign_keys=[("run_name", "runs", "name")],
+    )
+    db["jobs"].create_index(["run_name"])
+    db["jobs"].create_index(["submitted_at"])
+    db["job_events"].create(
+        {"job_id": str, "at": float, "status": str, "detail": str},
+        foreign_keys=[("job_id", "jobs", "id")],
+    )
+    db["job_events"].create_index(["job_id"])
+    # Logs are stored as the chunks they arrive in (many lines each): one row per
+    # line would cap ingestion far below a fast job's output rate.
+    db.execute(
+        """CREATE TABLE log_chunks (
+            job_id TEXT NOT NULL REFERENCES jobs(id),
+            node INTEGER NOT NULL DEFAULT 0,
+            seq INTEGER NOT NULL,
+            n_lines INTEGER NOT NULL,
+            stream TEXT NOT NULL,
+            data BLOB NOT NULL,
+            PRIMARY KEY (job_id, node, seq)
+        ) WITHOUT ROWID"""
+    )
+    db["artifacts"].create(
+        {"job_id": str, "path": str, "size": int},
+        pk=("job_id", "path"),
+        foreign_keys=[("job_id", "jobs", "id")],
+    )
+
+
+MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m001_initial]
+
+
+def migrate(db: sqlite_utils.Database) -> None:
+    current = db.execute("PRAGMA user_version").fetchone()[0]
+    for number, step in enumerate(MIGRATIONS[current:], start=current + 1):
+        with db.conn:
+            step(db)
+            db.execute(f"PRAGMA user_version = {number}")

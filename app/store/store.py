@@ -1,0 +1,214 @@
+"""Runs, jobs, runners, logs and artifacts in one SQLite file.
+
+Every job status change goes through `set_job_status`, which also appends to
+job_events, so the history of a job can always be read back.
+"""
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import sqlite_utils
+
+from app.errors import LanpoolError, NotFoundError
+from app.store.migrations import migrate
+from protocol import JobState
+
+
+@dataclass(frozen=True)
+class RunRow:
+    name: str
+    workflow: str
+    project_dir: str
+    created_at: float
+    tag: str | None
+
+
+@dataclass(frozen=True)
+class JobRow:
+    id: str
+    run_name: str
+    workflow: str
+    runner: str
+    host: str
+    port: int
+    status: str
+    exit_code: int | None
+    error: str | None
+    submitted_at: float | None
+    started_at: float | None
+    finished_at: float | None
+    artifacts_archive: str | None
+    artifacts_pulled: int | None
+    spec: str | None
+    synced: int | None
+
+    @property
+    def state(self) -> JobState:
+        return JobState(self.status)
+
+    @property
+    def artifact_paths(self) -> list[str]:
+        return json.loads(self.spec or "{}").get("artifacts", [])
+
+
+class Store:
+    def __init__(self, path: Path | str) -> None:
+        try:
+            conn = sqlite3.connect(str(path), timeout=10, isolation_level=None, check_same_thread=False)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes
+            conn.execute("PRAGMA foreign_keys=ON")
+            self.db = sqlite_utils.Database(conn)
+            migrate(self.db)
+        except sqlite3.DatabaseError as exc:
+            raise LanpoolError(f"cannot open the lanpool database {path}: {exc}") from None
+        self.conn = conn
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # -- runners -----------------------------------------------------------------
+
+    def runner(self, name: str) -> dict | None:
+        rows = list(self.db["runners"].rows_where("name = ?", [name]))
+        return rows[0] if rows else None
+
+    def runner_by_address(self, host: str, port: int) -> dict | None:
+        rows = list(self.db["runners"].rows_where("host = ? AND port = ?", [host, port]))
+        return rows[0] if rows else None
+
+    def runners(self) -> list[dict]:
+        return list(self.db["runners"].rows_where(order_by="name"))
+
+    def upsert_runner(self, name: str, host: str, port: int, host_key: str, source: str = "manual") -> None:
+        now = time.time()
+        with self.conn:
+            # A name now served from another address replaces the old entry.
+            self.conn.execute("DELETE FROM runners WHERE host = ? AND port = ? AND name != ?", (host, port, name))
+            self.conn.execute(
+                """INSERT INTO runners (name, host, port, host_key, source, added_at, last_seen)
+                   VALUES (?, ?, ?, ?, ?, ?, ?)
+                   ON CONFLICT(name) DO UPDATE SET host=excluded.host, port=excluded.port,
+                     host_key=excluded.host_key, last_seen=excluded.last_seen""",
+                (name, host, port, host_key, source, now, now),
+            )
+
+    # -- runs and jobs -------------------------------------------------------------
+
+    def run_name_taken(self, name: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM runs WHERE name = ?", (name,)).fetchone() is not None
+
+    def create_run(self, name: str, workflow: str, project_dir: str, tag: str | None = None) -> None:
+        self.db["runs"].insert({"name": name, "workflow": workflow, "project_dir": project_dir,
+                                "created_at": time.time(), "tag": tag})
+
+    def create_job(self, job_id: str, run_name: str, workflow: str, runner: dict, spec: dict) -> None:
+        now = time.time()
+        with self.conn:
+            self.db["jobs"].insert({
+                "id": job_id, "run_name": run_name, "workflow": workflow, "runner": runner["name"],
+                "host": runner["host"], "port": runner["port"], "status": JobState.SUBMITTED,
+                "submitted_at": now, "artifacts_pulled": 0, "spec": json.dumps(spec), "synced": 0,
+            })
+            self.conn.execute("INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                              (job_id, now, JobState.SUBMITTED, f"to {runner['name']}"))
+
+    def set_job_status(self, job_id: str, status: str, detail: str = "", **fields) -> None:
+        """Record a status (and other job fields); a transition is also logged as an event."""
+        with self.conn:
+            old = self.conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if old is None:
+                raise NotFoundError(f"no job {job_id}")
+            cols = {"status": str(status), **fields}
+            assignments = ", ".join(f"{c} = ?" for c in cols)
+            self.conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*cols.values(), job_id))
+            if old[0] != status or detail:
+                self.conn.execute("INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                                  (job_id, time.time(), str(status), detail))
+
+    def update_job(self, job_id: str, **fields) -> None:
+        self.db["jobs"].update(job_id, fields)
+
+    def job(self, job_id: str) -> JobRow:
+        row = self.conn.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no job {job_id!r}: `app headless status` lists runs and jobs")
+        return JobRow(*row)
+
+    def jobs_of_run(self, run_name: str) -> list[JobRow]:
+        rows = self.conn.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE run_name = ? ORDER BY submitted_at", (run_name,))
+        return [JobRow(*r) for r in rows]
+
+    def resolve_jobs(self, ref: str) -> list[JobRow]:
+        """Jobs named by a run name or a job id (a unique prefix of a job id works too)."""
+        jobs = self.jobs_of_run(ref)
+        if jobs:
+            return jobs
+        rows = self.conn.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE id = ? OR id LIKE ? ESCAPE '\\'",
+                                 (ref, _escape_like(ref) + "%")).fetchall()
+        exact = [r for r in rows if r[0] == ref]
+        rows = exact or rows
+        if not rows:
+            raise NotFoundError(f"no run or job named {ref!r}: `app headless status` lists them")
+        if len(rows) > 1:
+            raise NotFoundError(f"{ref!r} matches {len(rows)} jobs; give more of the job id")
+        return [JobRow(*rows[0])]
+
+    def recent_runs(self, limit: int = 50) -> list[RunRow]:
+        rows = self.conn.execute(
+            "SELECT name, workflow, project_dir, created_at, tag FROM runs ORDER BY created_at DESC LIMIT ?", (limit,))
+        return [RunRow(*r) for r in rows]
+
+    def job_events(self, job_id: str) -> list[tuple[float, str, str]]:
+        return self.conn.execute(
+            "SELECT at, status, detail FROM job_events WHERE job_id = ? ORDER BY rowid", (job_id,)).fetchall()
+
+    # -- logs ------------------------------------------------------------------------
+
+    def add_log_chunks(self, chunks: Iterable[tuple[str, int, int, int, str, bytes]]) -> None:
+        """Store (job_id, node, seq, n_lines, stream, data) rows; a chunk seen twice is kept once."""
+        with self.conn:
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO log_chunks (job_id, node, seq, n_lines, stream, data) VALUES (?, ?, ?, ?, ?, ?)",
+                chunks,
+            )
+
+    def log_end(self, job_id: str, node: int = 0) -> int:
+        """The seq after the last stored line: where a re-attach resumes."""
+        row = self.conn.execute(
+            "SELECT MAX(seq + n_lines) FROM log_chunks WHERE job_id = ? AND node = ?", (job_id, node)).fetchone()
+        return row[0] or 0
+
+    def log_line_count(self, job_id: str) -> int:
+        return self.conn.execute("SELECT COALESCE(SUM(n_lines), 0) FROM log_chunks WHERE job_id = ?", (job_id,)).fetchone()[0]
+
+    def log_chunks(self, job_id: str, from_seq: int = 0) -> Iterator[tuple[int, int, str, bytes]]:
+        """(node, seq, stream, data) in order, from the chunk holding `from_seq`."""
+        yield from self.conn.execute(
+            "SELECT node, seq, stream, data FROM log_chunks WHERE job_id = ? AND seq + n_lines > ? ORDER BY node, seq",
+            (job_id, from_seq),
+        )
+
+    # -- artifacts ---------------------------------------------------------------------
+
+    def set_artifacts(self, job_id: str, files: list[tuple[str, int]]) -> None:
+        with self.conn:
+            self.conn.execute("DELETE FROM artifacts WHERE job_id = ?", (job_id,))
+            self.conn.executemany("INSERT INTO artifacts (job_id, path, size) VALUES (?, ?, ?)",
+                                  [(job_id, p, s) for p, s in files])
+            self.conn.execute("UPDATE jobs SET artifacts_pulled = 1 WHERE id = ?", (job_id,))
+
+    def artifacts(self, job_id: str) -> list[tuple[str, int]]:
+        return self.conn.execute("SELECT path, size FROM artifacts WHERE job_id = ? ORDER BY path", (job_id,)).fetchall()
+
+
+_JOB_COLS = ("id, run_name, workflow, runner, host, port, status, exit_code, error, submitted_at, started_at, "
+             "finished_at, artifacts_archive, artifacts_pulled, spec, synced")
+
+
+def _escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

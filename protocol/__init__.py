@@ -1,0 +1,59 @@
+"""The wire protocol between lanpool controllers and runner agents.
+
+This package imports nothing else of lanpool's: both sides depend on it.
+Its version (PROTOCOL_VERSION) is separate from the package version and is
+exchanged in the Hello messages.
+"""
+
+from protocol.errors import ErrorCode, ProtocolError
+from protocol.framing import MAX_FRAME_BYTES, FrameReader, encode_frame
+from protocol.messages import (
+    PROTOCOL_VERSION,
+    AGENT_MESSAGES,
+    CLIENT_MESSAGES,
+    ArtifactFile,
+    Attach,
+    ClientHello,
+    Error,
+    GetStatus,
+    Hello,
+    JobAccepted,
+    JobStatus,
+    LogChunk,
+    Ping,
+    Pong,
+    StopJob,
+    SubmitJob,
+    decode_agent_message,
+    decode_client_message,
+    encode_message,
+)
+from protocol.states import JobState
+
+__all__ = [
+    "AGENT_MESSAGES",
+    "CLIENT_MESSAGES",
+    "MAX_FRAME_BYTES",
+    "PROTOCOL_VERSION",
+    "ArtifactFile",
+    "Attach",
+    "ClientHello",
+    "Error",
+    "ErrorCode",
+    "FrameReader",
+    "GetStatus",
+    "Hello",
+    "JobAccepted",
+    "JobState",
+    "JobStatus",
+    "LogChunk",
+    "Ping",
+    "Pong",
+    "ProtocolError",
+    "StopJob",
+    "SubmitJob",
+    "decode_agent_message",
+    "decode_client_message",
+    "encode_frame",
+    "encode_message",
+]

@@ -1,0 +1,31 @@
+"""Protocol errors: the codes carried in Error messages and the exception raised on bad input."""
+
+from enum import StrEnum
+
+
+class ErrorCode(StrEnum):
+    """Codes of the Error message; stable strings, part of the protocol."""
+
+    BAD_FRAME = "bad_frame"  # not MessagePack, or not a map with a tag
+    FRAME_TOO_LARGE = "frame_too_large"  # length prefix over MAX_FRAME_BYTES
+    UNKNOWN_MESSAGE = "unknown_message"  # a tag this side does not know
+    INVALID_MESSAGE = "invalid_message"  # known tag, missing or mistyped field
+    VERSION_MISMATCH = "version_mismatch"
+    UNKNOWN_JOB = "unknown_job"
+    JOB_EXISTS = "job_exists"
+    BAD_REQUEST = "bad_request"  # valid message the agent cannot act on
+    INTERNAL = "internal"
+
+
+class ProtocolError(Exception):
+    """A frame or message that cannot be accepted.
+
+    `fatal` means the byte stream cannot be resynchronised (bad length
+    prefix), so the connection must be closed after replying.
+    """
+
+    def __init__(self, code: ErrorCode, message: str, *, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.fatal = fatal

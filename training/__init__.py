@@ -1,0 +1,1 @@
+"""Lightning recipes that run inside lanpool jobs."""
