@@ -70,7 +70,7 @@ class ChannelSession:
             with contextlib.suppress(Exception):
                 self._proc.exit(0)
 
-    async def _handle_body(self, body: dict) -> None:
+    async def _handle_body(self, body: bytes) -> None:
         try:
             msg = decode_client_message(body)
         except ProtocolError as exc:  # one bad message: reply, keep serving

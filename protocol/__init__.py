@@ -6,7 +6,7 @@ exchanged in the Hello messages.
 """
 
 from protocol.errors import ErrorCode, ProtocolError
-from protocol.framing import MAX_FRAME_BYTES, FrameReader, encode_frame
+from protocol.framing import MAX_FRAME_BYTES, FrameReader, encode_frame, unpack_body
 from protocol.messages import (
     PROTOCOL_VERSION,
     AGENT_MESSAGES,
@@ -56,4 +56,5 @@ __all__ = [
     "decode_client_message",
     "encode_frame",
     "encode_message",
+    "unpack_body",
 ]

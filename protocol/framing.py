@@ -24,20 +24,20 @@ def encode_frame(body: dict) -> bytes:
 
 
 class FrameReader:
-    """Incremental decoder: feed bytes as they arrive, take whole message maps out.
+    """Incremental splitter: feed bytes as they arrive, take whole frame bodies out.
 
-    Raises ProtocolError(fatal=True) for an oversized length prefix (the stream
-    cannot be trusted after it) and ProtocolError(fatal=False) for a body that
-    is not a MessagePack map (the frame boundary is still known).
+    Raises ProtocolError(fatal=True) for an oversized length prefix: the stream
+    cannot be trusted after it. A body that is not a message map is only found
+    by `unpack_body`, which raises a non-fatal error: the next frame is fine.
     """
 
     def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
         self._buf = bytearray()
         self._max = max_frame
 
-    def feed(self, data: bytes) -> list[dict]:
+    def feed(self, data: bytes) -> list[bytes]:
         self._buf += data
-        out: list[dict] = []
+        out: list[bytes] = []
         while len(self._buf) >= _HEADER.size:
             (length,) = _HEADER.unpack_from(self._buf)
             if length > self._max:
@@ -51,7 +51,7 @@ class FrameReader:
                 break
             body = bytes(self._buf[_HEADER.size : end])
             del self._buf[:end]
-            out.append(_unpack_body(body))
+            out.append(body)
         return out
 
     @property
@@ -60,7 +60,8 @@ class FrameReader:
         return len(self._buf)
 
 
-def _unpack_body(body: bytes) -> dict:
+def unpack_body(body: bytes) -> dict:
+    """The message map in one frame body."""
     try:
         value = msgpack.unpackb(body, raw=False, strict_map_key=True)
     except Exception as exc:  # msgpack raises several unrelated types

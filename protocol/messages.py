@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from protocol.errors import ErrorCode, ProtocolError
-from protocol.framing import encode_frame
+from protocol.framing import encode_frame, unpack_body
 
 PROTOCOL_VERSION = 1
 
@@ -165,12 +165,14 @@ def to_wire(msg: Any) -> dict:
     return body
 
 
-def decode_agent_message(body: dict) -> AgentMessage:
-    return _decode(body, AGENT_MESSAGES)
+def decode_agent_message(body: dict | bytes) -> AgentMessage:
+    """A message from an agent: a frame body (bytes) or its unpacked map."""
+    return _decode(unpack_body(body) if isinstance(body, bytes) else body, AGENT_MESSAGES)
 
 
-def decode_client_message(body: dict) -> ClientMessage:
-    return _decode(body, CLIENT_MESSAGES)
+def decode_client_message(body: dict | bytes) -> ClientMessage:
+    """A message from a controller: a frame body (bytes) or its unpacked map."""
+    return _decode(unpack_body(body) if isinstance(body, bytes) else body, CLIENT_MESSAGES)
 
 
 def _decode(body: dict, registry: dict[str, type]) -> Any:

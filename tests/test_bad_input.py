@@ -1,0 +1,168 @@
+"""Bad input gets one clear error and the agent keeps serving."""
+
+import asyncio
+import struct
+
+import asyncssh
+import msgpack
+import pytest
+
+from app.home import ControllerHome
+from app.keys import load_or_create_client_key
+from protocol import (
+    MAX_FRAME_BYTES,
+    ErrorCode,
+    FrameReader,
+    Ping,
+    Pong,
+    decode_agent_message,
+    encode_message,
+)
+
+
+def _one_line_error(res, code: int, *fragments: str) -> None:
+    assert res.returncode == code, (res.returncode, res.stdout, res.stderr)
+    assert "Traceback" not in res.stderr
+    lines = [line for line in res.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, res.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+
+
+def test_unknown_workflow(cli, make_project):
+    project = make_project("workflows:\n  - name: a\n    commands: [echo a]\n")
+    res = cli("headless", "run", "nope", cwd=project)
+    _one_line_error(res, 2, "no workflow named 'nope'", "workflows here: a")
+
+
+def test_malformed_yaml_names_file_and_line(cli, make_project):
+    project = make_project("workflows:\n  - name: a\n    commands: [echo a\n  - name: b\n")
+    res = cli("headless", "run", "a", cwd=project)
+    _one_line_error(res, 2, "workflows.yaml:", "malformed YAML")
+
+
+@pytest.mark.parametrize("path", ["../x", "/etc", "out/../../x"])
+def test_artifact_path_escaping_the_workspace_is_refused_before_running(cli, make_project, path):
+    project = make_project(f"workflows:\n  - name: a\n    commands: [echo a]\n    artifacts: ['{path}']\n")
+    res = cli("headless", "run", "a", "--runner", "127.0.0.1:1", cwd=project)
+    _one_line_error(res, 2, "workflows.yaml:4:", "must stay inside the workspace")
+
+
+def test_symlink_out_of_the_workspace_is_not_brought_back(agent, cli, make_project, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not leak")
+    project = make_project(f"""
+        workflows:
+          - name: leak
+            commands:
+              - mkdir -p out
+              - echo ok > out/ok.txt
+              - ln -s {secret} out/leak.txt
+              - ln -s {tmp_path} out/leakdir
+            artifacts: [out]
+        """)
+    res = cli("headless", "run", "leak", "--runner", agent.address, cwd=project)
+    assert res.returncode == 0, res.stderr
+    assert "'out/leak.txt' is a link that leaves the workspace; skipped" in res.stderr
+    assert "'out/leakdir' is a link that leaves the workspace; skipped" in res.stderr
+    listing = cli("headless", "artifacts", "list", res.stderr.split()[1].rstrip(":"), check=True).stdout
+    assert listing.split() == ["out/ok.txt"]
+
+
+def test_unauthorized_key_is_refused(tmp_path, cli, make_project, controller_home):
+    from tests.conftest import start_agent
+
+    a = start_agent(tmp_path / "stranger-agent", controller_home, authorize=False)
+    try:
+        project = make_project("workflows:\n  - name: a\n    commands: [echo a]\n")
+        res = cli("headless", "run", "a", "--runner", a.address, cwd=project)
+        _one_line_error(res, 3, "refused this controller's key", "app agent authorize")
+        assert a.proc.poll() is None
+    finally:
+        a.stop()
+
+
+def test_unreachable_runner(cli, make_project):
+    project = make_project("workflows:\n  - name: a\n    commands: [echo a]\n")
+    res = cli("headless", "run", "a", "--runner", "127.0.0.1:1", cwd=project)
+    _one_line_error(res, 3, "cannot reach runner 127.0.0.1:1")
+
+
+def test_bad_cli_arguments_are_one_line(cli):
+    _one_line_error(cli("headless", "status", "--limit", "many"), 2, "invalid int value")
+    _one_line_error(cli("headless", "frobnicate"), 2, "invalid choice")
+
+
+# -- raw frames sent to the subsystem ------------------------------------------------
+
+
+async def _open_channel(agent):
+    key = load_or_create_client_key(ControllerHome.default().key)
+    conn = await asyncssh.connect(agent.host, agent.port, username="x", client_keys=[key], known_hosts=None,
+                                  agent_path=None, config=[])
+    proc = await conn.create_process(subsystem="lanpool", encoding=None)
+    reader = FrameReader()
+    return conn, proc, reader
+
+
+async def _next(proc, reader, pending: list):
+    while not pending:
+        data = await asyncio.wait_for(proc.stdout.read(65536), 10)
+        if not data:
+            return None
+        pending.extend(reader.feed(data))
+    return decode_agent_message(pending.pop(0))
+
+
+async def _garbage_session(agent) -> None:
+    conn, proc, reader = await _open_channel(agent)
+    pending: list = []
+    hello = await _next(proc, reader, pending)
+    assert hello.name == "test-runner"
+
+    # A frame whose body is not MessagePack: error reply, channel stays usable.
+    proc.stdin.write(struct.pack(">I", 6) + b"\xc1\xc1garb")
+    err = await _next(proc, reader, pending)
+    assert err.code == ErrorCode.BAD_FRAME
+
+    # A well-formed frame of an unknown type.
+    body = msgpack.packb({"t": "launch_missiles", "x": 1})
+    proc.stdin.write(struct.pack(">I", len(body)) + body)
+    assert (await _next(proc, reader, pending)).code == ErrorCode.UNKNOWN_MESSAGE
+
+    # A known type with a mistyped field.
+    body = msgpack.packb({"t": "stop", "job_id": 42})
+    proc.stdin.write(struct.pack(">I", len(body)) + body)
+    err = await _next(proc, reader, pending)
+    assert err.code == ErrorCode.INVALID_MESSAGE and "job_id" in err.message
+
+    proc.stdin.write(encode_message(Ping(7)))
+    assert await _next(proc, reader, pending) == Pong(7)
+
+    # An oversized length prefix: refused before any body, then the channel closes.
+    proc.stdin.write(struct.pack(">I", MAX_FRAME_BYTES + 1))
+    err = await _next(proc, reader, pending)
+    assert err.code == ErrorCode.FRAME_TOO_LARGE
+    assert await _next(proc, reader, pending) is None  # clean close
+    conn.close()
+
+    # Text where a frame should be (someone typing at the subsystem).
+    conn, proc, reader = await _open_channel(agent)
+    pending = []
+    await _next(proc, reader, pending)
+    proc.stdin.write(b"GET / HTTP/1.1\r\n\r\n")
+    assert (await _next(proc, reader, pending)).code == ErrorCode.FRAME_TOO_LARGE
+    conn.close()
+
+    # The agent still serves a new connection.
+    conn, proc, reader = await _open_channel(agent)
+    pending = []
+    await _next(proc, reader, pending)
+    proc.stdin.write(encode_message(Ping(8)))
+    assert await _next(proc, reader, pending) == Pong(8)
+    conn.close()
+
+
+def test_garbage_and_oversized_frames_get_error_replies(agent):
+    asyncio.run(_garbage_session(agent))
+    assert agent.proc.poll() is None

@@ -1,0 +1,211 @@
+"""End to end through the real CLI: a real agent process on loopback, real SSH, real SQLite."""
+
+import json
+import signal
+import sqlite3
+import subprocess
+import time
+
+import pytest
+
+WORKFLOWS = """
+workflows:
+  - name: make
+    commands:
+      - echo "building in $LANPOOL_RUN_NAME"
+      - mkdir -p out/sub
+      - echo hello > out/a.txt
+      - head -c 5000 /dev/zero > out/sub/b.bin
+      - echo "to stderr" >&2
+      - echo done
+    artifacts: [out]
+  - name: fail
+    commands:
+      - echo before
+      - exit 3
+      - echo never
+  - name: graceful
+    commands:
+      - mkdir -p out && echo kept > out/k.txt
+      - trap 'echo got TERM; exit 0' TERM
+      - echo ready
+      - while true; do sleep 0.1; done
+    artifacts: [out]
+  - name: stubborn
+    commands:
+      - trap '' TERM
+      - echo ready
+      - while true; do sleep 0.1; done
+  - name: numbered
+    commands:
+      - for i in $(seq 1 3000); do echo line-$i; sleep 0.001; done
+"""
+
+
+def _wait_for_log(cli, ref: str, text: str, timeout: float = 30) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if text in cli("headless", "logs", ref).stdout:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{text!r} never appeared in the log of {ref}")
+
+
+def _run_name(stderr: str) -> str:
+    first = next(line for line in stderr.splitlines() if line.startswith("run "))
+    return first.split()[1].rstrip(":")
+
+
+def _status(cli) -> list[dict]:
+    return json.loads(cli("headless", "status", "--json", check=True).stdout)
+
+
+def test_run_logs_status_artifacts(agent, cli, make_project, tmp_path):
+    project = make_project(WORKFLOWS)
+    res = cli("headless", "run", "make", "--runner", agent.address, cwd=project)
+    assert res.returncode == 0, res.stderr
+    run = _run_name(res.stderr)
+    assert f"building in {run}" in res.stdout and "done" in res.stdout
+    assert "to stderr" in res.stderr
+
+    logs = cli("headless", "logs", run, check=True)
+    assert logs.stdout.splitlines() == [f"building in {run}", "done"]
+
+    [entry] = [r for r in _status(cli) if r["run"] == run]
+    [job] = entry["jobs"]
+    assert job["status"] == "DONE" and job["exit_code"] == 0
+    assert {a["path"]: a["size"] for a in job["artifacts"]} == {"out/a.txt": 6, "out/sub/b.bin": 5000}
+
+    listing = cli("headless", "artifacts", "list", "-l", run, check=True).stdout
+    assert "out/a.txt" in listing and "out/sub/b.bin" in listing
+    dest = tmp_path / "dl"
+    cli("headless", "artifacts", "download", run, "--output", str(dest), check=True)
+    assert (dest / "out" / "a.txt").read_text() == "hello\n"
+    assert (dest / "out" / "sub" / "b.bin").stat().st_size == 5000
+
+    table = cli("headless", "status", check=True).stdout
+    assert run in table and "DONE (0)" in table and "test-runner" in table
+
+
+def test_exit_code_of_the_job_is_the_exit_code_of_run(agent, cli, make_project):
+    project = make_project(WORKFLOWS)
+    res = cli("headless", "run", "fail", "--runner", agent.address, cwd=project)
+    assert res.returncode == 3
+    assert "before" in res.stdout and "never" not in res.stdout
+    [job] = [r for r in _status(cli) if r["run"] == _run_name(res.stderr)][0]["jobs"]
+    assert job["status"] == "FAILED" and job["exit_code"] == 3
+
+
+def test_stop_is_graceful_and_keeps_artifacts(agent, cli, make_project):
+    project = make_project(WORKFLOWS)
+    res = cli("headless", "run", "graceful", "--runner", agent.address, "--detach", cwd=project, check=True)
+    run = _run_name(res.stderr)
+    _wait_for_log(cli, run, "ready")
+    t0 = time.time()
+    stop = cli("headless", "stop", run, "--grace", "20", check=True)
+    assert time.time() - t0 < 10, "a job that exits on SIGTERM must not wait for the grace period"
+    assert "STOPPED (0)" in stop.stderr
+    assert "got TERM" in cli("headless", "logs", run).stdout
+    [job] = [r for r in _status(cli) if r["run"] == run][0]["jobs"]
+    assert job["status"] == "STOPPED"
+    assert [a["path"] for a in job["artifacts"]] == ["out/k.txt"]
+
+
+def test_stop_kills_after_grace_period(agent, cli, make_project):
+    project = make_project(WORKFLOWS)
+    run = _run_name(cli("headless", "run", "stubborn", "--runner", agent.address, "-d", cwd=project, check=True).stderr)
+    _wait_for_log(cli, run, "ready")
+    t0 = time.time()
+    stop = cli("headless", "stop", run, "--grace", "1.5", check=True)
+    took = time.time() - t0
+    assert 1.5 <= took < 15, took
+    assert "STOPPED (137)" in stop.stderr  # 128 + SIGKILL
+    logs = cli("headless", "logs", run)
+    assert "SIGKILL" in logs.stderr
+
+
+def test_abort_brings_no_artifacts(agent, cli, make_project):
+    project = make_project(WORKFLOWS)
+    run = _run_name(cli("headless", "run", "graceful", "--runner", agent.address, "-d", cwd=project, check=True).stderr)
+    _wait_for_log(cli, run, "ready")
+    stop = cli("headless", "stop", run, "--abort", check=True)
+    assert "ABORTED" in stop.stderr
+    assert cli("headless", "artifacts", "list", run, check=True).stdout == ""
+    dl = cli("headless", "artifacts", "download", run)
+    assert dl.returncode == 4 and "no artifacts" in dl.stderr
+    assert not list((agent.data_dir / "transfer" / "artifacts").glob("*.tar"))
+
+
+def test_killed_controller_reattaches_and_loses_nothing(agent, cli, make_project, controller_home):
+    project = make_project(WORKFLOWS)
+    proc = cli.popen("headless", "run", "numbered", "--runner", agent.address, cwd=project,
+                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = 0
+    for line in proc.stdout:
+        seen += 1
+        if seen >= 200:
+            break
+    proc.send_signal(signal.SIGKILL)  # no chance to clean up
+    proc.wait()
+    [latest] = _status_no_refresh(cli)
+    run = latest["run"]
+    assert latest["jobs"][0]["status"] in ("RUNNING", "SUBMITTED")
+
+    follow = cli("headless", "logs", "-f", run, timeout=120, check=True)
+    lines = follow.stdout.splitlines()
+    assert lines == [f"line-{i}" for i in range(1, 3001)]
+
+    db = sqlite3.connect(controller_home / "lanpool.db")
+    data = b"".join(row[0] for row in db.execute("SELECT data FROM log_chunks ORDER BY seq"))
+    assert data.decode().splitlines() == [f"line-{i}" for i in range(1, 3001)]
+    assert db.execute("SELECT SUM(n_lines) FROM log_chunks").fetchone()[0] == 3000
+    assert _status(cli)[0]["jobs"][0]["status"] == "DONE"
+
+
+def _status_no_refresh(cli) -> list[dict]:
+    return json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout)
+
+
+def test_job_keeps_running_without_a_controller(agent, cli, make_project):
+    project = make_project(WORKFLOWS)
+    run = _run_name(cli("headless", "run", "numbered", "--runner", agent.address, "-d", cwd=project, check=True).stderr)
+    deadline = time.time() + 60
+    while _status(cli)[0]["jobs"][0]["status"] != "DONE":
+        assert time.time() < deadline
+        time.sleep(0.5)
+    out = cli("headless", "logs", run, check=True).stdout.splitlines()
+    assert len(out) == 3000 and out[-1] == "line-3000"
+
+
+@pytest.mark.parametrize("verb", [["logs", "nope"], ["stop", "nope"], ["artifacts", "list", "nope"]])
+def test_unknown_run_is_one_clear_line(cli, verb):
+    res = cli("headless", *verb)
+    assert res.returncode == 4
+    assert res.stderr.strip().count("\n") == 0 and "no run or job named 'nope'" in res.stderr
+
+
+def test_snapshot_carries_uncommitted_files(agent, cli, make_project):
+    project = make_project("""
+        workflows:
+          - name: cat
+            commands: [cat data/input.txt]
+        """, files={"data/input.txt": "from the snapshot\n"})
+    res = cli("headless", "run", "cat", "--runner", agent.address, cwd=project)
+    assert res.returncode == 0 and res.stdout == "from the snapshot\n"
+
+
+def test_run_without_workflow_lists_them(cli, make_project):
+    project = make_project(WORKFLOWS)
+    res = cli("headless", "run", cwd=project, check=True)
+    assert [line.strip() for line in res.stdout.splitlines()[1:]] == ["make", "fail", "graceful", "stubborn", "numbered"]
+
+
+def test_run_reaches_runner_by_name_after_first_contact(agent, cli, make_project):
+    project = make_project(WORKFLOWS)
+    cli("headless", "run", "fail", "--runner", agent.address, cwd=project)
+    runners = json.loads(cli("headless", "runners", "--json", check=True).stdout)
+    assert [(r["name"], r["port"]) for r in runners] == [("test-runner", agent.port)]
+    # Pinned: a named runner and the default (the only known runner) both work.
+    assert cli("headless", "run", "fail", "--runner", "test-runner", cwd=project).returncode == 3
+    assert cli("headless", "run", "fail", cwd=project).returncode == 3
+
