@@ -37,7 +37,7 @@ def pack_artifacts(workspace: Path, paths: list[str], dest: Path) -> tuple[list[
             if not target.exists() and not target.is_symlink():
                 warnings.append(f"artifact {path!r} was not produced by the job")
                 continue
-            for file in _walk(target):
+            for file in _walk(target, root):
                 rel = file.relative_to(workspace).as_posix()
                 real = file.resolve()
                 if not real.is_relative_to(root):
@@ -51,10 +51,13 @@ def pack_artifacts(workspace: Path, paths: list[str], dest: Path) -> tuple[list[
     return files, warnings
 
 
-def _walk(target: Path):
-    """Files under `target` (or target itself), not descending into linked dirs."""
-    if target.is_symlink() or not target.is_dir():
-        yield target
+def _walk(target: Path, root: Path):
+    """Files under `target` (or target itself), not descending into linked dirs below it.
+
+    A linked dir named as the artifact itself is walked when it stays inside `root`.
+    """
+    if not target.is_dir() or not target.resolve().is_relative_to(root):
+        yield target  # a file, or a dir outside the workspace that the caller reports
         return
     for dirpath, dirnames, filenames in os.walk(target):
         base = Path(dirpath)

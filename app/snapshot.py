@@ -56,6 +56,8 @@ def build_snapshot(root: Path) -> Snapshot:
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         for name in names:
             info = tar.gettarinfo(str(root / name), arcname=name)
+            if info.islnk():  # a second name of a hard-linked file: store its content again
+                info.type, info.linkname, info.size = tarfile.REGTYPE, "", (root / name).stat().st_size
             info.mtime = 0
             info.uid = info.gid = 0
             info.uname = info.gname = ""

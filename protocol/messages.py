@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.framing import encode_frame, unpack_body
+from protocol.states import JobState
 
 PROTOCOL_VERSION = 1
 
@@ -80,6 +81,10 @@ class JobStatus:
     log_lines: int = 0  # lines in the spool so far
     artifacts_archive: str = ""  # path of the packed tar, relative to the SFTP root
     artifacts: list[ArtifactFile] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.state not in JobState.__members__:
+            raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"job_status.state: unknown state {self.state!r}")
 
 
 @dataclass(frozen=True)

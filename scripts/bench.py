@@ -187,6 +187,7 @@ class Timed:
     exit_s: float
     first_s: float | None = None  # first stdout line holding MARKER
     maxrss_kib: int = 0  # peak RSS of the process (and any child it waited for)
+    cpu_s: float = 0.0  # user + system CPU of the process (and children it waited for)
     stdout: bytes = b""
     stderr_lines: list[tuple[float, bytes]] = field(default_factory=list)  # (seconds since spawn, line)
 
@@ -230,7 +231,19 @@ def timed(argv: list[str], *, env: dict, cwd: Path | None = None, marker: bytes 
         killer.cancel()
         _RUNNING.discard(proc)
     reader.join(5)
-    return Timed(proc.returncode, exit_s, first, usage.ru_maxrss, b"".join(kept), stderr_lines)
+    return Timed(proc.returncode, exit_s, first, usage.ru_maxrss, usage.ru_utime + usage.ru_stime,
+                 b"".join(kept), stderr_lines)
+
+
+def proc_cpu(pid: int) -> tuple[float, float]:
+    """(own CPU seconds, CPU seconds of its waited-for children) of a running process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return (float("nan"), float("nan"))
+    fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": field 3 is fields[0]
+    tick = os.sysconf("SC_CLK_TCK")
+    return ((int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick)
 
 
 _RUNNING: set[subprocess.Popen] = set()
@@ -473,7 +486,9 @@ class Bench:
         bare_runs = []
         for i in range(r):
             say(f"  flood {i + 1}/{r}: lanpool ...")
+            a0 = proc_cpu(self.agent.pid)
             t = check(self.lanpool_run("flood", stdout_devnull=True, timeout=600), "app headless run flood")
+            a1 = proc_cpu(self.agent.pid)
             job = _job_id(t)
             t_verify = time.perf_counter()
             verdict = self.verify(job, n)
@@ -482,12 +497,16 @@ class Bench:
             lp_runs.append({"job": job, "wall_s": t.exit_s, "lines_per_s": n / t.exit_s,
                             "submitted_s": submitted,
                             "lines_per_s_after_submit": n / (t.exit_s - submitted) if submitted else None,
-                            "controller_peak_rss_mib": t.maxrss_kib / 1024, **verdict})
+                            "controller_peak_rss_mib": t.maxrss_kib / 1024, "controller_cpu_s": t.cpu_s,
+                            "agent_cpu_s": a1[0] - a0[0], "job_cpu_s": a1[1] - a0[1], **verdict})
             say(f"  flood {i + 1}/{r}: bare ...")
+            s0 = proc_cpu(self.bare.pid)
             b = check(self.bare_run("count", flood_command(n), keep_stdout=True, timeout=600), "bare flood client")
+            s1 = proc_cpu(self.bare.pid)
             got = int(b.stdout.strip() or 0)
             bare_runs.append({"wall_s": b.exit_s, "lines": got, "lines_per_s": n / b.exit_s,
-                              "client_peak_rss_mib": b.maxrss_kib / 1024})
+                              "client_peak_rss_mib": b.maxrss_kib / 1024, "client_cpu_s": b.cpu_s,
+                              "server_cpu_s": s1[0] - s0[0], "job_cpu_s": s1[1] - s0[1]})
         lp_wall = [x["wall_s"] for x in lp_runs]
         bare_wall = [x["wall_s"] for x in bare_runs]
         res = {
@@ -630,10 +649,14 @@ def report(res: dict, out) -> None:
             p(f"     run {i}: {r['wall_s']:.2f} s, submitted at {r['submitted_s'] or float('nan'):.2f} s "
               f"({after} lines/s after submit), stored {r['stored_lines']:,} in {r['chunks']} chunks, lost {r['lost']}, "
               f"dup {r['duplicates']}, malformed {r['malformed']}, seq gaps {r['seq_gaps']}, "
-              f"controller peak RSS {r['controller_peak_rss_mib']:.0f} MiB, db {r['db_mib_after']:.0f} MiB")
+              f"controller peak RSS {r['controller_peak_rss_mib']:.0f} MiB, db {r['db_mib_after']:.0f} MiB; "
+              f"CPU s: controller {r['controller_cpu_s']:.2f}, agent {r['agent_cpu_s']:.2f}, job {r['job_cpu_s']:.2f}")
         p(f"   bare asyncssh stream (count only):   median {bare['wall_s_median']:.2f} s = {bare['lines_per_s_median']:,.0f} lines/s "
           f"(best {bare['lines_per_s_best']:,.0f}); lines short {bare['lines_short_max']}, "
           f"client peak RSS {max(r['client_peak_rss_mib'] for r in bare['runs']):.0f} MiB")
+        for i, r in enumerate(bare["runs"], 1):
+            p(f"     run {i}: {r['wall_s']:.2f} s, {r['lines']:,} lines; CPU s: client {r['client_cpu_s']:.2f}, "
+              f"server {r['server_cpu_s']:.2f}, job {r['job_cpu_s']:.2f}")
         verdict = "meets" if lp["lines_per_s_median"] >= THROUGHPUT_TARGET and lp["lost_max"] == 0 else "MISSES"
         p(f"   ratio lanpool/bare lines/s: {th['ratio_lanpool_over_bare_lines_per_s']:.2f}; "
           f"target >= {THROUGHPUT_TARGET:,} lines/s and 0 lost: {verdict}")
@@ -649,7 +672,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lines", type=int, default=1_000_000, help="lines the flood workflow prints (default 1000000)")
     parser.add_argument("--repeat", type=int, default=5, help="repeats of each dispatch measurement (default 5)")
     parser.add_argument("--flood-repeat", type=int, default=None,
-                        help="repeats of each throughput measurement (default: --repeat, at most 3)")
+                        help="repeats of each throughput measurement (default: --repeat)")
     parser.add_argument("--json", action="store_true", help="also print one JSON object of all figures (stdout; table goes to stderr)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (paths printed)")
     parser.add_argument("--skip", choices=["dispatch", "throughput"], action="append", default=[], help=argparse.SUPPRESS)
@@ -657,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.lines < 1 or args.repeat < 1:
         parser.error("--lines and --repeat must be >= 1")
     if args.flood_repeat is None:
-        args.flood_repeat = min(args.repeat, 3)
+        args.flood_repeat = args.repeat
 
     def on_term(signum, frame):
         raise SystemExit(128 + signum)

@@ -166,3 +166,24 @@ async def _garbage_session(agent) -> None:
 def test_garbage_and_oversized_frames_get_error_replies(agent):
     asyncio.run(_garbage_session(agent))
     assert agent.proc.poll() is None
+
+
+async def _sftp_escape(agent) -> None:
+    key = load_or_create_client_key(ControllerHome.default().key)
+    async with asyncssh.connect(agent.host, agent.port, username="x", client_keys=[key], known_hosts=None,
+                                agent_path=None, config=[]) as conn:
+        async with conn.start_sftp_client() as sftp:
+            assert sorted(await sftp.listdir("/")) == [".", "..", "artifacts", "snapshots"]
+            # The agent's private key sits one level above the SFTP root.
+            for path in ("../host_key", "/../host_key", "../../etc/hostname"):
+                with pytest.raises(asyncssh.SFTPError):
+                    await _read(sftp, path)
+
+
+async def _read(sftp, path: str) -> bytes:
+    async with sftp.open(path, "rb") as fh:
+        return await fh.read()
+
+
+def test_sftp_is_confined_to_the_transfer_dir(agent):
+    asyncio.run(_sftp_escape(agent))

@@ -7,6 +7,8 @@ from collections.abc import Callable
 
 import sqlite_utils
 
+from app.store.transactions import atomic
+
 
 def _m001_initial(db: sqlite_utils.Database) -> None:
     db["runners"].create(
@@ -62,6 +64,6 @@ MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m001_initial]
 def migrate(db: sqlite_utils.Database) -> None:
     current = db.execute("PRAGMA user_version").fetchone()[0]
     for number, step in enumerate(MIGRATIONS[current:], start=current + 1):
-        with db.conn:
+        with atomic(db.conn):  # a failed step leaves no half-made schema behind
             step(db)
             db.execute(f"PRAGMA user_version = {number}")

@@ -15,6 +15,7 @@ import sqlite_utils
 
 from app.errors import LanpoolError, NotFoundError
 from app.store.migrations import migrate
+from app.store.transactions import atomic
 from protocol import JobState
 
 
@@ -86,7 +87,7 @@ class Store:
 
     def upsert_runner(self, name: str, host: str, port: int, host_key: str, source: str = "manual") -> None:
         now = time.time()
-        with self.conn:
+        with atomic(self.conn):
             # A name now served from another address replaces the old entry.
             self.conn.execute("DELETE FROM runners WHERE host = ? AND port = ? AND name != ?", (host, port, name))
             self.conn.execute(
@@ -108,7 +109,7 @@ class Store:
 
     def create_job(self, job_id: str, run_name: str, workflow: str, runner: dict, spec: dict) -> None:
         now = time.time()
-        with self.conn:
+        with atomic(self.conn):
             self.db["jobs"].insert({
                 "id": job_id, "run_name": run_name, "workflow": workflow, "runner": runner["name"],
                 "host": runner["host"], "port": runner["port"], "status": JobState.SUBMITTED,
@@ -119,7 +120,7 @@ class Store:
 
     def set_job_status(self, job_id: str, status: str, detail: str = "", **fields) -> None:
         """Record a status (and other job fields); a transition is also logged as an event."""
-        with self.conn:
+        with atomic(self.conn):
             old = self.conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if old is None:
                 raise NotFoundError(f"no job {job_id}")
@@ -145,6 +146,8 @@ class Store:
 
     def resolve_jobs(self, ref: str) -> list[JobRow]:
         """Jobs named by a run name or a job id (a unique prefix of a job id works too)."""
+        if not ref.strip():
+            raise NotFoundError("name a run or a job: `app headless status` lists them")
         jobs = self.jobs_of_run(ref)
         if jobs:
             return jobs
@@ -171,7 +174,7 @@ class Store:
 
     def add_log_chunks(self, chunks: Iterable[tuple[str, int, int, int, str, bytes]]) -> None:
         """Store (job_id, node, seq, n_lines, stream, data) rows; a chunk seen twice is kept once."""
-        with self.conn:
+        with atomic(self.conn):
             self.conn.executemany(
                 "INSERT OR IGNORE INTO log_chunks (job_id, node, seq, n_lines, stream, data) VALUES (?, ?, ?, ?, ?, ?)",
                 chunks,
@@ -196,7 +199,7 @@ class Store:
     # -- artifacts ---------------------------------------------------------------------
 
     def set_artifacts(self, job_id: str, files: list[tuple[str, int]]) -> None:
-        with self.conn:
+        with atomic(self.conn):
             self.conn.execute("DELETE FROM artifacts WHERE job_id = ?", (job_id,))
             self.conn.executemany("INSERT INTO artifacts (job_id, path, size) VALUES (?, ?, ?)",
                                   [(job_id, p, s) for p, s in files])

@@ -104,11 +104,15 @@ def _parse_workflow(item, path: Path, parent_line: int) -> Workflow:
     working_dir = item.get("working_dir", "") or ""
     if not isinstance(working_dir, str) or PurePosixPath(working_dir).is_absolute() or ".." in PurePosixPath(working_dir).parts:
         raise WorkflowError(f"workflow {name!r}: 'working_dir' must be a relative path in the workspace", path, item.line_of("working_dir"))
-    return Workflow(name=name, commands=[str(c) for c in commands], env=env, artifacts=list(artifacts),
+    # YAML reads a bare `- true` as a bool; str() would make it the command "True".
+    commands = [str(c).lower() if isinstance(c, bool) else str(c) for c in commands]
+    return Workflow(name=name, commands=commands, env=env, artifacts=list(artifacts),
                     working_dir=working_dir, file=path, line=line)
 
 
 def _parse_env(item: dict, name: str, path: Path) -> dict[str, str]:
+    if "environment" in item and "env" in item:
+        raise WorkflowError(f"workflow {name!r} has both 'env' and 'environment': keep one", path, item.line_of("env"))
     key = "environment" if "environment" in item else "env"
     raw = item.get(key, {}) or {}
     # dstack accepted both a mapping and a list of KEY=VALUE strings.

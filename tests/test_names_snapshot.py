@@ -1,0 +1,199 @@
+"""Run names, and the code snapshot sent with each job."""
+
+import io
+import os
+import random
+import re
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from app.names import ADJECTIVES, ANIMALS, new_run_name
+from app.snapshot import build_snapshot, list_project_files
+
+NAME = re.compile(r"^([a-z]+)-([a-z]+)-([1-9][0-9]*)$")
+
+
+# -- run names ---------------------------------------------------------------------
+
+
+def _candidates(seed: int, count: int) -> list[str]:
+    """The first `count` names new_run_name tries with this seed."""
+    tried: list[str] = []
+    new_run_name(lambda n: (tried.append(n), len(tried) < count)[1], random.Random(seed))
+    assert len(tried) == count
+    return tried
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_name_format(seed):
+    name = new_run_name(lambda n: False, random.Random(seed))
+    m = NAME.match(name)
+    assert m, name
+    adjective, animal, number = m.groups()
+    assert adjective in ADJECTIVES and animal in ANIMALS
+    assert 1 <= int(number) <= 9
+
+
+def test_same_seed_gives_the_same_name():
+    assert new_run_name(lambda n: False, random.Random(7)) == new_run_name(lambda n: False, random.Random(7))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 42])
+def test_taken_names_are_avoided(seed):
+    first = _candidates(seed, 30)
+    taken = set(first[:10])
+    asked = []
+
+    def is_taken(n):
+        asked.append(n)
+        return n in taken
+
+    name = new_run_name(is_taken, random.Random(seed))
+    assert name not in taken
+    assert name == next(c for c in first if c not in taken)  # the first free candidate, in order
+    assert asked[-1] == name and all(a in taken for a in asked[:-1])
+
+
+def test_numbers_widen_once_collisions_are_common():
+    tried: list[str] = []
+    with pytest.raises(RuntimeError):
+        new_run_name(lambda n: (tried.append(n), True)[1], random.Random(3))
+    assert len(tried) == 1000
+    numbers = [int(NAME.match(n).group(3)) for n in tried]
+    assert max(numbers[:100]) <= 9
+    assert max(numbers[900:]) > 9  # attempts 900+ draw from 1..90
+    assert all(n <= 90 for n in numbers)
+
+
+# -- snapshot --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def git_env(monkeypatch, tmp_path: Path):
+    """Git that ignores the user's and system's config, and finds no repo above tmp_path."""
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "no-gitconfig"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path))
+    for var in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def _git(root: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
+
+
+def _contents(snapshot) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(snapshot.data)) as tar:
+        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+
+
+@pytest.fixture
+def repo(tmp_path: Path, git_env) -> Path:
+    root = tmp_path / "repo"
+    (root / "src").mkdir(parents=True)
+    _git(root, "init", "-q")
+    _git(root, "config", "user.email", "test@example.com")
+    _git(root, "config", "user.name", "Test")
+    _git(root, "config", "commit.gpgsign", "false")
+    (root / "train.py").write_text("print('committed')\n")
+    (root / "src" / "model.py").write_text("LAYERS = 2\n")
+    (root / ".gitignore").write_text("*.ckpt\ndata/\n")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-q", "-m", "initial")
+    (root / "train.py").write_text("print('edited, not committed')\n")  # modified tracked file
+    (root / "notes.md").write_text("untracked\n")  # untracked, not ignored
+    (root / "model.ckpt").write_bytes(b"big weights")  # ignored
+    (root / "data").mkdir()
+    (root / "data" / "train.csv").write_text("1,2\n")  # ignored dir
+    return root
+
+
+def test_git_snapshot_has_tracked_and_untracked_but_not_ignored(repo):
+    snap = build_snapshot(repo)
+    contents = _contents(snap)
+    assert set(contents) == {".gitignore", "notes.md", "src/model.py", "train.py"}
+    assert snap.files == 4
+    assert contents["train.py"] == b"print('edited, not committed')\n"  # the working tree, not HEAD
+    assert contents["notes.md"] == b"untracked\n"
+
+
+def test_git_snapshot_skips_deleted_tracked_files(repo):
+    (repo / "src" / "model.py").unlink()
+    assert "src/model.py" not in list_project_files(repo)
+    assert "src/model.py" not in _contents(build_snapshot(repo))
+
+
+def test_snapshot_is_deterministic(repo):
+    first = build_snapshot(repo)
+    os.utime(repo / "train.py", (1_000_000, 1_000_000))  # mtimes do not matter
+    second = build_snapshot(repo)
+    assert first.data == second.data
+    assert first.sha256 == second.sha256
+    assert first.name == f"{first.sha256}.tar" and len(first.sha256) == 64
+
+
+def test_a_changed_file_changes_the_hash(repo):
+    before = build_snapshot(repo).sha256
+    (repo / "src" / "model.py").write_text("LAYERS = 3\n")
+    after = build_snapshot(repo).sha256
+    assert after != before
+    (repo / "src" / "model.py").write_text("LAYERS = 2\n")
+    assert build_snapshot(repo).sha256 == before
+
+
+def test_a_new_untracked_file_changes_the_hash_but_an_ignored_one_does_not(repo):
+    before = build_snapshot(repo).sha256
+    (repo / "other.ckpt").write_bytes(b"ignored")
+    assert build_snapshot(repo).sha256 == before
+    (repo / "extra.py").write_text("x = 1\n")
+    assert build_snapshot(repo).sha256 != before
+
+
+def test_entries_carry_no_owner_or_time(repo):
+    with tarfile.open(fileobj=io.BytesIO(build_snapshot(repo).data)) as tar:
+        names = tar.getnames()
+        for m in tar.getmembers():
+            assert (m.mtime, m.uid, m.gid, m.uname, m.gname) == (0, 0, 0, "", "")
+    assert names == sorted(names)
+
+
+def test_symlinks_are_kept_as_links(repo):
+    os.symlink("src/model.py", repo / "model_link.py")
+    with tarfile.open(fileobj=io.BytesIO(build_snapshot(repo).data)) as tar:
+        link = tar.getmember("model_link.py")
+        assert link.issym() and link.linkname == "src/model.py"
+
+
+def test_hard_linked_files_are_all_in_the_snapshot(repo):
+    os.link(repo / "src" / "model.py", repo / "src" / "model_copy.py")
+    contents = _contents(build_snapshot(repo))
+    assert contents["src/model.py"] == contents["src/model_copy.py"] == b"LAYERS = 2\n"
+
+
+def test_outside_git_bulky_dirs_are_skipped(tmp_path: Path, git_env):
+    root = tmp_path / "plain"
+    for rel, text in {
+        "train.py": "x",
+        "pkg/mod.py": "y",
+        "pkg/__pycache__/mod.cpython-311.pyc": "z",
+        "__pycache__/train.cpython-311.pyc": "z",
+        ".venv/lib/site.py": "v",
+        "venv/bin/python": "v",
+        "node_modules/a/index.js": "n",
+        ".git/HEAD": "not really a repo",
+        ".hidden/kept.txt": "h",
+    }.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    snap = build_snapshot(root)
+    assert set(_contents(snap)) == {"train.py", "pkg/mod.py", ".hidden/kept.txt"}
+    assert snap.files == 3
+    assert build_snapshot(root).sha256 == snap.sha256
+
+
+def test_git_snapshot_of_a_subdirectory_holds_only_its_files(repo):
+    contents = _contents(build_snapshot(repo / "src"))
+    assert set(contents) == {"model.py"}
