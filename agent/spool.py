@@ -78,7 +78,7 @@ class LogSpool:
         if from_seq >= self.next_seq or not self._seqs:
             return []
         i = max(0, bisect.bisect_right(self._seqs, from_seq) - 1)
-        out: list[SpoolRecord] = []
+        runs: list[tuple[int, str, list[bytes]]] = []  # (seq, stream, parts): same-stream runs merged
         total = 0
         with open(self.path, "rb") as fh:
             fh.seek(self._offsets[i])
@@ -88,9 +88,14 @@ class LogSpool:
                 if seq < from_seq:
                     data = _drop_lines(data, from_seq - seq)
                     seq = from_seq
-                out.append(SpoolRecord(seq, STREAMS[stream_id], data))
+                stream = STREAMS[stream_id]
+                if runs and runs[-1][1] == stream:
+                    runs[-1][2].append(data)
+                else:
+                    runs.append((seq, stream, [data]))
                 total += len(data)
                 i += 1
+        out = [SpoolRecord(seq, stream, b"".join(parts)) for seq, stream, parts in runs]
         return out
 
     def close(self) -> None:

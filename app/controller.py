@@ -111,33 +111,52 @@ class Controller:
     def load_project(self, root: Path) -> Project:
         return load_workflows(root)
 
-    async def submit(self, project: Project, workflow_name: str, runner_spec: str | None = None) -> Submitted:
-        """Start `workflow_name` on a runner; the job is in the store before it is sent."""
+    async def run(self, project: Project, workflow_name: str, runner_spec: str | None = None,
+                  sink: LogSink | None = None, on_submitted: Callable[[Submitted], None] | None = None,
+                  follow: bool = True) -> Submitted | JobRow:
+        """Submit a workflow, then (with `follow`) stream it to its end on the same connection.
+
+        Returns the final JobRow when following, else the Submitted receipt.
+        """
         workflow = project.get(workflow_name)
         host, port = self.pick_runner(runner_spec)
         snapshot = await asyncio.to_thread(build_snapshot, project.root)
         async with await self.connect(host, port) as session:
-            runner = self.store.runner(session.hello.name)
-            run_name = new_run_name(self.store.run_name_taken)
-            job_id = secrets.token_hex(6)
-            spec = {"commands": workflow.commands, "env": workflow.env, "artifacts": workflow.artifacts,
-                    "working_dir": workflow.working_dir, "snapshot": snapshot.sha256}
-            self.store.create_run(run_name, workflow.name, str(project.root))
-            self.store.create_job(job_id, run_name, workflow.name, runner, spec)
-            try:
-                remote = f"snapshots/{snapshot.name}"
-                await session.upload(snapshot.data, remote)
-                status = await session.submit(SubmitJob(
-                    job_id=job_id, run_name=run_name, workflow=workflow.name, commands=workflow.commands,
-                    env=workflow.env, artifacts=workflow.artifacts, snapshot=remote, working_dir=workflow.working_dir,
-                ))
-            except (LanpoolError, OSError, asyncssh.Error) as exc:
-                message = getattr(exc, "message", None) or str(exc)
-                # synced: nothing more will come from the runner for this job
-                self.store.set_job_status(job_id, JobState.FAILED, f"submit failed: {message}", error=message,
-                                          finished_at=time.time(), synced=1)
-                raise RunnerError(f"could not submit to {session.where}: {message}") from None
-            self._record_status(job_id, status)
+            submitted = await self._submit_on(session, project, workflow.name, snapshot)
+            if on_submitted:
+                on_submitted(submitted)
+            if not follow:
+                return submitted
+            return await self._follow_on(session, submitted.job_id, sink, follow=True)
+
+    async def submit(self, project: Project, workflow_name: str, runner_spec: str | None = None) -> Submitted:
+        """Start `workflow_name` on a runner and return at once."""
+        return await self.run(project, workflow_name, runner_spec, follow=False)
+
+    async def _submit_on(self, session: RunnerSession, project: Project, workflow_name: str, snapshot) -> Submitted:
+        """The job is in the store before it is sent, so a crash here loses nothing."""
+        workflow = project.get(workflow_name)
+        runner = self.store.runner(session.hello.name)
+        run_name = new_run_name(self.store.run_name_taken)
+        job_id = secrets.token_hex(6)
+        spec = {"commands": workflow.commands, "env": workflow.env, "artifacts": workflow.artifacts,
+                "working_dir": workflow.working_dir, "snapshot": snapshot.sha256}
+        self.store.create_run(run_name, workflow.name, str(project.root))
+        self.store.create_job(job_id, run_name, workflow.name, runner, spec)
+        try:
+            remote = f"snapshots/{snapshot.name}"
+            await session.upload(snapshot.data, remote)
+            status = await session.submit(SubmitJob(
+                job_id=job_id, run_name=run_name, workflow=workflow.name, commands=workflow.commands,
+                env=workflow.env, artifacts=workflow.artifacts, snapshot=remote, working_dir=workflow.working_dir,
+            ))
+        except (LanpoolError, OSError, asyncssh.Error) as exc:
+            message = getattr(exc, "message", None) or str(exc)
+            # synced: nothing more will come from the runner for this job
+            self.store.set_job_status(job_id, JobState.FAILED, f"submit failed: {message}", error=message,
+                                      finished_at=time.time(), synced=1)
+            raise RunnerError(f"could not submit to {session.where}: {message}") from None
+        self._record_status(job_id, status)
         return Submitted(run_name, job_id, runner["name"], status)
 
     async def follow(self, job_id: str, sink: LogSink | None = None, follow: bool = True) -> JobRow:
@@ -153,19 +172,22 @@ class Controller:
         if job.synced:
             return job
         async with await self.connect_job(job) as session:
-            async for batch in session.attach(job_id, self.store.log_end(job_id), follow=follow):
-                rows = [(m.job_id, m.node, m.seq, m.n_lines, m.stream, m.data) for m in batch if isinstance(m, LogChunk)]
-                if rows:
-                    self.store.add_log_chunks(rows)
-                    if sink:
-                        for row in rows:
-                            sink(job_id, row[4], row[5])
-                final = batch[-1]
-                if isinstance(final, JobStatus):
-                    self._record_status(job_id, final)
-                    if JobState(final.state).is_terminal():
-                        await self._pull_artifacts(session, job_id, final)
-                        self.store.update_job(job_id, synced=1)
+            return await self._follow_on(session, job_id, sink, follow)
+
+    async def _follow_on(self, session: RunnerSession, job_id: str, sink: LogSink | None, follow: bool) -> JobRow:
+        async for batch in session.attach(job_id, self.store.log_end(job_id), follow=follow):
+            rows = [(m.job_id, m.node, m.seq, m.n_lines, m.stream, m.data) for m in batch if isinstance(m, LogChunk)]
+            if rows:
+                self.store.add_log_chunks(rows)
+                if sink:
+                    for row in rows:
+                        sink(job_id, row[4], row[5])
+            final = batch[-1]
+            if isinstance(final, JobStatus):
+                self._record_status(job_id, final)
+                if JobState(final.state).is_terminal():
+                    await self._pull_artifacts(session, job_id, final)
+                    self.store.update_job(job_id, synced=1)
         return self.store.job(job_id)
 
     async def stop(self, job_id: str, abort: bool = False, grace_s: float | None = None) -> JobRow:

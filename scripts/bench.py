@@ -328,9 +328,10 @@ class Bench:
 
         (self.tmp / "bare_server.py").write_text(BARE_SERVER)
         (self.tmp / "bare_client.py").write_text(BARE_CLIENT)
-        self.bare = subprocess.Popen([PY, str(self.tmp / "bare_server.py"), pubkey], env=self.env,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=open(self.tmp / "bare_server.log", "ab"), start_new_session=True)
+        with open(self.tmp / "bare_server.log", "ab") as bare_log:
+            self.bare = subprocess.Popen([PY, str(self.tmp / "bare_server.py"), pubkey], env=self.env,
+                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=bare_log,
+                                         start_new_session=True)
         line = self.bare.stdout.readline()
         if not line.strip().isdigit():
             raise BenchError(f"bare server did not start:\n{(self.tmp / 'bare_server.log').read_text()[-2000:]}")
@@ -427,30 +428,22 @@ class Bench:
             marks = json.loads(out.read_text())
             marks.append(["process_exit", t.exit_s])
             runs.append(marks)
-        # Steps between consecutive marks, named by the mark that ends them; repeated marks
-        # (two SSH connections, several log writes) are numbered in order.
-        steps: dict[str, list[float]] = {}
+        phases: dict[str, list[float]] = {}
         for marks in runs:
-            seen: dict[str, int] = {}
-            prev = 0.0
-            log_seen = False
-            for name, at in marks:
-                if name == "log_output":
-                    if log_seen:
-                        continue  # only the first log write is a phase boundary
-                    log_seen = True
-                seen[name] = seen.get(name, 0) + 1
-                key = f"{name}#{seen[name]}" if seen[name] > 1 else name
-                steps.setdefault(key, []).append(at - prev)
-                prev = at
-        self.results["dispatch_phases_median_ms"] = {k: round(med(v) * 1000, 1) for k, v in steps.items()}
+            for name, seconds in _phases(marks).items():
+                phases.setdefault(name, []).append(seconds)
+        self.results["dispatch_phases_median_ms"] = {k: round(med(v) * 1000, 1) for k, v in phases.items()}
 
     def imports(self) -> None:
         """Python start-up + imports: what every `app` and every bare client pays before any network."""
         k = self.args.repeat
-        say(f"imports: {k} x python -c (pass | import asyncssh | import app.cli.headless) interleaved")
+        say(f"imports: {k} x python -c (pass | import asyncssh | import app.cli.headless, with/without teardown) interleaved")
+        # Each is spawn -> exit, so it holds interpreter teardown too; the os._exit variants leave that out.
         cases = {"python_bare_start": "pass", "import_asyncssh": "import asyncssh",
-                 "import_app_cli_headless": "import app.cli.headless", "import_app_cli_main": "import app.cli.main"}
+                 "import_asyncssh_no_teardown": "import asyncssh, os; os._exit(0)",
+                 "import_app_cli_main": "import app.cli.main",
+                 "import_app_cli_headless": "import app.cli.headless",
+                 "import_app_cli_headless_no_teardown": "import app.cli.headless, os; os._exit(0)"}
         times: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(k):
             for name, code in cases.items():
@@ -577,6 +570,34 @@ class Bench:
 SUBMITTED = re.compile(rb"^run \S+: job ([0-9a-f]+) \(")
 
 
+def _phases(marks: list[list]) -> dict[str, float]:
+    """Named durations (seconds) of one probe run, in order; `other` is what no mark covers."""
+    at: dict[str, float] = {}
+    for name, t in marks:
+        n = 1
+        while f"{name}#{n}" in at:
+            n += 1
+        at[f"{name}#{n}"] = t
+    out = {"interpreter_start": at["interpreter_ready#1"],
+           "imports": at["imports_done#1"] - at["interpreter_ready#1"]}
+    labels = {"controller_init": "Controller() (sqlite open, migrate)", "load_project": "load workflows.yaml",
+              "build_snapshot": "build snapshot", "load_key": "load key", "ssh_connect#1": "ssh connect (submit)",
+              "sftp_upload": "sftp upload", "submit": "submit request", "ssh_close#1": "ssh close (submit)",
+              "ssh_connect#2": "ssh connect (follow)"}
+    for key, label in labels.items():
+        name, _, n = key.partition("#")
+        n = n or "1"
+        if f"{name}:start#{n}" in at:
+            out[label] = at[f"{name}:end#{n}"] - at[f"{name}:start#{n}"]
+    if "log_output#1" in at and "ssh_connect:end#2" in at:
+        out["attach -> first log line"] = at["log_output#1"] - at["ssh_connect:end#2"]
+        out["first log line -> job end, ssh close (follow)"] = at["follow:end#1"] - at["log_output#1"]
+    out["interpreter teardown (main returned -> exit)"] = at["process_exit#1"] - at["main_returned#1"]
+    out["other (argparse, asyncio, glue)"] = at["process_exit#1"] - sum(out.values())
+    out["total (spawn -> exit)"] = at["process_exit#1"]
+    return out
+
+
 def _stderr_at(t: Timed, pattern: re.Pattern) -> float | None:
     for at, line in t.stderr_lines:
         if pattern.search(line):
@@ -622,15 +643,16 @@ def report(res: dict, out) -> None:
               f"submitted->first line {ms(ph['submitted_to_first_line'])}, first line->exit {ms(ph['first_line_to_exit'])}")
     phases = res.get("dispatch_phases_median_ms")
     if phases:
-        p("   lanpool phases, in-process marks (median ms; each figure is the time since the previous mark):")
+        p("   where `app headless run echo` spends its time (instrumented in-process, median ms):")
         items = list(phases.items())
-        for i in range(0, len(items), 4):
-            p("     " + "  ".join(f"{k} {v:.1f}" for k, v in items[i:i + 4]))
+        for i in range(0, len(items), 3):
+            p("     " + ";  ".join(f"{k} {v:.1f}" for k, v in items[i:i + 3]))
     im = res.get("imports")
     if im:
-        p("   python start + imports (median / min):")
-        for name in ("python_bare_start", "import_asyncssh", "import_app_cli_main", "import_app_cli_headless"):
-            p(f"     {name:26} {ms(im[name]['median'])} {ms(im[name]['min'])}")
+        p("   python -c 'import X', spawn -> exit (median / min); no_teardown: ends with os._exit(0):")
+        for name in ("python_bare_start", "import_app_cli_main", "import_asyncssh", "import_asyncssh_no_teardown",
+                     "import_app_cli_headless", "import_app_cli_headless_no_teardown"):
+            p(f"     {name:36} {ms(im[name]['median'])} {ms(im[name]['min'])}")
         p("   import app.cli.headless by package (-X importtime, self time summed): "
           + ", ".join(f"{k} {v:.0f} ms" for k, v in im["importtime_self_ms_by_package"].items()))
     th = res.get("throughput")
@@ -702,6 +724,9 @@ def main(argv: list[str] | None = None) -> int:
         detail = getattr(exc, "stderr", None) or ""
         say(f"bench: could not run: {exc}\n{detail if isinstance(detail, str) else detail.decode(errors='replace')}")
         return 1
+    except KeyboardInterrupt:
+        say("bench: interrupted")
+        return 130
     finally:
         bench.stop()
     bench.results["bench_wall_s"] = time.perf_counter() - t0

@@ -97,15 +97,24 @@ async def _run(ctl: Controller, args) -> int:
         for wf in project.workflows.values():
             print(f"  {wf.name}")
         return ExitCode.OK
-    sub = await ctl.submit(project, args.workflow, args.runner)
-    _say(f"run {sub.run_name}: job {sub.job_id} ({args.workflow}) on runner {sub.runner}")
-    if args.detach:
-        _say(f"detached: `app headless logs -f {sub.run_name}` follows it, `app headless stop {sub.run_name}` stops it")
-        return ExitCode.OK
+    submitted: list = []
+
+    def announce(sub) -> None:
+        submitted.append(sub)
+        _say(f"run {sub.run_name}: job {sub.job_id} ({args.workflow}) on runner {sub.runner}")
+        if args.detach:
+            _say(f"detached: `app headless logs -f {sub.run_name}` follows it, `app headless stop {sub.run_name}` stops it")
+
     try:
-        job = await ctl.follow(sub.job_id, _print_log)
+        job = await ctl.run(project, args.workflow, args.runner, sink=_print_log, on_submitted=announce,
+                            follow=not args.detach)
     except LanpoolError as exc:
-        raise type(exc)(f"{exc.message}; the job may still run: `app headless logs -f {sub.run_name}` re-attaches") from None
+        if not submitted:
+            raise
+        name = submitted[0].run_name
+        raise type(exc)(f"{exc.message}; the job may still run: `app headless logs -f {name}` re-attaches") from None
+    if args.detach:
+        return ExitCode.OK
     _say(_summary(ctl, job))
     return job.exit_code if job.exit_code is not None else ExitCode.FAILED
 
@@ -178,9 +187,8 @@ async def _artifacts(ctl: Controller, args) -> int:
 
 async def _runners(ctl: Controller, args) -> int:
     if args.runners_verb == "remove":
-        if ctl.store.runner(args.name) is None:
+        if not ctl.store.remove_runner(args.name):
             raise UsageError(f"no runner named {args.name!r}: `app headless runners` lists them")
-        ctl.store.db["runners"].delete(args.name)
         _say(f"forgot runner {args.name}")
         return ExitCode.OK
     runners = ctl.store.runners()

@@ -1,33 +1,54 @@
 """Entry point of the `app` console script."""
 
+import gc
 import sys
+from collections.abc import Callable
+
+_USAGE = (
+    "usage: app headless VERB ...   run, status, logs, stop, artifacts, runners, key (scripts and CI)\n"
+    "       app agent VERB ...      serve, authorize (the runner daemon)\n"
+    "       app --version\n"
+    "\n"
+    "Start with `app headless run --help` or the README."
+)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "agent":
+    # What the imports allocate is never garbage: collecting during them, and
+    # walking it all again at exit, costs ~130 ms of every short CLI call.
+    gc.disable()
+    try:
+        verb = _load(argv[0] if argv else "")
+    finally:
+        gc.freeze()
+        gc.enable()
+    if verb is None:
+        print(_USAGE, file=sys.stderr if argv else sys.stdout)
+        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    return verb(argv[1:])
+
+
+def _load(first: str) -> Callable[[list[str]], int] | None:
+    if first == "agent":
         # The one place `app` reaches into `agent`: starting the runner daemon.
         from agent.cli import main as agent_main
 
-        return agent_main(argv[1:])
-    if argv and argv[0] == "headless":
+        return agent_main
+    if first == "headless":
         from app.cli.headless import main as headless_main
 
-        return headless_main(argv[1:])
-    if argv and argv[0] in ("-V", "--version"):
-        from app import __version__
+        return headless_main
+    if first in ("-V", "--version"):
+        return _version
+    return None
 
-        print(f"lanpool {__version__}")
-        return 0
-    print(
-        "usage: app headless VERB ...   run, status, logs, stop, artifacts, runners, key (scripts and CI)\n"
-        "       app agent VERB ...      serve, authorize (the runner daemon)\n"
-        "       app --version\n"
-        "\n"
-        "Start with `app headless run --help` or the README.",
-        file=sys.stderr if argv else sys.stdout,
-    )
-    return 0 if not argv or argv[0] in ("-h", "--help") else 2
+
+def _version(_argv: list[str]) -> int:
+    from app import __version__
+
+    print(f"lanpool {__version__}")
+    return 0
 
 
 if __name__ == "__main__":

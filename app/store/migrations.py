@@ -3,14 +3,17 @@
 Append new migrations; never edit one that has shipped.
 """
 
+import sqlite3
 from collections.abc import Callable
-
-import sqlite_utils
+from typing import TYPE_CHECKING
 
 from app.store.transactions import atomic
 
+if TYPE_CHECKING:
+    import sqlite_utils
 
-def _m001_initial(db: sqlite_utils.Database) -> None:
+
+def _m001_initial(db: "sqlite_utils.Database") -> None:
     db["runners"].create(
         {"name": str, "host": str, "port": int, "host_key": str, "source": str, "added_at": float, "last_seen": float},
         pk="name",
@@ -58,11 +61,19 @@ def _m001_initial(db: sqlite_utils.Database) -> None:
     )
 
 
-MIGRATIONS: list[Callable[[sqlite_utils.Database], None]] = [_m001_initial]
+MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [_m001_initial]
 
 
-def migrate(db: sqlite_utils.Database) -> None:
-    current = db.execute("PRAGMA user_version").fetchone()[0]
+def migrate(conn: sqlite3.Connection) -> None:
+    """Apply the migrations this database has not had yet."""
+    current = conn.execute("PRAGMA user_version").fetchone()[0]
+    if current >= len(MIGRATIONS):
+        return
+    # Imported only when there is something to do: sqlite_utils loads numpy
+    # (when installed) at import, ~100 ms on every CLI call otherwise.
+    import sqlite_utils
+
+    db = sqlite_utils.Database(conn)
     for number, step in enumerate(MIGRATIONS[current:], start=current + 1):
         with atomic(db.conn):  # a failed step leaves no half-made schema behind
             step(db)

@@ -11,8 +11,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import sqlite_utils
-
 from app.errors import LanpoolError, NotFoundError
 from app.store.migrations import migrate
 from app.store.transactions import atomic
@@ -63,8 +61,7 @@ class Store:
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes
             conn.execute("PRAGMA foreign_keys=ON")
-            self.db = sqlite_utils.Database(conn)
-            migrate(self.db)
+            migrate(conn)
         except sqlite3.DatabaseError as exc:
             raise LanpoolError(f"cannot open the lanpool database {path}: {exc}") from None
         self.conn = conn
@@ -75,15 +72,24 @@ class Store:
     # -- runners -----------------------------------------------------------------
 
     def runner(self, name: str) -> dict | None:
-        rows = list(self.db["runners"].rows_where("name = ?", [name]))
+        rows = self._dicts("SELECT * FROM runners WHERE name = ?", (name,))
         return rows[0] if rows else None
 
     def runner_by_address(self, host: str, port: int) -> dict | None:
-        rows = list(self.db["runners"].rows_where("host = ? AND port = ?", [host, port]))
+        rows = self._dicts("SELECT * FROM runners WHERE host = ? AND port = ?", (host, port))
         return rows[0] if rows else None
 
     def runners(self) -> list[dict]:
-        return list(self.db["runners"].rows_where(order_by="name"))
+        return self._dicts("SELECT * FROM runners ORDER BY name")
+
+    def remove_runner(self, name: str) -> bool:
+        with atomic(self.conn):
+            return self.conn.execute("DELETE FROM runners WHERE name = ?", (name,)).rowcount > 0
+
+    def _dicts(self, sql: str, params: tuple = ()) -> list[dict]:
+        cur = self.conn.execute(sql, params)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row)) for row in cur]
 
     def upsert_runner(self, name: str, host: str, port: int, host_key: str, source: str = "manual") -> None:
         now = time.time()
@@ -104,17 +110,18 @@ class Store:
         return self.conn.execute("SELECT 1 FROM runs WHERE name = ?", (name,)).fetchone() is not None
 
     def create_run(self, name: str, workflow: str, project_dir: str, tag: str | None = None) -> None:
-        self.db["runs"].insert({"name": name, "workflow": workflow, "project_dir": project_dir,
-                                "created_at": time.time(), "tag": tag})
+        with atomic(self.conn):
+            self.conn.execute("INSERT INTO runs (name, workflow, project_dir, created_at, tag) VALUES (?, ?, ?, ?, ?)",
+                              (name, workflow, project_dir, time.time(), tag))
 
     def create_job(self, job_id: str, run_name: str, workflow: str, runner: dict, spec: dict) -> None:
         now = time.time()
         with atomic(self.conn):
-            self.db["jobs"].insert({
-                "id": job_id, "run_name": run_name, "workflow": workflow, "runner": runner["name"],
-                "host": runner["host"], "port": runner["port"], "status": JobState.SUBMITTED,
-                "submitted_at": now, "artifacts_pulled": 0, "spec": json.dumps(spec), "synced": 0,
-            })
+            self.conn.execute(
+                """INSERT INTO jobs (id, run_name, workflow, runner, host, port, status, submitted_at,
+                                     artifacts_pulled, spec, synced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0)""",
+                (job_id, run_name, workflow, runner["name"], runner["host"], runner["port"],
+                 str(JobState.SUBMITTED), now, json.dumps(spec)))
             self.conn.execute("INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
                               (job_id, now, JobState.SUBMITTED, f"to {runner['name']}"))
 
@@ -124,6 +131,7 @@ class Store:
             old = self.conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if old is None:
                 raise NotFoundError(f"no job {job_id}")
+            assert all(f in _JOB_FIELDS for f in fields), fields  # column names are code, never input
             cols = {"status": str(status), **fields}
             assignments = ", ".join(f"{c} = ?" for c in cols)
             self.conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*cols.values(), job_id))
@@ -132,7 +140,11 @@ class Store:
                                   (job_id, time.time(), str(status), detail))
 
     def update_job(self, job_id: str, **fields) -> None:
-        self.db["jobs"].update(job_id, fields)
+        """Set job fields other than its status (status changes go through set_job_status)."""
+        assert "status" not in fields and all(f in _JOB_FIELDS for f in fields), fields
+        with atomic(self.conn):
+            assignments = ", ".join(f"{c} = ?" for c in fields)
+            self.conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*fields.values(), job_id))
 
     def job(self, job_id: str) -> JobRow:
         row = self.conn.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
@@ -209,6 +221,7 @@ class Store:
         return self.conn.execute("SELECT path, size FROM artifacts WHERE job_id = ? ORDER BY path", (job_id,)).fetchall()
 
 
+_JOB_FIELDS = frozenset(JobRow.__dataclass_fields__)
 _JOB_COLS = ("id, run_name, workflow, runner, host, port, status, exit_code, error, submitted_at, started_at, "
              "finished_at, artifacts_archive, artifacts_pulled, spec, synced")
 
