@@ -8,7 +8,8 @@
       jobs/<id>/          job.json (journal), log.spool, workspace/
       transfer/           the SFTP root: nothing else is reachable over SFTP
         snapshots/<sha256>.tar   code snapshots uploaded by controllers
-        artifacts/<id>.tar       packed artifacts waiting to be pulled
+        artifacts/<id>.tar       packed artifacts of jobs that ran here
+        inputs/<id>.tar          artifacts of jobs that ran elsewhere, uploaded as inputs
 """
 
 import json
@@ -49,11 +50,15 @@ class AgentHome:
     def artifacts(self) -> Path:
         return self.transfer / "artifacts"
 
+    @property
+    def inputs(self) -> Path:
+        return self.transfer / "inputs"
+
     def job_dir(self, job_id: str) -> Path:
         return self.jobs / job_id
 
     def create(self) -> None:
-        for d in (self.root, self.jobs, self.snapshots, self.artifacts):
+        for d in (self.root, self.jobs, self.snapshots, self.artifacts, self.inputs):
             d.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
 

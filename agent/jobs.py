@@ -120,7 +120,9 @@ class JobManager:
         record.save(job_dir)
         try:
             if req.snapshot:
-                await asyncio.to_thread(_extract_snapshot, self.home, req.snapshot, workspace)
+                await asyncio.to_thread(_extract, self.home, req.snapshot, (self.home.snapshots,), workspace)
+            for tar in req.inputs:
+                await asyncio.to_thread(_extract, self.home, tar, (self.home.artifacts, self.home.inputs), workspace)
             working_dir = (workspace / req.working_dir).resolve()
             if not working_dir.is_relative_to(workspace.resolve()) or not working_dir.is_dir():
                 raise JobError(ErrorCode.BAD_REQUEST, f"working_dir {req.working_dir!r} is not a directory in the workspace")
@@ -229,9 +231,10 @@ class JobManager:
         task.add_done_callback(self._tasks.discard)
 
 
-def _extract_snapshot(home: AgentHome, snapshot: str, workspace: Path) -> None:
-    src = (home.transfer / snapshot).resolve()
-    if not src.is_relative_to(home.snapshots.resolve()) or not src.is_file():
-        raise JobError(ErrorCode.BAD_REQUEST, f"snapshot {snapshot!r} was not uploaded to this runner")
+def _extract(home: AgentHome, tar_path: str, allowed: tuple[Path, ...], workspace: Path) -> None:
+    """Unpack an uploaded tar (snapshot or input) that must sit in one of the `allowed` dirs."""
+    src = (home.transfer / tar_path).resolve()
+    if not any(src.is_relative_to(d.resolve()) for d in allowed) or not src.is_file():
+        raise JobError(ErrorCode.BAD_REQUEST, f"{tar_path!r} was not uploaded to this runner")
     with tarfile.open(src) as tar:
         tar.extractall(workspace, filter="data")  # 'data' refuses links/paths leaving the dir

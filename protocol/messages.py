@@ -124,6 +124,14 @@ class SubmitJob:
     artifacts: list[str] = field(default_factory=list)
     snapshot: str = ""  # tar uploaded over SFTP, relative to the SFTP root
     working_dir: str = ""
+    # Artifact tars of reused dependencies (relative to the SFTP root), unpacked
+    # into the workspace after the snapshot, at their original paths.
+    inputs: list[str] = field(default_factory=list)
+    image: str = ""  # container image; "" = the runner's process executor
+    pull: str = "missing"  # never | missing | always
+    # gpu (count), cpu, memory_mb, shm_size ("8g"): what the job needs
+    resources: dict[str, int | str] = field(default_factory=dict)
+    executor: str = ""  # hint: "docker" or "process"; "" = the runner decides
 
 
 @dataclass(frozen=True)

@@ -173,7 +173,7 @@ async def _sftp_escape(agent) -> None:
     async with asyncssh.connect(agent.host, agent.port, username="x", client_keys=[key], known_hosts=None,
                                 agent_path=None, config=[]) as conn:
         async with conn.start_sftp_client() as sftp:
-            assert sorted(await sftp.listdir("/")) == [".", "..", "artifacts", "snapshots"]
+            assert sorted(await sftp.listdir("/")) == [".", "..", "artifacts", "inputs", "snapshots"]
             # The agent's private key sits one level above the SFTP root.
             for path in ("../host_key", "/../host_key", "../../etc/hostname"):
                 with pytest.raises(asyncssh.SFTPError):
