@@ -5,13 +5,14 @@ runners, follows their logs into the store, and pulls artifacts back.
 """
 
 import asyncio
+import io
 import logging
 import secrets
 import shutil
 import tarfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncssh
@@ -21,9 +22,11 @@ from app.home import ControllerHome
 from app.keys import load_or_create_client_key
 from app.names import new_run_name
 from app.runner_client import RunnerSession
-from app.snapshot import build_snapshot
+from app.planning import Plan, PlannedJob, make_plan
+from app.snapshot import Snapshot, build_snapshot
 from app.store import JobRow, Store
 from app.workflows import Project, load_workflows
+from app.workflows.resolve import ResolvedJob, resolve
 from protocol import JobState, JobStatus, LogChunk, SubmitJob
 
 log = logging.getLogger(__name__)
@@ -38,6 +41,17 @@ class Submitted:
     job_id: str
     runner: str
     status: JobStatus
+
+
+@dataclass
+class RunOutcome:
+    run_name: str
+    submitted: list[Submitted] = field(default_factory=list)
+    jobs: list[JobRow] = field(default_factory=list)  # jobs that ran, in order, final state
+
+    @property
+    def last(self) -> JobRow | None:
+        return self.jobs[-1] if self.jobs else None
 
 
 def parse_address(spec: str, default_port: int) -> tuple[str, int]:
@@ -111,44 +125,97 @@ class Controller:
     def load_project(self, root: Path) -> Project:
         return load_workflows(root)
 
-    async def run(self, project: Project, workflow_name: str, runner_spec: str | None = None,
-                  sink: LogSink | None = None, on_submitted: Callable[[Submitted], None] | None = None,
-                  follow: bool = True) -> Submitted | JobRow:
-        """Submit a workflow, then (with `follow`) stream it to its end on the same connection.
+    def plan(self, project: Project, workflow_name: str, overrides: dict[str, str] | None = None,
+             no_cache: bool = False, reuse: bool = False) -> Plan:
+        """What a run would do: each job of the DAG, run or reused, and why."""
+        project.get(workflow_name)
+        return make_plan(project, self.store, self.home, workflow_name, overrides or {}, no_cache, reuse)
 
-        Returns the final JobRow when following, else the Submitted receipt.
+    async def run(self, project: Project, workflow_name: str, runner_spec: str | None = None,
+                  overrides: dict[str, str] | None = None, *, sink: LogSink | None = None,
+                  say: Callable[[str], None] | None = None, on_submitted: Callable[[Submitted], None] | None = None,
+                  follow: bool = True, no_cache: bool = False, reuse: bool = False, tag: str | None = None) -> RunOutcome:
+        """Run a workflow's plan on one runner: reused jobs are skipped, the others run in
+        order, each on the same connection, each getting its dependencies' artifacts.
+
+        With follow=False the single job to run is submitted and left running.
         """
-        workflow = project.get(workflow_name)
+        overrides = overrides or {}
+        say = say or (lambda _text: None)
+        plan = self.plan(project, workflow_name, overrides, no_cache, reuse)
+        if not follow and len(plan.to_run) > 1:
+            names = ", ".join(j.workflow for j in plan.to_run)
+            raise UsageError(f"--detach runs one job, and this plan runs {len(plan.to_run)} ({names}): "
+                             "run without --detach, or run the dependencies first")
         host, port = self.pick_runner(runner_spec)
         snapshot = await asyncio.to_thread(build_snapshot, project.root)
+        outcome = RunOutcome(run_name=new_run_name(self.store.run_name_taken))
         async with await self.connect(host, port) as session:
-            submitted = await self._submit_on(session, project, workflow.name, snapshot)
-            if on_submitted:
-                on_submitted(submitted)
-            if not follow:
-                return submitted
-            return await self._follow_on(session, submitted.job_id, sink, follow=True)
+            previous = self.store.create_run(outcome.run_name, workflow_name, str(project.root), tag,
+                                             plan.jobs[-1].job.variables)
+            if previous:
+                say(f"tag {tag!r} moved from run {previous} to run {outcome.run_name}")
+            done: dict[str, JobRow] = {}
+            for planned in plan.jobs:
+                if planned.action == "reuse":
+                    assert planned.reuse is not None
+                    say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
+                    done[planned.workflow] = planned.reuse
+                    continue
+                job_id = secrets.token_hex(6)
+                job = resolve(project, planned.workflow, overrides, {"run_name": outcome.run_name, "job_id": job_id})
+                inputs = [await self._input_on(session, done[d]) for d in planned.deps]
+                inputs += [await self._input_on(session, t) for t in planned.tagged]
+                submitted = await self._submit_on(session, outcome.run_name, job_id, job, snapshot,
+                                                  [i for i in inputs if i], planned)
+                outcome.submitted.append(submitted)
+                if on_submitted:
+                    on_submitted(submitted)
+                if not follow:
+                    return outcome
+                row = await self._follow_on(session, job_id, sink, follow=True)
+                outcome.jobs.append(row)
+                done[planned.workflow] = row
+                if row.state is not JobState.DONE:
+                    rest = [j.workflow for j in plan.jobs[plan.jobs.index(planned) + 1:]]
+                    if rest:
+                        say(f"{planned.workflow} ended {row.status}: not running {', '.join(rest)}")
+                    break
+        return outcome
 
-    async def submit(self, project: Project, workflow_name: str, runner_spec: str | None = None) -> Submitted:
-        """Start `workflow_name` on a runner and return at once."""
-        return await self.run(project, workflow_name, runner_spec, follow=False)
+    async def submit(self, project: Project, workflow_name: str, runner_spec: str | None = None,
+                     overrides: dict[str, str] | None = None) -> Submitted:
+        """Start a single-job workflow on a runner and return at once."""
+        outcome = await self.run(project, workflow_name, runner_spec, overrides, follow=False)
+        return outcome.submitted[-1]
 
-    async def _submit_on(self, session: RunnerSession, project: Project, workflow_name: str, snapshot) -> Submitted:
+    async def _input_on(self, session: RunnerSession, dep: JobRow) -> str | None:
+        """Where the runner finds `dep`'s artifacts: its own copy if the job ran there, else an upload."""
+        if not self.store.artifacts(dep.id):
+            return None
+        if dep.runner == session.hello.name and await session.exists(f"artifacts/{dep.id}.tar"):
+            return f"artifacts/{dep.id}.tar"
+        remote = f"inputs/{dep.id}.tar"
+        if not await session.exists(remote):
+            data = await asyncio.to_thread(_pack_dir, self.home.job_artifacts(dep.id))
+            await session.upload(data, remote)
+        return remote
+
+    async def _submit_on(self, session: RunnerSession, run_name: str, job_id: str, job: ResolvedJob,
+                         snapshot: Snapshot, inputs: list[str], planned: PlannedJob) -> Submitted:
         """The job is in the store before it is sent, so a crash here loses nothing."""
-        workflow = project.get(workflow_name)
         runner = self.store.runner(session.hello.name)
-        run_name = new_run_name(self.store.run_name_taken)
-        job_id = secrets.token_hex(6)
-        spec = {"commands": workflow.commands, "env": workflow.env, "artifacts": workflow.artifacts,
-                "working_dir": workflow.working_dir, "snapshot": snapshot.sha256}
-        self.store.create_run(run_name, workflow.name, str(project.root))
-        self.store.create_job(job_id, run_name, workflow.name, runner, spec)
+        spec = {"commands": job.commands, "env": job.env, "artifacts": job.artifacts, "image": job.image,
+                "working_dir": job.working_dir, "snapshot": snapshot.sha256, "inputs": inputs,
+                "resources": job.resources, "nodes": job.nodes}
+        self.store.create_job(job_id, run_name, job.workflow, runner, spec, planned.key, planned.inputs)
         try:
             remote = f"snapshots/{snapshot.name}"
             await session.upload(snapshot.data, remote)
             status = await session.submit(SubmitJob(
-                job_id=job_id, run_name=run_name, workflow=workflow.name, commands=workflow.commands,
-                env=workflow.env, artifacts=workflow.artifacts, snapshot=remote, working_dir=workflow.working_dir,
+                job_id=job_id, run_name=run_name, workflow=job.workflow, commands=job.commands,
+                env=job.env, artifacts=job.artifacts, snapshot=remote, working_dir=job.working_dir,
+                inputs=inputs, image=job.image, pull=job.pull, resources=job.resources, executor=job.executor,
             ))
         except (LanpoolError, OSError, asyncssh.Error) as exc:
             message = getattr(exc, "message", None) or str(exc)
@@ -250,6 +317,15 @@ class Controller:
         if status.error:
             fields["error"] = status.error
         self.store.set_job_status(job_id, status.state, **fields)
+
+
+def _pack_dir(root: Path) -> bytes:
+    """A tar of a job's local artifacts, paths relative to its workspace."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for path in sorted(p for p in root.rglob("*") if p.is_file()):
+            tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False)
+    return buf.getvalue()
 
 
 def _extract(tar_path: Path, dest: Path) -> None:

@@ -191,6 +191,10 @@ class RunnerSession:
                 await fh.write(data)
             await sftp.posix_rename(tmp, remote)
 
+    async def exists(self, remote: str) -> bool:
+        async with self.conn.start_sftp_client() as sftp:
+            return await sftp.exists(remote)
+
     async def download(self, remote: str, local: Path) -> None:
         async with self.conn.start_sftp_client() as sftp:
             await sftp.get(remote, str(local))

@@ -9,6 +9,7 @@ mtimes), so its hash identifies the content and runners keep each one once.
 import hashlib
 import io
 import os
+import re
 import subprocess
 import tarfile
 from dataclasses import dataclass
@@ -68,3 +69,47 @@ def build_snapshot(root: Path) -> Snapshot:
                 tar.addfile(info)
     data = buf.getvalue()
     return Snapshot(data=data, sha256=hashlib.sha256(data).hexdigest(), files=len(names))
+
+
+def _glob_regex(pattern: str) -> re.Pattern:
+    """A repo glob: `*` within a path segment, `**` across segments; a bare dir means all under it."""
+    pattern = pattern.strip().removeprefix("./")
+    out, i = [], 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pattern.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pattern[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pattern[i] == "?":
+            out.append("[^/]")
+            i += 1
+        else:
+            out.append(re.escape(pattern[i]))
+            i += 1
+    body = "".join(out).rstrip("/")
+    return re.compile(f"^{body}(?:/.*)?$")
+
+
+def file_hashes(root: Path, include: list[str] | None = None) -> dict[str, str]:
+    """sha256 of each project file (those matching `include`, when given): a job's code inputs."""
+    names = list_project_files(root)
+    if include is not None:
+        patterns = [_glob_regex(g) for g in include]
+        names = [n for n in names if any(p.match(n) for p in patterns)]
+    hashes = {}
+    for name in names:
+        path = root / name
+        h = hashlib.sha256()
+        if path.is_symlink():
+            h.update(b"link:" + os.readlink(path).encode())
+        else:
+            with open(path, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+        hashes[name] = h.hexdigest()
+    return hashes

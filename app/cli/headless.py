@@ -14,7 +14,9 @@ from app.cli import render
 from app.controller import Controller
 from app.errors import ExitCode, LanpoolError, UsageError
 from app.store import JobRow
-from app.workflows import find_project
+from app.planning import known_variables
+from app.workflows import Project, find_project
+from app.workflows.resolve import render_value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -26,11 +28,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="app headless", description="lanpool without the TUI: for scripts and CI.")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=_Parser)
 
-    run = sub.add_parser("run", help="run a workflow on a runner, streaming its logs")
+    run = sub.add_parser("run", add_help=False, help="run a workflow on a runner, streaming its logs",
+                         usage="app headless run [WORKFLOW] [--VARIABLE VALUE ...] [options]")
     run.add_argument("workflow", nargs="?", help="workflow name (omit to list the workflows)")
     run.add_argument("--runner", help="runner NAME or HOST[:PORT] (default: the only known runner)")
     run.add_argument("-d", "--detach", action="store_true", help="submit and return; follow later with `logs -f`")
-    run.add_argument("--project", type=Path, default=None, help="project dir (default: nearest with .lanpool/ or .dstack/)")
+    _plan_options(run)
+
+    plan = sub.add_parser("plan", add_help=False, help="show what `run` would do: each job, run or reused, and why",
+                          usage="app headless plan WORKFLOW [--VARIABLE VALUE ...] [options]")
+    plan.add_argument("workflow", help="workflow name")
+    _plan_options(plan)
 
     status = sub.add_parser("status", help="runs and their jobs, newest first")
     status.add_argument("-n", "--limit", type=int, default=20, help="how many runs (default 20)")
@@ -63,11 +71,54 @@ def build_parser() -> argparse.ArgumentParser:
     rm.add_argument("name")
 
     sub.add_parser("key", help="print the path of this controller's public key (for `app agent authorize`)")
+    parser.verb_parsers = {"run": run, "plan": plan}
     return parser
 
 
+def _plan_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-h", "--help", action="store_true", help="this help; with a workflow: its variables")
+    p.add_argument("--project", type=Path, default=None, help="project dir (default: nearest with .lanpool/ or .dstack/)")
+    p.add_argument("--no-cache", action="store_true", help="run every job, even those with a finished twin")
+    p.add_argument("--reuse", action="store_true", help="reuse the requested workflow too when its inputs are unchanged")
+    p.add_argument("--tag", help="name this run, so `depends-on: [WORKFLOW:TAG]` can use its artifacts")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Like parse_args, but `run`/`plan` keep unknown `--name value` pairs as variable overrides."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.verb not in ("run", "plan"):
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        return args
+    args.overrides = _overrides(extra, parser)
+    if args.help and not args.workflow:
+        parser.verb_parsers[args.verb].print_help()
+        parser.exit(ExitCode.OK)
+    return args
+
+
+def _overrides(tokens: list[str], parser: argparse.ArgumentParser) -> dict[str, str]:
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("--") or len(token) == 2:
+            parser.error(f"unexpected argument {token!r}: variables are given as --NAME VALUE")
+        name, eq, value = token[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(tokens):
+                parser.error(f"--{name} needs a value")
+            value = tokens[i + 1]
+            i += 1
+        out[name.replace("-", "_") if "-" in name else name] = value
+        i += 1
+    return out
+
+
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     handler = _HANDLERS[args.verb]
     ctl = None
     try:
@@ -87,27 +138,55 @@ def main(argv: list[str]) -> int:
 # -- verbs -----------------------------------------------------------------------
 
 
-async def _run(ctl: Controller, args) -> int:
+def _project(ctl: Controller, args) -> Project:
     root = args.project or find_project(Path.cwd())
     if root is None:
         raise UsageError("no .lanpool/workflows.yaml (or .dstack/workflows.yaml) here or above: see README 'Workflows'")
-    project = ctl.load_project(root)
+    return ctl.load_project(root)
+
+
+def _workflow_help(project: Project, name: str, verb: str) -> None:
+    wf = project.get(name)
+    print(f"usage: app headless {verb} {name} [--VARIABLE VALUE ...] [options]")
+    if wf.help:
+        print(f"\n{wf.help}")
+    variables = known_variables(project, name)
+    if variables:
+        print("\nvariables (defaults from variables.yaml):")
+        width = max(len(v) for v in variables) + 2
+        for var, default in sorted(variables.items()):
+            print(f"  --{var.ljust(width)} {render_value(default)}")
+    else:
+        print("\nno variables (define them in .lanpool/variables.yaml)")
+    print("\noptions: --runner NAME|HOST[:PORT], -d/--detach, --no-cache, --reuse, --tag NAME, --json")
+
+
+async def _run(ctl: Controller, args) -> int:
+    project = _project(ctl, args)
     if not args.workflow:
+        if args.json:
+            print(json.dumps([{"name": w.name, "help": w.help, "depends_on": [d.workflow for d in w.depends_on],
+                               "variables": project.variables_of(w.name)} for w in project.workflows.values()], indent=2))
+            return ExitCode.OK
         print(f"workflows in {project.workflows_file}:")
         for wf in project.workflows.values():
-            print(f"  {wf.name}")
+            print(f"  {wf.name}" + (f"  {wf.help}" if wf.help else ""))
+        return ExitCode.OK
+    if args.help:
+        _workflow_help(project, args.workflow, "run")
         return ExitCode.OK
     submitted: list = []
 
     def announce(sub) -> None:
         submitted.append(sub)
-        _say(f"run {sub.run_name}: job {sub.job_id} ({args.workflow}) on runner {sub.runner}")
+        _say(f"run {sub.run_name}: job {sub.job_id} ({ctl.store.job(sub.job_id).workflow}) on runner {sub.runner}")
         if args.detach:
             _say(f"detached: `app headless logs -f {sub.run_name}` follows it, `app headless stop {sub.run_name}` stops it")
 
     try:
-        job = await ctl.run(project, args.workflow, args.runner, sink=_print_log, on_submitted=announce,
-                            follow=not args.detach)
+        outcome = await ctl.run(project, args.workflow, args.runner, args.overrides, sink=_print_log, say=_say,
+                                on_submitted=announce, follow=not args.detach, no_cache=args.no_cache,
+                                reuse=args.reuse, tag=args.tag)
     except LanpoolError as exc:
         if not submitted:
             raise
@@ -115,8 +194,28 @@ async def _run(ctl: Controller, args) -> int:
         raise type(exc)(f"{exc.message}; the job may still run: `app headless logs -f {name}` re-attaches") from None
     if args.detach:
         return ExitCode.OK
+    job = outcome.last
+    if job is None:
+        _say(f"run {outcome.run_name}: every job reused; nothing ran")
+        return ExitCode.OK
     _say(_summary(ctl, job))
     return job.exit_code if job.exit_code is not None else ExitCode.FAILED
+
+
+async def _plan(ctl: Controller, args) -> int:
+    project = _project(ctl, args)
+    if args.help:
+        _workflow_help(project, args.workflow, "plan")
+        return ExitCode.OK
+    plan = ctl.plan(project, args.workflow, args.overrides, args.no_cache, args.reuse)
+    if args.json:
+        print(json.dumps(plan.to_json(), indent=2))
+        return ExitCode.OK
+    print(f"plan for {args.workflow}: {len(plan.to_run)} of {len(plan.jobs)} job(s) to run")
+    rows = [[j.workflow, j.action.upper(), ", ".join(j.deps + [f"{t.workflow}:{t.run_name}" for t in j.tagged]) or "-",
+             j.key[:12], j.reason] for j in plan.jobs]
+    print(render.table(["WORKFLOW", "ACTION", "DEPENDS ON", "KEY", "WHY"], rows))
+    return ExitCode.OK
 
 
 async def _status(ctl: Controller, args) -> int:
@@ -207,7 +306,7 @@ async def _key(ctl: Controller, args) -> int:
     return ExitCode.OK
 
 
-_HANDLERS = {"run": _run, "status": _status, "logs": _logs, "stop": _stop, "artifacts": _artifacts,
+_HANDLERS = {"run": _run, "plan": _plan, "status": _status, "logs": _logs, "stop": _stop, "artifacts": _artifacts,
              "runners": _runners, "key": _key}
 
 

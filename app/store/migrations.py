@@ -61,7 +61,16 @@ def _m001_initial(db: "sqlite_utils.Database") -> None:
     )
 
 
-MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [_m001_initial]
+def _m002_cache(db: "sqlite_utils.Database") -> None:
+    # cache_key: hash of a job's inputs; cache_inputs: their parts, to explain a re-run
+    db["jobs"].add_column("cache_key", str)
+    db["jobs"].add_column("cache_inputs", str)
+    db["jobs"].create_index(["cache_key"])
+    db["runs"].add_column("variables", str)  # JSON: the run's resolved variables
+    db["runs"].create_index(["tag"])
+
+
+MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [_m001_initial, _m002_cache]
 
 
 def migrate(conn: sqlite3.Connection) -> None:

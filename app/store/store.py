@@ -109,19 +109,57 @@ class Store:
     def run_name_taken(self, name: str) -> bool:
         return self.conn.execute("SELECT 1 FROM runs WHERE name = ?", (name,)).fetchone() is not None
 
-    def create_run(self, name: str, workflow: str, project_dir: str, tag: str | None = None) -> None:
+    def create_run(self, name: str, workflow: str, project_dir: str, tag: str | None = None,
+                   variables: dict | None = None) -> str | None:
+        """Record a run; a tag moves to it from the run that had it (whose name is returned)."""
         with atomic(self.conn):
-            self.conn.execute("INSERT INTO runs (name, workflow, project_dir, created_at, tag) VALUES (?, ?, ?, ?, ?)",
-                              (name, workflow, project_dir, time.time(), tag))
+            previous = None
+            if tag:
+                row = self.conn.execute("SELECT name FROM runs WHERE tag = ?", (tag,)).fetchone()
+                if row:
+                    previous = row[0]
+                    self.conn.execute("UPDATE runs SET tag = NULL WHERE tag = ?", (tag,))
+            self.conn.execute(
+                "INSERT INTO runs (name, workflow, project_dir, created_at, tag, variables) VALUES (?, ?, ?, ?, ?, ?)",
+                (name, workflow, project_dir, time.time(), tag, json.dumps(variables or {})))
+        return previous
 
-    def create_job(self, job_id: str, run_name: str, workflow: str, runner: dict, spec: dict) -> None:
+    def tagged_job(self, tag: str, workflow: str) -> JobRow | None:
+        """The DONE job of `workflow` in the run tagged `tag`."""
+        row = self.conn.execute(
+            f"SELECT {_JOB_COLS} FROM jobs WHERE run_name = (SELECT name FROM runs WHERE tag = ?) "
+            "AND workflow = ? AND status = 'DONE' ORDER BY finished_at DESC LIMIT 1", (tag, workflow)).fetchone()
+        return JobRow(*row) if row else None
+
+    def tag_exists(self, tag: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM runs WHERE tag = ?", (tag,)).fetchone() is not None
+
+    def reusable_job(self, cache_key: str) -> JobRow | None:
+        """The newest DONE job with these inputs whose artifacts are in the local store."""
+        row = self.conn.execute(
+            f"SELECT {_JOB_COLS} FROM jobs WHERE cache_key = ? AND status = 'DONE' AND synced = 1 "
+            "ORDER BY finished_at DESC LIMIT 1", (cache_key,)).fetchone()
+        return JobRow(*row) if row else None
+
+    def last_inputs(self, project_dir: str, workflow: str) -> tuple[str, dict] | None:
+        """(job id, cache inputs) of the newest job of `workflow` in this project that recorded them."""
+        row = self.conn.execute(
+            "SELECT j.id, j.cache_inputs FROM jobs j JOIN runs r ON r.name = j.run_name "
+            "WHERE r.project_dir = ? AND j.workflow = ? AND j.cache_inputs IS NOT NULL "
+            "ORDER BY j.submitted_at DESC LIMIT 1", (project_dir, workflow)).fetchone()
+        return (row[0], json.loads(row[1])) if row else None
+
+    def create_job(self, job_id: str, run_name: str, workflow: str, runner: dict, spec: dict,
+                   cache_key: str | None = None, cache_inputs: dict | None = None) -> None:
         now = time.time()
         with atomic(self.conn):
             self.conn.execute(
                 """INSERT INTO jobs (id, run_name, workflow, runner, host, port, status, submitted_at,
-                                     artifacts_pulled, spec, synced) VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0)""",
+                                     artifacts_pulled, spec, synced, cache_key, cache_inputs)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, ?, ?)""",
                 (job_id, run_name, workflow, runner["name"], runner["host"], runner["port"],
-                 str(JobState.SUBMITTED), now, json.dumps(spec)))
+                 str(JobState.SUBMITTED), now, json.dumps(spec), cache_key,
+                 json.dumps(cache_inputs) if cache_inputs is not None else None))
             self.conn.execute("INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
                               (job_id, now, JobState.SUBMITTED, f"to {runner['name']}"))
 

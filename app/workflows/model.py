@@ -1,9 +1,11 @@
-"""What a parsed workflow holds."""
+"""What parsed workflow files hold (before variables are substituted)."""
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.errors import UsageError
+
+Scalar = str | int | float | bool
 
 
 class WorkflowError(UsageError):
@@ -17,14 +19,45 @@ class WorkflowError(UsageError):
 
 
 @dataclass(frozen=True)
+class Dependency:
+    workflow: str
+    tag: str | None = None  # `prepare:NAME`: the run tagged NAME, not a fresh plan
+
+
+@dataclass(frozen=True)
+class ArtifactSpec:
+    path: str
+    nodes: str = "0"  # "0": from node 0 only; "all": from every node (multi-node jobs)
+
+
+@dataclass(frozen=True)
 class Workflow:
+    """One entry of `workflows:`. Text fields may still hold `$variables`."""
+
     name: str
     commands: list[str]
+    help: str = ""
+    image: str = ""
+    provider: str = ""  # "python": the dstack shorthand, turned into commands
+    version: str = ""
+    requirements: str = ""
+    script: str = ""
+    args: list[str] | str = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
-    artifacts: list[str] = field(default_factory=list)
+    artifacts: list[ArtifactSpec] = field(default_factory=list)
     working_dir: str = ""
+    resources: dict[str, Scalar | dict] = field(default_factory=dict)
+    nodes: int | str = 1
+    executor: str = ""
+    pull: str = "missing"
+    depends_on: list[Dependency] = field(default_factory=list)
+    repo_include: list[str] | None = None  # None: the whole snapshot counts
     file: Path | None = None
     line: int | None = None
+    key_lines: dict[str, int] = field(default_factory=dict, compare=False)
+
+    def line_of(self, key: str) -> int | None:
+        return self.key_lines.get(key, self.line)
 
 
 @dataclass(frozen=True)
@@ -34,6 +67,9 @@ class Project:
     root: Path
     workflows_file: Path
     workflows: dict[str, Workflow]
+    # section ("global" or a workflow name) -> variable -> default value
+    variables: dict[str, dict[str, Scalar]] = field(default_factory=dict)
+    variables_file: Path | None = None
 
     def get(self, name: str) -> Workflow:
         try:
@@ -41,3 +77,7 @@ class Project:
         except KeyError:
             known = ", ".join(sorted(self.workflows)) or "none"
             raise WorkflowError(f"no workflow named {name!r} (workflows here: {known})", self.workflows_file) from None
+
+    def variables_of(self, name: str) -> dict[str, Scalar]:
+        """Defaults a workflow sees: the global section, then its own on top."""
+        return {**self.variables.get("global", {}), **self.variables.get(name, {})}

@@ -1,0 +1,144 @@
+"""Turning a workflow and its variables into the concrete job a runner executes."""
+
+import shlex
+from dataclasses import dataclass, field
+
+from app.workflows.loader import check_artifact_path
+from app.workflows.model import Project, Scalar, Workflow, WorkflowError
+from app.workflows.resources import normalize_resources
+from app.workflows.substitute import UndefinedVariable, escape_word, substitute_command, substitute_text
+
+DEFAULT_PYTHON = "3.11"
+
+
+@dataclass(frozen=True)
+class ResolvedJob:
+    workflow: str
+    commands: list[str]
+    env: dict[str, str]
+    artifacts: list[str]
+    artifacts_all_nodes: list[str]
+    working_dir: str
+    image: str
+    pull: str
+    resources: dict[str, int | str]
+    nodes: int
+    executor: str
+    variables: dict[str, str] = field(default_factory=dict)
+
+
+def render_value(value: Scalar) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def coerce_override(name: str, text: str, default: Scalar | None) -> Scalar:
+    """A CLI value, checked against the type of the variable's default."""
+    if isinstance(default, bool):
+        low = text.lower()
+        if low in ("true", "yes", "1", "on"):
+            return True
+        if low in ("false", "no", "0", "off"):
+            return False
+        raise WorkflowError(f"--{name} expects true or false (default {render_value(default)}), got {text!r}")
+    if isinstance(default, int):
+        try:
+            return int(text)
+        except ValueError:
+            raise WorkflowError(f"--{name} expects a whole number (default {default}), got {text!r}") from None
+    if isinstance(default, float):
+        try:
+            return float(text)
+        except ValueError:
+            raise WorkflowError(f"--{name} expects a number (default {default}), got {text!r}") from None
+    return text
+
+
+def workflow_variables(project: Project, wf: Workflow, overrides: dict[str, str]) -> dict[str, Scalar]:
+    """Defaults (global, then the workflow's own) with the overrides that name them applied."""
+    values = dict(project.variables_of(wf.name))
+    for name, text in overrides.items():
+        if name in values:
+            values[name] = coerce_override(name, text, values[name])
+    return values
+
+
+def resolve(project: Project, name: str, overrides: dict[str, str], builtins: dict[str, str]) -> ResolvedJob:
+    """Substitute variables into every field of workflow `name`."""
+    wf = project.get(name)
+    typed = workflow_variables(project, wf, overrides)
+    values = {k: render_value(v) for k, v in typed.items()}
+    own = {k: values[k] for k in project.variables.get(wf.name, {})}
+    as_args = " ".join(f"--{k} {escape_word(v)}" for k, v in own.items())
+    text_values = {**values, **builtins, "variables_as_args": " ".join(f"--{k} {v}" for k, v in own.items())}
+
+    def err(message: str, key: str) -> WorkflowError:
+        return WorkflowError(f"workflow {wf.name!r}: {message}", wf.file, wf.line_of(key))
+
+    try:
+        # In commands, $variables_as_args is shell text we built (already escaped).
+        command_values = {**values, **builtins}
+        commands = [_command(c, command_values, as_args) for c in _commands_of(wf)]
+        env = {k: substitute_text(v, text_values) for k, v in wf.env.items()}
+        artifacts, artifacts_all = [], []
+        for spec in wf.artifacts:
+            path = substitute_text(spec.path, text_values)
+            check_artifact_path(path, err)
+            (artifacts_all if spec.nodes == "all" else artifacts).append(path)
+        raw_resources = {k: _sub_any(v, text_values) for k, v in wf.resources.items()}
+        nodes_text = substitute_text(str(wf.nodes), text_values)
+        image = substitute_text(wf.image, text_values)
+    except UndefinedVariable as exc:
+        raise err(f"uses variable {exc.name!r}, which is never defined", "commands") from None
+    try:
+        resources = normalize_resources(raw_resources)
+    except ValueError as exc:
+        raise err(str(exc), "resources") from None
+    if not nodes_text.isdigit() or int(nodes_text) < 1:
+        raise err(f"'nodes' must be a whole number >= 1, not {nodes_text!r}", "nodes")
+    if wf.provider == "python" and not image:
+        image = f"python:{wf.version or DEFAULT_PYTHON}"
+    return ResolvedJob(
+        workflow=wf.name, commands=commands, env=env, artifacts=artifacts, artifacts_all_nodes=artifacts_all,
+        working_dir=wf.working_dir, image=image, pull=wf.pull, resources=resources, nodes=int(nodes_text),
+        executor=wf.executor, variables=values,
+    )
+
+
+def _commands_of(wf: Workflow) -> list[str]:
+    """The shell lines of a workflow; `provider: python` becomes pip + python lines."""
+    if wf.provider != "python":
+        return wf.commands
+    lines = []
+    if wf.requirements:
+        lines.append(f"pip install -q -r {wf.requirements}")
+    if isinstance(wf.args, str):
+        args = wf.args
+    else:
+        args = " ".join(a if _is_args_var(a) else _quote_literal(a) for a in wf.args)
+    lines.append(f"python {wf.script} {args}".rstrip())
+    return lines
+
+
+def _is_args_var(text: str) -> bool:
+    return text.strip() in ("$variables_as_args", "${variables_as_args}", "${{ variables_as_args }}")
+
+
+def _quote_literal(arg: str) -> str:
+    """A list element of `args` is one argument: quote its literal parts, keep its variables."""
+    if "$" not in arg:
+        return shlex.quote(arg)
+    return '"' + arg.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
+
+
+def _command(template: str, values: dict[str, str], as_args: str) -> str:
+    for token in ("${{ variables_as_args }}", "${variables_as_args}", "$variables_as_args"):
+        template = template.replace(token, "\0ARGS\0")
+    return substitute_command(template, values).replace("\0ARGS\0", as_args)
+
+
+def _sub_any(value, values: dict[str, str]):
+    if isinstance(value, str):
+        return substitute_text(value, values)
+    if isinstance(value, dict):
+        return {k: _sub_any(v, values) for k, v in value.items()}
+    return value
