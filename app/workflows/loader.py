@@ -23,6 +23,7 @@ class _Map(dict):
 
     line: int = 1
     key_lines: dict
+    scalar_text: dict  # each scalar value as written: `3.10` would otherwise read as the float 3.1
 
     def line_of(self, key: str) -> int:
         return self.key_lines.get(key, self.line)
@@ -33,6 +34,8 @@ class _LineLoader(yaml.SafeLoader):
         mapping = _Map(super().construct_mapping(node, deep=deep))
         mapping.line = node.start_mark.line + 1
         mapping.key_lines = {k.value: k.start_mark.line + 1 for k, _ in node.value if hasattr(k, "value")}
+        mapping.scalar_text = {k.value: v.value for k, v in node.value
+                               if hasattr(k, "value") and isinstance(v, yaml.ScalarNode)}
         return mapping
 
 
@@ -142,9 +145,12 @@ def _parse_workflow(item, path: Path, parent_line: int) -> Workflow:
     if PurePosixPath(working_dir).is_absolute() or ".." in PurePosixPath(working_dir).parts:
         raise err("'working_dir' must be a relative path in the workspace", "working_dir")
     deps, include = _parse_depends_on(item, err)
+    version = item.get("version", "")
+    if isinstance(version, float):  # a Python version: `3.10` means 3.10, not 3.1
+        version = item.scalar_text.get("version", version)
     return Workflow(
         name=name, commands=[_scalar_text(c) for c in commands], help=str(item.get("help", "") or ""),
-        image=str(item.get("image", "") or ""), provider=provider, version=_scalar_text(item.get("version", "")),
+        image=str(item.get("image", "") or ""), provider=provider, version=_scalar_text(version),
         requirements=str(item.get("requirements", "") or ""), script=str(item.get("script", "") or ""),
         args=[_scalar_text(a) for a in args] if isinstance(args, list) else args,
         env=_parse_env(item, err), artifacts=_parse_artifacts(item, err), working_dir=working_dir,
@@ -227,7 +233,10 @@ def _parse_resources(item: dict, err) -> dict:
     # Values are checked now when they hold no variable, else after substitution.
     from app.workflows.resources import check_resources
 
-    check_resources({k: v for k, v in raw.items() if "$" not in str(v)}, lambda msg: err(msg, "resources"))
+    for key, value in raw.items():
+        if "$" not in str(value):  # point at the resource's own line, not at `resources:`
+            check_resources({key: value}, lambda msg, key=key: WorkflowError(
+                f"workflow {item['name']!r}: {msg}", err("", "resources").file, raw.line_of(key)))
     return dict(raw)
 
 

@@ -6,7 +6,13 @@ from dataclasses import dataclass, field
 from app.workflows.loader import check_artifact_path
 from app.workflows.model import Project, Scalar, Workflow, WorkflowError
 from app.workflows.resources import normalize_resources
-from app.workflows.substitute import UndefinedVariable, escape_word, substitute_command, substitute_text
+from app.workflows.substitute import (
+    UndefinedVariable,
+    escape_word,
+    names_referenced,
+    substitute_command,
+    substitute_text,
+)
 
 DEFAULT_PYTHON = "3.11"
 
@@ -100,8 +106,20 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
     return ResolvedJob(
         workflow=wf.name, commands=commands, env=env, artifacts=artifacts, artifacts_all_nodes=artifacts_all,
         working_dir=wf.working_dir, image=image, pull=wf.pull, resources=resources, nodes=int(nodes_text),
-        executor=wf.executor, variables=values,
+        executor=wf.executor, variables={k: v for k, v in values.items() if k in _used_variables(wf, own)},
     )
+
+
+def _used_variables(wf: Workflow, own: dict[str, str]) -> set[str]:
+    """The variables a workflow refers to: only these are part of its inputs (cache key)."""
+    texts = [*_commands_of(wf), *wf.env.values(), *(a.path for a in wf.artifacts), wf.image, str(wf.nodes),
+             str(wf.resources), wf.script, wf.requirements]
+    names: set[str] = set()
+    for text in texts:
+        names |= names_referenced(text)
+    if "variables_as_args" in names:
+        names |= set(own)
+    return names
 
 
 def _commands_of(wf: Workflow) -> list[str]:

@@ -33,6 +33,11 @@ def variable_names_used(text: str) -> set[str]:
     return {m.group("t") for m in _VAR.finditer(text) if m.group("t")}
 
 
+def names_referenced(text: str) -> set[str]:
+    """Every name written in any syntax ($x, ${x}, ${{ x }}): variables or shell variables."""
+    return {m.group("t") or m.group("b") or m.group("p") for m in _VAR.finditer(text)}
+
+
 def substitute_text(text: str, values: Mapping[str, str]) -> str:
     """Plain substitution (env values, paths, resources): no quoting."""
     return _VAR.sub(lambda m: _lookup(m, values, lambda v, _ctx: v), text)
