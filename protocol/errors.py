@@ -13,6 +13,7 @@ class ErrorCode(StrEnum):
     VERSION_MISMATCH = "version_mismatch"
     UNKNOWN_JOB = "unknown_job"
     JOB_EXISTS = "job_exists"
+    NOT_PAIRED = "not_paired"  # a pairing-only connection asked for something else
     BAD_REQUEST = "bad_request"  # valid message the agent cannot act on
     INTERNAL = "internal"
 

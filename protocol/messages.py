@@ -96,6 +96,14 @@ class Error:
 
 
 @dataclass(frozen=True)
+class Paired:
+    """The controller's key is now authorized; reply to Pair."""
+
+    TAG: ClassVar[str] = "paired"
+    name: str
+
+
+@dataclass(frozen=True)
 class Pong:
     TAG: ClassVar[str] = "pong"
     nonce: int
@@ -159,16 +167,25 @@ class GetStatus:
 
 
 @dataclass(frozen=True)
+class Pair:
+    """Sent on a connection authenticated with a pairing code: authorize this key."""
+
+    TAG: ClassVar[str] = "pair"
+    public_key: str
+    label: str = ""
+
+
+@dataclass(frozen=True)
 class Ping:
     TAG: ClassVar[str] = "ping"
     nonce: int
 
 
-AgentMessage = Hello | JobAccepted | LogChunk | JobStatus | Error | Pong
-ClientMessage = ClientHello | SubmitJob | StopJob | Attach | GetStatus | Ping
+AgentMessage = Hello | JobAccepted | LogChunk | JobStatus | Error | Paired | Pong
+ClientMessage = ClientHello | SubmitJob | StopJob | Attach | GetStatus | Pair | Ping
 
-AGENT_MESSAGES: dict[str, type] = {c.TAG: c for c in (Hello, JobAccepted, LogChunk, JobStatus, Error, Pong)}
-CLIENT_MESSAGES: dict[str, type] = {c.TAG: c for c in (ClientHello, SubmitJob, StopJob, Attach, GetStatus, Ping)}
+AGENT_MESSAGES: dict[str, type] = {c.TAG: c for c in (Hello, JobAccepted, LogChunk, JobStatus, Error, Paired, Pong)}
+CLIENT_MESSAGES: dict[str, type] = {c.TAG: c for c in (ClientHello, SubmitJob, StopJob, Attach, GetStatus, Pair, Ping)}
 
 
 def to_wire(msg: Any) -> dict:

@@ -6,6 +6,7 @@ from enum import StrEnum
 class JobState(StrEnum):
     """Where a job is in its life.
 
+    QUEUED     recorded by the controller, waiting for a runner with room
     SUBMITTED  the controller recorded it and is sending it to a runner
     RUNNING    the runner started its commands
     DONE       commands exited 0 (artifacts packed)
@@ -15,6 +16,7 @@ class JobState(StrEnum):
     LOST       the runner restarted or forgot the job while it ran
     """
 
+    QUEUED = "QUEUED"
     SUBMITTED = "SUBMITTED"
     RUNNING = "RUNNING"
     DONE = "DONE"

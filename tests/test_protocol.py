@@ -27,6 +27,8 @@ from protocol import (
     JobState,
     JobStatus,
     LogChunk,
+    Pair,
+    Paired,
     Ping,
     Pong,
     ProtocolError,
@@ -48,6 +50,7 @@ AGENT_SAMPLES = [
               artifacts=[ArtifactFile("model.ckpt", 1234), ArtifactFile("logs/metrics.csv", 0)]),
     JobStatus(job_id="j-2", state="FAILED", exit_code=None, error="could not start: no such file"),
     Error(code=ErrorCode.UNKNOWN_JOB, message="no job j-9", job_id="j-9"),
+    Paired(name="gpu-box"),
     Pong(nonce=2**40),
 ]
 
@@ -60,6 +63,7 @@ CLIENT_SAMPLES = [
     StopJob(job_id="j-1"),
     Attach(job_id="j-1", from_seq=100, follow=False),
     GetStatus(job_id="j-1"),
+    Pair(public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ", label="laptop"),
     Ping(nonce=7),
 ]
 
@@ -372,24 +376,26 @@ def test_explicit_none_is_accepted_for_optional_fields():
 # -- states and version ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("state", "terminal"),
-    [
-        (JobState.SUBMITTED, False),
-        (JobState.RUNNING, False),
-        (JobState.DONE, True),
-        (JobState.FAILED, True),
-        (JobState.STOPPED, True),
-        (JobState.ABORTED, True),
-        (JobState.LOST, True),
-    ],
-)
+_STATE_CASES = [
+    (JobState.SUBMITTED, False),
+    (JobState.RUNNING, False),
+    (JobState.DONE, True),
+    (JobState.FAILED, True),
+    (JobState.STOPPED, True),
+    (JobState.ABORTED, True),
+    (JobState.LOST, True),
+    (JobState.QUEUED, False),
+]
+
+
+@pytest.mark.parametrize(("state", "terminal"), _STATE_CASES)
 def test_job_state_is_terminal(state, terminal):
     assert state.is_terminal() is terminal
 
 
 def test_every_job_state_is_classified():
-    assert len(JobState) == 7
+    classified = {state for state, _terminal in _STATE_CASES}
+    assert classified == set(JobState)
     assert JobState("DONE") is JobState.DONE and JobState.DONE == "DONE"
 
 
