@@ -1,0 +1,97 @@
+"""Placing jobs on runners by free resources.
+
+Pure logic over a snapshot of the pool, so it is easy to test and to reason
+about: best fit (the runner with the least room left after placing the job),
+so that large jobs still find a runner with room; jobs share a runner while
+resources allow; what cannot fit now waits (QUEUED, with the reason) and what
+can never fit on any runner is rejected at once.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Need:
+    gpu: int = 0
+    cpu: int = 0
+    memory_mb: int = 0
+
+    @classmethod
+    def of(cls, resources: dict) -> "Need":
+        return cls(int(resources.get("gpu", 0) or 0), int(resources.get("cpu", 0) or 0),
+                   int(resources.get("memory_mb", 0) or 0))
+
+    def __str__(self) -> str:
+        parts = [f"{self.gpu} GPU" if self.gpu else "", f"{self.cpu} CPU" if self.cpu else "",
+                 f"{self.memory_mb} MB memory" if self.memory_mb else ""]
+        return ", ".join(p for p in parts if p) or "no particular resources"
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """One runner as the scheduler sees it."""
+
+    name: str
+    usable: bool  # LIVE, paired, no host-key conflict
+    gpus: int
+    gpus_free: int
+    cpus: int
+    cpus_free: int
+    memory_mb: int
+    memory_free_mb: int
+    why_not: str = ""  # when not usable: OFFLINE, UNPAIRED, conflict
+
+    def fits_now(self, need: Need) -> bool:
+        return (self.usable and need.gpu <= self.gpus_free and need.cpu <= self.cpus_free
+                and need.memory_mb <= self.memory_free_mb)
+
+    def fits_ever(self, need: Need) -> bool:
+        return need.gpu <= self.gpus and need.cpu <= self.cpus and need.memory_mb <= self.memory_mb
+
+    def slack(self, need: Need) -> tuple[int, int, int]:
+        return (self.gpus_free - need.gpu, self.cpus_free - need.cpu, self.memory_free_mb - need.memory_mb)
+
+
+@dataclass(frozen=True)
+class Decision:
+    runners: list[str]  # chosen, node 0 first; empty when queued or rejected
+    queued: str = ""  # why it must wait
+    rejected: str = ""  # why it can never run
+
+
+def place(need: Need, pool: list[Capacity], nodes: int = 1, pinned: str | None = None) -> Decision:
+    """Choose `nodes` distinct runners for a job (all or none)."""
+    if pinned is not None:
+        pool = [c for c in pool if c.name == pinned]
+        if not pool:
+            return Decision([], rejected=f"no runner named {pinned!r}")
+        if nodes > 1:
+            return Decision([], rejected="--runner pins one runner; a multi-node job needs several")
+    ever = [c for c in pool if c.fits_ever(need)]
+    if len(ever) < nodes:
+        return Decision([], rejected=_never_reason(need, pool, nodes))
+    now = sorted((c for c in ever if c.fits_now(need)), key=lambda c: (c.slack(need), c.name))
+    if len(now) >= nodes:
+        return Decision([c.name for c in now[:nodes]])
+    return Decision([], queued=_wait_reason(need, ever, nodes, len(now)))
+
+
+def _never_reason(need: Need, pool: list[Capacity], nodes: int) -> str:
+    if not pool:
+        return "no runner is known: start `app agent serve` on a machine and pair it"
+    biggest = max(pool, key=lambda c: (c.gpus, c.cpus, c.memory_mb))
+    if nodes > 1:
+        return f"needs {nodes} runners with {need} each; only {sum(c.fits_ever(need) for c in pool)} could ever fit it"
+    return (f"needs {need}; the largest runner ({biggest.name}) has {biggest.gpus} GPU, {biggest.cpus} CPU, "
+            f"{biggest.memory_mb} MB memory")
+
+
+def _wait_reason(need: Need, ever: list[Capacity], nodes: int, free_now: int) -> str:
+    states = []
+    for c in ever:
+        if not c.usable:
+            states.append(f"{c.name} {c.why_not}")
+        else:
+            states.append(f"{c.name}: {c.gpus_free}/{c.gpus} GPU free")
+    wanted = f"{nodes} runners" if nodes > 1 else "a runner"
+    return f"waiting for {wanted} with {need} free ({free_now} now; " + ", ".join(states) + ")"
