@@ -128,7 +128,8 @@ class Store:
         """The DONE job of `workflow` in the run tagged `tag`."""
         row = self.conn.execute(
             f"SELECT {_JOB_COLS} FROM jobs WHERE run_name = (SELECT name FROM runs WHERE tag = ?) "
-            "AND workflow = ? AND status = 'DONE' ORDER BY finished_at DESC LIMIT 1", (tag, workflow)).fetchone()
+            "AND workflow = ? AND status = 'DONE' AND synced = 1 ORDER BY finished_at DESC LIMIT 1",
+            (tag, workflow)).fetchone()
         return JobRow(*row) if row else None
 
     def tag_exists(self, tag: str) -> bool:

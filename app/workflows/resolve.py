@@ -149,9 +149,7 @@ def _quote_literal(arg: str) -> str:
 
 
 def _command(template: str, values: dict[str, str], as_args: str) -> str:
-    for token in ("${{ variables_as_args }}", "${variables_as_args}", "$variables_as_args"):
-        template = template.replace(token, "\0ARGS\0")
-    return substitute_command(template, values).replace("\0ARGS\0", as_args)
+    return substitute_command(template, values, {"variables_as_args": as_args})
 
 
 def _sub_any(value, values: dict[str, str]):

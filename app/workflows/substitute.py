@@ -6,9 +6,11 @@ $PATH); a `${{ name }}` that names none is an error, since it can only have
 meant a variable.
 
 In commands, a value is escaped for the quoting context it lands in, found by
-a small shell lexer (unquoted, "double", 'single', $(...), `...`, comments).
-Every escaping used stays inert even if the lexer misjudged the context, so a
-value can never run anything: `$(touch x)` and `'; rm -rf ~'` come out as text.
+a small shell lexer (unquoted, "double", 'single', $'...', $(...), `...`,
+comments), so `$(touch x)` and `'; rm -rf ~'` come out as text. The lexer does
+not model nested backticks (`\`...\``) or heredoc bodies; a variable inside
+those is escaped for the enclosing context, which is not guaranteed inert:
+write such commands with $(...) instead.
 """
 
 import re
@@ -43,14 +45,22 @@ def substitute_text(text: str, values: Mapping[str, str]) -> str:
     return _VAR.sub(lambda m: _lookup(m, values, lambda v, _ctx: v), text)
 
 
-def substitute_command(command: str, values: Mapping[str, str]) -> str:
-    """Substitution in one shell command line, each value escaped for its context."""
+def substitute_command(command: str, values: Mapping[str, str], words: Mapping[str, str] | None = None) -> str:
+    """Substitution in one shell command line, each value escaped for its context.
+
+    `words` maps names to text that is already escaped shell words (the
+    `$variables_as_args` pairs): spliced in unquoted, closing any quotes around it.
+    """
     contexts = _contexts(command)
+    words = words or {}
 
     def replace(m: re.Match) -> str:
         context = contexts.get(m.start(), "u")
         if context == "#":
             return m.group(0)  # in a comment: nothing to run, nothing to substitute
+        name = m.group("t") or m.group("b") or m.group("p")
+        if name in words:
+            return _splice(words[name], context)
         return _lookup(m, values, lambda v, _c: _escape(v, context))
 
     return _VAR.sub(replace, command)
@@ -95,21 +105,34 @@ def _escape(value: str, context: str) -> str:
         return re.sub(r'([\\$`"])', r"\\\1", value)
     if context == "s":  # inside '...': close, add an unquoted word, reopen
         return "'" + escape_word(value) + "'"
+    if context == "a":  # inside $'...': the same, reopening $'...' so its \ escapes still mean the same
+        return "'" + escape_word(value) + "$'"
     return escape_word(value)
 
 
+def _splice(words: str, context: str) -> str:
+    """Escaped words in any context: their `'\\n'` newlines and backslashes only hold unquoted."""
+    if context.startswith("k"):
+        return re.sub(r"([\\$`])", r"\\\1", _splice(words, context[1:] or "u"))
+    if context in ("d", "s", "a"):
+        return {"d": '"{}"', "s": "'{}'", "a": "'{}$'"}[context].format(words)
+    return words
+
+
 def _contexts(command: str) -> dict[int, str]:
-    """The quoting context ('u', 'd' or 's') at each `$` of the command."""
-    stack = ["u"]  # u: unquoted, d: "...", s: '...', c: $(...) or (...), k: `...`
+    """The quoting context ('u', 'd', 's' or 'a', after 'k' in backquotes) at each `$` of the command."""
+    stack = ["u"]  # u: unquoted, d: "...", s: '...', a: $'...', c: $(...) or (...), k: `...`
     found: dict[int, str] = {}
     i, n = 0, len(command)
     while i < n:
         ch, top = command[i], stack[-1]
-        if top == "s":
-            if ch == "'":
+        if top in ("s", "a"):
+            if ch == "\\" and top == "a":  # $'\'' holds a quote
+                i += 1
+            elif ch == "'":
                 stack.pop()
             elif ch == "$":
-                found[i] = "s"
+                found[i] = ("k" if "k" in stack else "") + top  # `...` strips a level of \ even here
         elif top == "d":
             if ch == "\\":
                 i += 1
@@ -140,7 +163,7 @@ def _contexts(command: str) -> dict[int, str]:
                     stack.append("c")
                     i += 1
                 elif command.startswith("$'", i):
-                    stack.append("s")  # ANSI-C quoting: treated as single quotes (escape stays inert)
+                    stack.append("a")  # ANSI-C quoting
                     i += 1
             elif ch == "(":
                 stack.append("c")

@@ -1,0 +1,357 @@
+"""Variable substitution: the syntaxes, shell variables left alone, built-ins,
+$variables_as_args, typed CLI overrides, and that no value can run anything."""
+
+import json
+import os
+import re
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from app.workflows import Project, WorkflowError, load_workflows
+from app.workflows.resolve import coerce_override, render_value, resolve
+from app.workflows.substitute import UndefinedVariable, substitute_command, substitute_text
+
+BUILTINS = {"run_name": "swift-otter-1", "job_id": "0123abcd"}
+
+
+def _project(root: Path, workflows: str, variables: str | None = None) -> Project:
+    (root / ".lanpool").mkdir(parents=True, exist_ok=True)
+    (root / ".lanpool" / "workflows.yaml").write_text(textwrap.dedent(workflows))
+    if variables is not None:
+        (root / ".lanpool" / "variables.yaml").write_text(textwrap.dedent(variables))
+    return load_workflows(root)
+
+
+def _run(command: str, cwd: Path) -> tuple[str, str]:
+    result = subprocess.run(["bash", "-c", command], cwd=cwd, capture_output=True, timeout=10)
+    return result.stdout.decode("utf-8", "surrogateescape"), result.stderr.decode("utf-8", "surrogateescape")
+
+
+def _bash(command: str, cwd: Path) -> str:
+    return _run(command, cwd)[0]
+
+
+# -- syntaxes ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("template", ["$name", "${name}", "${{ name }}", "${{name}}", "${{ variables.name }}",
+                                      "${{variables.name}}"])
+def test_every_syntax_substitutes(template):
+    assert substitute_text(f"a/{template}/b", {"name": "gpt2"}) == "a/gpt2/b"
+    assert substitute_command(f"echo {template}", {"name": "gpt2"}) == "echo gpt2"
+
+
+def test_a_longer_name_is_another_variable():
+    assert substitute_text("$name $name_x ${name}_x", {"name": "v"}) == "v $name_x v_x"
+
+
+@pytest.mark.parametrize("text", ["$HOME", "$PATH", "${UNDEFINED_SHELL}", "$1", "$$", "$?", "${#x}", "$", "a$"])
+def test_shell_variables_are_left_alone(text):
+    values = {"model": "117M"}
+    assert substitute_text(text, values) == text
+    assert substitute_command(f"echo {text} $model", values) == f"echo {text} 117M"
+
+
+def test_shell_variables_still_expand_in_the_shell(tmp_path: Path):
+    command = substitute_command('printf "%s|%s" "$HOME" $model', {"model": "x"})
+    assert command == 'printf "%s|%s" "$HOME" x'
+    assert _bash(command, tmp_path) == f"{os.environ['HOME']}|x"
+
+
+def test_double_brace_names_no_shell_variable():
+    with pytest.raises(UndefinedVariable) as exc:
+        substitute_text("${{ undefined }}", {"x": "1"})
+    assert exc.value.name == "undefined"
+    with pytest.raises(UndefinedVariable):
+        substitute_command("echo ${{ variables.undefined }}", {})
+
+
+# -- through resolve: builtins, variables_as_args, every field ----------------------
+
+WORKFLOWS = """\
+workflows:
+  - name: train
+    image: $image
+    commands:
+      - echo $run_name ${job_id} ${{ run_name }}
+      - printf '%s\\n' $variables_as_args
+      - echo lr=$lr amp=$amp steps=${{ steps }} model=${model}
+    env:
+      MODEL: $model
+      OUT: out/${{ variables.run_tag }}-$run_name
+      AMP: $amp
+    artifacts:
+      - checkpoints/$model
+      - path: logs/${run_tag}
+        nodes: all
+    resources:
+      gpu: ${{ gpus }}
+      memory: $mem
+    nodes: ${{ nodes }}
+
+  - name: tune
+    provider: python
+    script: tune.py
+    args: ["--model", "$model", "--note", "$note", "$variables_as_args"]
+
+  - name: sample
+    provider: python
+    script: $script
+    args: --model ${model} --temperature $temperature
+"""
+
+VARIABLES = """\
+variables:
+  global:
+    model: 117M
+    image: python:3.11-slim
+    run_tag: base
+    script: sample.py
+  train:
+    lr: 0.001
+    amp: true
+    steps: 100
+    gpus: 2
+    mem: 16GB
+    nodes: 1
+    msg: "it's a $(touch pwned) test"
+  tune:
+    trials: 8
+    note: "a b"
+  sample:
+    temperature: 0.7
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Project:
+    return _project(tmp_path / "proj", WORKFLOWS, VARIABLES)
+
+
+def test_builtins(project: Project):
+    job = resolve(project, "train", {}, BUILTINS)
+    assert job.commands[0] == "echo swift-otter-1 0123abcd swift-otter-1"
+    assert job.env["OUT"] == "out/base-swift-otter-1"
+
+
+def test_variables_as_args_are_the_workflows_own_escaped(project: Project, tmp_path: Path):
+    job = resolve(project, "train", {}, BUILTINS)
+    line = job.commands[1]
+    assert "--model" not in line and "--image" not in line  # global ones are not its own
+    lines = _bash(line, tmp_path).splitlines()
+    assert lines == ["--lr", "0.001", "--amp", "true", "--steps", "100", "--gpus", "2", "--mem", "16GB",
+                     "--nodes", "1", "--msg", "it's a $(touch pwned) test"]
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_variables_as_args_take_overrides(project: Project, tmp_path: Path):
+    job = resolve(project, "train", {"lr": "0.5", "model": "345M"}, BUILTINS)
+    assert _bash(job.commands[1], tmp_path).splitlines()[:2] == ["--lr", "0.5"]
+    assert "model=345M" in job.commands[2]
+
+
+def test_variables_as_args_in_python_args(project: Project, tmp_path: Path):
+    job = resolve(project, "tune", {}, BUILTINS)
+    assert len(job.commands) == 1 and job.commands[0].startswith("python tune.py ")
+    argv = _bash(job.commands[0].replace("python tune.py", "printf '%s\\n'", 1), tmp_path).splitlines()
+    assert argv == ["--model", "117M", "--note", "a b", "--trials", "8", "--note", "a b"]
+
+
+def test_python_args_as_a_string(project: Project):
+    job = resolve(project, "sample", {"temperature": "1.5"}, BUILTINS)
+    assert job.commands == ["python sample.py --model 117M --temperature 1.5"]
+
+
+def test_commands_and_bools(project: Project):
+    job = resolve(project, "train", {}, BUILTINS)
+    assert job.commands[2] == "echo lr=0.001 amp=true steps=100 model=117M"
+
+
+def test_env_artifacts_resources_nodes_image(project: Project):
+    job = resolve(project, "train", {}, BUILTINS)
+    assert job.env == {"MODEL": "117M", "OUT": "out/base-swift-otter-1", "AMP": "true"}
+    assert job.artifacts == ["checkpoints/117M"] and job.artifacts_all_nodes == ["logs/base"]
+    assert job.resources == {"gpu": 2, "memory_mb": 16 * 1024}
+    assert job.nodes == 1
+    assert job.image == "python:3.11-slim"
+
+
+def test_env_values_are_not_shell_escaped(project: Project):
+    job = resolve(project, "train", {"model": "a b'c"}, BUILTINS)
+    assert job.env["MODEL"] == "a b'c"
+    assert job.artifacts == ["checkpoints/a b'c"]
+
+
+def test_overrides_reach_resources_and_nodes(project: Project):
+    job = resolve(project, "train", {"gpus": "4", "mem": "32GB", "nodes": "3"}, BUILTINS)
+    assert job.resources == {"gpu": 4, "memory_mb": 32 * 1024}
+    assert job.nodes == 3
+
+
+def test_bad_resource_after_substitution(project: Project):
+    with pytest.raises(WorkflowError) as exc:
+        resolve(project, "train", {"mem": "lots"}, BUILTINS)
+    assert "resources.memory" in str(exc.value) and "'train'" in str(exc.value)
+
+
+def test_artifact_escaping_the_workspace_after_substitution(project: Project):
+    with pytest.raises(WorkflowError) as exc:
+        resolve(project, "train", {"model": "../../etc"}, BUILTINS)
+    assert "artifact path" in str(exc.value)
+
+
+# -- typed overrides ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "default", "expected"),
+    [
+        ("5", 3, 5), ("-2", 3, -2), ("0.5", 0.1, 0.5), ("3", 0.1, 3.0), ("1e-4", 0.1, 1e-4),
+        ("true", False, True), ("Yes", False, True), ("0", True, False), ("off", True, False),
+        ("345M", "117M", "345M"), ("", "x", ""), ("7", None, "7"),
+    ],
+)
+def test_overrides_are_typed_by_the_default(text, default, expected):
+    value = coerce_override("v", text, default)
+    assert value == expected and type(value) is type(expected)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "default", "words"),
+    [("steps", "many", 100, ["--steps", "100", "'many'"]), ("lr", "fast", 0.001, ["--lr", "0.001", "'fast'"]),
+     ("amp", "maybe", True, ["--amp", "true", "'maybe'"]), ("steps", "1.5", 100, ["--steps", "100"])],
+)
+def test_bad_override_names_the_variable_and_default(name, text, default, words):
+    with pytest.raises(WorkflowError) as exc:
+        coerce_override(name, text, default)
+    assert all(w in str(exc.value) for w in words), str(exc.value)
+
+
+def test_bad_override_through_resolve(project: Project):
+    with pytest.raises(WorkflowError) as exc:
+        resolve(project, "train", {"steps": "lots"}, BUILTINS)
+    assert "--steps" in str(exc.value) and "100" in str(exc.value)
+
+
+def test_bools_render_as_true_false(project: Project):
+    rendered = (render_value(True), render_value(False), render_value(3), render_value(0.5))
+    assert rendered == ("true", "false", "3", "0.5")
+    job = resolve(project, "train", {"amp": "no"}, BUILTINS)
+    assert job.env["AMP"] == "false" and "amp=false" in job.commands[2]
+    assert job.variables["amp"] == "false"
+
+
+# -- injection safety ------------------------------------------------------------------
+
+# (template, how the expected output follows from the value)
+TEMPLATES = [
+    ("printf '%s' $v", lambda v: v),  # unquoted: the value stays a single word
+    ("printf '%s' \"$v\"", lambda v: v),
+    ("printf '%s' \"${v}\"", lambda v: v),
+    ("printf '%s' '${{ v }}'", lambda v: v),
+    # command substitution strips trailing newlines
+    ("printf '%s' \"$(printf '%s' \"$v\")\"", lambda v: v.rstrip("\n")),
+    ("printf '%s' \"$(printf '%s' $v)\"", lambda v: v.rstrip("\n")),
+    ("echo ok # $v", lambda v: "ok\n"),  # a comment: nothing substituted, nothing run
+    # quoting the lexer must follow: $'\'' is one quote character; `...` strips a level of \ even in '...'
+    ("printf '%s' $'\\''$v", lambda v: "'" + v),
+    ("printf '%s' $'a\\t${{ v }}b'", lambda v: "a\t" + v + "b"),
+    ("printf '%s' \"`printf '%s' '$v'`\"", lambda v: v.rstrip("\n")),
+    ("printf '%s' \"`printf '%s' \"$v\"`\"", lambda v: v.rstrip("\n")),
+]
+NASTY = ["$(touch pwned)", "'; touch pwned; '", '"; touch pwned; "', "`touch pwned`", "\\", "\n\ntouch pwned",
+         "a b\tc", "", "-n", "$HOME", "${{ v }}", "$v", "'", '"', "\\'", "\\\"", "$(touch pwned)\n", "*", "~",
+         "!!", "#", "a\\\nb", "\\$(touch pwned)", ">pwned", "|touch pwned", ";touch pwned&", "$'\\x41'", "\x7f\x01",
+         "\ntouch pwned\n", "`touch$IFS./pwned`", "$(touch$IFS./pwned)", "\n`touch$IFS./pwned`\n"]
+
+
+@pytest.fixture(scope="module")
+def scratch(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("inject")
+
+
+def _check(template: str, expected, value: str, cwd: Path) -> None:
+    command = substitute_command(template, {"v": value})
+    out, err = _run(command, cwd)
+    assert (out, err) == (expected(value), ""), (template, value, command)  # no "command not found" either
+    assert list(cwd.iterdir()) == [], (template, value, command)  # nothing (no "pwned") was created
+
+
+@pytest.mark.parametrize(("template", "expected"), TEMPLATES, ids=[t for t, _ in TEMPLATES])
+@pytest.mark.parametrize("value", NASTY)
+def test_nasty_values_come_out_as_text(scratch: Path, template, expected, value):
+    _check(template, expected, value, scratch)
+
+
+@pytest.mark.parametrize(("template", "expected"), TEMPLATES, ids=[t for t, _ in TEMPLATES])
+def test_any_value_comes_out_as_text(scratch: Path, template, expected):
+    @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.text().filter(lambda s: "\x00" not in s))
+    def check(value: str) -> None:
+        _check(template, expected, value, scratch)
+
+    check()
+
+
+# $variables_as_args is several words: wherever it is written, they come out as words.
+ARGS_TEMPLATES = [
+    "printf '%s\\0' $variables_as_args",
+    "printf '%s\\0' ${{ variables_as_args }}",
+    "printf '%s\\0' '$variables_as_args'",
+    "printf '%s\\0' \"${variables_as_args}\"",
+    "printf '%s\\0' `printf '%s\\n' $variables_as_args`",  # output re-split at whitespace
+    "printf '%s\\0' $(printf '%s\\n' \"$variables_as_args\")",
+    "echo ok # $variables_as_args",
+]
+
+
+@pytest.fixture(scope="module")
+def args_project(tmp_path_factory) -> Project:
+    root = tmp_path_factory.mktemp("args")
+    (root / "cwd").mkdir()
+    workflows = "workflows:\n" + "".join(f"  - name: w{i}\n    commands:\n      - {json.dumps(t)}\n"
+                                          for i, t in enumerate(ARGS_TEMPLATES))
+    variables = "variables:\n" + "".join(f"  w{i}:\n    msg: x\n" for i in range(len(ARGS_TEMPLATES)))
+    return _project(root, workflows, variables)
+
+
+def _args_output(i: int, value: str) -> str | None:
+    """What the template prints; None where pathname expansion makes it depend on the disk."""
+    if ARGS_TEMPLATES[i].startswith("echo ok"):
+        return "ok\n"
+    if "`" in ARGS_TEMPLATES[i] or "$(" in ARGS_TEMPLATES[i]:  # unquoted substitution: split at IFS, globbed
+        if any(c in value for c in "*?["):
+            return None
+        return "".join(w + "\0" for w in ["--msg", *re.split("[ \t\n]+", value)] if w)
+    return "--msg\0" + value + "\0"
+
+
+def _check_args(project: Project, i: int, value: str) -> None:
+    cwd = project.root / "cwd"
+    job = resolve(project, f"w{i}", {"msg": value}, BUILTINS)
+    out, err = _run(job.commands[0], cwd)
+    assert err == "", (job.commands[0], err)  # no "command not found"
+    expected = _args_output(i, value)
+    assert expected is None or out == expected, job.commands[0]
+    assert list(cwd.iterdir()) == [], job.commands[0]
+
+
+@pytest.mark.parametrize("i", range(len(ARGS_TEMPLATES)), ids=ARGS_TEMPLATES)
+@pytest.mark.parametrize("value", NASTY)
+def test_variables_as_args_nasty_values(args_project: Project, i: int, value: str):
+    _check_args(args_project, i, value)
+
+
+@pytest.mark.parametrize("i", range(len(ARGS_TEMPLATES)), ids=ARGS_TEMPLATES)
+def test_variables_as_args_any_value(args_project: Project, i: int):
+    @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(st.text().filter(lambda s: "\x00" not in s))
+    def check(value: str) -> None:
+        _check_args(args_project, i, value)
+
+    check()
