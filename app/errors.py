@@ -34,5 +34,13 @@ class RunnerError(LanpoolError):
     exit_code = ExitCode.UNREACHABLE
 
 
+class RunnerRefused(RunnerError):
+    """The runner does not accept this controller's key (not paired)."""
+
+
+class HostKeyMismatch(RunnerError):
+    """The runner's host key is not the one pinned for it."""
+
+
 class NotFoundError(LanpoolError):
     exit_code = ExitCode.NOT_FOUND

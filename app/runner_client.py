@@ -12,7 +12,7 @@ from pathlib import Path
 import asyncssh
 
 from app import __version__
-from app.errors import NotFoundError, RunnerError
+from app.errors import HostKeyMismatch, NotFoundError, RunnerError, RunnerRefused
 from protocol import (
     PROTOCOL_VERSION,
     Attach,
@@ -24,6 +24,8 @@ from protocol import (
     Hello,
     JobAccepted,
     JobStatus,
+    Pair,
+    Paired,
     ProtocolError,
     StopJob,
     SubmitJob,
@@ -103,26 +105,34 @@ class RunnerSession:
         self._control: Channel | None = None
 
     @classmethod
-    async def open(cls, host: str, port: int, client_key: asyncssh.SSHKey, pinned_host_key: str | None) -> "RunnerSession":
+    async def open(cls, host: str, port: int, client_key: asyncssh.SSHKey, pinned_host_key: str | None,
+                   *, timeout: float = CONNECT_TIMEOUT_S, pairing_code: str | None = None) -> "RunnerSession":
+        """Connect and open the request channel. With `pairing_code`, authenticate with
+        the code instead (the connection can then only send Pair)."""
         where = f"runner {host}:{port}"
         known_hosts = None  # first contact: trust on first use, then pinned by the caller
         if pinned_host_key:
             known_hosts = ([asyncssh.import_public_key(pinned_host_key)], [], [])
         try:
+            auth = {"password": pairing_code, "preferred_auth": ["password"], "client_keys": None} if pairing_code \
+                else {"client_keys": [client_key], "preferred_auth": ["publickey"]}
             conn = await asyncio.wait_for(asyncssh.connect(
-                host, port, username="lanpool", client_keys=[client_key], known_hosts=known_hosts,
-                encryption_algs=ENCRYPTION_ALGS, agent_path=None, config=[], preferred_auth=["publickey"],
-                connect_timeout=CONNECT_TIMEOUT_S, keepalive_interval=15,
-            ), CONNECT_TIMEOUT_S + 5)
+                host, port, username="lanpool", known_hosts=known_hosts, encryption_algs=ENCRYPTION_ALGS,
+                agent_path=None, config=[], connect_timeout=timeout, keepalive_interval=15, **auth,
+            ), timeout + 1)
         except asyncssh.HostKeyNotVerifiable:
-            raise RunnerError(
+            raise HostKeyMismatch(
                 f"{where} presented a different host key than the one pinned for it. If the runner was "
                 "reinstalled, `app headless runners remove NAME` and connect again; otherwise someone may be "
                 "impersonating it") from None
         except asyncssh.PermissionDenied:
-            raise RunnerError(
-                f"{where} refused this controller's key: on the runner, run "
-                f"`app agent authorize {_pubkey_hint()}` with this controller's public key") from None
+            if pairing_code:
+                raise RunnerRefused(f"{where} refused the pairing code: check it with `app agent status` on the "
+                                    "runner (codes expire, and wrong guesses lock pairing for a minute)") from None
+            raise RunnerRefused(
+                f"{where} refused this controller's key: pair with `app headless runners pair NAME CODE` "
+                f"(the code is in `app agent status` on the runner), or run `app agent authorize` there "
+                f"with {_pubkey_hint()}") from None
         except (OSError, asyncssh.Error, TimeoutError) as exc:
             reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc) or type(exc).__name__
             raise RunnerError(f"cannot reach {where}: {reason}; is `app agent serve` running there?") from None
@@ -158,6 +168,9 @@ class RunnerSession:
     async def submit(self, req: SubmitJob) -> JobStatus:
         await self._request(req, JobAccepted)
         return await self._control.recv(REPLY_TIMEOUT_S)
+
+    async def pair(self, public_key: str, label: str) -> Paired:
+        return await self._request(Pair(public_key, label), Paired)
 
     async def stop(self, job_id: str, abort: bool, grace_s: float | None) -> JobStatus:
         return await self._request(StopJob(job_id, abort, grace_s), JobStatus)

@@ -70,7 +70,16 @@ def _m002_cache(db: "sqlite_utils.Database") -> None:
     db["runs"].create_index(["tag"])
 
 
-MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [_m001_initial, _m002_cache]
+def _m003_pool(db: "sqlite_utils.Database") -> None:
+    runners = db["runners"]
+    runners.add_column("state", str)  # LIVE, BUSY, OFFLINE, UNPAIRED, CONFLICT (see app/pool.py)
+    runners.add_column("paired", int)  # 1 once this controller's key was accepted
+    runners.add_column("props", str)  # JSON: resources from Hello / the mDNS TXT record
+    runners.add_column("conflict_key", str)  # a different host key advertised under this name
+    runners.add_column("last_ok", float)  # last time it answered
+
+
+MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [_m001_initial, _m002_cache, _m003_pool]
 
 
 def migrate(conn: sqlite3.Connection) -> None:

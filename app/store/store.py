@@ -82,6 +82,20 @@ class Store:
     def runners(self) -> list[dict]:
         return self._dicts("SELECT * FROM runners ORDER BY name")
 
+    def set_runner(self, name: str, **fields) -> None:
+        """Update runner columns (state, paired, props, conflict_key, last_ok, last_seen, host, port)."""
+        allowed = {"state", "paired", "props", "conflict_key", "last_ok", "last_seen", "host", "port", "host_key",
+                   "source"}
+        assert set(fields) <= allowed, fields  # column names are code, never input
+        with atomic(self.conn):
+            assignments = ", ".join(f"{c} = ?" for c in fields)
+            self.conn.execute(f"UPDATE runners SET {assignments} WHERE name = ?", (*fields.values(), name))
+
+    def running_jobs(self, runner: str) -> list[JobRow]:
+        rows = self.conn.execute(
+            f"SELECT {_JOB_COLS} FROM jobs WHERE runner = ? AND status IN ('SUBMITTED', 'RUNNING')", (runner,))
+        return [JobRow(*r) for r in rows]
+
     def remove_runner(self, name: str) -> bool:
         with atomic(self.conn):
             return self.conn.execute("DELETE FROM runners WHERE name = ?", (name,)).rowcount > 0
