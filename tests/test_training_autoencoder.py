@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -11,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.autoencoder import AutoencoderConfig, LitAutoencoder, parse_config
+from training.autoencoder import AutoencoderConfig, LitAutoencoder, main, parse_config
+from training.runtime import run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EPOCH_LINE = re.compile(
@@ -21,12 +23,37 @@ EPOCH_LINE = re.compile(
 # that run instead of starting its own processes (../shared/FINDINGS.md).
 LAUNCHER_VARS = (
     "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+    "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "LANPOOL_NUM_NODES",
 )
 
 
 def test_no_flags_give_the_dataclass_defaults():
     assert parse_config([]) == AutoencoderConfig()
+
+
+def test_nodes_default_to_lanpool_num_nodes_and_resume_takes_an_explicit_path(monkeypatch):
+    monkeypatch.delenv("LANPOOL_NUM_NODES", raising=False)
+    assert parse_config([]).num_nodes == 1
+    monkeypatch.setenv("LANPOOL_NUM_NODES", "2")
+    config = parse_config(["--ckpt-path", "ck/autoencoder.ckpt"])
+    assert config.num_nodes == 2 and config.resolved_strategy() == "ddp"
+    assert config.ckpt_path == "ck/autoencoder.ckpt"
+    assert parse_config(["--num-nodes", "1"]).num_nodes == 1
+
+
+@pytest.mark.parametrize(
+    ("env", "argv", "message"),
+    [
+        ({"LANPOOL_NUM_NODES": "two"}, [], "LANPOOL_NUM_NODES must be a whole number, got 'two'"),
+        ({"LANPOOL_DDP_TIMEOUT": "0"}, ["--devices", "2"], "LANPOOL_DDP_TIMEOUT must be at least 1, got 0"),
+        ({}, ["--ckpt-path", "last"], "--ckpt-path needs an explicit checkpoint file, not 'last'"),
+    ],
+)
+def test_bad_settings_are_one_line_and_exit_2(env, argv, message, monkeypatch, capsys):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert run_cli(main, argv) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
 
 
 def test_flags_are_parsed_into_typed_fields():
@@ -68,9 +95,13 @@ def test_model_reconstructs_64_pixels_through_a_3_dim_latent():
 
 
 @pytest.mark.slow
-def test_two_process_ddp_run_lowers_val_loss_and_writes_a_loadable_checkpoint(tmp_path):
+def test_two_process_ddp_run_lowers_val_loss_and_writes_a_loadable_checkpoint(
+    tmp_path, capsys, monkeypatch
+):
     out = tmp_path / "ck"
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    metrics = tmp_path / "metrics.jsonl"
+    env["LANPOOL_METRICS_FILE"] = str(metrics)
     result = subprocess.run(
         [sys.executable, "-m", "training.autoencoder",
          "--max-epochs", "2", "--devices", "2", "--out", str(out)],
@@ -92,3 +123,22 @@ def test_two_process_ddp_run_lowers_val_loss_and_writes_a_loadable_checkpoint(tm
     model = LitAutoencoder.load_from_checkpoint(checkpoint)
     assert model.hparams.latent == 3
     assert model(torch.rand(2, 64)).shape == (2, 64)
+
+    # Rank zero's metrics: one line per epoch mean, at increasing steps.
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    assert lines[0]["hparams"] == {"hidden": 32, "latent": 3, "lr": 0.001}
+    val = [(r["epoch"], r["step"], r["value"]) for r in lines[1:] if r["name"] == "val_loss"]
+    assert [e for e, _, _ in val] == [0, 1]
+    assert val[0][1] < val[1][1] and val[1][2] < val[0][2]
+    assert [r["value"] for r in lines[1:] if r["name"] == "train_loss"] == pytest.approx(
+        [t for _, t, _ in epochs], abs=1e-4
+    )
+
+    # Resumed in one process from the 2-process checkpoint: epoch 3 follows epoch 2.
+    monkeypatch.setenv("LANPOOL_METRICS_FILE", str(tmp_path / "resumed.jsonl"))
+    assert run_cli(main, ["--max-epochs", "3", "--devices", "1", "--num-nodes", "1",
+                          "--out", str(tmp_path / "resumed"), "--ckpt-path", str(checkpoint)]) == 0
+    stdout = capsys.readouterr().out
+    assert [int(e) for e, _, _ in EPOCH_LINE.findall(stdout)] == [3], stdout
+    resumed_ckpt = torch.load(tmp_path / "resumed" / "autoencoder.ckpt", weights_only=False)
+    assert resumed_ckpt["global_step"] > torch.load(checkpoint, weights_only=False)["global_step"]

@@ -2,20 +2,18 @@
 
 The autoencoder of the Lightning tutorial (64 -> 32 -> 3 -> 32 -> 64), fed
 real offline data, so a lanpool job can run it on any machine without a
-download. Single process or DDP across devices and nodes:
+download. Single process or DDP across devices and nodes (--num-nodes defaults
+to $LANPOOL_NUM_NODES); metrics go to $LANPOOL_METRICS_FILE (training.metrics):
 
     python -m training.autoencoder --max-epochs 2 --devices 2 --out ckpts
+    python -m training.autoencoder --max-epochs 4 --devices 2 --out ckpts \
+        --ckpt-path ckpts/autoencoder.ckpt
 """
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import os
-import typing
-import warnings
-from dataclasses import dataclass
-from datetime import timedelta
+from dataclasses import dataclass, field
 
 import torch
 from torch import nn
@@ -29,7 +27,18 @@ from lightning.pytorch import (
     Trainer,
     seed_everything,
 )
-from lightning.pytorch.strategies import DDPStrategy
+
+from training import cli_config
+from training.metrics import LanpoolMetrics
+from training.runtime import (
+    build_strategy,
+    check_checkpoint,
+    default_num_nodes,
+    default_torch_threads,
+    quiet_known_warnings,
+    resolve_strategy,
+    run_cli,
+)
 
 CHECKPOINT_NAME = "autoencoder.ckpt"
 
@@ -46,37 +55,23 @@ class AutoencoderConfig:
     accelerator: str = "cpu"
     # "auto" means "ddp" when more than one process takes part, else "auto".
     strategy: str = "auto"
-    num_nodes: int = 1
+    num_nodes: int = field(default_factory=default_num_nodes)
     seed: int = 42
     out: str = "checkpoints"
     val_fraction: float = 0.1
+    # An explicit checkpoint to resume from, present on every node.
+    ckpt_path: str | None = None
 
     def resolved_strategy(self) -> str:
-        if self.strategy == "auto" and self.devices * self.num_nodes > 1:
-            return "ddp"
-        return self.strategy
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.autoencoder",
-        description="Train an autoencoder on the 8x8 digits of scikit-learn.",
-    )
-    # Field annotations are strings under `from __future__ import annotations`.
-    types = typing.get_type_hints(AutoencoderConfig)
-    for field in dataclasses.fields(AutoencoderConfig):
-        parser.add_argument(
-            "--" + field.name.replace("_", "-"),
-            dest=field.name,
-            type=types[field.name],
-            default=field.default,
-            help=f"default: {field.default}",
-        )
-    return parser
+        return resolve_strategy(self.strategy, self.devices, self.num_nodes)
 
 
 def parse_config(argv: list[str] | None = None) -> AutoencoderConfig:
-    return AutoencoderConfig(**vars(build_parser().parse_args(argv)))
+    return cli_config.parse_config(
+        AutoencoderConfig, argv,
+        prog="python -m training.autoencoder",
+        description="Train an autoencoder on the 8x8 digits of scikit-learn.",
+    )
 
 
 class DigitsDataModule(LightningDataModule):
@@ -157,31 +152,16 @@ class PrintEpochLosses(Callback):
         print(" ".join(parts), flush=True)
 
 
-def _default_torch_threads(devices: int) -> None:
-    # Processes sharing a machine each take every core by default and then run
-    # ~8x slower (../shared/FINDINGS.md). An explicit OMP_NUM_THREADS wins: the
-    # agent sets it when several nodes share one machine.
-    if "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, devices)))
-
-
 def build_trainer(config: AutoencoderConfig) -> Trainer:
-    strategy: str | DDPStrategy = config.resolved_strategy()
-    if strategy == "ddp":
-        strategy = DDPStrategy(
-            # Bounds how long a rank waits for a frozen or missing peer (default 1800 s).
-            timeout=timedelta(seconds=int(os.environ.get("LANPOOL_DDP_TIMEOUT", "300"))),
-            process_group_backend="gloo" if config.accelerator == "cpu" else None,
-        )
     return Trainer(
         accelerator=config.accelerator,
         devices=config.devices,
         num_nodes=config.num_nodes,
-        strategy=strategy,
+        strategy=build_strategy(config.strategy, config.accelerator, config.devices, config.num_nodes),
         max_epochs=config.max_epochs,
         max_steps=config.max_steps,
         enable_checkpointing=False,
-        logger=False,
+        logger=LanpoolMetrics(),
         enable_progress_bar=False,
         enable_model_summary=False,
         log_every_n_steps=5,
@@ -191,21 +171,15 @@ def build_trainer(config: AutoencoderConfig) -> Trainer:
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_config(argv)
-    # The data is one in-memory tensor, so num_workers=0 is the right choice and
-    # Lightning's advice to add workers is noise that reads like a problem.
-    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
-    # Lightning 2.6 still uses torch's LeafSpec, which torch 2.13 deprecates;
-    # nothing a user of this recipe can act on.
-    warnings.filterwarnings(
-        "ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning
-    )
-    _default_torch_threads(config.devices)
+    check_checkpoint(config.ckpt_path)
+    quiet_known_warnings()
+    default_torch_threads(config.devices)
     seed_everything(config.seed, workers=True, verbose=False)
 
     model = LitAutoencoder(hidden=config.hidden, latent=config.latent, lr=config.lr)
     data = DigitsDataModule(config.batch_size, config.val_fraction, config.seed)
     trainer = build_trainer(config)
-    trainer.fit(model, datamodule=data)
+    trainer.fit(model, datamodule=data, ckpt_path=config.ckpt_path)
 
     path = os.path.join(config.out, CHECKPOINT_NAME)
     # Collective under DDP: every rank must call it; only global rank zero writes.
@@ -216,4 +190,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main))

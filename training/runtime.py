@@ -1,0 +1,122 @@
+"""How a recipe runs inside a lanpool job: nodes, DDP, threads, resume.
+
+On every node of a multi-node job the agent sets MASTER_ADDR, MASTER_PORT and
+NODE_RANK (read by Lightning itself), LANPOOL_NUM_NODES (the default of each
+recipe's --num-nodes) and LANPOOL_DDP_TIMEOUT (seconds a rank waits for a
+missing or frozen peer before failing). It never sets LOCAL_RANK, WORLD_SIZE or
+TORCHELASTIC_RUN_ID: Lightning would wait for processes nobody starts
+(../shared/FINDINGS.md). LANPOOL_DATA_DIR, if a workflow sets it, is where
+scripts/fetch-data put the corpora (`data` without it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Callable
+from datetime import timedelta
+
+import torch
+from lightning.pytorch.strategies import DDPStrategy
+
+from training.errors import TrainingError
+
+# Lightning's own default is 1800 s: a vanished peer would hang the others for
+# half an hour before the job could fail.
+DEFAULT_DDP_TIMEOUT_S = 300
+
+
+def _env_int(name: str, default: int) -> int:
+    text = os.environ.get(name) or str(default)
+    try:
+        value = int(text)
+    except ValueError:
+        raise TrainingError(f"{name} must be a whole number, got {text!r}") from None
+    if value < 1:
+        raise TrainingError(f"{name} must be at least 1, got {value}")
+    return value
+
+
+def data_dir() -> str:
+    """Where scripts/fetch-data puts corpora and recipes cache fetched data."""
+    return os.environ.get("LANPOOL_DATA_DIR") or "data"
+
+
+def default_data() -> str:
+    """The default corpus: the Shakespeare plays that scripts/fetch-data writes."""
+    return os.path.join(data_dir(), "shakespeare.txt")
+
+
+def default_num_nodes() -> int:
+    return _env_int("LANPOOL_NUM_NODES", 1)
+
+
+def ddp_timeout() -> timedelta:
+    return timedelta(seconds=_env_int("LANPOOL_DDP_TIMEOUT", DEFAULT_DDP_TIMEOUT_S))
+
+
+def resolve_strategy(strategy: str, devices: int, num_nodes: int) -> str:
+    """"auto" means "ddp" when more than one process takes part."""
+    if strategy == "auto" and devices * num_nodes > 1:
+        return "ddp"
+    return strategy
+
+
+def build_strategy(strategy: str, accelerator: str, devices: int, num_nodes: int) -> str | DDPStrategy:
+    resolved = resolve_strategy(strategy, devices, num_nodes)
+    if resolved != "ddp":
+        return resolved
+    return DDPStrategy(
+        # Also bounds start-up when a peer never arrives.
+        timeout=ddp_timeout(),
+        # None lets Lightning pick NCCL on GPUs, gloo elsewhere.
+        process_group_backend="gloo" if accelerator == "cpu" else None,
+    )
+
+
+def default_torch_threads(devices: int) -> None:
+    # Processes sharing a machine each take every core by default and then run
+    # ~8x slower (../shared/FINDINGS.md). An explicit OMP_NUM_THREADS wins: the
+    # agent sets it when several nodes share one machine.
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, devices)))
+
+
+def _not_an_advert(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("💡 Tip")
+
+
+def quiet_known_warnings() -> None:
+    """Hide warnings and adverts that no user of these recipes can act on."""
+    logging.getLogger("lightning.pytorch.utilities.rank_zero").addFilter(_not_an_advert)
+    # The data sets are in-memory tensors: workers would only add start-up time.
+    warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
+    # Lightning 2.6 still uses torch's LeafSpec, which torch 2.13 deprecates.
+    warnings.filterwarnings(
+        "ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning
+    )
+
+
+def check_checkpoint(path: str | None) -> None:
+    """Fail early and clearly when an explicit resume checkpoint is missing.
+
+    Every node must be given the same present file: "last" without shared
+    storage resumed one node from step 0 and another from step 300.
+    """
+    if path is None:
+        return
+    if path in ("last", "best", "hpc", "registry"):
+        raise TrainingError(f"--ckpt-path needs an explicit checkpoint file, not {path!r}")
+    if "://" not in path and not os.path.isfile(path):
+        raise TrainingError(f"checkpoint {path} does not exist")
+
+
+def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """Run a recipe's main; a TrainingError becomes one line on stderr and exit 2."""
+    try:
+        return main(argv)
+    except TrainingError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 2
