@@ -2,17 +2,22 @@
 
 import argparse
 import asyncio
+import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 import platformdirs
 
 from agent.errors import AgentError
+from agent.executors import MODES
 from agent.home import AgentHome
 from agent.jobs import DEFAULT_GRACE_S
+from agent.journal import JobRecord
 from agent.keys import authorize_key
+from agent.pairing import Pairing
 from agent.server import DEFAULT_PORT
 
 
@@ -31,11 +36,33 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
     serve.add_argument("--name", help="runner name shown to controllers (default: host name)")
     serve.add_argument("--data-dir", type=Path, default=None, help="keys, jobs and logs (default: $LANPOOL_AGENT_HOME or the user data dir)")
     serve.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, help="seconds between SIGTERM and SIGKILL on stop (default 10)")
+    serve.add_argument("--executor", choices=MODES, default="auto",
+                       help="how jobs run: docker (containers only), process (plain processes only), or auto "
+                            "(default: jobs with an image run in a container when a Docker engine answers)")
+    serve.add_argument("--docker-volume", action="append", default=[], metavar="HOST:CONTAINER[:ro]",
+                       help="bind-mount a host path into every job container (repeatable)")
+    serve.add_argument("--mdns-interface", action="append", default=[], metavar="IP",
+                       help="announce on the interface with this IPv4 address (repeatable; default: the --host "
+                            "address, or every LAN interface when listening on all)")
+    serve.add_argument("--no-mdns", action="store_true", help="do not announce on the LAN (add by address instead)")
+    serve.add_argument("--pairing-ttl", type=float, default=15.0, metavar="MIN",
+                       help="minutes a pairing code stays valid (default 15)")
     serve.add_argument("-v", "--verbose", action="store_true", help="log every connection and job")
 
     auth = sub.add_parser("authorize", help="allow a controller's public key to connect")
     auth.add_argument("pubkey_file", type=Path, help="the controller's .pub file (app headless key prints its path)")
     auth.add_argument("--data-dir", type=Path, default=None)
+
+    status = sub.add_parser("status", help="is the agent running, its address, its pairing code, its jobs")
+    status.add_argument("--data-dir", type=Path, default=None)
+    status.add_argument("--json", action="store_true")
+
+    pair = sub.add_parser("pair", help="make a new pairing code (to add another controller)")
+    pair.add_argument("--data-dir", type=Path, default=None)
+    pair.add_argument("--ttl", type=float, default=15.0, metavar="MIN", help="minutes it stays valid (default 15)")
+
+    gc = sub.add_parser("gc", help="remove this agent's leftover job containers")
+    gc.add_argument("--data-dir", type=Path, default=None)
     return parser
 
 
@@ -53,6 +80,15 @@ def main(argv: list[str] | None = None) -> int:
             home.create()
             added = authorize_key(home.authorized_keys, args.pubkey_file)
             print(f"{'authorized' if added else 'already authorized'}: {args.pubkey_file} -> {home.authorized_keys}")
+        elif args.verb == "gc":
+            _gc(home)
+        elif args.verb == "status":
+            return _status(home, args.json)
+        elif args.verb == "pair":
+            home.create()
+            state = Pairing(home.root / "pairing.json", args.ttl * 60).issue()
+            print(f"pairing code: {state.code} (valid {args.ttl:g} min): on the controller run "
+                  f"`app headless runners pair NAME {state.code}`")
     except AgentError as exc:
         print(f"app agent: error: {exc}", file=sys.stderr)
         return 1
@@ -67,4 +103,87 @@ def main(argv: list[str] | None = None) -> int:
 async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
     from agent.server import serve
 
-    await serve(home, args.name, args.host, args.port, args.grace)
+    await serve(home, args.name, args.host, args.port, args.grace, args.executor, args.docker_volume,
+                mdns=not args.no_mdns, mdns_interfaces=args.mdns_interface or None,
+                pairing_ttl_s=args.pairing_ttl * 60)
+
+
+def _status(home: AgentHome, as_json: bool) -> int:
+    info = _running_info(home)
+    pairing = Pairing(home.root / "pairing.json").current()
+    keys = home.authorized_keys.read_text().splitlines() if home.authorized_keys.exists() else []
+    jobs = []
+    if home.jobs.is_dir():
+        for job_dir in sorted(home.jobs.iterdir()):
+            try:
+                data = json.loads((job_dir / "job.json").read_text())
+            except (OSError, ValueError):
+                continue
+            jobs.append({"job": data.get("job_id"), "run": data.get("run_name"), "state": data.get("state")})
+    out = {
+        "running": info is not None, "data_dir": str(home.root),
+        "name": info.get("name") if info else None,
+        "address": f"{info['host']}:{info['port']}" if info else None, "pid": info.get("pid") if info else None,
+        "mdns": info.get("mdns", []) if info else [],
+        "pairing_code": pairing.code if pairing else None,
+        "pairing_expires_at": pairing.expires_at if pairing else None,
+        "authorized_controllers": len([k for k in keys if k.strip()]),
+        "jobs_running": sum(j["state"] in ("SUBMITTED", "RUNNING") for j in jobs), "jobs_total": len(jobs),
+    }
+    if as_json:
+        print(json.dumps(out, indent=2))
+        return 0 if info else 1
+    if info:
+        print(f"agent {out['name']}: running (pid {out['pid']}) on {out['address']}, data dir {home.root}")
+        print(f"mDNS: {', '.join(out['mdns']) or 'off'}")
+    else:
+        print(f"agent: not running (data dir {home.root})")
+    print(f"authorized controllers: {out['authorized_controllers']}")
+    if pairing:
+        mins = max(0, int(pairing.expires_at - time.time()) // 60)
+        print(f"pairing code: {pairing.code} (valid {mins} more min): `app headless runners pair NAME {pairing.code}`")
+    else:
+        print("pairing code: none (`app agent pair` makes one)")
+    print(f"jobs: {out['jobs_running']} running, {out['jobs_total']} in the journal")
+    return 0 if info else 1
+
+
+def _running_info(home: AgentHome) -> dict | None:
+    """agent.json of a live agent, or None (a stale file from a killed agent counts as not running)."""
+    try:
+        info = json.loads(home.info_file.read_text())
+        os.kill(int(info["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return info
+
+
+def _gc(home: AgentHome) -> None:
+    """Remove containers of this agent (by label) that no unfinished job of its journal runs in.
+
+    Containers of unfinished jobs stay: a running agent is using them, or the
+    next start re-adopts them.
+    """
+    from agent.executors import ExecutorError
+    from agent.executors.docker import DockerExecutor, DockerUnavailable
+
+    try:
+        docker = DockerExecutor.connect(str(home.root))
+    except DockerUnavailable as exc:
+        raise AgentError(str(exc)) from None
+    active = set()
+    if home.jobs.is_dir():
+        for job_dir in home.jobs.iterdir():
+            if (job_dir / "job.json").exists():
+                record = JobRecord.load(job_dir)
+                if not record.terminal:
+                    active.add(record.job_id)
+    try:
+        leftovers = docker.leftovers(active)
+    except ExecutorError as exc:
+        raise AgentError(str(exc)) from None
+    for container in leftovers:
+        docker.remove(container)
+        print(f"removed container {container.short_id} (job {container.labels.get('lanpool.job', '?')}, "
+              f"{container.status})")
+    print(f"{len(leftovers)} leftover container(s) removed; {len(active)} unfinished job(s) in {home.root}")

@@ -1,7 +1,8 @@
 """The job manager: starts jobs, spools their output, stops them, keeps the journal.
 
 Jobs belong to the agent, not to a connection: a controller that disconnects
-leaves its jobs running and comes back to their spooled logs.
+leaves its jobs running and comes back to their spooled logs. Container jobs
+also outlive the agent: a restarted agent re-adopts them (`load_journal`).
 """
 
 import asyncio
@@ -12,11 +13,13 @@ import re
 import signal
 import tarfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from agent.artifacts import check_artifact_path, pack_artifacts
-from agent.executors import Execution, Executor, Launch
+from agent.executors import Execution, Executor, ExecutorChoice, ExecutorError, Launch
+from agent.gpus import GpuAllocator, GpuError, gpu_env
 from agent.home import AgentHome
 from agent.journal import JobRecord
 from agent.spool import LogSpool
@@ -25,7 +28,12 @@ from protocol import ErrorCode, JobState, JobStatus, SubmitJob
 log = logging.getLogger(__name__)
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_SIZE = re.compile(r"^[0-9]+[bkmg]?$", re.IGNORECASE)
 DEFAULT_GRACE_S = 10.0
+PULL_POLICIES = ("never", "missing", "always")
+# A submit answers once the job has started, or after this long (an image
+# still being pulled): the job then shows SUBMITTED, with pull progress in its log.
+START_WAIT_S = 20.0
 
 
 class JobError(Exception):
@@ -43,6 +51,7 @@ class Job:
     dir: Path
     spool: LogSpool
     execution: Execution | None = None
+    starting: asyncio.Task | None = None  # until started: pulling the image, creating the container
     # Replaced after each set(): waiters take the current one, then re-check.
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -54,39 +63,99 @@ class Job:
         return self.record.to_status(self.spool.next_seq)
 
 
+@dataclass(frozen=True)
+class JobResources:
+    """SubmitJob.resources, checked: what the job needs."""
+
+    gpus: int | None = None  # None: not asked (a process job then sees every GPU, as before)
+    memory_mb: int | None = None
+    cpus: float | None = None
+    shm_size: str | None = None
+
+    @classmethod
+    def parse(cls, res: dict) -> "JobResources":
+        def number(key: str, kind: type, positive: bool = False):
+            value = res.get(key)
+            if value is None:
+                return None
+            try:
+                num = None if isinstance(value, bool) else kind(value)
+            except ValueError:
+                num = None
+            if num is None or num < 0 or (positive and num == 0):
+                raise JobError(ErrorCode.BAD_REQUEST, f"resources.{key}: {value!r} is not a valid number")
+            return num
+
+        shm = res.get("shm_size")
+        if shm is not None:
+            shm = str(shm).strip()
+            if not _SIZE.match(shm):
+                raise JobError(ErrorCode.BAD_REQUEST,
+                               f"resources.shm_size: {res['shm_size']!r} is not a size like 8g or 512m")
+        return cls(number("gpu", int), number("memory_mb", int, True), number("cpu", float, True), shm)
+
+
 class JobManager:
-    def __init__(self, home: AgentHome, executor: Executor, grace_s: float = DEFAULT_GRACE_S) -> None:
+    def __init__(self, home: AgentHome, executors: ExecutorChoice | Executor, grace_s: float = DEFAULT_GRACE_S,
+                 gpus: GpuAllocator | None = None) -> None:
         self.home = home
-        self.executor = executor
+        if not isinstance(executors, ExecutorChoice):
+            executors = ExecutorChoice("process", executors)
+        self.executors = executors
         self.grace_s = grace_s
+        self.gpus = gpus or GpuAllocator([])
         self.jobs: dict[str, Job] = {}
         self._tasks: set[asyncio.Task] = set()  # strong refs to background tasks
+        # Called when a job starts or ends (what the runner has free changed).
+        self.listeners: list[Callable[[], None]] = []
+
+    def usage(self) -> dict[str, int]:
+        """What running jobs hold now: GPUs free, CPUs and memory reserved, job count."""
+        running = [j.record for j in self.jobs.values() if not j.record.terminal]
+        return {
+            "gpus_free": len(self.gpus.free),
+            "cpus_reserved": int(sum(r.cpus for r in running) + 0.999),
+            "memory_reserved_mb": sum(r.memory_mb for r in running),
+            "running": len(running),
+        }
+
+    def _changed(self) -> None:
+        for listener in self.listeners:
+            try:
+                listener()
+            except Exception:  # a listener's bug must not break job bookkeeping
+                log.exception("job change listener failed")
 
     # -- start-up ------------------------------------------------------------
 
-    def load_journal(self) -> None:
-        """Load every job on disk; jobs that were running when the agent died are LOST.
+    async def load_journal(self) -> None:
+        """Load every job on disk and settle the ones that were running when the agent stopped.
 
-        A process job cannot be re-adopted (its pipes died with the agent), so
-        its process group is killed rather than left running unseen.
+        A container job is re-adopted: its log continues from where the spool
+        stopped, and one that ended meanwhile gets its result recorded. A
+        process job cannot be (its pipes died with the agent): its process
+        group is killed rather than left running unseen, and the job is LOST.
         """
+        to_adopt = []
         for job_dir in sorted(self.home.jobs.iterdir()):
             if not (job_dir / "job.json").exists():
                 continue
             record = JobRecord.load(job_dir)
             writable = not record.terminal
             job = Job(record, job_dir, LogSpool(job_dir / "log.spool", writable=writable))
-            if not record.terminal:
-                if record.pid:
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(record.pid, signal.SIGKILL)
-                record.state = JobState.LOST
-                record.error = "the agent restarted while the job ran; the job was ended"
-                record.finished_at = time.time()
-                record.save(job_dir)
-                job.spool.append("sys", b"lanpool: agent restarted; job ended\n")
-                job.spool.close()
             self.jobs[record.job_id] = job
+            if record.terminal:
+                continue
+            if record.executor == "docker":
+                to_adopt.append(job)
+                continue
+            if record.pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(record.pid, signal.SIGKILL)
+            self._lose(job, "the agent restarted while the job ran; the job was ended")
+        for job in to_adopt:
+            await self._adopt(job)
+        await self._remove_leftover_containers()
 
     # -- requests --------------------------------------------------------------
 
@@ -107,17 +176,37 @@ class JobManager:
             problem = check_artifact_path(path)
             if problem:
                 raise JobError(ErrorCode.BAD_REQUEST, problem)
+        if req.pull not in PULL_POLICIES:
+            raise JobError(ErrorCode.BAD_REQUEST, f"pull {req.pull!r}: use one of {', '.join(PULL_POLICIES)}")
+        try:
+            executor, note = self.executors.choose(req.image, req.executor)
+        except ExecutorError as exc:
+            raise JobError(ErrorCode.BAD_REQUEST, str(exc)) from None
+        resources = JobResources.parse(req.resources)
+        in_container = executor.name == "docker"
+        try:
+            gpus = self.gpus.allocate(req.job_id, resources.gpus or 0)
+        except GpuError as exc:
+            raise JobError(ErrorCode.BAD_REQUEST, str(exc)) from None
         job_dir = self.home.job_dir(req.job_id)
         workspace = job_dir / "workspace"
-        workspace.mkdir(parents=True)
+        try:
+            workspace.mkdir(parents=True)
+        except OSError:
+            self.gpus.release(req.job_id)
+            raise
         record = JobRecord(
             job_id=req.job_id, run_name=req.run_name, workflow=req.workflow,
             commands=list(req.commands), env=dict(req.env), artifacts=list(req.artifacts),
             working_dir=req.working_dir, submitted_at=time.time(),
+            executor=executor.name, image=req.image if in_container else "", gpus=gpus,
+            cpus=resources.cpus or 0.0, memory_mb=resources.memory_mb or 0,
         )
         job = Job(record, job_dir, LogSpool(job_dir / "log.spool"))
         self.jobs[req.job_id] = job
         record.save(job_dir)
+        if note:
+            self._system_line(job, note)
         try:
             if req.snapshot:
                 await asyncio.to_thread(_extract, self.home, req.snapshot, (self.home.snapshots,), workspace)
@@ -126,42 +215,56 @@ class JobManager:
             working_dir = (workspace / req.working_dir).resolve()
             if not working_dir.is_relative_to(workspace.resolve()) or not working_dir.is_dir():
                 raise JobError(ErrorCode.BAD_REQUEST, f"working_dir {req.working_dir!r} is not a directory in the workspace")
-            env = {**req.env, "LANPOOL_RUN_NAME": req.run_name, "LANPOOL_JOB_ID": req.job_id}
-            launch = Launch(req.job_id, list(req.commands), workspace, working_dir, env)
-            job.execution = await self.executor.start(launch, lambda stream, data: self._output(job, stream, data))
         except (JobError, OSError, tarfile.TarError) as exc:
             message = exc.message if isinstance(exc, JobError) else f"could not start the job: {exc}"
             self._finish(job, JobState.FAILED, None, message)
             return job
-        record.pid = job.execution.pid
-        record.state = JobState.RUNNING
-        record.started_at = time.time()
-        record.save(job_dir)
-        job.notify()
-        self._spawn(self._monitor(job))
-        log.info("job %s started (pid %s)", req.job_id, record.pid)
+        env = {**req.env, "LANPOOL_RUN_NAME": req.run_name, "LANPOOL_JOB_ID": req.job_id}
+        if resources.gpus is not None or in_container:  # a process that did not ask sees every GPU, as before
+            env.update(gpu_env(gpus, in_container))
+        launch = Launch(
+            req.job_id, list(req.commands), workspace, working_dir, env, run_name=req.run_name,
+            image=record.image, pull=req.pull, gpus=tuple(gpus),
+            memory_mb=resources.memory_mb, cpus=resources.cpus, shm_size=resources.shm_size,
+        )
+        job.starting = self._spawn(self._start(job, executor, launch))
+        await asyncio.wait([job.starting], timeout=START_WAIT_S)
         return job
 
     def stop(self, job_id: str, abort: bool, grace_s: float | None) -> Job:
         job = self.get(job_id)
-        if job.record.terminal or job.execution is None:
+        if job.record.terminal:
             return job
         job.record.stop_requested = True
         job.record.abort_requested = job.record.abort_requested or abort
         job.record.save(job.dir)
+        verb = "abort" if abort else "stop"
+        if job.execution is None:
+            # Not started yet. A container job may be pulling its image: that
+            # is given up. A process starts at once: `_start` then signals it.
+            self._system_line(job, f"lanpool: {verb} requested before the job started")
+            if job.starting is not None and job.record.executor == "docker":
+                job.starting.cancel()
+            return job
         grace = self.grace_s if grace_s is None else max(0.0, grace_s)
-        self._system_line(job, f"lanpool: {'abort' if abort else 'stop'} requested; SIGTERM, SIGKILL after {grace:g}s")
+        self._system_line(job, f"lanpool: {verb} requested; SIGTERM, SIGKILL after {grace:g}s")
         job.execution.send_signal(signal.SIGTERM)
         self._spawn(self._kill_after(job, grace))
         return job
 
     async def shutdown(self, grace_s: float) -> None:
-        """Agent exit: running jobs are stopped (they cannot be re-adopted)."""
+        """Agent exit: process jobs are stopped (they cannot be re-adopted);
+        container jobs keep running, and the next start re-adopts them."""
         running = [j for j in self.jobs.values() if not j.record.terminal and j.execution]
-        for job in running:
+        processes = [j for j in running if j.record.executor != "docker"]
+        for job in processes:
             self.stop(job.record.job_id, abort=False, grace_s=grace_s)
-        if running:
-            await asyncio.wait([asyncio.ensure_future(self.wait_terminal(j)) for j in running], timeout=grace_s + 10)
+        if processes:
+            await asyncio.wait([asyncio.ensure_future(self.wait_terminal(j)) for j in processes], timeout=grace_s + 10)
+        for job in running:
+            if job.record.executor == "docker" and not job.record.terminal:
+                log.info("job %s keeps running in container %s", job.record.job_id, job.record.container_id[:12])
+                await job.execution.detach()
 
     async def wait_terminal(self, job: Job) -> None:
         while not job.record.terminal:
@@ -170,11 +273,104 @@ class JobManager:
     # -- internals -------------------------------------------------------------
 
     def _output(self, job: Job, stream: str, data: bytes) -> None:
+        if job.record.terminal:  # a late line (from a pull thread) after the spool was closed
+            return
         job.spool.append(stream, data)
         job.notify()
 
+    def _sink(self, job: Job):
+        def sink(stream: str, data: bytes, cut: bool = False) -> None:
+            record = job.record
+            if cut and not record.terminal:
+                # Noted before the record is written (see JobRecord.log_cuts);
+                # the previous one's record was written, so it counts for sure.
+                _settle_last_cut(record, job.spool.size)
+                record.last_cut = [stream, job.spool.size]
+                record.save(job.dir)
+            self._output(job, stream, data)
+
+        return sink
+
     def _system_line(self, job: Job, text: str) -> None:
         self._output(job, "sys", text.encode(errors="replace") + b"\n")
+
+    async def _start(self, job: Job, executor: Executor, launch: Launch) -> None:
+        record = job.record
+        try:
+            execution = await executor.start(launch, self._sink(job))
+        except asyncio.CancelledError:
+            if not record.stop_requested:
+                raise  # the agent is exiting: the journal keeps the job for the next start
+            state = JobState.ABORTED if record.abort_requested else JobState.STOPPED
+            self._finish(job, state, None, "stopped before the job started")
+            return
+        except (ExecutorError, OSError) as exc:
+            message = str(exc) if isinstance(exc, ExecutorError) else f"could not start the job: {exc}"
+            self._finish(job, JobState.FAILED, None, message)
+            return
+        finally:
+            job.starting = None
+        job.execution = execution
+        record.pid = execution.pid
+        record.container_id = getattr(execution, "container_id", "")
+        record.state = JobState.RUNNING
+        record.started_at = time.time()
+        record.save(job.dir)
+        job.notify()
+        self._changed()
+        if record.stop_requested:  # asked while it was starting
+            self._system_line(job, f"lanpool: SIGTERM, SIGKILL after {self.grace_s:g}s")
+            execution.send_signal(signal.SIGTERM)
+            self._spawn(self._kill_after(job, self.grace_s))
+        self._spawn(self._monitor(job))
+        log.info("job %s started (%s)", record.job_id,
+                 f"container {record.container_id[:12]}" if record.container_id else f"pid {record.pid}")
+
+    async def _adopt(self, job: Job) -> None:
+        """Take a container job back after a restart (see load_journal)."""
+        record = job.record
+        docker = self.executors.docker
+        if docker is None:
+            self._lose(job, "the agent restarted without a Docker engine; the job's container was not re-adopted")
+            return
+        _settle_last_cut(record, job.spool.size)
+        delivered = await asyncio.to_thread(_spooled_bytes, job.spool, record.log_cuts)
+        try:
+            execution = await docker.adopt(record.job_id, self._sink(job), delivered)
+        except ExecutorError as exc:
+            self._lose(job, f"the agent restarted and could not re-adopt the job's container: {exc}")
+            return
+        if execution is None:
+            self._lose(job, "the agent restarted before the job's container started"
+                       if record.state == JobState.SUBMITTED else "the agent restarted and the job's container was gone")
+            return
+        job.execution = execution
+        self.gpus.claim(record.job_id, record.gpus)
+        if record.state == JobState.SUBMITTED:
+            record.state = JobState.RUNNING
+            record.started_at = time.time()
+        record.container_id = execution.container_id
+        record.save(job.dir)
+        self._system_line(job, f"lanpool: agent restarted; re-attached to container {execution.container_id[:12]}")
+        if record.stop_requested:  # a stop was under way: carry it through
+            execution.send_signal(signal.SIGTERM)
+            self._spawn(self._kill_after(job, self.grace_s))
+        self._spawn(self._monitor(job))
+        log.info("job %s re-adopted (container %s)", record.job_id, execution.container_id[:12])
+
+    async def _remove_leftover_containers(self) -> None:
+        """Remove this agent's containers whose job is over or unknown: logs and artifacts are safe."""
+        docker = self.executors.docker
+        if docker is None:
+            return
+        active = {job_id for job_id, job in self.jobs.items() if not job.record.terminal}
+        try:
+            removed = await docker.remove_leftovers(active)
+        except ExecutorError as exc:
+            log.warning("cannot clean up old containers: %s", exc)
+            return
+        if removed:
+            log.info("removed %d leftover container(s)", len(removed))
 
     async def _kill_after(self, job: Job, grace: float) -> None:
         try:
@@ -186,17 +382,33 @@ class JobManager:
 
     async def _monitor(self, job: Job) -> None:
         assert job.execution is not None
-        code = await job.execution.wait()
         record = job.record
+        try:
+            code = await job.execution.wait()
+        except ExecutorError as exc:
+            self._finish(job, JobState.FAILED, None, str(exc))
+            return
+        except Exception as exc:  # a bug must not leave the job RUNNING forever
+            log.exception("job %s: waiting for its end failed", record.job_id)
+            self._finish(job, JobState.FAILED, None, f"the agent lost track of the job: {exc}")
+            return
         if record.abort_requested:
             state = JobState.ABORTED
         elif record.stop_requested:
             state = JobState.STOPPED
         else:
             state = JobState.DONE if code == 0 else JobState.FAILED
+        error = "" if code == 0 or state is not JobState.FAILED else f"exited with code {code}"
+        if code != 0 and getattr(job.execution, "oom_killed", False):
+            limit = getattr(job.execution, "memory_limit", 0)
+            error = "killed: out of memory" + (f" (limit {limit / 2**20:g} MiB)" if limit else "")
+            self._system_line(job, f"lanpool: {error}")
         if state is not JobState.ABORTED and record.artifacts:
             await self._pack(job)
-        self._finish(job, state, code, "" if code == 0 or state is not JobState.FAILED else f"exited with code {code}")
+        self._finish(job, state, code, error)
+        remove = getattr(job.execution, "remove", None)
+        if remove is not None:  # the log is spooled and the artifacts packed: the container can go
+            await remove()
 
     async def _pack(self, job: Job) -> None:
         dest = self.home.artifacts / f"{job.record.job_id}.tar"
@@ -216,19 +428,49 @@ class JobManager:
         record = job.record
         if error and state is JobState.FAILED and not code:
             self._system_line(job, f"lanpool: {error}")
+        elif error and state in (JobState.STOPPED, JobState.ABORTED) and code is None:
+            self._system_line(job, f"lanpool: {error}")
         record.state = state
         record.exit_code = code
         record.error = error
         record.finished_at = time.time()
         record.save(job.dir)
         job.spool.close()
+        self.gpus.release(record.job_id)
         job.notify()
+        self._changed()
         log.info("job %s %s (exit %s)", record.job_id, state, code)
 
-    def _spawn(self, coro) -> None:
+    def _lose(self, job: Job, error: str) -> None:
+        self._system_line(job, f"lanpool: {error}")
+        self._finish(job, JobState.LOST, None, error)
+
+    def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        return task
+
+
+def _settle_last_cut(record: JobRecord, spool_size: int) -> None:
+    """Count the latest cut if its record reached the spool, then forget it."""
+    if record.last_cut:
+        stream, offset = record.last_cut
+        if offset < spool_size:
+            record.log_cuts[stream] = record.log_cuts.get(stream, 0) + 1
+        record.last_cut = []
+
+
+def _spooled_bytes(spool: LogSpool, cuts: dict[str, int]) -> dict[str, int]:
+    """Bytes of each job stream the spool holds, as the job printed them (the `cuts` newlines taken off)."""
+    counts = {"out": 0, "err": 0}
+    seq = 0
+    while records := spool.read(seq, 4 * 1024 * 1024):
+        for rec in records:
+            if rec.stream in counts:
+                counts[rec.stream] += len(rec.data)
+            seq = rec.seq + rec.n_lines
+    return {stream: n - cuts.get(stream, 0) for stream, n in counts.items()}
 
 
 def _extract(home: AgentHome, tar_path: str, allowed: tuple[Path, ...], workspace: Path) -> None:

@@ -28,6 +28,19 @@ class JobRecord:
     abort_requested: bool = False
     artifacts_archive: str = ""
     artifact_files: list[dict] = field(default_factory=list)
+    executor: str = "process"  # "process" or "docker"
+    image: str = ""  # the image a docker job runs in
+    container_id: str = ""
+    gpus: list[int] = field(default_factory=list)  # host GPU indices the job holds while it runs
+    cpus: float = 0.0  # CPUs and memory the job asked for: reserved while it runs
+    memory_mb: int = 0
+    # Spool records whose last newline the executor added (a cut line), so
+    # that after a restart the bytes a container printed are told exactly
+    # from the spool: a count per stream, and the latest one as [stream, spool
+    # offset], noted before its record is written (it counts only if the
+    # spool reaches past that offset).
+    log_cuts: dict[str, int] = field(default_factory=dict)
+    last_cut: list = field(default_factory=list)
 
     @property
     def terminal(self) -> bool:

@@ -29,9 +29,19 @@ def authorize_key(authorized_keys: Path, pubkey_file: Path) -> bool:
     except OSError as exc:
         raise AgentError(f"cannot read {pubkey_file}: {exc.strerror}") from None
     try:
-        key = asyncssh.import_public_key(text.strip())
-    except asyncssh.KeyImportError as exc:
+        return add_authorized_key(authorized_keys, text)
+    except ValueError as exc:
         raise AgentError(f"{pubkey_file} is not an SSH public key ({exc}); pass the .pub file") from None
+
+
+def add_authorized_key(authorized_keys: Path, text: str, comment: str = "") -> bool:
+    """Add one OpenSSH public key line; ValueError if it is not one."""
+    try:
+        key = asyncssh.import_public_key(text.strip())
+    except (asyncssh.KeyImportError, ValueError) as exc:
+        raise ValueError(f"not an SSH public key: {exc}") from None
+    if comment:
+        key.set_comment(comment)
     line = key.export_public_key().decode().strip()
     existing = authorized_keys.read_text().splitlines() if authorized_keys.exists() else []
     known = {" ".join(entry.split()[:2]) for entry in existing if entry.strip()}

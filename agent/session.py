@@ -3,6 +3,7 @@
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 
 import asyncssh
 
@@ -19,6 +20,8 @@ from protocol import (
     Hello,
     JobAccepted,
     LogChunk,
+    Pair,
+    Paired,
     Ping,
     Pong,
     ProtocolError,
@@ -38,18 +41,22 @@ _READ_SIZE = 256 * 1024
 class ChannelSession:
     """Serves one `lanpool` subsystem channel until the client closes it."""
 
-    def __init__(self, process: asyncssh.SSHServerProcess, manager: JobManager, name: str, resources: dict) -> None:
+    def __init__(self, process: asyncssh.SSHServerProcess, manager: JobManager, name: str,
+                 resources: Callable[[], dict], pair: Callable[[str, str], None] | None = None) -> None:
+        """`pair` is set on connections authenticated with a pairing code: such a
+        connection may only pair (send its key), nothing else."""
         self._proc = process
         self._manager = manager
         self._name = name
         self._resources = resources
+        self._pair = pair
         self._streams: set[asyncio.Task] = set()
         self._write_lock = asyncio.Lock()
 
     async def run(self) -> None:
         reader = FrameReader()
         try:
-            await self._send(Hello(PROTOCOL_VERSION, __version__, self._name, self._resources))
+            await self._send(Hello(PROTOCOL_VERSION, __version__, self._name, self._resources()))
             while True:
                 data = await self._proc.stdin.read(_READ_SIZE)
                 if not data:
@@ -82,7 +89,17 @@ class ChannelSession:
             await self._send(Error(exc.code, exc.message, getattr(msg, "job_id", "")))
 
     async def _dispatch(self, msg) -> None:
-        if isinstance(msg, ClientHello):
+        if self._pair is not None and not isinstance(msg, (ClientHello, Pair, Ping)):
+            raise JobError(ErrorCode.NOT_PAIRED, "this connection used a pairing code: it may only pair")
+        if isinstance(msg, Pair):
+            if self._pair is None:
+                raise JobError(ErrorCode.BAD_REQUEST, "already authorized: nothing to pair")
+            try:
+                self._pair(msg.public_key, msg.label)
+            except ValueError as exc:
+                raise JobError(ErrorCode.BAD_REQUEST, str(exc)) from None
+            await self._send(Paired(self._name))
+        elif isinstance(msg, ClientHello):
             if msg.protocol_version != PROTOCOL_VERSION:
                 await self._send(Error(
                     ErrorCode.VERSION_MISMATCH,

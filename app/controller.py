@@ -23,6 +23,8 @@ from app.keys import load_or_create_client_key
 from app.names import new_run_name
 from app.runner_client import RunnerSession
 from app.planning import Plan, PlannedJob, make_plan
+from app.pool import refresh_pool
+from app.scheduler import Need, place
 from app.snapshot import Snapshot, build_snapshot
 from app.store import JobRow, Store
 from app.workflows import Project, load_workflows
@@ -30,6 +32,9 @@ from app.workflows.resolve import ResolvedJob, resolve
 from protocol import JobState, JobStatus, LogChunk, SubmitJob
 
 log = logging.getLogger(__name__)
+
+DISCOVERY_WAIT_S = 1.5  # mDNS browse when no runner is known yet
+QUEUE_POLL_S = 2.0  # how often a queued job looks for room again
 
 # Called with (job_id, stream, data) for each chunk of new log lines.
 LogSink = Callable[[str, str, bytes], None]
@@ -105,20 +110,32 @@ class Controller:
     async def connect_job(self, job: JobRow) -> RunnerSession:
         return await self.connect(job.host, job.port)
 
-    def pick_runner(self, spec: str | None) -> tuple[str, int]:
-        """The runner address to use: `spec`, else the only known runner."""
-        if spec:
-            named = self.store.runner(spec)
-            if named:
-                return named["host"], named["port"]
-            return parse_address(spec, self.DEFAULT_PORT)
-        runners = self.store.runners()
-        if len(runners) == 1:
-            return runners[0]["host"], runners[0]["port"]
-        if not runners:
-            raise UsageError("no runner known: start one with `app agent serve`, then pass --runner HOST:PORT")
-        names = ", ".join(r["name"] for r in runners)
-        raise UsageError(f"several runners are known ({names}): pick one with --runner NAME")
+    async def choose_runner(self, spec: str | None, need: Need, run_name: str, job_id: str, workflow: str,
+                            say: Callable[[str], None]) -> tuple[str, int]:
+        """Where the run goes: `spec` if it is an address, else the best-fitting runner of the
+        pool (`spec` pins a known name). While nothing fits, the job is QUEUED and we wait."""
+        if spec and self.store.runner(spec) is None:
+            return parse_address(spec, self.DEFAULT_PORT)  # by address: pinned on first contact
+        last = ""
+        try:
+            while True:
+                views = await refresh_pool(self, wait_s=0 if self.store.runners() else DISCOVERY_WAIT_S)
+                decision = place(need, [v.capacity() for v in views], pinned=spec)
+                if decision.runners:
+                    row = self.store.runner(decision.runners[0])
+                    return row["host"], row["port"]
+                if decision.rejected:
+                    raise UsageError(f"cannot run {workflow}: {decision.rejected}")
+                if decision.queued != last:
+                    say(f"queued: {decision.queued} (Ctrl-C cancels)")
+                    self.store.queue_job(job_id, run_name, workflow, decision.queued)
+                    last = decision.queued
+                await asyncio.sleep(QUEUE_POLL_S)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            if last:
+                self.store.set_job_status(job_id, JobState.ABORTED, "cancelled while queued",
+                                          finished_at=time.time(), synced=1)
+            raise
 
     # -- runs ----------------------------------------------------------------------------
 
@@ -147,14 +164,22 @@ class Controller:
             names = ", ".join(j.workflow for j in plan.to_run)
             raise UsageError(f"--detach runs one job, and this plan runs {len(plan.to_run)} ({names}): "
                              "run without --detach, or run the dependencies first")
-        host, port = self.pick_runner(runner_spec)
-        snapshot = await asyncio.to_thread(build_snapshot, project.root)
         outcome = RunOutcome(run_name=new_run_name(self.store.run_name_taken))
+        job_ids = {p.workflow: secrets.token_hex(6) for p in plan.to_run}
+        previous = self.store.create_run(outcome.run_name, workflow_name, str(project.root), tag,
+                                         plan.jobs[-1].job.variables)
+        if previous:
+            say(f"tag {tag!r} moved from run {previous} to run {outcome.run_name}")
+        if not plan.to_run:
+            for planned in plan.jobs:
+                say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
+            return outcome
+        need = _largest_need([p.job.resources for p in plan.to_run])
+        first = plan.to_run[0]
+        host, port = await self.choose_runner(runner_spec, need, outcome.run_name, job_ids[first.workflow],
+                                              first.workflow, say)
+        snapshot = await asyncio.to_thread(build_snapshot, project.root)
         async with await self.connect(host, port) as session:
-            previous = self.store.create_run(outcome.run_name, workflow_name, str(project.root), tag,
-                                             plan.jobs[-1].job.variables)
-            if previous:
-                say(f"tag {tag!r} moved from run {previous} to run {outcome.run_name}")
             done: dict[str, JobRow] = {}
             for planned in plan.jobs:
                 if planned.action == "reuse":
@@ -162,7 +187,7 @@ class Controller:
                     say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
                     done[planned.workflow] = planned.reuse
                     continue
-                job_id = secrets.token_hex(6)
+                job_id = job_ids[planned.workflow]
                 job = resolve(project, planned.workflow, overrides, {"run_name": outcome.run_name, "job_id": job_id})
                 inputs = [await self._input_on(session, done[d]) for d in planned.deps]
                 inputs += [await self._input_on(session, t) for t in planned.tagged]
@@ -268,7 +293,7 @@ class Controller:
 
     async def refresh(self, jobs: list[JobRow], timeout_s: float = 5.0) -> None:
         """Bring non-terminal jobs up to date from their runners; unreachable ones stay as they are."""
-        pending = [j for j in jobs if not j.synced]
+        pending = [j for j in jobs if not j.synced and j.state is not JobState.QUEUED]
 
         async def one(job: JobRow) -> None:
             try:
@@ -317,6 +342,12 @@ class Controller:
         if status.error:
             fields["error"] = status.error
         self.store.set_job_status(job_id, status.state, **fields)
+
+
+def _largest_need(resources: list[dict]) -> Need:
+    """One runner takes the whole run: it must have room for the largest of its jobs."""
+    needs = [Need.of(r) for r in resources]
+    return Need(max(n.gpu for n in needs), max(n.cpu for n in needs), max(n.memory_mb for n in needs))
 
 
 def _pack_dir(root: Path) -> bytes:

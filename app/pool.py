@@ -15,7 +15,6 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 
-from app.discovery import Advert, browse_interfaces, discover
 from app.errors import HostKeyMismatch, LanpoolError, RunnerRefused, UsageError
 from app.scheduler import Capacity
 
@@ -63,26 +62,27 @@ class RunnerView:
         )
 
     def to_json(self) -> dict:
-        return {"name": self.name, "address": f"{self.host}:{self.port}", "source": self.source, "state": self.state,
+        return {"name": self.name, "address": f"{self.host}:{self.port}", "host": self.host, "port": self.port, "source": self.source, "state": self.state,
                 "gpus_free": self.gpus_free, "gpus": self.gpus, "gpu_name": self.props.get("gpu_name", ""),
                 "executor": self.props.get("executor", ""), "running_jobs": self.running,
                 "last_seen": self.last_seen}
 
 
-def record_advert(store, advert: Advert) -> None:
+def record_advert(store, advert) -> None:
     """Fold one mDNS advertisement into the store; a name with another key is a conflict."""
     known = store.runner(advert.name)
+    advert_key = " ".join(advert.host_key.split()[:2])
     props = json.dumps(advert.props)
     now = time.time()
     if known is None:
-        store.upsert_runner(advert.name, advert.host, advert.port, advert.host_key, source="mdns")
+        store.upsert_runner(advert.name, advert.host, advert.port, advert_key, source="mdns")
         store.set_runner(advert.name, props=props, state=RunnerState.UNPAIRED, paired=0, last_seen=now)
-    elif known["host_key"] == advert.host_key:
+    elif " ".join((known["host_key"] or "").split()[:2]) == advert_key:
         store.set_runner(advert.name, host=advert.host, port=advert.port, props=props, last_seen=now)
-    elif known["conflict_key"] != advert.host_key:
+    elif known["conflict_key"] != advert_key:
         log.warning("runner %s advertised with another host key from %s: marked as a conflict",
                     advert.name, advert.host)
-        store.set_runner(advert.name, conflict_key=advert.host_key, state=RunnerState.CONFLICT)
+        store.set_runner(advert.name, conflict_key=advert_key, state=RunnerState.CONFLICT)
 
 
 async def probe(ctl, row: dict) -> str:
@@ -115,6 +115,9 @@ async def probe(ctl, row: dict) -> str:
 
 async def refresh_pool(ctl, wait_s: float = 1.5, interfaces: list[str] | None = None) -> list[RunnerView]:
     """Browse mDNS for `wait_s` (if any interface), then check every known runner."""
+    # zeroconf is imported only when browsing: it is heavy for short CLI calls.
+    from app.discovery import browse_interfaces, discover
+
     interfaces = browse_interfaces() if interfaces is None else interfaces
     if interfaces and wait_s > 0:
         for advert in await discover(interfaces, wait_s):

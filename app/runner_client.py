@@ -137,7 +137,7 @@ class RunnerSession:
             reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc) or type(exc).__name__
             raise RunnerError(f"cannot reach {where}: {reason}; is `app agent serve` running there?") from None
         key = conn.get_server_host_key()
-        session = cls(conn, where, key.export_public_key().decode().strip() if key else "")
+        session = cls(conn, where, " ".join(key.export_public_key().decode().split()[:2]) if key else "")
         try:
             session._control = await session.open_channel()
         except BaseException:

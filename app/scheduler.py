@@ -67,18 +67,25 @@ def place(need: Need, pool: list[Capacity], nodes: int = 1, pinned: str | None =
             return Decision([], rejected=f"no runner named {pinned!r}")
         if nodes > 1:
             return Decision([], rejected="--runner pins one runner; a multi-node job needs several")
-    ever = [c for c in pool if c.fits_ever(need)]
+    # Offline runners may come back, so a job waits for them; unpaired or
+    # conflicting ones will not take jobs until someone acts.
+    candidates = [c for c in pool if c.usable or c.why_not == "offline"]
+    ever = [c for c in candidates if c.fits_ever(need)]
     if len(ever) < nodes:
-        return Decision([], rejected=_never_reason(need, pool, nodes))
+        return Decision([], rejected=_never_reason(need, pool, candidates, nodes))
     now = sorted((c for c in ever if c.fits_now(need)), key=lambda c: (c.slack(need), c.name))
     if len(now) >= nodes:
         return Decision([c.name for c in now[:nodes]])
     return Decision([], queued=_wait_reason(need, ever, nodes, len(now)))
 
 
-def _never_reason(need: Need, pool: list[Capacity], nodes: int) -> str:
+def _never_reason(need: Need, pool: list[Capacity], candidates: list[Capacity], nodes: int) -> str:
     if not pool:
         return "no runner is known: start `app agent serve` on a machine and pair it"
+    if not candidates:
+        states = ", ".join(f"{c.name} {c.why_not}" for c in pool)
+        return f"no runner can take jobs ({states}): pair one with `app headless runners pair NAME CODE`"
+    pool = candidates
     biggest = max(pool, key=lambda c: (c.gpus, c.cpus, c.memory_mb))
     if nodes > 1:
         return f"needs {nodes} runners with {need} each; only {sum(c.fits_ever(need) for c in pool)} could ever fit it"

@@ -1,10 +1,13 @@
 """Executors start a job's commands and report their output and exit.
 
-The process executor is here now; the Docker executor plugs in beside it
-through the same `Executor` interface.
+`ProcessExecutor` runs them as plain processes on the host; `DockerExecutor`
+(agent.executors.docker, imported only when an agent uses Docker, as the SDK
+is slow to import) runs them in a container. `ExecutorChoice` picks one per job.
 """
 
-from agent.executors.base import Execution, Executor, Launch
+from agent.executors.base import Execution, Executor, ExecutorError, Launch, OutputSink
+from agent.executors.choice import MODES, ExecutorChoice
 from agent.executors.process import ProcessExecutor
 
-__all__ = ["Execution", "Executor", "Launch", "ProcessExecutor"]
+__all__ = ["MODES", "Execution", "Executor", "ExecutorChoice", "ExecutorError", "Launch", "OutputSink",
+           "ProcessExecutor"]

@@ -3,6 +3,7 @@
 import asyncio
 import contextlib
 import os
+import signal
 import sys
 
 from agent.executors.base import Launch, OutputSink
@@ -11,7 +12,8 @@ _READ_SIZE = 64 * 1024
 # A line longer than this is cut, so one runaway line cannot hold memory.
 _MAX_LINE = 64 * 1024
 # After the main process exits, children that kept the pipes open get this
-# long before their remaining output is given up.
+# long before they are killed (unless a stop is under way: then the stop's own
+# grace period and SIGKILL decide).
 _DRAIN_TIMEOUT_S = 5.0
 
 
@@ -46,15 +48,32 @@ class ProcessExecution:
             asyncio.create_task(_pump(proc.stdout, "out", sink)),
             asyncio.create_task(_pump(proc.stderr, "err", sink)),
         ]
+        self._stopping = False
 
     async def wait(self) -> int:
+        """The job ends when bash has exited and its children are gone.
+
+        On SIGTERM bash itself dies at once while e.g. python may still be
+        saving a checkpoint: that child keeps the job running until it exits
+        or the stop's SIGKILL comes. Whatever is left at the end is killed, as
+        a container's processes die with it.
+        """
         code = await self._proc.wait()
-        _done, pending = await asyncio.wait(self._pumps, timeout=_DRAIN_TIMEOUT_S)
-        for task in pending:
-            task.cancel()
+        _done, pending = await asyncio.wait(self._pumps, timeout=None if self._stopping else _DRAIN_TIMEOUT_S)
+        if pending:
+            self._killpg(signal.SIGKILL)
+            _done, pending = await asyncio.wait(pending, timeout=1.0)
+            for task in pending:
+                task.cancel()
+        self._killpg(signal.SIGKILL)  # stragglers that closed their pipes
         return 128 - code if code < 0 else code
 
     def send_signal(self, sig: int) -> None:
+        if sig == signal.SIGTERM:
+            self._stopping = True
+        self._killpg(sig)
+
+    def _killpg(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
 

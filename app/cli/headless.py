@@ -7,11 +7,13 @@ stderr and an ExitCode; `run` exits with the job's own exit code.
 import argparse
 import asyncio
 import json
+import socket
 import sys
 from pathlib import Path
 
+from app import pool
 from app.cli import render
-from app.controller import Controller
+from app.controller import Controller, parse_address
 from app.errors import ExitCode, LanpoolError, UsageError
 from app.store import JobRow
 from app.planning import known_variables
@@ -64,11 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
     art_dl.add_argument("ref", metavar="RUN|JOB")
     art_dl.add_argument("-o", "--output", type=Path, default=None, help="target dir (default ./RUN_NAME)")
 
-    runners = sub.add_parser("runners", help="runners this controller knows")
+    runners = sub.add_parser("runners", help="runners on the LAN and their state (browses mDNS, checks each)")
     runners.add_argument("--json", action="store_true")
+    runners.add_argument("--wait", type=float, default=1.5, help="seconds to browse mDNS (0: only check known ones)")
     runners_sub = runners.add_subparsers(dest="runners_verb", metavar="VERB", parser_class=_Parser)
+    add = runners_sub.add_parser("add", help="add a runner by address (where multicast is blocked)")
+    add.add_argument("address", metavar="HOST[:PORT]")
     rm = runners_sub.add_parser("remove", help="forget a runner (and its pinned host key)")
     rm.add_argument("name")
+    pair = runners_sub.add_parser("pair", help="pair with a runner using the code `app agent status` shows there")
+    pair.add_argument("name", metavar="NAME|HOST[:PORT]")
+    pair.add_argument("code")
 
     sub.add_parser("key", help="print the path of this controller's public key (for `app agent authorize`)")
     parser.verb_parsers = {"run": run, "plan": plan}
@@ -290,14 +298,25 @@ async def _runners(ctl: Controller, args) -> int:
             raise UsageError(f"no runner named {args.name!r}: `app headless runners` lists them")
         _say(f"forgot runner {args.name}")
         return ExitCode.OK
-    runners = ctl.store.runners()
+    if args.runners_verb == "pair":
+        name = await pool.pair(ctl, args.name, args.code, label=socket.gethostname())
+        _say(f"paired with runner {name}: it accepts this controller's key from now on")
+        return ExitCode.OK
+    if args.runners_verb == "add":
+        host, port = parse_address(args.address, ctl.DEFAULT_PORT)
+        async with await ctl.connect(host, port) as session:
+            name = session.hello.name
+        _say(f"added runner {name} at {host}:{port}")
+        return ExitCode.OK
+    views = await pool.refresh_pool(ctl, wait_s=max(0.0, args.wait))
     if args.json:
-        print(json.dumps([{k: r[k] for k in ("name", "host", "port", "source", "last_seen")} for r in runners], indent=2))
-    elif not runners:
-        print("no runners yet: `app headless run --runner HOST:PORT` connects to one")
+        print(json.dumps([v.to_json() for v in views], indent=2))
+    elif not views:
+        print("no runners found: start `app agent serve` on a GPU machine, or `app headless runners add HOST[:PORT]`")
     else:
-        print(render.table(["NAME", "ADDRESS", "SOURCE", "LAST SEEN"],
-                           [[r["name"], f"{r['host']}:{r['port']}", r["source"], render.ago(r["last_seen"])] for r in runners]))
+        rows = [[v.name, f"{v.host}:{v.port}", v.state, f"{v.gpus_free}/{v.gpus}" + (f" {v.props['gpu_name']}" if v.props.get("gpu_name") else ""),
+                 str(v.running), v.props.get("executor", "-"), v.source, render.ago(v.last_seen)] for v in views]
+        print(render.table(["NAME", "ADDRESS", "STATE", "GPUS FREE", "JOBS", "EXECUTOR", "SOURCE", "LAST SEEN"], rows))
     return ExitCode.OK
 
 

@@ -171,12 +171,26 @@ class Store:
             self.conn.execute(
                 """INSERT INTO jobs (id, run_name, workflow, runner, host, port, status, submitted_at,
                                      artifacts_pulled, spec, synced, cache_key, cache_inputs)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, ?, ?)""",
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, ?, ?)
+                   ON CONFLICT(id) DO UPDATE SET runner = excluded.runner, host = excluded.host,
+                     port = excluded.port, status = excluded.status, spec = excluded.spec, error = NULL,
+                     cache_key = excluded.cache_key, cache_inputs = excluded.cache_inputs""",
                 (job_id, run_name, workflow, runner["name"], runner["host"], runner["port"],
                  str(JobState.SUBMITTED), now, json.dumps(spec), cache_key,
                  json.dumps(cache_inputs) if cache_inputs is not None else None))
             self.conn.execute("INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
                               (job_id, now, JobState.SUBMITTED, f"to {runner['name']}"))
+
+    def queue_job(self, job_id: str, run_name: str, workflow: str, reason: str) -> None:
+        """A job waiting for a runner with room: QUEUED, with the reason."""
+        with atomic(self.conn):
+            self.conn.execute(
+                """INSERT INTO jobs (id, run_name, workflow, runner, host, port, status, submitted_at, error,
+                                     artifacts_pulled, spec, synced) VALUES (?, ?, ?, '', '', 0, ?, ?, ?, 0, '{}', 0)
+                   ON CONFLICT(id) DO UPDATE SET error = excluded.error""",
+                (job_id, run_name, workflow, str(JobState.QUEUED), time.time(), reason))
+            self.conn.execute("INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                              (job_id, time.time(), str(JobState.QUEUED), reason))
 
     def set_job_status(self, job_id: str, status: str, detail: str = "", **fields) -> None:
         """Record a status (and other job fields); a transition is also logged as an event."""

@@ -8,7 +8,7 @@ meant a variable.
 In commands, a value is escaped for the quoting context it lands in, found by
 a small shell lexer (unquoted, "double", 'single', $'...', $(...), `...`,
 comments), so `$(touch x)` and `'; rm -rf ~'` come out as text. The lexer does
-not model nested backticks (`\`...\``) or heredoc bodies; a variable inside
+not model nested backticks or heredoc bodies; a variable inside
 those is escaped for the enclosing context, which is not guaranteed inert:
 write such commands with $(...) instead.
 """

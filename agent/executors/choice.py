@@ -1,0 +1,58 @@
+"""Which executor runs a job: the runner's mode (--executor), its engine, the job's image and hint.
+
+| runner mode | Docker engine | job                          | runs with                         |
+|-------------|---------------|------------------------------|-----------------------------------|
+| auto        | answers       | image                        | docker                            |
+| auto        | answers       | no image                     | process                           |
+| auto        | none          | image                        | process, image ignored (sys line) |
+| docker      | answers       | image                        | docker                            |
+| docker      | answers       | no image                     | refused                           |
+| process     | —             | image                        | refused                           |
+| any         |               | executor hint "process"      | process (image ignored), unless the mode is docker |
+| any         |               | executor hint "docker"       | docker, or refused when there is no engine |
+"""
+
+from agent.executors.base import Executor, ExecutorError
+
+MODES = ("auto", "docker", "process")
+
+
+class ExecutorChoice:
+    def __init__(self, mode: str, process: Executor, docker: Executor | None = None) -> None:
+        if mode not in MODES:
+            raise ValueError(f"executor mode {mode!r}: use one of {', '.join(MODES)}")
+        self.mode = mode
+        self.process = process
+        self.docker = docker if mode != "process" else None
+
+    @property
+    def kind(self) -> str:
+        """What runs jobs that name an image here: "docker" or "process" (shown to controllers)."""
+        return "docker" if self.docker is not None else "process"
+
+    def choose(self, image: str, hint: str = "") -> tuple[Executor, str]:
+        """The executor for a job, and a note for its log ("" if none); ExecutorError if it cannot run here."""
+        if hint not in ("", "docker", "process"):
+            raise ExecutorError(f"unknown executor {hint!r}: use 'docker' or 'process'")
+        if hint == "process":
+            if self.mode == "docker":
+                raise ExecutorError("the job asks for the process executor; this runner runs jobs in containers "
+                                    "only (app agent serve --executor docker)")
+            note = f"lanpool: image {image!r} ignored: the job asks for the process executor" if image else ""
+            return self.process, note
+        if image or hint == "docker":
+            if self.docker is not None:
+                if not image:
+                    raise ExecutorError("the job asks for the docker executor but names no image")
+                return self.docker, ""
+            if self.mode == "auto" and hint != "docker":
+                return self.process, (f"lanpool: no Docker engine on this runner: image {image!r} ignored, "
+                                      "the commands run as plain processes")
+            why = ("it runs jobs as plain processes (app agent serve --executor process)" if self.mode == "process"
+                   else "no Docker engine answered when its agent started")
+            what = f"image {image!r}" if image else "a container"
+            raise ExecutorError(f"the job needs {what} and this runner cannot run containers: {why}")
+        if self.mode == "docker":
+            raise ExecutorError("the job names no image; this runner runs jobs in containers only "
+                                "(app agent serve --executor docker)")
+        return self.process, ""

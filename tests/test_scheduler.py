@@ -1,0 +1,67 @@
+"""Placement over several simulated runners: best fit, sharing, queueing, rejection, pinning, gangs."""
+
+from app.scheduler import Capacity, Need, place
+
+
+def runner(name, gpus=0, gpus_free=None, cpus=8, cpus_free=None, mem=32000, mem_free=None, usable=True, why=""):
+    return Capacity(name, usable, gpus, gpus if gpus_free is None else gpus_free, cpus,
+                    cpus if cpus_free is None else cpus_free, mem, mem if mem_free is None else mem_free, why)
+
+
+def test_best_fit_prefers_the_runner_with_least_room_left():
+    pool = [runner("big", gpus=8), runner("small", gpus=2), runner("mid", gpus=4)]
+    assert place(Need(gpu=2), pool).runners == ["small"]
+    assert place(Need(gpu=3), pool).runners == ["mid"]
+    assert place(Need(gpu=8), pool).runners == ["big"]
+
+
+def test_jobs_share_a_runner_while_resources_allow():
+    pool = [runner("a", gpus=4, gpus_free=2)]
+    assert place(Need(gpu=1), pool).runners == ["a"]
+    assert place(Need(gpu=2), pool).runners == ["a"]
+    decision = place(Need(gpu=3), pool)
+    assert decision.runners == [] and "waiting" in decision.queued and "a: 2/4 GPU free" in decision.queued
+
+
+def test_cpu_and_memory_count_too():
+    pool = [runner("a", cpus=4, cpus_free=1, mem=8000), runner("b", cpus=16, mem=64000, mem_free=1000)]
+    assert place(Need(cpu=2), pool).runners == ["b"]
+    assert place(Need(memory_mb=4000), pool).runners == ["a"]
+    assert place(Need(cpu=2, memory_mb=4000), pool).queued
+
+
+def test_what_can_never_fit_is_rejected_with_the_reason():
+    pool = [runner("a", gpus=4), runner("b", gpus=2)]
+    decision = place(Need(gpu=8), pool)
+    assert decision.runners == [] and not decision.queued
+    assert "needs 8 GPU" in decision.rejected and "largest runner (a) has 4 GPU" in decision.rejected
+
+
+def test_offline_runners_make_jobs_wait_not_fail():
+    pool = [runner("a", gpus=4, usable=False, why="offline")]
+    decision = place(Need(gpu=1), pool)
+    assert decision.queued and "a offline" in decision.queued and not decision.rejected
+
+
+def test_no_runner_at_all_is_rejected():
+    assert "no runner is known" in place(Need(), []).rejected
+
+
+def test_pinning():
+    pool = [runner("a", gpus=4), runner("b", gpus=1)]
+    assert place(Need(gpu=1), pool, pinned="a").runners == ["a"]
+    assert "no runner named 'zz'" in place(Need(), pool, pinned="zz").rejected
+    assert place(Need(gpu=2), pool, pinned="b").rejected
+
+
+def test_gang_placement_is_all_or_none():
+    pool = [runner("a", gpus=1), runner("b", gpus=1, gpus_free=0), runner("c", gpus=1)]
+    assert sorted(place(Need(gpu=1), pool, nodes=2).runners) == ["a", "c"]
+    assert place(Need(gpu=1), pool, nodes=3).queued
+    assert place(Need(gpu=1), pool, nodes=4).rejected
+
+
+def test_unpaired_or_conflicting_runners_are_never_used():
+    pool = [runner("a", gpus=4, usable=False, why="unpaired"), runner("b", gpus=4, usable=False, why="conflict")]
+    decision = place(Need(gpu=1), pool)
+    assert decision.rejected and "a unpaired" in decision.rejected and "b conflict" in decision.rejected
