@@ -17,13 +17,13 @@ from pathlib import Path
 
 import asyncssh
 
-from app.errors import LanpoolError, NotFoundError, RunnerError, UsageError
+from app.errors import HostKeyMismatch, LanpoolError, NotFoundError, RunnerError, RunnerRefused, UsageError
 from app.home import ControllerHome
 from app.keys import load_or_create_client_key
 from app.names import new_run_name
 from app.runner_client import RunnerSession
 from app.planning import Plan, PlannedJob, make_plan
-from app.pool import refresh_pool
+from app.pool import RunnerState, refresh_pool
 from app.scheduler import Need, place
 from app.snapshot import Snapshot, build_snapshot
 from app.store import JobRow, Store
@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 
 DISCOVERY_WAIT_S = 1.5  # mDNS browse when no runner is known yet
 QUEUE_POLL_S = 2.0  # how often a queued job looks for room again
+RECONNECT_S = 2.0  # how often a followed job's offline runner is tried again
 
 # Called with (job_id, stream, data) for each chunk of new log lines.
 LogSink = Callable[[str, str, bytes], None]
@@ -198,7 +199,7 @@ class Controller:
                     on_submitted(submitted)
                 if not follow:
                     return outcome
-                row = await self._follow_on(session, job_id, sink, follow=True)
+                row = await self._follow_to_end(job_id, sink, say, session)
                 outcome.jobs.append(row)
                 done[planned.workflow] = row
                 if row.state is not JobState.DONE:
@@ -251,11 +252,13 @@ class Controller:
         self._record_status(job_id, status)
         return Submitted(run_name, job_id, runner["name"], status)
 
-    async def follow(self, job_id: str, sink: LogSink | None = None, follow: bool = True) -> JobRow:
+    async def follow(self, job_id: str, sink: LogSink | None = None, follow: bool = True,
+                     say: Callable[[str], None] | None = None) -> JobRow:
         """Bring the job's log into the store from where it stopped, and its final status.
 
         With `follow`, waits until the job ends; a controller killed meanwhile
         resumes here later and loses nothing (the store knows its last line).
+        A runner that goes away while followed is waited for, then re-attached.
         """
         job = self.store.job(job_id)
         if sink:  # what is already stored first, then the rest from the runner
@@ -263,8 +266,35 @@ class Controller:
                 sink(job_id, stream, data)
         if job.synced:
             return job
+        if follow:
+            return await self._follow_to_end(job_id, sink, say or (lambda _t: None))
         async with await self.connect_job(job) as session:
             return await self._follow_on(session, job_id, sink, follow)
+
+    async def _follow_to_end(self, job_id: str, sink: LogSink | None, say: Callable[[str], None],
+                             session: RunnerSession | None = None) -> JobRow:
+        """Follow until the job ends, riding out runner outages (OFFLINE, then re-attach)."""
+        offline_since = None
+        while True:
+            try:
+                if session is not None:
+                    return await self._follow_on(session, job_id, sink, follow=True)
+                async with await self.connect_job(self.store.job(job_id)) as fresh:
+                    if offline_since is not None:
+                        say(f"runner {fresh.hello.name} is back after {time.time() - offline_since:.0f}s: re-attached")
+                        self.store.set_runner(fresh.hello.name, state=RunnerState.LIVE, last_ok=time.time())
+                    return await self._follow_on(fresh, job_id, sink, follow=True)
+            except (RunnerRefused, HostKeyMismatch, NotFoundError):
+                raise
+            except RunnerError as exc:
+                session = None
+                job = self.store.job(job_id)
+                if offline_since is None:
+                    offline_since = time.time()
+                    self.store.set_runner(job.runner, state=RunnerState.OFFLINE)
+                    say(f"runner {job.runner} went offline ({exc.message}); waiting for it to come back "
+                        "(the job may still run there; Ctrl-C detaches)")
+                await asyncio.sleep(RECONNECT_S)
 
     async def _follow_on(self, session: RunnerSession, job_id: str, sink: LogSink | None, follow: bool) -> JobRow:
         async for batch in session.attach(job_id, self.store.log_end(job_id), follow=follow):
@@ -300,6 +330,8 @@ class Controller:
                 await asyncio.wait_for(self.follow(job.id, follow=False), timeout_s)
             except (LanpoolError, TimeoutError) as exc:
                 log.info("could not refresh %s: %s", job.id, exc)
+                if isinstance(exc, TimeoutError) or type(exc) is RunnerError:
+                    self.store.set_runner(job.runner, state=RunnerState.OFFLINE)
 
         await asyncio.gather(*(one(j) for j in pending))
 

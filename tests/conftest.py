@@ -57,9 +57,10 @@ def controller_home(tmp_path: Path, monkeypatch) -> Path:
 
 
 def start_agent(data_dir: Path, controller_home: Path, *, authorize: bool = True, grace: float = 3.0,
-                name: str = "test-runner") -> AgentProc:
-    """Start `app agent serve` on 127.0.0.1:0 and wait until it listens."""
-    env = _env(controller_home)
+                name: str = "test-runner", port: int = 0, extra_args: tuple[str, ...] = (),
+                extra_env: dict[str, str] | None = None) -> AgentProc:
+    """Start `app agent serve` on 127.0.0.1 (port 0: any) and wait until it listens."""
+    env = {**_env(controller_home), **(extra_env or {})}
     if authorize:
         key = subprocess.run([sys.executable, "-m", "app.cli.main", "headless", "key"], env=env,
                              capture_output=True, text=True, check=True).stdout.strip()
@@ -70,8 +71,8 @@ def start_agent(data_dir: Path, controller_home: Path, *, authorize: bool = True
     info = data_dir / "agent.json"
     info.unlink(missing_ok=True)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli.main", "agent", "serve", "--host", "127.0.0.1", "--port", "0",
-         "--data-dir", str(data_dir), "--name", name, "--grace", str(grace), "-v"],
+        [sys.executable, "-m", "app.cli.main", "agent", "serve", "--host", "127.0.0.1", "--port", str(port),
+         "--data-dir", str(data_dir), "--name", name, "--grace", str(grace), "-v", *extra_args],
         env=env, stdout=open(log_path, "ab"), stderr=subprocess.STDOUT,
     )
     deadline = time.time() + 20

@@ -18,6 +18,7 @@ from app.errors import ExitCode, LanpoolError, UsageError
 from app.store import JobRow
 from app.planning import known_variables
 from app.workflows import Project, find_project
+from protocol import JobState
 from app.workflows.resolve import render_value
 
 
@@ -244,7 +245,9 @@ async def _status(ctl: Controller, args) -> int:
     for r in runs:
         for j in jobs[r.name]:
             n_art = len(ctl.store.artifacts(j.id))
-            rows.append([r.name, j.id, j.workflow, j.runner, _status_text(j), render.ago(j.submitted_at),
+            runner = ctl.store.runner(j.runner) if j.runner else None
+            rows.append([r.name, j.id, j.workflow, j.runner or "-", _status_text(j, runner and runner["state"]),
+                         render.ago(j.submitted_at),
                          render.duration(j.started_at, j.finished_at), str(n_art) if n_art else "-"])
     print(render.table(["RUN", "JOB", "WORKFLOW", "RUNNER", "STATUS", "SUBMITTED", "DURATION", "ARTIFACTS"], rows))
     return ExitCode.OK
@@ -253,7 +256,7 @@ async def _status(ctl: Controller, args) -> int:
 async def _logs(ctl: Controller, args) -> int:
     for job in ctl.store.resolve_jobs(args.ref):
         try:
-            await ctl.follow(job.id, _print_log, follow=args.follow)
+            await ctl.follow(job.id, _print_log, follow=args.follow, say=_say)
         except LanpoolError as exc:
             if args.follow:
                 raise
@@ -342,9 +345,11 @@ def _say(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
 
 
-def _status_text(job: JobRow) -> str:
+def _status_text(job: JobRow, runner_state: str | None = None) -> str:
     if job.exit_code is not None and job.state.is_terminal():
         return f"{job.status} ({job.exit_code})"
+    if runner_state == "OFFLINE" and not job.state.is_terminal() and job.state is not JobState.QUEUED:
+        return f"{job.status} (runner offline)"
     return job.status
 
 

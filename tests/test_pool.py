@@ -1,0 +1,223 @@
+"""The runner pool for real: mDNS on loopback (and across network namespaces when
+root), pairing codes, liveness, host-key conflicts, GPU accounting and queueing."""
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from agent.mdns import Advertiser
+from app.discovery import discover
+from tests.conftest import REPO, _env, start_agent
+
+ONE_JOB = "workflows:\n  - name: a\n    commands: [echo ran-a]\n"
+
+
+def _runners(cli, wait: float = 0) -> dict[str, dict]:
+    out = cli("headless", "runners", "--json", "--wait", str(wait), check=True).stdout
+    return {r["name"]: r for r in json.loads(out)}
+
+
+def _agent_status(cli, data_dir: Path) -> dict:
+    return json.loads(cli("agent", "status", "--data-dir", str(data_dir), "--json").stdout)
+
+
+def _wait_discovered(cli, name: str, timeout: float = 15) -> dict:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = _runners(cli, wait=2)
+        if name in found:
+            return found[name]
+    raise AssertionError(f"{name} was never discovered")
+
+
+def test_discover_pair_and_run(tmp_path, controller_home, cli, make_project):
+    a = start_agent(tmp_path / "a", controller_home, authorize=False, name="pool-a")
+    try:
+        code = _agent_status(cli, a.data_dir)["pairing_code"]
+        assert code and len(code) == 9
+        seen = _wait_discovered(cli, "pool-a")
+        assert seen["state"] == "UNPAIRED" and seen["source"] == "mdns" and seen["port"] == a.port
+
+        wrong = cli("headless", "runners", "pair", "pool-a", "AAAA-BBBB")
+        assert wrong.returncode == 3 and "refused the pairing code" in wrong.stderr
+        ok = cli("headless", "runners", "pair", "pool-a", code.lower())  # case and dash do not matter
+        assert ok.returncode == 0, ok.stderr
+        assert "paired with runner pool-a" in ok.stderr
+        assert _runners(cli)["pool-a"]["state"] == "LIVE"
+        assert _agent_status(cli, a.data_dir)["pairing_code"] is None  # used once
+        assert _agent_status(cli, a.data_dir)["authorized_controllers"] == 1
+
+        project = make_project(ONE_JOB)
+        res = cli("headless", "run", "a", "--runner", "pool-a", cwd=project)
+        assert res.returncode == 0 and res.stdout == "ran-a\n", res.stderr
+        # The only usable runner is chosen without --runner.
+        assert cli("headless", "run", "a", cwd=project).returncode == 0
+    finally:
+        a.stop()
+
+
+def test_expired_code_is_refused(tmp_path, controller_home, cli):
+    a = start_agent(tmp_path / "a", controller_home, authorize=False, name="pool-exp",
+                    extra_args=("--pairing-ttl", "0.02"))  # 1.2 s
+    try:
+        code = _agent_status(cli, a.data_dir)["pairing_code"]
+        time.sleep(1.5)
+        res = cli("headless", "runners", "pair", a.address, code)
+        assert res.returncode == 3 and "refused" in res.stderr
+        assert _agent_status(cli, a.data_dir)["pairing_code"] is None
+    finally:
+        a.stop()
+
+
+def test_guessing_codes_is_locked_out(tmp_path, controller_home, cli):
+    a = start_agent(tmp_path / "a", controller_home, authorize=False, name="pool-bf")
+    try:
+        code = _agent_status(cli, a.data_dir)["pairing_code"]
+        t0 = time.time()
+        for guess in range(5):
+            assert cli("headless", "runners", "pair", a.address, f"WRNG-{guess:04d}").returncode == 3
+        assert time.time() - t0 >= 5, "each wrong guess must cost at least a second"
+        # Locked now: even the right code is refused until the lockout ends.
+        locked = cli("headless", "runners", "pair", a.address, code)
+        assert locked.returncode == 3
+        log = a.log_path.read_text()
+        assert "wrong pairing code" in log and "pairing locked" in log
+    finally:
+        a.stop()
+
+
+def test_killed_agent_is_offline_within_10s_and_live_when_back(tmp_path, controller_home, cli, make_project):
+    a = start_agent(tmp_path / "a", controller_home, name="pool-k")
+    project = make_project(ONE_JOB)
+    cli("headless", "run", "a", "--runner", a.address, cwd=project, check=True)
+    assert _runners(cli)["pool-k"]["state"] == "LIVE"
+    a.proc.send_signal(signal.SIGKILL)
+    a.proc.wait()
+    t0 = time.time()
+    assert _runners(cli)["pool-k"]["state"] == "OFFLINE"
+    assert time.time() - t0 < 10
+    b = start_agent(tmp_path / "a", controller_home, name="pool-k", port=a.port, authorize=False)
+    try:
+        assert _runners(cli)["pool-k"]["state"] == "LIVE"
+    finally:
+        b.stop()
+
+
+def test_spoofed_advertisement_is_a_conflict_and_gets_no_job(tmp_path, controller_home, cli, make_project):
+    a = start_agent(tmp_path / "a", controller_home, name="pool-s")
+    project = make_project(ONE_JOB)
+    cli("headless", "runners", "add", a.address, check=True)
+
+    async def spoof() -> None:
+        fake = Advertiser("pool-s", 1, ["127.0.0.1"])
+        await fake.start({"name": "pool-s", "hk": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIMallory", "gpus": "8"})
+        try:
+            await asyncio.to_thread(lambda: _wait_state(cli, "pool-s", "CONFLICT"))
+        finally:
+            await fake.close()
+
+    try:
+        asyncio.run(spoof())
+        res = cli("headless", "run", "a", "--runner", "pool-s", cwd=project)
+        assert res.returncode == 2 and "conflict" in res.stderr
+        assert not any(a.data_dir.joinpath("jobs").iterdir()), "no job may reach a runner in conflict"
+    finally:
+        a.stop()
+
+
+def _wait_state(cli, name: str, state: str, timeout: float = 15) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if _runners(cli, wait=2).get(name, {}).get("state") == state:
+            return
+    raise AssertionError(f"{name} never became {state}")
+
+
+GPU_JOBS = """
+workflows:
+  - name: hold
+    resources: {gpu: 1}
+    commands: ["echo CUDA=$CUDA_VISIBLE_DEVICES", "sleep 4"]
+  - name: next
+    resources: {gpu: 1}
+    commands: ["echo CUDA=$CUDA_VISIBLE_DEVICES"]
+  - name: huge
+    resources: {gpu: 8}
+    commands: ["echo never"]
+"""
+
+
+def test_gpus_free_follow_jobs_in_the_advertisement(tmp_path, controller_home, cli, make_project):
+    a = start_agent(tmp_path / "a", controller_home, name="pool-g", extra_env={"LANPOOL_FAKE_GPUS": "0,1"})
+    try:
+        project = make_project(GPU_JOBS)
+        cli("headless", "run", "hold", "--runner", a.address, "-d", cwd=project, check=True)
+
+        def free() -> str:
+            adverts = asyncio.run(discover(["127.0.0.1"], 1.5))
+            return next(x.props["gpus_free"] for x in adverts if x.name == "pool-g")
+
+        assert free() == "1"
+        deadline = time.time() + 20
+        while free() != "2":
+            assert time.time() < deadline, "the TXT record never showed the GPU free again"
+    finally:
+        a.stop()
+
+
+def test_queue_until_room_and_reject_what_never_fits(tmp_path, controller_home, cli, make_project):
+    a = start_agent(tmp_path / "a", controller_home, name="pool-q", extra_env={"LANPOOL_FAKE_GPUS": "0"})
+    try:
+        project = make_project(GPU_JOBS)
+        cli("headless", "runners", "add", a.address, check=True)
+        huge = cli("headless", "run", "huge", cwd=project)
+        assert huge.returncode == 2 and "needs 8 GPU" in huge.stderr and "has 1 GPU" in huge.stderr
+
+        cli("headless", "run", "hold", "-d", cwd=project, check=True)
+        waiting = cli.popen("headless", "run", "next", cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+        deadline = time.time() + 10
+        queued = False
+        while time.time() < deadline and not queued:
+            status = json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout)
+            queued = any(j["status"] == "QUEUED" and j["error"] for r in status for j in r["jobs"])
+            time.sleep(0.3)
+        assert queued, "the second GPU job must be QUEUED, with the reason"
+        out, err = waiting.communicate(timeout=60)
+        assert waiting.returncode == 0, err
+        assert "queued: waiting for a runner with 1 GPU free" in err and out.strip() == "CUDA=0"
+    finally:
+        a.stop()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip"), reason="network namespaces need root and iproute2")
+def test_discovery_across_network_namespaces(tmp_path, controller_home):
+    lab = REPO / "scripts" / "lab"
+    subprocess.run([lab, "up", "2"], check=True)
+    env = {**_env(controller_home), "LANPOOL_MDNS_INTERFACES": "10.77.0.2"}
+    agent = subprocess.Popen(
+        ["ip", "netns", "exec", "lp-h1", sys.executable, "-m", "app.cli.main", "agent", "serve", "--host", "10.77.0.1",
+         "--port", "7422", "--name", "lab-runner", "--data-dir", str(tmp_path / "lab-agent")],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 20
+        seen = {}
+        while time.time() < deadline and "lab-runner" not in seen:
+            out = subprocess.run(
+                ["ip", "netns", "exec", "lp-h2", sys.executable, "-m", "app.cli.main", "headless", "runners",
+                 "--json", "--wait", "2"], env=env, capture_output=True, text=True, check=True).stdout
+            seen = {r["name"]: r for r in json.loads(out)}
+        assert seen["lab-runner"]["address"] == "10.77.0.1:7422"
+        assert seen["lab-runner"]["state"] == "UNPAIRED" and seen["lab-runner"]["source"] == "mdns"
+    finally:
+        agent.terminate()
+        agent.wait(10)
+        subprocess.run([lab, "down"], check=True)
