@@ -39,6 +39,9 @@ SUBSYSTEM = "lanpool"
 ENCRYPTION_ALGS = ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com", "aes128-ctr"]
 CONNECT_TIMEOUT_S = 10.0
 REPLY_TIMEOUT_S = 60.0  # a submit extracts the snapshot before replying
+# A runner that vanishes without closing the connection (machine off, cable out)
+# is noticed after 3 unanswered keepalives: ~9-12 s.
+KEEPALIVE_S = 3.0
 _READ_SIZE = 1024 * 1024
 
 
@@ -65,12 +68,18 @@ class Channel:
         return msg
 
     async def send(self, msg) -> None:
-        self._proc.stdin.write(encode_message(msg))
-        await self._proc.stdin.drain()
+        try:
+            self._proc.stdin.write(encode_message(msg))
+            await self._proc.stdin.drain()
+        except (OSError, asyncssh.Error) as exc:
+            raise RunnerError(f"lost {self._where}: {getattr(exc, 'reason', None) or exc}") from None
 
     async def _fill(self, timeout: float | None) -> None:
         while not self._messages:
-            data = await asyncio.wait_for(self._proc.stdout.read(_READ_SIZE), timeout)
+            try:
+                data = await asyncio.wait_for(self._proc.stdout.read(_READ_SIZE), timeout)
+            except (OSError, asyncssh.Error) as exc:
+                raise RunnerError(f"lost {self._where}: {getattr(exc, 'reason', None) or exc}") from None
             if not data:
                 raise RunnerError(f"{self._where} closed the connection")
             try:
@@ -118,7 +127,8 @@ class RunnerSession:
                 else {"client_keys": [client_key], "preferred_auth": ["publickey"]}
             conn = await asyncio.wait_for(asyncssh.connect(
                 host, port, username="lanpool", known_hosts=known_hosts, encryption_algs=ENCRYPTION_ALGS,
-                agent_path=None, config=[], connect_timeout=timeout, keepalive_interval=15, **auth,
+                agent_path=None, config=[], connect_timeout=timeout, keepalive_interval=KEEPALIVE_S,
+                keepalive_count_max=3, **auth,
             ), timeout + 1)
         except asyncssh.HostKeyNotVerifiable:
             raise HostKeyMismatch(
@@ -149,6 +159,8 @@ class RunnerSession:
     async def open_channel(self) -> Channel:
         try:
             proc = await self.conn.create_process(subsystem=SUBSYSTEM, encoding=None)
+        except asyncssh.ChannelOpenError as exc:
+            raise RunnerError(f"{self.where} refused the lanpool channel: {exc.reason}") from None
         except (OSError, asyncssh.Error) as exc:
             raise RunnerError(f"{self.where} refused the lanpool channel: {exc}") from None
         channel = Channel(proc, self.where)
@@ -196,21 +208,31 @@ class RunnerSession:
 
     async def upload(self, data: bytes, remote: str) -> None:
         """Put `data` at `remote` (relative to the runner's transfer dir) unless already there."""
-        async with self.conn.start_sftp_client() as sftp:
-            if await sftp.exists(remote):
-                return
-            tmp = f"{remote}.part"
-            async with sftp.open(tmp, "wb") as fh:
-                await fh.write(data)
-            await sftp.posix_rename(tmp, remote)
+        try:
+            async with self.conn.start_sftp_client() as sftp:
+                if await sftp.exists(remote):
+                    return
+                tmp = f"{remote}.part"
+                async with sftp.open(tmp, "wb") as fh:
+                    await fh.write(data)
+                await sftp.posix_rename(tmp, remote)
+        except (OSError, asyncssh.Error) as exc:
+            raise RunnerError(f"uploading to {self.where} failed: {getattr(exc, 'reason', None) or exc}") from None
 
     async def exists(self, remote: str) -> bool:
-        async with self.conn.start_sftp_client() as sftp:
-            return await sftp.exists(remote)
+        try:
+            async with self.conn.start_sftp_client() as sftp:
+                return await sftp.exists(remote)
+        except (OSError, asyncssh.Error) as exc:
+            raise RunnerError(f"lost {self.where}: {getattr(exc, 'reason', None) or exc}") from None
 
     async def download(self, remote: str, local: Path) -> None:
-        async with self.conn.start_sftp_client() as sftp:
-            await sftp.get(remote, str(local))
+        try:
+            async with self.conn.start_sftp_client() as sftp:
+                await sftp.get(remote, str(local))
+        except (OSError, asyncssh.Error) as exc:
+            raise RunnerError(f"downloading {remote} from {self.where} failed: "
+                              f"{getattr(exc, 'reason', None) or exc}") from None
 
     def close(self) -> None:
         self.conn.close()

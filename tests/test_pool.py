@@ -221,3 +221,45 @@ def test_discovery_across_network_namespaces(tmp_path, controller_home):
         agent.terminate()
         agent.wait(10)
         subprocess.run([lab, "down"], check=True)
+
+
+def test_follow_rides_out_a_frozen_runner(tmp_path, controller_home, cli, make_project):
+    """A runner that stops answering (SIGSTOP: a frozen or unplugged machine) is shown
+    offline while followed, and the log is picked up where it stopped when it returns."""
+    a = start_agent(tmp_path / "a", controller_home, name="pool-f")
+    try:
+        project = make_project("workflows:\n  - name: slow\n    commands:\n"
+                               "      - for i in $(seq 1 30); do echo tick-$i; sleep 1; done\n")
+        follower = cli.popen("headless", "run", "slow", "--runner", a.address, cwd=project,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        a.proc.send_signal(signal.SIGSTOP)
+        t0 = time.time()
+        status = {}
+        while time.time() - t0 < 20:
+            status = json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout)[0]
+            if _runners_state_offline(cli):
+                break
+            time.sleep(1)
+        noticed = time.time() - t0
+        a.proc.send_signal(signal.SIGCONT)
+        out, err = follower.communicate(timeout=90)
+        assert follower.returncode == 0, err
+        assert noticed < 16, f"offline noticed after {noticed:.1f}s"
+        assert "went offline" in err and "re-attached" in err
+        assert out.splitlines() == [f"tick-{i}" for i in range(1, 31)]
+        assert status["jobs"][0]["status"] == "RUNNING"
+    finally:
+        a.proc.send_signal(signal.SIGCONT)
+        a.stop()
+
+
+def _runners_state_offline(cli) -> bool:
+    import sqlite3
+
+    db = sqlite3.connect(Path(os.environ["LANPOOL_HOME"]) / "lanpool.db")
+    try:
+        row = db.execute("SELECT state FROM runners WHERE name = 'pool-f'").fetchone()
+    finally:
+        db.close()
+    return bool(row) and row[0] == "OFFLINE"
