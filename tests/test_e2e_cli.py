@@ -203,7 +203,7 @@ def test_run_without_workflow_lists_them(cli, make_project):
 def test_run_reaches_runner_by_name_after_first_contact(agent, cli, make_project):
     project = make_project(WORKFLOWS)
     cli("headless", "run", "fail", "--runner", agent.address, cwd=project)
-    runners = json.loads(cli("headless", "runners", "--json", check=True).stdout)
+    runners = json.loads(cli("headless", "runners", "--json", "--wait", "0", check=True).stdout)
     assert [(r["name"], r["port"]) for r in runners] == [("test-runner", agent.port)]
     # Pinned: a named runner and the default (the only known runner) both work.
     assert cli("headless", "run", "fail", "--runner", "test-runner", cwd=project).returncode == 3
