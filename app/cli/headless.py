@@ -7,6 +7,7 @@ stderr and an ExitCode; `run` exits with the job's own exit code.
 import argparse
 import asyncio
 import json
+import os
 import socket
 import sys
 from pathlib import Path
@@ -136,6 +137,9 @@ def main(argv: list[str]) -> int:
     except LanpoolError as exc:
         print(f"app: error: {exc.message}", file=sys.stderr)
         return int(exc.exit_code)
+    except BrokenPipeError:  # `app headless ... | head`: the reader left, nothing is wrong
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return ExitCode.OK
     except KeyboardInterrupt:
         print("\napp: interrupted; jobs keep running on their runners (`app headless stop RUN` stops one)", file=sys.stderr)
         return 130
@@ -178,8 +182,9 @@ async def _run(ctl: Controller, args) -> int:
                                "variables": project.variables_of(w.name)} for w in project.workflows.values()], indent=2))
             return ExitCode.OK
         print(f"workflows in {project.workflows_file}:")
+        width = max((len(n) for n in project.workflows), default=0)
         for wf in project.workflows.values():
-            print(f"  {wf.name}" + (f"  {wf.help}" if wf.help else ""))
+            print(f"  {wf.name.ljust(width)}  {wf.help}".rstrip())
         return ExitCode.OK
     if args.help:
         _workflow_help(project, args.workflow, "run")
