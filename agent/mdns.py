@@ -88,6 +88,8 @@ class Advertiser:
         if self._zc is None:
             return
         if self._info is not None:
-            await self._zc.async_unregister_service(self._info)
+            # The call returns the task that sends the goodbye packets: wait for it, or
+            # closing zeroconf drops them and listeners keep the runner for ~19 minutes.
+            await (await self._zc.async_unregister_service(self._info))
         await self._zc.async_close()
         self._zc = None

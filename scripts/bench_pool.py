@@ -17,7 +17,7 @@ exit code says only whether the benchmark could run.
 2. SIGKILL -> OFFLINE: a loop probes every known runner every --poll seconds (what a
    long-running controller does); the same browser is watched for a Removed event.
    A control agent stopped with SIGTERM shows that the watcher does see goodbyes.
-3. N agents at once (bench-001..): started in batches, then `app headless runners
+3. N agents at once (bench-TAG-001..): started in batches, then `app headless runners
    --json --wait W` (W = 3, and 6 if not all were found) as a subprocess, each with a
    fresh store: how many found, states, wall time, CPU and peak RSS (wait4); then the
    same with --wait 0 on the filled store (probes only). Agents' RSS/PSS and CPU.
@@ -29,6 +29,7 @@ import collections
 import json
 import os
 import random
+import secrets
 import shutil
 import signal
 import statistics
@@ -45,8 +46,12 @@ VENV_PY = REPO / ".venv" / "bin" / "python"
 PY = str(VENV_PY) if VENV_PY.exists() else sys.executable
 APP = [str(REPO / ".venv" / "bin" / "app")] if (REPO / ".venv" / "bin" / "app").exists() else [PY, "-m", "app.cli.main"]
 MDNS_IFACE = "127.0.0.1"  # the only interface anything here announces or browses on
+# Names of this run's agents (a random tag: two runs on one machine share 127.0.0.1's mDNS);
+# runners of other processes seen on 127.0.0.1 are left alone.
+PREFIX = f"bench-{secrets.token_hex(2)}-"
 LIVE_TARGET_S = 2.0
 OFFLINE_TARGET_S = 10.0
+CONTROL_WATCH_S = 5.0  # how long the SIGTERMed control agent's Removed event is waited for
 TICK = os.sysconf("SC_CLK_TCK")
 now = time.monotonic
 
@@ -196,6 +201,8 @@ class Bench:
         return proc, log
 
     def stop(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
         self.results["cleanup"] = self.procs.stop_all()
         if self.args.keep:
             say(f"kept {self.tmp}")
@@ -228,6 +235,7 @@ class Bench:
         probing: set[str] = set()
         tasks: set[asyncio.Task] = set()
         cycles = [0]
+        foreign: set[str] = set()
 
         async def probe_timed(row: dict) -> str:
             t = now()
@@ -255,6 +263,9 @@ class Bench:
                 probing.discard(name)
 
         def on_seen(advert) -> None:
+            if not advert.name.startswith(PREFIX):
+                foreign.add(advert.name)  # another process's runner on 127.0.0.1: left alone
+                return
             seen_at.setdefault(advert.name, now())
             service_of.setdefault(advert.name, advert.service)
             pool.record_advert(ctl.store, advert)
@@ -265,13 +276,15 @@ class Bench:
                 task.add_done_callback(tasks.discard)
 
         def on_gone(service: str) -> None:
+            if not service.startswith(PREFIX):
+                return
             gone_at.setdefault(service, now())
 
         async def monitor() -> None:
             # Fixed rate: a cycle starts every `poll` seconds and probes every known runner.
             while True:
                 start = now()
-                await asyncio.gather(*(probe_timed(row) for row in ctl.store.runners()))
+                await asyncio.gather(*(probe_timed(row) for row in ctl.store.runners() if row["name"].startswith(PREFIX)))
                 cycles[0] += 1
                 await asyncio.sleep(max(0.0, args.poll - (now() - start)))
 
@@ -283,7 +296,7 @@ class Bench:
         try:
             await asyncio.sleep(1.0)  # the controller runs before any runner appears
             for i in range(args.repeat):
-                name = f"bench-live-{i + 1}"
+                name = f"{PREFIX}live-{i + 1}"
                 data_dir = self.tmp / "agents-live" / name
                 await asyncio.to_thread(self.cli, "agent", "authorize", pub, "--data-dir", str(data_dir), env=env)
                 rep = await self._spawn_until_live(name, data_dir, env, seen_at, live_at)
@@ -303,7 +316,7 @@ class Bench:
                 rep["kill_to_offline_s"] = offline_at[name] - killed_at[name] if name in offline_at else None
 
             # Control: a SIGTERMed agent unregisters, and the same browser sees Removed at once.
-            name = "bench-live-term"
+            name = f"{PREFIX}live-term"
             data_dir = self.tmp / "agents-live" / name
             await asyncio.to_thread(self.cli, "agent", "authorize", pub, "--data-dir", str(data_dir), env=env)
             rep = await self._spawn_until_live(name, data_dir, env, seen_at, live_at)
@@ -312,8 +325,9 @@ class Bench:
             if rep["live_s"] is not None and name in service_of:
                 t = now()
                 proc.send_signal(signal.SIGTERM)
-                while service_of[name] not in gone_at and now() < t + 10:
+                while service_of[name] not in gone_at and now() < t + CONTROL_WATCH_S:
                     await asyncio.sleep(0.005)
+                control["watched_s"] = now() - t
                 control["sigterm_to_removed_s"] = gone_at[service_of[name]] - t if service_of[name] in gone_at else None
                 await asyncio.to_thread(proc.wait, 15)
 
@@ -348,6 +362,7 @@ class Bench:
             "monitor_cycles": cycles[0],
             "mdns_after_sigkill": watched,
             "mdns_control_sigterm": control,
+            "foreign_runners_seen": sorted(foreign),
         }
 
     async def _spawn_until_live(self, name: str, data_dir: Path, env: dict, seen_at: dict, live_at: dict) -> dict:
@@ -380,7 +395,7 @@ class Bench:
         home = self.tmp / "controller-n"
         env = self.env_for(home)
         pub = self.cli("headless", "key", env=env).strip()
-        names = [f"bench-{i:03d}" for i in range(1, n + 1)]
+        names = [f"{PREFIX}{i:03d}" for i in range(1, n + 1)]
         dirs = {name: self.tmp / "agents-n" / name for name in names}
 
         t = now()
@@ -493,10 +508,12 @@ class Bench:
             raise BenchError(f"{' '.join(argv[-4:])} exited {p.returncode}:\n{tail(err_path)}")
         rows = json.loads(out)
         ours = {r["name"]: r for r in rows if r["name"] in set(names)}
+        foreign = [r["name"] for r in rows if r["name"] not in ours]
         return {
             "wait_s": wait, "wall_s": wall, "found": len(ours),
             "states": dict(collections.Counter(r["state"] for r in ours.values())),
             "missing": [name for name in names if name not in ours][:10],
+            "other_runners_listed": len(foreign),
             "controller_cpu_s": usage.ru_utime + usage.ru_stime, "controller_user_s": usage.ru_utime,
             "controller_sys_s": usage.ru_stime, "controller_peak_rss_mib": usage.ru_maxrss / 1024,
             "controller_vmhwm_polled_mib": hwm[0] / 1024, "agents_cpu_s_meanwhile": agents_cpu,
@@ -549,7 +566,12 @@ def report(res: dict, out) -> None:
               + (f"yes, after {w['removed_after_s']:.2f} s" if w["removed"] else "none"))
         c = kd["mdns_control_sigterm"]
         if c:
-            p(f"   control, SIGTERM (agent unregisters): Removed after {s(c.get('sigterm_to_removed_s'))}")
+            gone = c.get("sigterm_to_removed_s")
+            p(f"   control, SIGTERM (the agent unregisters on the way out): Removed event "
+              + (f"after {gone:.2f} s" if gone is not None else f"none within {c.get('watched_s', 0):.0f} s"))
+        if kd["foreign_runners_seen"]:
+            p(f"   (ignored {len(kd['foreign_runners_seen'])} runner(s) of other processes advertising on 127.0.0.1: "
+              f"{', '.join(kd['foreign_runners_seen'][:5])})")
     m = res.get("many")
     if m:
         p()
@@ -567,6 +589,8 @@ def report(res: dict, out) -> None:
               f"{r['controller_peak_rss_mib']:.0f} MiB (VmHWM polled {r['controller_vmhwm_polled_mib']:.0f} MiB); "
               f"agents' CPU meanwhile {r['agents_cpu_s_meanwhile']:.2f} s"
               + (f"; missing e.g. {', '.join(r['missing'])}" if r["missing"] else "")
+              + (f"; also listed {r['other_runners_listed']} runner(s) of other processes on 127.0.0.1"
+                 if r["other_runners_listed"] else "")
               + (f"  [{r['note']}]" if r.get("note") else ""))
     if "bench_wall_s" in res:
         p()
@@ -596,6 +620,9 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGHUP, on_term)
+    # Ctrl-C stops the bench even where SIGINT came in ignored (started with `&` from a script).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     t0 = now()
     bench = Bench(args)
     os.environ["LANPOOL_HOME"] = str(bench.tmp / "controller-live")

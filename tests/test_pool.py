@@ -263,3 +263,31 @@ def _runners_state_offline(cli) -> bool:
     finally:
         db.close()
     return bool(row) and row[0] == "OFFLINE"
+
+
+def test_stopped_agent_says_goodbye_over_mdns(tmp_path, controller_home):
+    """SIGTERM unregisters the service, so browsers drop it at once (a killed one lingers ~19 min)."""
+    from app.discovery import Browser
+
+    async def scenario() -> float:
+        seen, gone = asyncio.Event(), asyncio.Event()
+        names: set[str] = set()
+
+        def on_seen(advert):
+            if advert.name == "pool-bye":
+                names.add(advert.service)
+                seen.set()
+
+        browser = Browser(["127.0.0.1"], on_seen, lambda name: gone.set() if name in names else None)
+        await browser.start()
+        a = await asyncio.to_thread(start_agent, tmp_path / "a", controller_home, name="pool-bye")
+        try:
+            await asyncio.wait_for(seen.wait(), 10)
+            t0 = time.time()
+            await asyncio.to_thread(a.stop)
+            await asyncio.wait_for(gone.wait(), 5)
+            return time.time() - t0
+        finally:
+            await browser.close()
+
+    assert asyncio.run(scenario()) < 5
