@@ -209,12 +209,6 @@ class Controller:
                     break
         return outcome
 
-    async def submit(self, project: Project, workflow_name: str, runner_spec: str | None = None,
-                     overrides: dict[str, str] | None = None) -> Submitted:
-        """Start a single-job workflow on a runner and return at once."""
-        outcome = await self.run(project, workflow_name, runner_spec, overrides, follow=False)
-        return outcome.submitted[-1]
-
     async def _input_on(self, session: RunnerSession, dep: JobRow) -> str | None:
         """Where the runner finds `dep`'s artifacts: its own copy if the job ran there, else an upload."""
         if not self.store.artifacts(dep.id):
