@@ -22,6 +22,8 @@ from agent.executors import Execution, Executor, ExecutorChoice, ExecutorError, 
 from agent.gpus import GpuAllocator, GpuError, gpu_env
 from agent.home import AgentHome
 from agent.journal import JobRecord
+from agent.metrics_tail import METRICS_REL, MetricsTail, metrics_env
+from agent.metrics_tail import POLL_S as METRICS_POLL_S
 from agent.spool import LogSpool
 from protocol import ErrorCode, JobState, JobStatus, SubmitJob
 
@@ -52,6 +54,7 @@ class Job:
     spool: LogSpool
     execution: Execution | None = None
     starting: asyncio.Task | None = None  # until started: pulling the image, creating the container
+    metrics: MetricsTail | None = None
     # Replaced after each set(): waiters take the current one, then re-check.
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -219,7 +222,9 @@ class JobManager:
             message = exc.message if isinstance(exc, JobError) else f"could not start the job: {exc}"
             self._finish(job, JobState.FAILED, None, message)
             return job
-        env = {**req.env, "LANPOOL_RUN_NAME": req.run_name, "LANPOOL_JOB_ID": req.job_id}
+        (workspace / METRICS_REL).parent.mkdir(parents=True, exist_ok=True)
+        env = {**metrics_env(workspace, in_container), **req.env,
+               "LANPOOL_RUN_NAME": req.run_name, "LANPOOL_JOB_ID": req.job_id}
         if resources.gpus is not None or in_container:  # a process that did not ask sees every GPU, as before
             env.update(gpu_env(gpus, in_container))
         launch = Launch(
@@ -318,6 +323,7 @@ class JobManager:
         record.save(job.dir)
         job.notify()
         self._changed()
+        self._watch_metrics(job)
         if record.stop_requested:  # asked while it was starting
             self._system_line(job, f"lanpool: SIGTERM, SIGKILL after {self.grace_s:g}s")
             execution.send_signal(signal.SIGTERM)
@@ -352,6 +358,7 @@ class JobManager:
         record.container_id = execution.container_id
         record.save(job.dir)
         self._system_line(job, f"lanpool: agent restarted; re-attached to container {execution.container_id[:12]}")
+        self._watch_metrics(job)  # from the last offset the journal saved: a few values may repeat
         if record.stop_requested:  # a stop was under way: carry it through
             execution.send_signal(signal.SIGTERM)
             self._spawn(self._kill_after(job, self.grace_s))
@@ -424,8 +431,26 @@ class JobManager:
         job.record.artifacts_archive = dest.relative_to(self.home.transfer).as_posix()
         job.record.artifact_files = [{"path": f.path, "size": f.size} for f in files]
 
+    def _watch_metrics(self, job: Job) -> None:
+        job.metrics = MetricsTail(job.dir / "workspace" / METRICS_REL, job.record.metrics_offset)
+        self._spawn(self._tail_metrics(job))
+
+    async def _tail_metrics(self, job: Job) -> None:
+        while not job.record.terminal:
+            self._drain_metrics(job)
+            await asyncio.sleep(METRICS_POLL_S)
+
+    def _drain_metrics(self, job: Job, final: bool = False) -> None:
+        if job.metrics is None or job.record.terminal:
+            return
+        data = job.metrics.read(final)
+        if data:
+            job.record.metrics_offset = job.metrics.offset
+            self._output(job, "met", data)
+
     def _finish(self, job: Job, state: JobState, code: int | None, error: str) -> None:
         record = job.record
+        self._drain_metrics(job, final=True)  # the last values, before the spool closes
         if error and state is JobState.FAILED and not code:
             self._system_line(job, f"lanpool: {error}")
         elif error and state in (JobState.STOPPED, JobState.ABORTED) and code is None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 _HEADER = struct.Struct(">QIBI")  # seq, n_lines, stream id, length
-STREAMS = ("out", "err", "sys")
+STREAMS = ("out", "err", "sys", "met")  # met: metrics JSON lines (agent/metrics_tail.py)
 _STREAM_IDS = {name: i for i, name in enumerate(STREAMS)}
 
 

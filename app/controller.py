@@ -6,6 +6,7 @@ runners, follows their logs into the store, and pulls artifacts back.
 
 import asyncio
 import io
+import json
 import logging
 import secrets
 import shutil
@@ -328,6 +329,21 @@ class Controller:
                     self.store.set_runner(job.runner, state=RunnerState.OFFLINE)
 
         await asyncio.gather(*(one(j) for j in pending))
+
+    def metrics(self, job_id: str) -> list[dict]:
+        """Metric points of a job (its "met" log stream): step, name, value, time."""
+        points = []
+        for _node, _seq, stream, data in self.store.log_chunks(job_id):
+            if stream != "met":
+                continue
+            for line in data.splitlines():
+                try:
+                    point = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(point, dict) and "name" in point and "step" in point:
+                    points.append(point)
+        return points
 
     # -- artifacts --------------------------------------------------------------------------
 

@@ -80,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     pair.add_argument("name", metavar="NAME|HOST[:PORT]")
     pair.add_argument("code")
 
+    metrics = sub.add_parser("metrics", help="a job's training metrics (loss curves), from its metrics logger")
+    metrics.add_argument("ref", metavar="RUN|JOB")
+    metrics.add_argument("--name", action="append", help="only this metric (repeatable), e.g. train_loss")
+    metrics.add_argument("--json", action="store_true", help="every point as JSON")
+
     sub.add_parser("key", help="print the path of this controller's public key (for `app agent authorize`)")
     parser.verb_parsers = {"run": run, "plan": plan}
     return parser
@@ -328,19 +333,40 @@ async def _runners(ctl: Controller, args) -> int:
     return ExitCode.OK
 
 
+async def _metrics(ctl: Controller, args) -> int:
+    jobs = ctl.store.resolve_jobs(args.ref)
+    await ctl.refresh(jobs)
+    points = [p for j in jobs for p in ctl.metrics(j.id) if not args.name or p["name"] in args.name]
+    if args.json:
+        print(json.dumps(points, indent=2))
+        return ExitCode.OK
+    if not points:
+        print("no metrics yet (jobs log them through training.metrics.LanpoolMetrics)")
+        return ExitCode.OK
+    latest: dict[str, dict] = {}
+    for p in points:
+        latest[p["name"]] = p
+    rows = [[name, str(p["step"]), f"{p['value']:.6g}" if p["value"] is not None else "nan",
+             str(sum(1 for q in points if q["name"] == name))] for name, p in sorted(latest.items())]
+    print(render.table(["METRIC", "LAST STEP", "LAST VALUE", "POINTS"], rows))
+    return ExitCode.OK
+
+
 async def _key(ctl: Controller, args) -> int:
     print(ctl.public_key_file)
     return ExitCode.OK
 
 
 _HANDLERS = {"run": _run, "plan": _plan, "status": _status, "logs": _logs, "stop": _stop, "artifacts": _artifacts,
-             "runners": _runners, "key": _key}
+             "runners": _runners, "metrics": _metrics, "key": _key}
 
 
 # -- output helpers ----------------------------------------------------------------
 
 
 def _print_log(job_id: str, stream: str, data: bytes) -> None:
+    if stream == "met":  # metrics travel with the log; `app headless metrics` shows them
+        return
     out = sys.stdout.buffer if stream == "out" else sys.stderr.buffer
     out.write(data)
     out.flush()

@@ -1,0 +1,47 @@
+"""Training metrics travel from the job's metrics file to the controller's SQLite."""
+
+import json
+import shutil
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def test_metrics_lines_reach_the_store_and_stay_out_of_the_log(agent, cli, make_project):
+    emit = (
+        'echo start\n'
+        'for i in 1 2 3; do\n'
+        '  echo "{\\"step\\": $i, \\"name\\": \\"loss\\", \\"value\\": 0.$((9 - i))}" >> "$LANPOOL_METRICS_FILE"\n'
+        '  sleep 0.6\n'
+        'done\n'
+        'printf \'{"step": 4, "name": "acc", "value": 0.5}\' >> "$LANPOOL_METRICS_FILE"\n'
+        'echo end\n'
+    )
+    project = make_project("workflows:\n  - name: m\n    commands: [bash emit.sh]\n", files={"emit.sh": emit})
+    res = cli("headless", "run", "m", "--runner", agent.address, cwd=project)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "start\nend\n"
+    points = json.loads(cli("headless", "metrics", res.stderr.split()[1].rstrip(":"), "--json", check=True).stdout)
+    assert [(p["step"], p["name"], p["value"]) for p in points] == [
+        (1, "loss", 0.8), (2, "loss", 0.7), (3, "loss", 0.6), (4, "acc", 0.5)]  # last line had no newline
+    table = cli("headless", "metrics", res.stderr.split()[1].rstrip(":"), "--name", "loss", check=True).stdout
+    assert "loss" in table and "acc" not in table
+
+
+@pytest.mark.slow
+def test_lightning_metrics_from_the_autoencoder(agent, cli, tmp_path):
+    project = tmp_path / "repo"
+    shutil.copytree(REPO / "training", project / "training", ignore=shutil.ignore_patterns("__pycache__"))
+    (project / ".lanpool").mkdir()
+    (project / ".lanpool" / "workflows.yaml").write_text(
+        "workflows:\n  - name: ae\n    commands:\n"
+        "      - python -m training.autoencoder --max-epochs 3 --devices 1 --out ck\n")
+    res = cli("headless", "run", "ae", "--runner", agent.address, cwd=project, timeout=240)
+    assert res.returncode == 0, res.stderr
+    run = res.stderr.split()[1].rstrip(":")
+    points = json.loads(cli("headless", "metrics", run, "--json", check=True).stdout)
+    val = [p["value"] for p in points if p["name"] == "val_loss"]
+    train = [p for p in points if p["name"] == "train_loss"]
+    assert len(val) == 3 and val[-1] < val[0]
+    assert train and [p["step"] for p in train] == sorted(p["step"] for p in train)
