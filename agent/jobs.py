@@ -11,6 +11,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import tarfile
 import time
 from collections.abc import Callable
@@ -225,6 +226,11 @@ class JobManager:
         (workspace / METRICS_REL).parent.mkdir(parents=True, exist_ok=True)
         env = {**metrics_env(workspace, in_container), **req.env,
                "LANPOOL_RUN_NAME": req.run_name, "LANPOOL_JOB_ID": req.job_id}
+        if req.pick_master_port:
+            record.master_port = _free_port()
+            env["MASTER_PORT"] = str(record.master_port)
+            record.save(job_dir)
+        env.update(_socket_ifname_env(env))
         if resources.gpus is not None or in_container:  # a process that did not ask sees every GPU, as before
             env.update(gpu_env(gpus, in_container))
         launch = Launch(
@@ -496,6 +502,26 @@ def _spooled_bytes(spool: LogSpool, cuts: dict[str, int]) -> dict[str, int]:
                 counts[rec.stream] += len(rec.data)
             seq = rec.seq + rec.n_lines
     return {stream: n - cuts.get(stream, 0) for stream, n in counts.items()}
+
+
+def _free_port() -> int:
+    """A TCP port free now, for torch.distributed's rendezvous on this node."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("0.0.0.0", 0))
+        return sock.getsockname()[1]
+
+
+def _socket_ifname_env(env: dict[str, str]) -> dict[str, str]:
+    """GLOO/NCCL_SOCKET_IFNAME: the interface that carries this node's LAN address."""
+    addr = env.get("LANPOOL_NODE_ADDR")
+    if not addr:
+        return {}
+    import ifaddr
+
+    for adapter in ifaddr.get_adapters():
+        if any(ip.ip == addr for ip in adapter.ips):
+            return {k: env.get(k) or adapter.nice_name for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")}
+    return {}
 
 
 def _extract(home: AgentHome, tar_path: str, allowed: tuple[Path, ...], workspace: Path) -> None:

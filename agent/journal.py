@@ -32,6 +32,7 @@ class JobRecord:
     image: str = ""  # the image a docker job runs in
     container_id: str = ""
     gpus: list[int] = field(default_factory=list)  # host GPU indices the job holds while it runs
+    master_port: int = 0  # picked for MASTER_PORT (node 0 of a multi-node job)
     metrics_offset: int = 0  # bytes of the workspace's metrics file already spooled
     cpus: float = 0.0  # CPUs and memory the job asked for: reserved while it runs
     memory_mb: int = 0

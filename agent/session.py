@@ -108,7 +108,7 @@ class ChannelSession:
                 ))
         elif isinstance(msg, SubmitJob):
             job = await self._manager.submit(msg)
-            await self._send(JobAccepted(msg.job_id, str(job.dir / "workspace")))
+            await self._send(JobAccepted(msg.job_id, str(job.dir / "workspace"), job.record.master_port))
             await self._send(job.status())
         elif isinstance(msg, StopJob):
             job = self._manager.stop(msg.job_id, msg.abort, msg.grace_s)

@@ -5,6 +5,7 @@ runners, follows their logs into the store, and pulls artifacts back.
 """
 
 import asyncio
+import dataclasses
 import io
 import json
 import logging
@@ -23,6 +24,7 @@ from app.home import ControllerHome
 from app.keys import load_or_create_client_key
 from app.names import new_run_name
 from app.runner_client import RunnerSession
+from app.multinode import prefix_node, run_gang
 from app.planning import Plan, PlannedJob, make_plan
 from app.pool import RunnerState, refresh_pool
 from app.scheduler import Need, place
@@ -118,14 +120,19 @@ class Controller:
         pool (`spec` pins a known name). While nothing fits, the job is QUEUED and we wait."""
         if spec and self.store.runner(spec) is None:
             return parse_address(spec, self.DEFAULT_PORT)  # by address: pinned on first contact
+        return (await self.choose_runners(spec, need, 1, run_name, job_id, workflow, say))[0]
+
+    async def choose_runners(self, spec: str | None, need: Need, nodes: int, run_name: str, job_id: str,
+                             workflow: str, say: Callable[[str], None]) -> list[tuple[str, int]]:
+        """`nodes` distinct runners with room, all at once (gang placement), node 0 first."""
         last = ""
         try:
             while True:
                 views = await refresh_pool(self, wait_s=0 if self.store.runners() else DISCOVERY_WAIT_S)
-                decision = place(need, [v.capacity() for v in views], pinned=spec)
+                decision = place(need, [v.capacity() for v in views], nodes=nodes, pinned=spec)
                 if decision.runners:
-                    row = self.store.runner(decision.runners[0])
-                    return row["host"], row["port"]
+                    rows = [self.store.runner(name) for name in decision.runners]
+                    return [(row["host"], row["port"]) for row in rows]
                 if decision.rejected:
                     raise UsageError(f"cannot run {workflow}: {decision.rejected}")
                 if decision.queued != last:
@@ -153,7 +160,8 @@ class Controller:
     async def run(self, project: Project, workflow_name: str, runner_spec: str | None = None,
                   overrides: dict[str, str] | None = None, *, sink: LogSink | None = None,
                   say: Callable[[str], None] | None = None, on_submitted: Callable[[Submitted], None] | None = None,
-                  follow: bool = True, no_cache: bool = False, reuse: bool = False, tag: str | None = None) -> RunOutcome:
+                  follow: bool = True, no_cache: bool = False, reuse: bool = False, tag: str | None = None,
+                  nodes: int | None = None) -> RunOutcome:
         """Run a workflow's plan on one runner: reused jobs are skipped, the others run in
         order, each on the same connection, each getting its dependencies' artifacts.
 
@@ -162,6 +170,9 @@ class Controller:
         overrides = overrides or {}
         say = say or (lambda _text: None)
         plan = self.plan(project, workflow_name, overrides, no_cache, reuse)
+        multinode = [p for p in plan.to_run if p.job.nodes > 1 or (nodes and nodes > 1 and p.workflow == workflow_name)]
+        if not follow and multinode:
+            raise UsageError("--detach does not take multi-node jobs: the controller watches all nodes together")
         if not follow and len(plan.to_run) > 1:
             names = ", ".join(j.workflow for j in plan.to_run)
             raise UsageError(f"--detach runs one job, and this plan runs {len(plan.to_run)} ({names}): "
@@ -191,6 +202,16 @@ class Controller:
                     continue
                 job_id = job_ids[planned.workflow]
                 job = resolve(project, planned.workflow, overrides, {"run_name": outcome.run_name, "job_id": job_id})
+                if nodes and planned.workflow == workflow_name:
+                    job = dataclasses.replace(job, nodes=nodes)
+                if job.nodes > 1:
+                    row = await self._run_multinode(project, planned, job, job_id, outcome, runner_spec, snapshot,
+                                                    done, sink, say)
+                    outcome.jobs.append(row)
+                    done[planned.workflow] = row
+                    if row.state is not JobState.DONE:
+                        break
+                    continue
                 inputs = [await self._input_on(session, done[d]) for d in planned.deps]
                 inputs += [await self._input_on(session, t) for t in planned.tagged]
                 submitted = await self._submit_on(session, outcome.run_name, job_id, job, snapshot,
@@ -209,6 +230,28 @@ class Controller:
                         say(f"{planned.workflow} ended {row.status}: not running {', '.join(rest)}")
                     break
         return outcome
+
+    async def _run_multinode(self, project, planned, job, job_id, outcome, runner_spec, snapshot, done, sink,
+                             say) -> JobRow:
+        """A `nodes: N` job: N runners at once, each its own session; see app/multinode.py."""
+        hosts = await self.choose_runners(runner_spec if self.store.runner(runner_spec or "") else None,
+                                          Need.of(job.resources), job.nodes, outcome.run_name, job_id,
+                                          planned.workflow, say)
+        sessions = []
+        try:
+            for host, port in hosts:
+                sessions.append(await self.connect(host, port))
+
+            async def inputs_of(session):
+                found = [await self._input_on(session, done[d]) for d in planned.deps]
+                found += [await self._input_on(session, t) for t in planned.tagged]
+                return [i for i in found if i]
+
+            return await run_gang(self, job, job_id, outcome.run_name, planned, sessions, [h for h, _ in hosts],
+                                  snapshot, inputs_of, sink, say)
+        finally:
+            for session in sessions:
+                session.close()
 
     async def _input_on(self, session: RunnerSession, dep: JobRow) -> str | None:
         """Where the runner finds `dep`'s artifacts: its own copy if the job ran there, else an upload."""
@@ -248,7 +291,7 @@ class Controller:
         return Submitted(run_name, job_id, runner["name"], status)
 
     async def follow(self, job_id: str, sink: LogSink | None = None, follow: bool = True,
-                     say: Callable[[str], None] | None = None) -> JobRow:
+                     say: Callable[[str], None] | None = None, node: int | None = None) -> JobRow:
         """Bring the job's log into the store from where it stopped, and its final status.
 
         With `follow`, waits until the job ends; a controller killed meanwhile
@@ -256,11 +299,17 @@ class Controller:
         A runner that goes away while followed is waited for, then re-attached.
         """
         job = self.store.job(job_id)
+        multi = len(self.store.nodes(job_id)) > 1
         if sink:  # what is already stored first, then the rest from the runner
-            for _node, _seq, stream, data in self.store.log_chunks(job_id):
-                sink(job_id, stream, data)
+            for chunk_node, _seq, stream, data in self.store.log_chunks(job_id):
+                if node is not None and chunk_node != node:
+                    continue
+                sink(job_id, stream, prefix_node(chunk_node, data) if multi and stream != "met" else data)
         if job.synced:
             return job
+        if multi:
+            raise UsageError(f"job {job_id} runs on several nodes: its live log is followed by the `run` that "
+                             "started it; the stored log is above")
         if follow:
             return await self._follow_to_end(job_id, sink, say or (lambda _t: None))
         async with await self.connect_job(job) as session:

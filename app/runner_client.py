@@ -178,8 +178,11 @@ class RunnerSession:
         return reply
 
     async def submit(self, req: SubmitJob) -> JobStatus:
-        await self._request(req, JobAccepted)
-        return await self._control.recv(REPLY_TIMEOUT_S)
+        return (await self.submit_accepted(req))[1]
+
+    async def submit_accepted(self, req: SubmitJob) -> tuple[JobAccepted, JobStatus]:
+        accepted = await self._request(req, JobAccepted)
+        return accepted, await self._control.recv(REPLY_TIMEOUT_S)
 
     async def pair(self, public_key: str, label: str) -> Paired:
         return await self._request(Pair(public_key, label), Paired)

@@ -46,6 +46,7 @@ class JobAccepted:
     TAG: ClassVar[str] = "job_accepted"
     job_id: str
     workspace: str
+    master_port: int = 0  # the free port picked for MASTER_PORT, when asked to (node 0 of a multi-node job)
 
 
 @dataclass(frozen=True)
@@ -140,6 +141,8 @@ class SubmitJob:
     # gpu (count), cpu, memory_mb, shm_size ("8g"): what the job needs
     resources: dict[str, int | str] = field(default_factory=dict)
     executor: str = ""  # hint: "docker" or "process"; "" = the runner decides
+    # Node 0 of a multi-node job: pick a free port here and set MASTER_PORT to it.
+    pick_master_port: bool = False
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("workflow", nargs="?", help="workflow name (omit to list the workflows)")
     run.add_argument("--runner", help="runner NAME or HOST[:PORT] (default: the only known runner)")
     run.add_argument("-d", "--detach", action="store_true", help="submit and return; follow later with `logs -f`")
+    run.add_argument("--nodes", type=int, default=None, help="run the workflow on N runners at once (multi-node DDP)")
     _plan_options(run)
 
     plan = sub.add_parser("plan", add_help=False, help="show what `run` would do: each job, run or reused, and why",
@@ -52,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     logs = sub.add_parser("logs", help="print a run's or job's log")
     logs.add_argument("ref", metavar="RUN|JOB")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    logs.add_argument("--node", type=int, default=None, help="only this node's lines (multi-node jobs)")
 
     stop = sub.add_parser("stop", help="stop a run or job: SIGTERM, then SIGKILL after a grace period")
     stop.add_argument("ref", metavar="RUN|JOB")
@@ -205,7 +207,7 @@ async def _run(ctl: Controller, args) -> int:
     try:
         outcome = await ctl.run(project, args.workflow, args.runner, args.overrides, sink=_print_log, say=_say,
                                 on_submitted=announce, follow=not args.detach, no_cache=args.no_cache,
-                                reuse=args.reuse, tag=args.tag)
+                                reuse=args.reuse, tag=args.tag, nodes=args.nodes)
     except LanpoolError as exc:
         if not submitted:
             raise
@@ -266,7 +268,7 @@ async def _status(ctl: Controller, args) -> int:
 async def _logs(ctl: Controller, args) -> int:
     for job in ctl.store.resolve_jobs(args.ref):
         try:
-            await ctl.follow(job.id, _print_log, follow=args.follow, say=_say)
+            await ctl.follow(job.id, _print_log, follow=args.follow, say=_say, node=args.node)
         except LanpoolError as exc:
             if args.follow:
                 raise

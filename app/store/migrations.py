@@ -79,7 +79,17 @@ def _m003_pool(db: "sqlite_utils.Database") -> None:
     runners.add_column("last_ok", float)  # last time it answered
 
 
-MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [_m001_initial, _m002_cache, _m003_pool]
+def _m004_nodes(db: "sqlite_utils.Database") -> None:
+    # One row per node of a multi-node job (the jobs row holds the job as a whole).
+    db["job_nodes"].create(
+        {"job_id": str, "node": int, "runner": str, "host": str, "port": int, "status": str,
+         "exit_code": int, "error": str},
+        pk=("job_id", "node"),
+        foreign_keys=[("job_id", "jobs", "id")],
+    )
+
+
+MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [_m001_initial, _m002_cache, _m003_pool, _m004_nodes]
 
 
 def migrate(conn: sqlite3.Connection) -> None:

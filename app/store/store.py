@@ -249,6 +249,18 @@ class Store:
         return self.conn.execute(
             "SELECT at, status, detail FROM job_events WHERE job_id = ? ORDER BY rowid", (job_id,)).fetchall()
 
+    def set_node(self, job_id: str, node: int, runner: dict, status: str, exit_code: int | None = None,
+                 error: str = "") -> None:
+        with atomic(self.conn):
+            self.conn.execute(
+                """INSERT INTO job_nodes (job_id, node, runner, host, port, status, exit_code, error)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id, node) DO UPDATE SET
+                   status = excluded.status, exit_code = excluded.exit_code, error = excluded.error""",
+                (job_id, node, runner["name"], runner["host"], runner["port"], str(status), exit_code, error))
+
+    def nodes(self, job_id: str) -> list[dict]:
+        return self._dicts("SELECT * FROM job_nodes WHERE job_id = ? ORDER BY node", (job_id,))
+
     # -- logs ------------------------------------------------------------------------
 
     def add_log_chunks(self, chunks: Iterable[tuple[str, int, int, int, str, bytes]]) -> None:

@@ -1,0 +1,136 @@
+"""Multi-node jobs on two real agents (loopback): Lightning DDP across nodes, tagged logs,
+one failed node failing the job."""
+
+import json
+import shutil
+import time
+
+import pytest
+
+from tests.conftest import REPO, start_agent
+
+
+@pytest.fixture
+def two_agents(tmp_path, controller_home, cli):
+    agents = [start_agent(tmp_path / f"n{i}", controller_home, name=f"node-{i}") for i in range(2)]
+    for a in agents:
+        cli("headless", "runners", "add", a.address, check=True)
+    yield agents
+    for a in agents:
+        a.stop()
+
+
+def _project(tmp_path, workflows: str):
+    project = tmp_path / "repo"
+    shutil.copytree(REPO / "training", project / "training", ignore=shutil.ignore_patterns("__pycache__"))
+    (project / ".lanpool").mkdir()
+    (project / ".lanpool" / "workflows.yaml").write_text(workflows)
+    return project
+
+
+@pytest.mark.slow
+def test_two_nodes_train_the_autoencoder(two_agents, cli, tmp_path):
+    project = _project(tmp_path, """
+workflows:
+  - name: ae
+    nodes: 2
+    commands:
+      - echo "rank $NODE_RANK of $LANPOOL_NUM_NODES, master $MASTER_ADDR:$MASTER_PORT, if $GLOO_SOCKET_IFNAME"
+      - python -m training.autoencoder --max-epochs 2 --devices 1 --out ck
+    artifacts: [ck]
+""")
+    res = cli("headless", "run", "ae", cwd=project, timeout=240)
+    assert res.returncode == 0, res.stderr
+    assert "[node 0] rank 0 of 2, master 127.0.0.1:" in res.stdout and "if lo" in res.stdout
+    assert "[node 1] rank 1 of 2" in res.stdout
+    assert "[node 0] saved checkpoint to ck/autoencoder.ckpt" in res.stdout
+    [latest] = json.loads(cli("headless", "status", "--json", check=True).stdout)
+    run, [job] = latest["run"], latest["jobs"]
+    assert job["status"] == "DONE" and [a["path"] for a in job["artifacts"]] == ["ck/autoencoder.ckpt"]
+    node1 = cli("headless", "logs", run, "--node", "1", check=True).stdout
+    assert "[node 1] rank 1 of 2" in node1 and "[node 0]" not in node1
+    val = [p["value"] for p in json.loads(cli("headless", "metrics", run, "--json", check=True).stdout)
+           if p["name"] == "val_loss"]
+    assert len(val) == 2 and val[1] < val[0]
+
+
+def test_a_failing_node_fails_the_job_and_stops_the_others(two_agents, cli, tmp_path):
+    project = _project(tmp_path, """
+workflows:
+  - name: bad
+    nodes: 2
+    commands:
+      - if [ "$NODE_RANK" = 1 ]; then echo dying; exit 3; fi
+      - trap '' TERM
+      - echo waiting; sleep 120
+""")
+    t0 = time.time()
+    res = cli("headless", "run", "bad", cwd=project, timeout=120)
+    took = time.time() - t0
+    assert res.returncode == 3, res.stderr
+    assert took < 60, took
+    assert "node 1 (node-1): exited with code 3; stopping the other nodes" in res.stderr
+    [job] = json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["jobs"]
+    assert job["status"] == "FAILED" and "node 1" in job["error"]
+
+
+def _pids_of_node(rank: int) -> list[int]:
+    import os
+
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"training.autoencoder" in cmd and f"LANPOOL_NODE_RANK={rank}".encode() in env:
+            found.append(int(pid))
+    return found
+
+
+@pytest.mark.slow
+def test_a_frozen_node_fails_the_job_within_a_minute(two_agents, cli, tmp_path):
+    """SIGSTOP one node's trainer (a machine that vanished): its peer gives up after
+    LANPOOL_DDP_TIMEOUT, and the frozen node is killed after the grace period."""
+    import os
+    import signal
+    import subprocess
+
+    project = _project(tmp_path, """
+workflows:
+  - name: long
+    nodes: 2
+    env: {LANPOOL_DDP_TIMEOUT: 15}
+    commands:
+      - python -m training.autoencoder --max-epochs 500 --devices 1 --out ck
+""")
+    proc = cli.popen("headless", "run", "long", cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                     text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if (proc.poll() is None and _pids_of_node(1)
+                and "epoch 2" in cli("headless", "logs", json.loads(
+                    cli("headless", "status", "--json", "--no-refresh", check=True).stdout)[0]["run"]).stdout):
+            break
+        time.sleep(0.5)
+    frozen = _pids_of_node(1)
+    assert frozen, "node 1's trainer never started"
+    for pid in frozen:
+        os.kill(pid, signal.SIGSTOP)
+    t0 = time.time()
+    try:
+        _out, err = proc.communicate(timeout=90)
+    finally:
+        for pid in frozen:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    took = time.time() - t0
+    assert proc.returncode != 0
+    assert took < 60, f"the job took {took:.0f}s to fail"
+    [job] = json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["jobs"]
+    assert job["status"] == "FAILED" and "node" in job["error"]
