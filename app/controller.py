@@ -161,7 +161,7 @@ class Controller:
                   overrides: dict[str, str] | None = None, *, sink: LogSink | None = None,
                   say: Callable[[str], None] | None = None, on_submitted: Callable[[Submitted], None] | None = None,
                   follow: bool = True, no_cache: bool = False, reuse: bool = False, tag: str | None = None,
-                  nodes: int | None = None) -> RunOutcome:
+                  nodes: int | None = None, resume: str | None = None) -> RunOutcome:
         """Run a workflow's plan on one runner: reused jobs are skipped, the others run in
         order, each on the same connection, each getting its dependencies' artifacts.
 
@@ -169,6 +169,7 @@ class Controller:
         """
         overrides = overrides or {}
         say = say or (lambda _text: None)
+        resume_job, resume_ckpt = self._resume_from(resume) if resume else (None, "")
         plan = self.plan(project, workflow_name, overrides, no_cache, reuse)
         multinode = [p for p in plan.to_run if p.job.nodes > 1 or (nodes and nodes > 1 and p.workflow == workflow_name)]
         if not follow and multinode:
@@ -204,6 +205,11 @@ class Controller:
                 job = resolve(project, planned.workflow, overrides, {"run_name": outcome.run_name, "job_id": job_id})
                 if nodes and planned.workflow == workflow_name:
                     job = dataclasses.replace(job, nodes=nodes)
+                if resume_job is not None and planned.workflow == workflow_name:
+                    # Same explicit path on every node: never "last" without shared storage.
+                    job = dataclasses.replace(job, env={**job.env, "LANPOOL_RESUME_CKPT": resume_ckpt})
+                    planned.tagged.append(resume_job)  # its artifacts are placed like a dependency's
+                    say(f"resuming from {resume_ckpt} of job {resume_job.id}")
                 if job.nodes > 1:
                     row = await self._run_multinode(project, planned, job, job_id, outcome, runner_spec, snapshot,
                                                     done, sink, say)
@@ -252,6 +258,21 @@ class Controller:
         finally:
             for session in sessions:
                 session.close()
+
+    def _resume_from(self, ref: str) -> tuple[JobRow, str]:
+        """The job to resume from and its checkpoint (a path in the workspace)."""
+        jobs = self.store.resolve_jobs(ref)
+        job = jobs[-1]
+        ckpts = [(p, s) for p, s in self.store.artifacts(job.id) if p.endswith(".ckpt")]
+        if not ckpts:
+            raise UsageError(f"job {job.id} brought back no .ckpt file to resume from "
+                             "(`app headless artifacts list` shows what it has)")
+        local = self.home.job_artifacts(job.id)
+        # The newest checkpoint the job wrote (snapshots rotate; the latest is what resumes).
+        path = max(ckpts, key=lambda c: (local / c[0]).stat().st_mtime if (local / c[0]).exists() else 0)[0]
+        if not (local / path).exists():
+            raise UsageError(f"the artifacts of job {job.id} are not in the local store any more")
+        return job, path
 
     async def _input_on(self, session: RunnerSession, dep: JobRow) -> str | None:
         """Where the runner finds `dep`'s artifacts: its own copy if the job ran there, else an upload."""

@@ -134,3 +134,26 @@ workflows:
     assert took < 60, f"the job took {took:.0f}s to fail"
     [job] = json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["jobs"]
     assert job["status"] == "FAILED" and "node" in job["error"]
+
+
+@pytest.mark.slow
+def test_resume_puts_the_checkpoint_on_every_node(two_agents, cli, tmp_path):
+    project = _project(tmp_path, """
+workflows:
+  - name: ae
+    nodes: 2
+    commands:
+      - python -m training.autoencoder --max-epochs ${{ epochs }} --devices 1 --out ck
+    artifacts: [ck]
+""")
+    (project / ".lanpool" / "variables.yaml").write_text("variables:\n  ae:\n    epochs: 2\n")
+    first = cli("headless", "run", "ae", cwd=project, timeout=240)
+    assert first.returncode == 0, first.stderr
+    run = json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["run"]
+    second = cli("headless", "run", "ae", "--epochs", "3", "--resume", run, cwd=project, timeout=240)
+    assert second.returncode == 0, second.stderr
+    assert "resuming from ck/autoencoder.ckpt" in second.stderr
+    # Both nodes continue from epoch 2: only epoch 3 is trained.
+    assert "[node 0] epoch 3 " in second.stdout and "epoch 1 " not in second.stdout
+    bad = cli("headless", "run", "ae", "--resume", "no-such-run", cwd=project)
+    assert bad.returncode == 4 and "no run or job named" in bad.stderr

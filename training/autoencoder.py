@@ -37,6 +37,7 @@ from training.runtime import (
     default_torch_threads,
     quiet_known_warnings,
     resolve_strategy,
+    resume_path,
     run_cli,
 )
 
@@ -171,7 +172,8 @@ def build_trainer(config: AutoencoderConfig) -> Trainer:
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_config(argv)
-    check_checkpoint(config.ckpt_path)
+    ckpt_path = resume_path(config.ckpt_path)
+    check_checkpoint(ckpt_path)
     quiet_known_warnings()
     default_torch_threads(config.devices)
     seed_everything(config.seed, workers=True, verbose=False)
@@ -179,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     model = LitAutoencoder(hidden=config.hidden, latent=config.latent, lr=config.lr)
     data = DigitsDataModule(config.batch_size, config.val_fraction, config.seed)
     trainer = build_trainer(config)
-    trainer.fit(model, datamodule=data, ckpt_path=config.ckpt_path)
+    trainer.fit(model, datamodule=data, ckpt_path=ckpt_path)
 
     path = os.path.join(config.out, CHECKPOINT_NAME)
     # Collective under DDP: every rank must call it; only global rank zero writes.

@@ -47,6 +47,7 @@ from training.runtime import (
     default_num_nodes,
     default_torch_threads,
     quiet_known_warnings,
+    resume_path,
     run_cli,
 )
 
@@ -269,7 +270,8 @@ def train(argv: list[str] | None) -> int:
     for name in ("max_steps", "log_every", "eval_every", "snapshot_every", "keep_snapshots"):
         if getattr(config, name) < 1:
             raise TrainingError(f"--{name.replace('_', '-')} must be at least 1")
-    check_checkpoint(config.ckpt_path)
+    ckpt_path = resume_path(config.ckpt_path)
+    check_checkpoint(ckpt_path)
     if not is_remote(config.data) and not os.path.isfile(config.data):
         raise TrainingError(f"no text at {config.data}: run scripts/fetch-data or pass --data")
     quiet_known_warnings()
@@ -282,7 +284,7 @@ def train(argv: list[str] | None) -> int:
                        config.dropout, config.lr, config.weight_decay)
     data = TextDataModule(config.data, config.block_size, config.batch_size, config.val_fraction, config.seed)
     trainer = build_trainer(config)
-    trainer.fit(model, datamodule=data, ckpt_path=config.ckpt_path)
+    trainer.fit(model, datamodule=data, ckpt_path=ckpt_path)
 
     path = os.path.join(config.out, SNAPSHOT_NAME + ".ckpt")
     # Collective under DDP: every rank calls it, global rank zero writes.

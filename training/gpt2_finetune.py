@@ -49,6 +49,7 @@ from training.runtime import (
     default_num_nodes,
     default_torch_threads,
     quiet_known_warnings,
+    resume_path,
     run_cli,
 )
 
@@ -201,7 +202,8 @@ def train(argv: list[str] | None) -> int:
     for name in ("max_steps", "log_every", "eval_every", "batch_size"):
         if getattr(config, name) < 1:
             raise TrainingError(f"--{name.replace('_', '-')} must be at least 1")
-    check_checkpoint(config.ckpt_path)
+    ckpt_path = resume_path(config.ckpt_path)
+    check_checkpoint(ckpt_path)
     meta_path = os.path.join(config.dataset, "meta.json")
     if not os.path.isfile(meta_path):
         raise TrainingError(f"no prepared data in {config.dataset}: run `prepare` first")
@@ -236,7 +238,7 @@ def train(argv: list[str] | None) -> int:
         enable_model_summary=False,
     )
     trainer.fit(model, datamodule=BlocksDataModule(config.dataset, config.batch_size),
-                ckpt_path=config.ckpt_path)
+                ckpt_path=ckpt_path)
 
     # Collective under DDP: every rank calls it, global rank zero writes.
     trainer.save_checkpoint(os.path.join(config.out, LIGHTNING_CHECKPOINT), weights_only=False)

@@ -99,6 +99,12 @@ def quiet_known_warnings() -> None:
     )
 
 
+def resume_path(explicit: str | None) -> str | None:
+    """The checkpoint to resume from: --ckpt-path, else the one lanpool placed in the
+    workspace for `app headless run --resume JOB` (LANPOOL_RESUME_CKPT, same on every node)."""
+    return explicit or os.environ.get("LANPOOL_RESUME_CKPT") or None
+
+
 def check_checkpoint(path: str | None) -> None:
     """Fail early and clearly when an explicit resume checkpoint is missing.
 

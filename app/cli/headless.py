@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--runner", help="runner NAME or HOST[:PORT] (default: the only known runner)")
     run.add_argument("-d", "--detach", action="store_true", help="submit and return; follow later with `logs -f`")
     run.add_argument("--nodes", type=int, default=None, help="run the workflow on N runners at once (multi-node DDP)")
+    run.add_argument("--resume", metavar="RUN|JOB", help="resume from that job's checkpoint (placed on every node)")
     _plan_options(run)
 
     plan = sub.add_parser("plan", add_help=False, help="show what `run` would do: each job, run or reused, and why",
@@ -207,7 +208,7 @@ async def _run(ctl: Controller, args) -> int:
     try:
         outcome = await ctl.run(project, args.workflow, args.runner, args.overrides, sink=_print_log, say=_say,
                                 on_submitted=announce, follow=not args.detach, no_cache=args.no_cache,
-                                reuse=args.reuse, tag=args.tag, nodes=args.nodes)
+                                reuse=args.reuse, tag=args.tag, nodes=args.nodes, resume=args.resume)
     except LanpoolError as exc:
         if not submitted:
             raise
