@@ -8,6 +8,11 @@ import asyncssh
 from agent.errors import AgentError
 
 
+def key_text(key: str) -> str:
+    """An OpenSSH public key as "type base64": comments are not part of the key."""
+    return " ".join(key.split()[:2])
+
+
 def load_or_create_host_key(path: Path) -> asyncssh.SSHKey:
     """The agent's ed25519 host key, generated on first start."""
     if path.exists():
@@ -44,8 +49,8 @@ def add_authorized_key(authorized_keys: Path, text: str, comment: str = "") -> b
         key.set_comment(comment)
     line = key.export_public_key().decode().strip()
     existing = authorized_keys.read_text().splitlines() if authorized_keys.exists() else []
-    known = {" ".join(entry.split()[:2]) for entry in existing if entry.strip()}
-    if " ".join(line.split()[:2]) in known:
+    known = {key_text(entry) for entry in existing if entry.strip()}
+    if key_text(line) in known:
         return False
     with open(authorized_keys, "a") as fh:
         fh.write(line + "\n")

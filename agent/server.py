@@ -17,7 +17,7 @@ from agent.executors import ExecutorChoice, ProcessExecutor
 from agent.gpus import GpuAllocator, detect_gpus
 from agent.home import AgentHome
 from agent.jobs import DEFAULT_GRACE_S, JobManager
-from agent.keys import add_authorized_key, load_or_create_host_key
+from agent.keys import add_authorized_key, key_text, load_or_create_host_key
 from agent.mdns import Advertiser, advertise_addresses, txt_record
 from agent.pairing import CODE_TTL_S, Pairing
 from agent.resources import detect_resources
@@ -148,7 +148,7 @@ class Agent:
         )
         self.port = self._server.sockets[0].getsockname()[1]
         # "type base64" only: the comment is not part of the key and would break comparisons.
-        self._host_key_text = " ".join(host_key.export_public_key().decode().split()[:2])
+        self._host_key_text = key_text(host_key.export_public_key().decode())
         if not self.home.authorized_keys.read_text().strip() and not self.pairing.active:
             self.pairing.issue()
         self.home.write_info({

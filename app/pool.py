@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from app.errors import HostKeyMismatch, LanpoolError, RunnerRefused, UsageError
+from app.runner_client import RunnerSession, host_key_text
 from app.scheduler import Capacity
 
 log = logging.getLogger(__name__)
@@ -71,13 +72,13 @@ class RunnerView:
 def record_advert(store, advert) -> None:
     """Fold one mDNS advertisement into the store; a name with another key is a conflict."""
     known = store.runner(advert.name)
-    advert_key = " ".join(advert.host_key.split()[:2])
+    advert_key = host_key_text(advert.host_key)
     props = json.dumps(advert.props)
     now = time.time()
     if known is None:
         store.upsert_runner(advert.name, advert.host, advert.port, advert_key, source="mdns")
         store.set_runner(advert.name, props=props, state=RunnerState.UNPAIRED, paired=0, last_seen=now)
-    elif " ".join((known["host_key"] or "").split()[:2]) == advert_key:
+    elif host_key_text(known["host_key"] or "") == advert_key:
         store.set_runner(advert.name, host=advert.host, port=advert.port, props=props, last_seen=now)
     elif known["conflict_key"] != advert_key:
         log.warning("runner %s advertised with another host key from %s: marked as a conflict",
@@ -90,8 +91,6 @@ async def probe(ctl, row: dict) -> str:
     if row.get("conflict_key"):
         ctl.store.set_runner(row["name"], state=RunnerState.CONFLICT)
         return RunnerState.CONFLICT
-    from app.runner_client import RunnerSession
-
     try:
         session = await RunnerSession.open(row["host"], row["port"], ctl.client_key, row["host_key"],
                                            timeout=PROBE_TIMEOUT_S)
@@ -139,8 +138,6 @@ def views(store) -> list[RunnerView]:
 async def pair(ctl, target: str, code: str, label: str = "") -> str:
     """Pair with a runner (a known NAME or HOST[:PORT]) using the code it shows; returns its name."""
     from app.controller import parse_address
-    from app.runner_client import RunnerSession
-
     row = ctl.store.runner(target)
     if row is not None:
         host, port, expected = row["host"], row["port"], row["host_key"]

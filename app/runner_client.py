@@ -45,6 +45,11 @@ KEEPALIVE_S = 3.0
 _READ_SIZE = 1024 * 1024
 
 
+def host_key_text(key: str) -> str:
+    """An OpenSSH public key as "type base64": comments are not part of the key."""
+    return " ".join(key.split()[:2])
+
+
 class Channel:
     """One lanpool subsystem channel: typed send, typed receive."""
 
@@ -147,7 +152,7 @@ class RunnerSession:
             reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc) or type(exc).__name__
             raise RunnerError(f"cannot reach {where}: {reason}; is `app agent serve` running there?") from None
         key = conn.get_server_host_key()
-        session = cls(conn, where, " ".join(key.export_public_key().decode().split()[:2]) if key else "")
+        session = cls(conn, where, host_key_text(key.export_public_key().decode()) if key else "")
         try:
             session._control = await session.open_channel()
         except BaseException:

@@ -37,10 +37,7 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler
 from training import cli_config
 from training.errors import TrainingError
 from training.gpt_model import GPT, GPTConfig
-from training.metrics import LanpoolMetrics
-from training.progress import PrintProgress
 from training.runtime import (
-    build_strategy,
     check_checkpoint,
     data_dir,
     default_data,
@@ -49,6 +46,7 @@ from training.runtime import (
     quiet_known_warnings,
     resume_path,
     run_cli,
+    step_trainer_kwargs,
 )
 
 SNAPSHOT_NAME = "snapshot"
@@ -239,27 +237,9 @@ def build_trainer(config: CharGPTConfig) -> Trainer:
         verbose=True,
     )
     snapshots.CHECKPOINT_NAME_LAST = SNAPSHOT_NAME
-    return Trainer(
-        accelerator=config.accelerator,
-        devices=config.devices,
-        num_nodes=config.num_nodes,
-        strategy=build_strategy(config.strategy, config.accelerator, config.devices, config.num_nodes),
-        precision=config.precision,
-        max_steps=config.max_steps,
-        max_epochs=-1,
-        # Validation every N steps across epoch boundaries, capped in size.
-        val_check_interval=config.eval_every,
-        check_val_every_n_epoch=None,
-        limit_val_batches=config.eval_batches,
-        num_sanity_val_steps=0,
-        gradient_clip_val=1.0,
-        logger=LanpoolMetrics(),
-        log_every_n_steps=config.log_every,
-        callbacks=[PrintProgress(config.log_every, config.batch_size * config.block_size), snapshots],
-        default_root_dir=config.out,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    kwargs = step_trainer_kwargs(config, config.batch_size * config.block_size)
+    kwargs["callbacks"].append(snapshots)
+    return Trainer(**kwargs, default_root_dir=config.out)
 
 
 def train(argv: list[str] | None) -> int:

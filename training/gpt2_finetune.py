@@ -39,10 +39,7 @@ from transformers.utils import logging as hf_logging
 from training import cli_config
 from training.errors import TrainingError
 from training.gpt2_tokenizer import GPT2_VOCAB_SIZE, load_gpt2_tokenizer
-from training.metrics import LanpoolMetrics
-from training.progress import PrintProgress
 from training.runtime import (
-    build_strategy,
     check_checkpoint,
     data_dir,
     default_data,
@@ -51,6 +48,7 @@ from training.runtime import (
     quiet_known_warnings,
     resume_path,
     run_cli,
+    step_trainer_kwargs,
 )
 
 LIGHTNING_CHECKPOINT = "lightning.ckpt"
@@ -217,26 +215,7 @@ def train(argv: list[str] | None) -> int:
                         config.lr, config.weight_decay)
     if block_size > model.model.config.n_positions:
         raise TrainingError(f"blocks of {block_size} tokens exceed the model's {model.model.config.n_positions}")
-    trainer = Trainer(
-        accelerator=config.accelerator,
-        devices=config.devices,
-        num_nodes=config.num_nodes,
-        strategy=build_strategy(config.strategy, config.accelerator, config.devices, config.num_nodes),
-        precision=config.precision,
-        max_steps=config.max_steps,
-        max_epochs=-1,
-        val_check_interval=config.eval_every,
-        check_val_every_n_epoch=None,
-        limit_val_batches=config.eval_batches,
-        num_sanity_val_steps=0,
-        gradient_clip_val=1.0,
-        logger=LanpoolMetrics(),
-        log_every_n_steps=config.log_every,
-        callbacks=[PrintProgress(config.log_every, config.batch_size * block_size)],
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = Trainer(**step_trainer_kwargs(config, config.batch_size * block_size), enable_checkpointing=False)
     trainer.fit(model, datamodule=BlocksDataModule(config.dataset, config.batch_size),
                 ckpt_path=ckpt_path)
 

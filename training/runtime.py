@@ -22,6 +22,8 @@ import torch
 from lightning.pytorch.strategies import DDPStrategy
 
 from training.errors import TrainingError
+from training.metrics import LanpoolMetrics
+from training.progress import PrintProgress
 
 # Lightning's own default is 1800 s: a vanished peer would hang the others for
 # half an hour before the job could fail.
@@ -126,3 +128,29 @@ def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = No
     except TrainingError as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         return 2
+
+
+def step_trainer_kwargs(config, tokens_per_step: int) -> dict:
+    """Trainer settings shared by the step-based language-model recipes (chargpt, gpt2):
+    `config` has accelerator, devices, num_nodes, strategy, precision, max_steps,
+    eval_every, eval_batches and log_every."""
+    return {
+        "accelerator": config.accelerator,
+        "devices": config.devices,
+        "num_nodes": config.num_nodes,
+        "strategy": build_strategy(config.strategy, config.accelerator, config.devices, config.num_nodes),
+        "precision": config.precision,
+        "max_steps": config.max_steps,
+        "max_epochs": -1,
+        # Validation every N steps across epoch boundaries, capped in size.
+        "val_check_interval": config.eval_every,
+        "check_val_every_n_epoch": None,
+        "limit_val_batches": config.eval_batches,
+        "num_sanity_val_steps": 0,
+        "gradient_clip_val": 1.0,
+        "logger": LanpoolMetrics(),
+        "log_every_n_steps": config.log_every,
+        "callbacks": [PrintProgress(config.log_every, tokens_per_step)],
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
