@@ -169,8 +169,11 @@ class Controller:
         """
         overrides = overrides or {}
         say = say or (lambda _text: None)
-        resume_job, resume_ckpt = self._resume_from(resume) if resume else (None, "")
+        if resume is not None and not resume.strip():
+            raise UsageError("--resume needs a run name, a job id or WORKFLOW:TAG")
+        cli_resume = self._resume_from(resume) if resume else None
         plan = self.plan(project, workflow_name, overrides, no_cache, reuse)
+        resumes = self._resumes_of(project, plan, workflow_name, cli_resume)
         multinode = [p for p in plan.to_run if p.job.nodes > 1 or (nodes and nodes > 1 and p.workflow == workflow_name)]
         if not follow and multinode:
             raise UsageError("--detach does not take multi-node jobs: the controller watches all nodes together")
@@ -205,11 +208,13 @@ class Controller:
                 job = resolve(project, planned.workflow, overrides, {"run_name": outcome.run_name, "job_id": job_id})
                 if nodes and planned.workflow == workflow_name:
                     job = dataclasses.replace(job, nodes=nodes)
-                if resume_job is not None and planned.workflow == workflow_name:
+                if planned.workflow in resumes:
+                    resume_job, resume_ckpt = resumes[planned.workflow]
                     # Same explicit path on every node: never "last" without shared storage.
                     job = dataclasses.replace(job, env={**job.env, "LANPOOL_RESUME_CKPT": resume_ckpt})
                     planned.tagged.append(resume_job)  # its artifacts are placed like a dependency's
-                    say(f"resuming from {resume_ckpt} of job {resume_job.id}")
+                    say(f"{planned.workflow}: resuming from {resume_ckpt} of job {resume_job.id}"
+                        f" (run {resume_job.run_name})")
                 if job.nodes > 1:
                     row = await self._run_multinode(project, planned, job, job_id, outcome, runner_spec, snapshot,
                                                     done, sink, say)
@@ -259,11 +264,40 @@ class Controller:
             for session in sessions:
                 session.close()
 
+    def _resumes_of(self, project: Project, plan: Plan, workflow_name: str,
+                    cli_resume: tuple[JobRow, str] | None) -> dict[str, tuple[JobRow, str]]:
+        """workflow -> (job, checkpoint) for each job to run that resumes: `--resume` for the
+        requested workflow (it wins over its `resume-from`), `resume-from` for any workflow."""
+        out = {}
+        for planned in plan.to_run:
+            if cli_resume is not None and planned.workflow == workflow_name:
+                out[planned.workflow] = cli_resume
+                continue
+            ref = planned.job.resume_from
+            if not ref:
+                continue
+            wf = project.get(planned.workflow)
+            try:
+                out[planned.workflow] = self._resume_from(ref)
+            except LanpoolError as exc:  # same exit code, but saying which file line named it
+                where = f"{wf.file}:{wf.line_of('resume-from')}: " if wf.file else ""
+                raise type(exc)(f"{where}workflow {wf.name!r}: resume-from {ref!r}: {exc.message}") from None
+        return out
+
     def _resume_from(self, ref: str) -> tuple[JobRow, str]:
-        """The job to resume from and its checkpoint (a path in the workspace)."""
-        jobs = self.store.resolve_jobs(ref)
-        job = jobs[-1]
+        """The job to resume from (a run name, job id or WORKFLOW:TAG) and its checkpoint
+        (a path in the workspace)."""
+        if ":" in ref:
+            workflow, _, tag = ref.partition(":")
+            job = self.store.tagged_job(tag, workflow) if workflow and tag else None
+            if job is None:
+                raise NotFoundError(f"no run tagged {tag!r} has a finished {workflow!r} job "
+                                    f"(WORKFLOW:TAG names a run made with `run {workflow or 'WORKFLOW'} --tag TAG`)")
+        else:
+            job = self.store.resolve_jobs(ref)[-1]
         ckpts = [(p, s) for p, s in self.store.artifacts(job.id) if p.endswith(".ckpt")]
+        # Node 0's (global rank 0 writes checkpoints) before other nodes' copies (node-K/...).
+        ckpts = [c for c in ckpts if not _other_node_path(c[0])] or ckpts
         if not ckpts:
             raise UsageError(f"job {job.id} brought back no .ckpt file to resume from "
                              "(`app headless artifacts list` shows what it has)")
@@ -454,6 +488,12 @@ class Controller:
         if status.error:
             fields["error"] = status.error
         self.store.set_job_status(job_id, status.state, **fields)
+
+
+def _other_node_path(path: str) -> bool:
+    """An artifact brought back from node K > 0 of a multi-node job (`nodes: all`)."""
+    head = path.split("/", 1)[0]
+    return head.startswith("node-") and head[5:].isdigit() and "/" in path
 
 
 def _largest_need(resources: list[dict]) -> Need:

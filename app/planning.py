@@ -123,6 +123,8 @@ def _inputs(job: ResolvedJob, files: dict[str, str], dep_keys: dict[str, str], t
     spec = {"commands": job.commands, "env": job.env, "image": job.image, "artifacts": job.artifacts,
             "artifacts_all_nodes": job.artifacts_all_nodes, "working_dir": job.working_dir, "nodes": job.nodes,
             "gpu_name": job.resources.get("gpu_name", "")}
+    if job.resume_from:  # only when set: keys of jobs without it stay what they were
+        spec["resume_from"] = job.resume_from
     files_digest = _digest(files)
     return {
         "spec": spec,

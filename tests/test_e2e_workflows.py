@@ -159,3 +159,50 @@ def test_dstack_2022_files_run_unchanged(agent, cli, tmp_path):
     res = cli("headless", "run", "hello", "--runner", agent.address, "--name", "lanpool", cwd=project)
     assert res.returncode == 0, res.stderr
     assert res.stdout == "Hello, lanpool\n"
+
+
+RESUME_WORKFLOWS = """
+workflows:
+  - name: first
+    commands:
+      - mkdir -p ck
+      - echo "weights of $run_name" > ck/model.ckpt
+    artifacts: [ck]
+
+  - name: cont
+    resume-from: first:base
+    commands:
+      - echo "resume=$LANPOOL_RESUME_CKPT has=$(cat $LANPOOL_RESUME_CKPT)"
+
+  - name: maybe
+    resume-from: ${{ from }}
+    commands:
+      - echo "resume=[${LANPOOL_RESUME_CKPT:-none}]"
+"""
+
+
+def test_resume_from_in_the_workflow_and_the_flag_that_overrides_it(agent, cli, make_project):
+    project = make_project(RESUME_WORKFLOWS, files={".lanpool/variables.yaml": "variables:\n  maybe:\n    from: ''\n"})
+    missing = cli("headless", "run", "cont", "--runner", agent.address, cwd=project)
+    assert missing.returncode == 4, missing.stderr
+    assert missing.stderr.count("\n") == 1 and "Traceback" not in missing.stderr
+    assert ".lanpool/workflows.yaml:10: workflow 'cont': resume-from 'first:base': no run tagged 'base'" in missing.stderr
+    cli("headless", "run", "first", "--tag", "base", cwd=project, check=True)
+    base = json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["run"]
+    cli("headless", "run", "first", cwd=project, check=True)
+    newer = json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["run"]
+
+    res = cli("headless", "run", "cont", cwd=project, check=True)
+    assert res.stdout == f"resume=ck/model.ckpt has=weights of {base}\n"
+    assert "cont: resuming from ck/model.ckpt of job" in res.stderr and f"(run {base})" in res.stderr
+    res = cli("headless", "run", "cont", "--resume", newer, cwd=project, check=True)  # the flag wins
+    assert res.stdout == f"resume=ck/model.ckpt has=weights of {newer}\n"
+
+    assert cli("headless", "run", "maybe", cwd=project, check=True).stdout == "resume=[none]\n"
+    res = cli("headless", "run", "maybe", "--from", newer, cwd=project, check=True)
+    assert res.stdout == "resume=[ck/model.ckpt]\n"
+    bad = cli("headless", "run", "maybe", "--from", "no-such-run", cwd=project)
+    assert bad.returncode == 4 and bad.stderr.count("\n") == 1
+    assert "resume-from 'no-such-run': no run or job named 'no-such-run'" in bad.stderr
+    nockpt = cli("headless", "run", "maybe", "--from", "first:nope", cwd=project)
+    assert nockpt.returncode == 4 and "no run tagged 'nope'" in nockpt.stderr

@@ -320,3 +320,73 @@ def test_find_project_ignores_a_dir_without_workflows_yaml(tmp_path: Path):
     sub.mkdir()
     found = find_project(sub)
     assert found is None or not str(found).startswith(str(tmp_path.resolve()))
+
+
+# -- resume-from -------------------------------------------------------------------------
+
+
+def test_resume_from_takes_a_run_a_job_id_a_tag_or_a_variable(tmp_path: Path):
+    from app.workflows.resolve import resolve
+
+    _write(tmp_path, """\
+        workflows:
+          - name: a
+            resume-from: pink-fly-1
+            commands: [echo a]
+          - name: b
+            resume-from: 123456789012
+            commands: [echo b]
+          - name: c
+            resume-from: train:v1
+            commands: [echo c]
+          - name: d
+            resume-from: ${{ from }}
+            commands: [echo d]
+          - name: e
+            commands: [echo e]
+        """)
+    (tmp_path / ".lanpool" / "variables.yaml").write_text("variables:\n  d:\n    from: ''\n")
+    project = load_workflows(tmp_path)
+    wfs = project.workflows
+    # A job id of digits only stays as written, not the YAML integer.
+    assert [wfs[n].resume_from for n in "abcde"] == ["pink-fly-1", "123456789012", "train:v1", "${{ from }}", ""]
+    builtins = {"run_name": "r", "job_id": "j"}
+    assert resolve(project, "d", {}, builtins).resume_from == ""  # empty: no resume
+    assert resolve(project, "d", {"from": "old-run-3"}, builtins).resume_from == "old-run-3"
+    assert resolve(project, "c", {}, builtins).resume_from == "train:v1"
+    with pytest.raises(WorkflowError) as exc:
+        resolve(project, "d", {"from": "two words"}, builtins)
+    assert "'resume-from' must be one run name" in str(exc.value)
+
+
+@pytest.mark.parametrize("value, message", [
+    ("[a, b]", "'resume-from' must be a run name, a job id or WORKFLOW:TAG"),
+    ("{run: x}", "'resume-from' must be a run name, a job id or WORKFLOW:TAG"),
+    ("true", "'resume-from' must be a run name, a job id or WORKFLOW:TAG"),
+    ("''", "'resume-from' is empty"),
+    ("a b", "'resume-from' must be one run name"),
+    ("${{ nowhere }}", "uses variable 'nowhere', which is never defined"),
+])
+def test_bad_resume_from_points_at_its_line(tmp_path: Path, value, message):
+    path = _write(tmp_path, f"""\
+        workflows:
+          - name: train
+            commands: [echo hi]
+            resume-from: {value}
+        """)
+    err = _error(tmp_path)
+    _assert_at(err, path, 4)
+    assert message in str(err)
+    assert err.exit_code == ExitCode.USAGE
+
+
+def test_a_misspelt_resume_from_is_suggested(tmp_path: Path):
+    path = _write(tmp_path, """\
+        workflows:
+          - name: train
+            commands: [echo hi]
+            resume_from: x
+        """)
+    err = _error(tmp_path)
+    _assert_at(err, path, 4)
+    assert "did you mean 'resume-from'?" in str(err)

@@ -12,6 +12,7 @@ PROJECT_DIRS = (".lanpool", ".dstack")  # .lanpool wins; .dstack is the 2022 dst
 WORKFLOW_KEYS = (
     "name", "help", "image", "commands", "provider", "version", "requirements", "script", "args",
     "env", "environment", "artifacts", "working_dir", "resources", "nodes", "executor", "pull", "depends-on",
+    "resume-from",
 )
 RESOURCE_KEYS = ("gpu", "cpu", "memory", "shm_size", "interruptible")
 GPU_KEYS = ("count", "name", "memory")
@@ -145,6 +146,7 @@ def _parse_workflow(item, path: Path, parent_line: int) -> Workflow:
     if PurePosixPath(working_dir).is_absolute() or ".." in PurePosixPath(working_dir).parts:
         raise err("'working_dir' must be a relative path in the workspace", "working_dir")
     deps, include = _parse_depends_on(item, err)
+    resume_from = _parse_resume_from(item, err)
     version = item.get("version", "")
     if isinstance(version, float):  # a Python version: `3.10` means 3.10, not 3.1
         version = item.scalar_text.get("version", version)
@@ -155,7 +157,7 @@ def _parse_workflow(item, path: Path, parent_line: int) -> Workflow:
         args=[_scalar_text(a) for a in args] if isinstance(args, list) else args,
         env=_parse_env(item, err), artifacts=_parse_artifacts(item, err), working_dir=working_dir,
         resources=_parse_resources(item, err), nodes=_parse_nodes(item, err), executor=executor, pull=pull,
-        depends_on=deps, repo_include=include, file=path, line=item.line, key_lines=dict(item.key_lines),
+        depends_on=deps, repo_include=include, resume_from=resume_from, file=path, line=item.line, key_lines=dict(item.key_lines),
     )
 
 
@@ -249,6 +251,22 @@ def _parse_nodes(item: dict, err) -> int | str:
     return nodes
 
 
+def _parse_resume_from(item: dict, err) -> str:
+    """`resume-from: RUN|JOB|WORKFLOW:TAG` (variables allowed): what `run --resume` takes."""
+    if "resume-from" not in item or item["resume-from"] is None:
+        return ""
+    raw = item["resume-from"]
+    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
+        raise err("'resume-from' must be a run name, a job id or WORKFLOW:TAG (a string)", "resume-from")
+    # A job id of digits only reads as a number in YAML: keep it as written.
+    text = str(item.scalar_text.get("resume-from", raw)).strip()
+    if not text:
+        raise err("'resume-from' is empty: name a run, a job id or WORKFLOW:TAG (or drop the key)", "resume-from")
+    if "$" not in text and any(c.isspace() for c in text):
+        raise err(f"'resume-from' must be one run name, job id or WORKFLOW:TAG, not {text!r}", "resume-from")
+    return text
+
+
 def _parse_depends_on(item: dict, err) -> tuple[list[Dependency], list[str] | None]:
     raw = item.get("depends-on")
     if raw is None:
@@ -339,6 +357,7 @@ def _check_variables_defined(project: Project) -> None:
             "commands": wf.commands, "env": list(wf.env.values()), "artifacts": [a.path for a in wf.artifacts],
             "args": wf.args if isinstance(wf.args, list) else [wf.args], "resources": [str(wf.resources)],
             "image": [wf.image], "script": [wf.script], "nodes": [str(wf.nodes)],
+            "resume-from": [wf.resume_from],
         }
         for key, texts in fields.items():
             for text in texts:

@@ -52,6 +52,7 @@ class Workflow:
     pull: str = "missing"
     depends_on: list[Dependency] = field(default_factory=list)
     repo_include: list[str] | None = None  # None: the whole snapshot counts
+    resume_from: str = ""  # a run name, job id or WORKFLOW:TAG whose checkpoint this job resumes from
     file: Path | None = None
     line: int | None = None
     key_lines: dict[str, int] = field(default_factory=dict, compare=False)

@@ -31,6 +31,7 @@ class ResolvedJob:
     nodes: int
     executor: str
     variables: dict[str, str] = field(default_factory=dict)
+    resume_from: str = ""  # RUN|JOB|WORKFLOW:TAG to resume from ("" : none)
 
 
 def render_value(value: Scalar) -> str:
@@ -93,6 +94,7 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         raw_resources = {k: _sub_any(v, text_values) for k, v in wf.resources.items()}
         nodes_text = substitute_text(str(wf.nodes), text_values)
         image = substitute_text(wf.image, text_values)
+        resume_from = substitute_text(wf.resume_from, text_values).strip()
     except UndefinedVariable as exc:
         raise err(f"uses variable {exc.name!r}, which is never defined", "commands") from None
     try:
@@ -101,19 +103,22 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         raise err(str(exc), "resources") from None
     if not nodes_text.isdigit() or int(nodes_text) < 1:
         raise err(f"'nodes' must be a whole number >= 1, not {nodes_text!r}", "nodes")
+    if any(c.isspace() for c in resume_from):
+        raise err(f"'resume-from' must be one run name, job id or WORKFLOW:TAG, not {resume_from!r}", "resume-from")
     if wf.provider == "python" and not image:
         image = f"python:{wf.version or DEFAULT_PYTHON}"
     return ResolvedJob(
         workflow=wf.name, commands=commands, env=env, artifacts=artifacts, artifacts_all_nodes=artifacts_all,
         working_dir=wf.working_dir, image=image, pull=wf.pull, resources=resources, nodes=int(nodes_text),
         executor=wf.executor, variables={k: v for k, v in values.items() if k in _used_variables(wf, own)},
+        resume_from=resume_from,
     )
 
 
 def _used_variables(wf: Workflow, own: dict[str, str]) -> set[str]:
     """The variables a workflow refers to: only these are part of its inputs (cache key)."""
     texts = [*_commands_of(wf), *wf.env.values(), *(a.path for a in wf.artifacts), wf.image, str(wf.nodes),
-             str(wf.resources), wf.script, wf.requirements]
+             str(wf.resources), wf.script, wf.requirements, wf.resume_from]
     names: set[str] = set()
     for text in texts:
         names |= names_referenced(text)
