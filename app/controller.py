@@ -24,7 +24,7 @@ from app.home import ControllerHome
 from app.keys import load_or_create_client_key
 from app.names import new_run_name
 from app.runner_client import RunnerSession
-from app.multinode import prefix_node, run_gang
+from app.multinode import follow_gang, prefix_node, run_gang
 from app.planning import Plan, PlannedJob, make_plan
 from app.pool import RunnerState, refresh_pool
 from app.scheduler import Need, place
@@ -345,6 +345,11 @@ class Controller:
         self._record_status(job_id, status)
         return Submitted(run_name, job_id, runner["name"], status)
 
+    def node_count(self, job_id: str) -> int:
+        """How many nodes the job runs on (1 for a single-node job)."""
+        job = self.store.job(job_id)
+        return max(len(self.store.nodes(job_id)), int(json.loads(job.spec or "{}").get("nodes") or 1))
+
     async def follow(self, job_id: str, sink: LogSink | None = None, follow: bool = True,
                      say: Callable[[str], None] | None = None, node: int | None = None) -> JobRow:
         """Bring the job's log into the store from where it stopped, and its final status.
@@ -354,17 +359,26 @@ class Controller:
         A runner that goes away while followed is waited for, then re-attached.
         """
         job = self.store.job(job_id)
-        multi = len(self.store.nodes(job_id)) > 1
+        multi = len(self.store.nodes(job_id)) > 1 or int(json.loads(job.spec or "{}").get("nodes") or 1) > 1
+        # Each node's log resumes where the store ended when we looked: lines another
+        # process stores meanwhile come again from the runner (and are stored once).
+        starts = {k: self.store.log_end(job_id, k) for k in range(len(self.store.nodes(job_id)))} if multi else {}
+        n_nodes = self.node_count(job_id)
+        if node is not None and not 0 <= node < n_nodes:
+            raise UsageError(f"job {job_id} runs on {n_nodes} node(s): --node takes 0"
+                             + (f" to {n_nodes - 1}" if n_nodes > 1 else "") + f", not {node}")
         if sink:  # what is already stored first, then the rest from the runner
-            for chunk_node, _seq, stream, data in self.store.log_chunks(job_id):
+            for chunk_node, seq, stream, data in self.store.log_chunks(job_id):
                 if node is not None and chunk_node != node:
+                    continue
+                if multi and seq >= starts.get(chunk_node, 0):
                     continue
                 sink(job_id, stream, prefix_node(chunk_node, data) if multi and stream != "met" else data)
         if job.synced:
             return job
         if multi:
-            raise UsageError(f"job {job_id} runs on several nodes: its live log is followed by the `run` that "
-                             "started it; the stored log is above")
+            return await follow_gang(self, job_id, sink, say or (lambda _t: None), follow=follow, node=node,
+                                     starts=starts if sink else None)
         if follow:
             return await self._follow_to_end(job_id, sink, say or (lambda _t: None))
         async with await self.connect_job(job) as session:

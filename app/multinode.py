@@ -8,11 +8,16 @@ never set: Lightning hangs or ignores them (FINDINGS.md).
 """
 
 import asyncio
+import json
+import secrets
+import shutil
+import tarfile
 import time
+from pathlib import Path
 
 import asyncssh
 
-from app.errors import LanpoolError, RunnerError
+from app.errors import LanpoolError, RunnerError, UsageError
 from app.runner_client import RunnerSession
 from app.store import JobRow
 from app.workflows.resolve import ResolvedJob
@@ -81,55 +86,162 @@ async def run_gang(ctl, job: ResolvedJob, job_id: str, run_name: str, planned, s
     return await _follow_gang(ctl, job_id, sessions, runners, sink, say)
 
 
-async def _follow_node(ctl, job_id: str, node: int, session: RunnerSession, sink) -> JobStatus:
-    async for batch in session.attach(job_id, ctl.store.log_end(job_id, node), follow=True):
+async def _follow_node(ctl, job_id: str, node: int, session: RunnerSession, sink, *, start: int | None = None,
+                       follow: bool = True, shown: bool = True) -> JobStatus:
+    """Store node `node`'s log from `start` (default: where the store ends) and pass it to
+    `sink` tagged `[node K]` (when `shown`); returns its final status (with follow=False:
+    its status now)."""
+    from_seq = ctl.store.log_end(job_id, node) if start is None else start
+    async for batch in session.attach(job_id, from_seq, follow=follow):
         rows = [(m.job_id, node, m.seq, m.n_lines, m.stream, m.data) for m in batch if isinstance(m, LogChunk)]
         if rows:
             ctl.store.add_log_chunks(rows)
-            if sink:
+            if sink and shown:
                 for row in rows:
                     sink(job_id, row[4], row[5] if row[4] == "met" else prefix_node(node, row[5]))
-        if isinstance(batch[-1], JobStatus) and JobState(batch[-1].state).is_terminal():
+        if isinstance(batch[-1], JobStatus) and (not follow or JobState(batch[-1].state).is_terminal()):
             return batch[-1]
     raise RunnerError(f"node {node}: the log stream ended before the job")
 
 
-async def _follow_gang(ctl, job_id: str, sessions: list[RunnerSession], runners: list[dict], sink, say) -> JobRow:
-    tasks = {asyncio.ensure_future(_follow_node(ctl, job_id, k, s, sink)): k for k, s in enumerate(sessions)}
+async def _follow_gang(ctl, job_id: str, sessions: list[RunnerSession], runners: list[dict], sink, say,
+                       starts: dict[int, int] | None = None, only_node: int | None = None) -> JobRow:
+    """Follow every node to its end; the first to fail stops the others. Then bring back
+    the artifacts and record the job's final status."""
+    starts = starts or {}
+    tasks = {asyncio.ensure_future(_follow_node(ctl, job_id, k, s, sink, start=starts.get(k),
+                                                shown=only_node in (None, k))): k
+             for k, s in enumerate(sessions)}
     finals: dict[int, JobStatus | None] = {}
     failure = ""
     pending = set(tasks)
-    while pending:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
-            node = tasks[task]
-            try:
-                status = task.result()
-            except LanpoolError as exc:
-                status, cause = None, f"runner {runners[node]['name']} lost: {exc.message}"
-            else:
-                cause = "" if status.state == JobState.DONE else (
-                    status.error or f"{status.state.lower()} with exit code {status.exit_code}")
-            finals[node] = status
-            ctl.store.set_node(job_id, node, runners[node], status.state if status else JobState.LOST,
-                               status.exit_code if status else None, cause)
-            if cause and not failure:
-                failure = f"node {node} ({runners[node]['name']}): {cause}"
-                say(f"{failure}; stopping the other nodes")
-                for other in pending:
-                    k = tasks[other]
-                    try:
-                        await sessions[k].stop(job_id, abort=False, grace_s=None)
-                    except LanpoolError as exc:
-                        say(f"could not stop node {k}: {exc.message}")
-    first = finals.get(0)
-    if first is not None and not failure:
-        await ctl._pull_artifacts(sessions[0], job_id, first)
-    elif first is not None and first.artifacts_archive:
-        await ctl._pull_artifacts(sessions[0], job_id, first)
+    try:
+        while pending:
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                node = tasks[task]
+                try:
+                    status = task.result()
+                except LanpoolError as exc:
+                    status, cause = None, f"runner {runners[node]['name']} lost: {exc.message}"
+                else:
+                    cause = "" if status.state == JobState.DONE else (
+                        status.error or f"{status.state.lower()} with exit code {status.exit_code}")
+                finals[node] = status
+                ctl.store.set_node(job_id, node, runners[node], status.state if status else JobState.LOST,
+                                   status.exit_code if status else None, cause)
+                if cause and not failure:
+                    failure = f"node {node} ({runners[node]['name']}): {cause}"
+                    say(f"{failure}; stopping the other nodes")
+                    for other in pending:
+                        k = tasks[other]
+                        try:
+                            await sessions[k].stop(job_id, abort=False, grace_s=None)
+                        except LanpoolError as exc:
+                            say(f"could not stop node {k}: {exc.message}")
+    finally:
+        for task in pending:  # interrupted (Ctrl-C): the nodes keep running on their runners
+            task.cancel()
+    return await _finish_gang(ctl, job_id, sessions, finals, failure)
+
+
+async def _finish_gang(ctl, job_id: str, sessions: list[RunnerSession], finals: dict[int, JobStatus | None],
+                       failure: str) -> JobRow:
+    """All nodes ended: artifacts (node 0's, and each other node's under node-K/), final status."""
+    await pull_node_artifacts(ctl, job_id, [(k, sessions[k], s) for k, s in sorted(finals.items()) if s is not None])
     codes = [s.exit_code for s in finals.values() if s is not None and s.exit_code]
     state = JobState.FAILED if failure else JobState.DONE
     ctl.store.set_job_status(job_id, state, failure, error=failure or None,
                              exit_code=(codes[0] if codes else (1 if failure else 0)),
                              finished_at=time.time(), synced=1)
     return ctl.store.job(job_id)
+
+
+def node_prefix(node: int) -> str:
+    """Where node K's artifacts go in the job's artifact dir: node 0's at the top, node K's under node-K/."""
+    return "" if node == 0 else f"node-{node}/"
+
+
+async def pull_node_artifacts(ctl, job_id: str, finals: list[tuple[int, RunnerSession, JobStatus]]) -> None:
+    """Download each node's packed artifacts into one staging dir (node K > 0 under
+    node-K/), then put it in place of the job's artifact dir and list the files."""
+    finals = [(k, s, st) for k, s, st in finals if st.artifacts_archive]
+    if not finals or ctl.store.job(job_id).artifacts_pulled:
+        return
+    staging = ctl.home.artifacts / f"{job_id}.{secrets.token_hex(4)}.part"
+    files: list[tuple[str, int]] = []
+    try:
+        for node, session, status in finals:
+            tar = Path(f"{staging}.node{node}.tar")
+            try:
+                await session.download(status.artifacts_archive, tar)
+                await asyncio.to_thread(extract_into, tar, staging / node_prefix(node))
+            finally:
+                tar.unlink(missing_ok=True)
+            files += [(node_prefix(node) + f.path, f.size) for f in status.artifacts]
+        if ctl.store.job(job_id).artifacts_pulled:  # another follower of this job was quicker
+            return
+        dest = ctl.home.job_artifacts(job_id)
+        if dest.exists():
+            shutil.rmtree(dest)
+        staging.rename(dest)
+        ctl.store.set_artifacts(job_id, files)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+
+def extract_into(tar_path: Path, dest: Path) -> None:
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(tar_path) as tar:
+        tar.extractall(dest, filter="data")
+
+
+async def follow_gang(ctl, job_id: str, sink, say, *, follow: bool = True, node: int | None = None,
+                      starts: dict[int, int] | None = None) -> JobRow:
+    """A multi-node job started elsewhere (another controller process, or this one before
+    it was stopped): attach to every node's runner and store, show and tag their logs
+    from `starts` (node -> seq; default where the store ends). With follow: until every
+    node ended, stopping the others when one fails like the `run` does, then bring back
+    artifacts and record the final status. Without: bring the logs up to date, and
+    finish the job if every node has ended."""
+    job = ctl.store.job(job_id)
+    expected = int(json.loads(job.spec or "{}").get("nodes") or 0)
+    rows = ctl.store.nodes(job_id)
+    while len(rows) < expected and not ctl.store.job(job_id).state.is_terminal() and follow:
+        await asyncio.sleep(0.5)  # the run that started it is still submitting to the other nodes
+        rows = ctl.store.nodes(job_id)
+    if not rows or [r["node"] for r in rows] != list(range(len(rows))):
+        raise RunnerError(f"job {job_id} has no complete record of its nodes: it did not start on all of them")
+    runners = [{"name": r["runner"], "host": r["host"], "port": r["port"]} for r in rows]
+    if node is not None and not 0 <= node < len(rows):
+        raise UsageError(f"job {job_id} has nodes 0 to {len(rows) - 1}, not {node}")
+    if starts is not None:  # a node whose log was not shown yet starts at its first line
+        starts = {k: starts.get(k, 0) for k in range(len(rows))}
+    sessions: list[RunnerSession] = []
+    try:
+        for r in rows:
+            sessions.append(await ctl.connect(r["host"], r["port"]))
+        if follow:
+            return await _follow_gang(ctl, job_id, sessions, runners, sink, say, starts, node)
+        finals: dict[int, JobStatus | None] = {}
+        for k, session in enumerate(sessions):
+            status = await _follow_node(ctl, job_id, k, session, sink, start=(starts or {}).get(k), follow=False,
+                                        shown=node in (None, k))
+            finals[k] = status
+            if JobState(status.state).is_terminal():
+                cause = "" if status.state == JobState.DONE else (
+                    status.error or f"{status.state.lower()} with exit code {status.exit_code}")
+                ctl.store.set_node(job_id, k, runners[k], status.state, status.exit_code, cause)
+        if all(JobState(s.state).is_terminal() for s in finals.values()):
+            failed = [(k, s) for k, s in finals.items() if s.state != JobState.DONE]
+            failure = ""
+            if failed:
+                k, s = failed[0]
+                failure = f"node {k} ({runners[k]['name']}): " + (
+                    s.error or f"{s.state.lower()} with exit code {s.exit_code}")
+            return await _finish_gang(ctl, job_id, sessions, finals, failure)
+        return ctl.store.job(job_id)
+    finally:
+        for session in sessions:
+            session.close()

@@ -157,3 +157,84 @@ workflows:
     assert "[node 0] epoch 3 " in second.stdout and "epoch 1 " not in second.stdout
     bad = cli("headless", "run", "ae", "--resume", "no-such-run", cwd=project)
     assert bad.returncode == 4 and "no run or job named" in bad.stderr
+
+
+def test_artifacts_of_every_node_come_back_under_node_k(two_agents, cli, tmp_path):
+    project = _project(tmp_path, """
+workflows:
+  - name: all
+    nodes: 2
+    commands:
+      - mkdir -p out
+      - echo "from node $NODE_RANK" > out/rank.txt
+      - if [ "$NODE_RANK" = 0 ]; then mkdir -p ck && echo weights > ck/model.ckpt; fi
+    artifacts:
+      - ck
+      - {path: out, nodes: all}
+""")
+    res = cli("headless", "run", "all", cwd=project, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "3 artifact file(s)" in res.stderr
+    run = json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["run"]
+    listed = cli("headless", "artifacts", "list", run, check=True).stdout.split()
+    assert listed == ["ck/model.ckpt", "node-1/out/rank.txt", "out/rank.txt"]
+    cli("headless", "artifacts", "download", run, "-o", str(tmp_path / "got"), check=True)
+    assert (tmp_path / "got" / "out" / "rank.txt").read_text() == "from node 0\n"
+    assert (tmp_path / "got" / "node-1" / "out" / "rank.txt").read_text() == "from node 1\n"
+    assert (tmp_path / "got" / "ck" / "model.ckpt").read_text() == "weights\n"
+    # Resuming takes node 0's checkpoint, never another node's copy.
+    again = cli("headless", "run", "all", "--resume", run, cwd=project, timeout=120)
+    assert again.returncode == 0 and "resuming from ck/model.ckpt" in again.stderr, again.stderr
+
+
+def test_logs_follow_a_multinode_job_from_another_controller_process(two_agents, cli, tmp_path):
+    """`logs -f` of a 2-node job started by another process follows both nodes (tagged,
+    each line once, --node filters), and, once that `run` is killed, ends the job itself:
+    final status recorded, every node's artifacts brought back."""
+    import signal
+    import subprocess
+
+    project = _project(tmp_path, """
+workflows:
+  - name: slow
+    nodes: 2
+    commands:
+      - for i in 1 2 3 4 5 6 7 8 9 10; do echo "line $i of node $NODE_RANK"; sleep 0.4; done
+      - mkdir -p out && echo "n$NODE_RANK" > out/r.txt
+    artifacts: [{path: out, nodes: all}]
+""")
+    runner = cli.popen("headless", "run", "slow", cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline, run = time.time() + 30, None
+        while time.time() < deadline and run is None:
+            runs = json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout)
+            if runs and runs[0]["jobs"] and runs[0]["jobs"][0]["status"] == "RUNNING":
+                run = runs[0]["run"]
+            time.sleep(0.2)
+        assert run, "the 2-node job never started"
+        both = cli.popen("headless", "logs", "-f", run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        one = cli.popen("headless", "logs", "-f", run, "--node", "1", stdout=subprocess.PIPE,
+                        stderr=subprocess.PIPE, text=True)
+        time.sleep(1.5)
+        runner.send_signal(signal.SIGKILL)  # the controller that started it is gone
+        out_both, err_both = both.communicate(timeout=60)
+        out_one, err_one = one.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+        runner.wait()
+    assert both.returncode == 0, err_both
+    assert one.returncode == 0, err_one
+    for node in (0, 1):
+        for i in range(1, 11):
+            line = f"[node {node}] line {i} of node {node}\n"
+            assert out_both.count(line) == 1, (line, out_both)
+            assert out_one.count(line) == (1 if node == 1 else 0), (line, out_one)
+    [job] = json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout)[0]["jobs"]
+    assert job["status"] == "DONE" and job["exit_code"] == 0
+    assert sorted(a["path"] for a in job["artifacts"]) == ["node-1/out/r.txt", "out/r.txt"]
+    stored = cli("headless", "logs", run, check=True).stdout
+    assert all(stored.count(f"[node {n}] line {i} of node {n}\n") == 1 for n in (0, 1) for i in range(1, 11))
+    bad = cli("headless", "logs", run, "--node", "5", "-f")
+    assert bad.returncode == 2 and bad.stderr.endswith("runs on 2 node(s): --node takes 0 to 1, not 5\n")
+    assert bad.stderr.count("\n") == 1

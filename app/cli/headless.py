@@ -267,11 +267,14 @@ async def _status(ctl: Controller, args) -> int:
 
 
 async def _logs(ctl: Controller, args) -> int:
-    for job in ctl.store.resolve_jobs(args.ref):
+    jobs = ctl.store.resolve_jobs(args.ref)
+    if args.node is not None and len(jobs) > 1:  # a run's jobs: those that have that node
+        jobs = [j for j in jobs if ctl.node_count(j.id) > args.node] or jobs[-1:]
+    for job in jobs:
         try:
             await ctl.follow(job.id, _print_log, follow=args.follow, say=_say, node=args.node)
         except LanpoolError as exc:
-            if args.follow:
+            if args.follow or isinstance(exc, UsageError):
                 raise
             # The stored log was printed; the runner could not add to it.
             _say(f"(stored log only: {exc.message})")
