@@ -5,7 +5,8 @@ import sys
 from collections.abc import Callable
 
 _USAGE = (
-    "usage: app headless VERB ...   run, status, logs, stop, artifacts, runners, key (scripts and CI)\n"
+    "usage: app [PATH]                the terminal UI on the project at PATH (default: here)\n"
+    "       app headless VERB ...   run, status, logs, stop, artifacts, runners, key (scripts and CI)\n"
     "       app agent VERB ...      serve, authorize (the runner daemon)\n"
     "       app --version\n"
     "\n"
@@ -24,9 +25,9 @@ def main(argv: list[str] | None = None) -> int:
         gc.freeze()
         gc.enable()
     if verb is None:
-        print(_USAGE, file=sys.stderr if argv else sys.stdout)
-        return 0 if not argv or argv[0] in ("-h", "--help") else 2
-    return verb(argv[1:])
+        print(_USAGE, file=sys.stderr if argv[0] not in ("-h", "--help") else sys.stdout)
+        return 0 if argv[0] in ("-h", "--help") else 2
+    return verb(argv if verb is _tui else argv[1:])
 
 
 def _load(first: str) -> Callable[[list[str]], int] | None:
@@ -41,7 +42,15 @@ def _load(first: str) -> Callable[[list[str]], int] | None:
         return headless_main
     if first in ("-V", "--version"):
         return _version
-    return None
+    if first.startswith("-"):
+        return None
+    return _tui  # `app` or `app PATH`
+
+
+def _tui(argv: list[str]) -> int:
+    from app.tui import main as tui_main
+
+    return tui_main(argv)
 
 
 def _version(_argv: list[str]) -> int:

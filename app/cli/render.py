@@ -26,10 +26,10 @@ def ago(ts: float | None, now: float | None = None) -> str:
     return time.strftime("%Y-%m-%d", time.localtime(ts))
 
 
-def duration(start: float | None, end: float | None) -> str:
+def duration(start: float | None, end: float | None, now: float | None = None) -> str:
     if not start:
         return "-"
-    secs = (end or time.time()) - start
+    secs = (end or now or time.time()) - start
     if secs < 60:
         return f"{secs:.1f}s"
     minutes, secs = divmod(int(secs), 60)

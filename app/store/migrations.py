@@ -89,7 +89,14 @@ def _m004_nodes(db: "sqlite_utils.Database") -> None:
     )
 
 
-MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [_m001_initial, _m002_cache, _m003_pool, _m004_nodes]
+def _m005_stream_index(db: "sqlite_utils.Database") -> None:
+    # Metrics ("met" chunks) of a job read without walking its whole log: the
+    # TUI re-plots a long job's curves every second.
+    db.execute("CREATE INDEX log_chunks_stream ON log_chunks (job_id, node, stream, seq)")
+
+
+MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [_m001_initial, _m002_cache, _m003_pool, _m004_nodes,
+                                                             _m005_stream_index]
 
 
 def migrate(conn: sqlite3.Connection) -> None:

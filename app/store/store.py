@@ -245,6 +245,31 @@ class Store:
             "SELECT name, workflow, project_dir, created_at, tag FROM runs ORDER BY created_at DESC LIMIT ?", (limit,))
         return [RunRow(*r) for r in rows]
 
+    def job_rows(self, text: str = "", status: str = "", limit: int = 500) -> list[tuple]:
+        """Jobs (newest first) with their run's variables and artifact count, for the runs list.
+
+        `text` matches run name, job id, workflow, runner, tag or variables;
+        `status` one job status. Bounded by `limit`: the list never loads the
+        whole history (10,000 runs open in milliseconds).
+        """
+        where, params = [], []
+        if text:
+            like = "%" + _escape_like(text) + "%"
+            where.append("(j.run_name LIKE ? ESCAPE '\\' OR j.id LIKE ? ESCAPE '\\' OR j.workflow LIKE ? "
+                         "ESCAPE '\\' OR j.runner LIKE ? ESCAPE '\\' OR r.tag LIKE ? ESCAPE '\\' "
+                         "OR r.variables LIKE ? ESCAPE '\\')")
+            params += [like] * 6
+        if status:
+            where.append("j.status = ?")
+            params.append(status)
+        sql = (f"SELECT {', '.join('j.' + c for c in _JOB_COLS.split(', '))}, r.variables, r.tag, "
+               "(SELECT COUNT(*) FROM artifacts a WHERE a.job_id = j.id), "
+               "(SELECT GROUP_CONCAT(n.runner, ',') FROM job_nodes n WHERE n.job_id = j.id) "
+               "FROM jobs j JOIN runs r ON r.name = j.run_name "
+               + ("WHERE " + " AND ".join(where) + " " if where else "")
+               + "ORDER BY j.submitted_at DESC LIMIT ?")
+        return [(JobRow(*row[:16]), *row[16:]) for row in self.conn.execute(sql, (*params, limit))]
+
     def job_events(self, job_id: str) -> list[tuple[float, str, str]]:
         return self.conn.execute(
             "SELECT at, status, detail FROM job_events WHERE job_id = ? ORDER BY rowid", (job_id,)).fetchall()
@@ -286,6 +311,43 @@ class Store:
             "SELECT node, seq, stream, data FROM log_chunks WHERE job_id = ? AND seq + n_lines > ? ORDER BY node, seq",
             (job_id, from_seq),
         )
+
+    def node_tail(self, job_id: str, node: int, before_seq: int | None, max_lines: int,
+                  streams: tuple[str, ...] = ("out", "err", "sys")) -> list[tuple[int, int, str, bytes]]:
+        """The newest chunks of one node's log (before `before_seq`), holding at least
+        `max_lines` lines, oldest first: (seq, n_lines, stream, data). Walks the primary
+        key backwards, so the tail of a million-line log costs as much as a short one."""
+        marks = ",".join("?" * len(streams))
+        sql = (f"SELECT seq, n_lines, stream, data FROM log_chunks WHERE job_id = ? AND node = ? AND seq < ? "
+               f"AND stream IN ({marks}) ORDER BY seq DESC")
+        out, lines = [], 0
+        for row in self.conn.execute(sql, (job_id, node, before_seq if before_seq is not None else 1 << 62,
+                                           *streams)):
+            out.append(row)
+            lines += row[1]
+            if lines >= max_lines:
+                break
+        out.reverse()
+        return out
+
+    def stream_since(self, job_id: str, stream: str, after: dict[int, int]) -> list[tuple[int, int, int, bytes]]:
+        """(node, seq, n_lines, data) of one stream's chunks newer than `after` (node -> seq)."""
+        rows = []
+        for node in self.log_nodes(job_id):
+            rows += [(node, *r) for r in self.conn.execute(
+                "SELECT seq, n_lines, data FROM log_chunks WHERE job_id = ? AND node = ? AND seq > ? AND stream = ? "
+                "ORDER BY seq", (job_id, node, after.get(node, -1), stream))]
+        return rows
+
+    def log_nodes(self, job_id: str) -> list[int]:
+        """Nodes with log lines; one index seek per node, not a scan of the log."""
+        nodes, after = [], -1
+        while True:
+            row = self.conn.execute("SELECT MIN(node) FROM log_chunks WHERE job_id = ? AND node > ?",
+                                    (job_id, after)).fetchone()
+            if row[0] is None:
+                return nodes
+            nodes.append(after := row[0])
 
     # -- artifacts ---------------------------------------------------------------------
 

@@ -1,0 +1,98 @@
+"""Background work of an interactive front end: discovery, runner checks, live logs.
+
+The TUI owns one `LiveFeeds`; everything here writes to the store through the
+controller and tells the front end by callbacks, which the TUI turns into
+messages. No textual here.
+"""
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from app.controller import Controller, LogSink
+from app.errors import LanpoolError
+from app.pool import probe, record_advert
+
+log = logging.getLogger(__name__)
+
+PROBE_EVERY_S = 3.0  # how often known runners are checked (LIVE/BUSY/OFFLINE)
+
+
+class LiveFeeds:
+    def __init__(self, ctl: Controller, on_runners: Callable[[], None], on_log: LogSink,
+                 on_job_ended: Callable[[str], None], on_error: Callable[[str], None],
+                 interfaces: list[str] | None = None) -> None:
+        self.ctl = ctl
+        self._on_runners = on_runners
+        self._on_log = on_log
+        self._on_job_ended = on_job_ended
+        self._on_error = on_error
+        self._interfaces = interfaces
+        self._browser = None
+        self._tasks: set[asyncio.Task] = set()
+        self.following: dict[str, asyncio.Task] = {}  # job id -> the task bringing its log in
+
+    async def start(self, discover: bool = True, probe_every_s: float = PROBE_EVERY_S) -> None:
+        if discover:
+            # zeroconf only when browsing: importing it costs ~100 ms of start-up.
+            from app.discovery import Browser, browse_interfaces
+
+            interfaces = browse_interfaces() if self._interfaces is None else self._interfaces
+            self._browser = Browser(interfaces, self._seen)
+            try:
+                await self._browser.start()
+            except OSError as exc:
+                self._on_error(f"mDNS discovery is off: {exc}")
+                self._browser = None
+        if probe_every_s > 0:
+            self._spawn(self._probe_loop(probe_every_s))
+
+    def _seen(self, advert) -> None:
+        record_advert(self.ctl.store, advert)
+        self._on_runners()
+
+    def _spawn(self, coro) -> asyncio.Task:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def _probe_loop(self, every_s: float) -> None:
+        while True:
+            await self.check_runners()
+            await asyncio.sleep(every_s)
+
+    async def check_runners(self) -> None:
+        rows = self.ctl.store.runners()
+        await asyncio.gather(*(probe(self.ctl, row) for row in rows), return_exceptions=True)
+        self._on_runners()
+
+    def follow(self, job_id: str) -> bool:
+        """Bring a running job's log in live (once per job); False if already followed."""
+        task = self.following.get(job_id)
+        if task is not None and not task.done():
+            return False
+        self.following[job_id] = self._spawn(self._follow(job_id))
+        return True
+
+    def adopt(self, job_id: str, task: asyncio.Task | None = None) -> None:
+        """A job whose log some other task (a run started here) already brings in."""
+        self.following[job_id] = task or asyncio.current_task()
+
+    async def _follow(self, job_id: str) -> None:
+        try:
+            await self.ctl.follow(job_id, self._on_log, follow=True, say=self._on_error, from_store=False)
+        except LanpoolError as exc:
+            self._on_error(f"job {job_id}: {exc.message}")
+        else:
+            self._on_job_ended(job_id)
+        finally:
+            if self.following.get(job_id) is asyncio.current_task():
+                del self.following[job_id]
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._browser is not None:
+            await self._browser.close()

@@ -1,0 +1,1 @@
+"""Modal screens of the TUI: each returns its answer through `dismiss`."""

@@ -1,0 +1,152 @@
+"""The Run dialog: pick a workflow, edit its variables, nodes and runner, see the plan, run.
+
+The dialog checks values itself (types come from the variables' defaults);
+the plan is I/O (store, file hashes), so it asks the app with `PlanWanted`
+and the app answers with `show_plan`.
+"""
+
+from dataclasses import dataclass, field
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, Input, Label, Select, Static
+
+from app.errors import LanpoolError
+from app.planning import known_variables
+from app.workflows import Project
+from app.workflows.resolve import coerce_override, render_value
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    workflow: str
+    overrides: dict[str, str] = field(default_factory=dict)
+    nodes: int | None = None
+    runner: str | None = None
+    no_cache: bool = False
+
+
+class RunDialog(ModalScreen[RunRequest | None]):
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel"), Binding("ctrl+r", "submit", "Run")]
+
+    @dataclass
+    class PlanWanted(Message):
+        dialog: "RunDialog"
+        request: RunRequest
+
+    def __init__(self, project: Project, runners: list[str], workflow: str | None = None) -> None:
+        super().__init__()
+        self.project = project
+        self.runners = runners
+        names = list(project.workflows)
+        self.workflow = workflow if workflow in project.workflows else names[0]
+        self._defaults: dict[str, object] = {}
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog run-dialog"):
+            yield Label(f"Run a workflow of {self.project.root}", classes="title")
+            yield Select([(self._label(n), n) for n in self.project.workflows], value=self.workflow,
+                         allow_blank=False, id="workflow")
+            yield Static("", id="workflow-help", classes="hint")
+            with VerticalScroll(id="variables"):
+                pass
+            with Horizontal(classes="row"):
+                yield Label("nodes")
+                yield Input(value="", placeholder="from the workflow", id="nodes", type="integer")
+                yield Label("runner")
+                yield Select([("auto (best fit)", "")] + [(r, r) for r in self.runners], value="",
+                             allow_blank=False, id="runner")
+                yield Checkbox("no cache", id="no-cache")
+            yield Label("plan", classes="section")
+            yield Static("…", id="plan")
+            yield Label("", id="run-error", classes="error")
+            with Horizontal(classes="buttons"):
+                yield Button("Run (ctrl+r)", variant="success", id="run")
+                yield Button("Cancel", id="cancel")
+
+    def _label(self, name: str) -> str:
+        helptext = self.project.workflows[name].help
+        return f"{name}  {helptext}" if helptext else name
+
+    async def on_mount(self) -> None:
+        await self._show_variables()
+
+    async def _show_variables(self) -> None:
+        wf = self.project.workflows[self.workflow]
+        self.query_one("#workflow-help", Static).update(wf.help or "")
+        box = self.query_one("#variables", VerticalScroll)
+        await box.remove_children()
+        self._defaults = known_variables(self.project, self.workflow)
+        rows = []
+        for name, default in sorted(self._defaults.items()):
+            kind = type(default).__name__ if default is not None else "str"
+            rows.append(Horizontal(Label(f"{name} ({kind})", classes="var-name"),
+                                   Input(value=render_value(default), id=f"var-{name}", classes="var-value"),
+                                   classes="var-row"))
+        if not rows:
+            rows.append(Label("no variables (define them in .lanpool/variables.yaml)", classes="hint"))
+        await box.mount_all(rows)
+        self.want_plan()
+
+    @on(Select.Changed, "#workflow")
+    async def _workflow_changed(self, event: Select.Changed) -> None:
+        if event.value != self.workflow:
+            self.workflow = str(event.value)
+            await self._show_variables()
+
+    @on(Input.Changed)
+    @on(Checkbox.Changed)
+    @on(Select.Changed, "#runner")
+    def _changed(self) -> None:
+        self.want_plan()
+
+    def want_plan(self) -> None:
+        request = self.request(quiet=True)
+        if request is not None:
+            self.post_message(self.PlanWanted(self, request))
+
+    def show_plan(self, text: str) -> None:
+        self.query_one("#plan", Static).update(text)
+
+    def request(self, quiet: bool = False) -> RunRequest | None:
+        """The run asked for, or None (with the reason shown) when a value is wrong."""
+        error = self.query_one("#run-error", Label)
+        overrides = {}
+        try:
+            for name, default in self._defaults.items():
+                widgets = self.query(f"#var-{name}")
+                if not widgets:
+                    continue
+                text = widgets.first(Input).value
+                if text != render_value(default):
+                    coerce_override(name, text, default)  # raises on a wrong type
+                    overrides[name] = text
+            nodes_text = self.query_one("#nodes", Input).value.strip()
+            nodes = int(nodes_text) if nodes_text else None
+            if nodes is not None and nodes < 1:
+                raise LanpoolError("nodes must be 1 or more")
+        except LanpoolError as exc:
+            error.update(exc.message)
+            return None
+        except ValueError:
+            error.update("nodes must be a whole number")
+            return None
+        error.update("")
+        runner = self.query_one("#runner", Select).value
+        return RunRequest(self.workflow, overrides, nodes, str(runner) if runner else None,
+                          self.query_one("#no-cache", Checkbox).value)
+
+    def action_submit(self) -> None:
+        request = self.request()
+        if request is not None:
+            self.dismiss(request)
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "run":
+            self.action_submit()
+        else:
+            self.dismiss(None)

@@ -1,0 +1,169 @@
+"""A job's log: a bounded window of lines, following live, paging back into the store.
+
+Only the visible lines are rendered (Textual's line API), and at most
+`max_lines` are held: older lines stay in SQLite and come back a page at a
+time when the user scrolls to the top (the app answers `WantOlder`).
+"""
+
+import re
+from dataclasses import dataclass
+
+from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style
+from textual.binding import Binding
+from textual.geometry import Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from app.overview import LogLine
+
+_controls = re.compile("[\x00-\x08\x0b-\x1f\x7f]").sub
+_ansi = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]").sub
+_NODE_TAG = re.compile(r"^\[node \d+\] ")
+
+
+class LogView(ScrollView, can_focus=True):
+    BINDINGS = [
+        Binding("end,G", "follow", "Follow", show=False),
+        Binding("home,g", "top", "Top", show=False),
+        Binding("n", "next_match", "Next match", show=False),
+        Binding("N", "previous_match", "Previous match", show=False),
+    ]
+
+    @dataclass
+    class WantOlder(Message):
+        """Scrolled to the top of the window: the app may prepend older lines."""
+
+        view: "LogView"
+
+    def __init__(self, max_lines: int = 20_000, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.max_lines = max_lines
+        self.lines: list[LogLine] = []
+        self.at_start = True  # no older lines in the store
+        self.following = True
+        self.search = ""
+        self._width = 0
+        self._styles = {"err": Style(color="red"), "sys": Style(color="cyan", italic=True)}
+        self._tag_style = Style(color="magenta", bold=True)
+        self._match_style = Style(reverse=True, bold=True)
+        self._asked_older = False
+
+    # -- content -------------------------------------------------------------------
+
+    def set_lines(self, lines: list[LogLine], at_start: bool) -> None:
+        self.lines = list(lines[-self.max_lines:])
+        self.at_start = at_start and len(lines) <= self.max_lines
+        self._width = max((cell_len(line.text) for line in self.lines[-2000:]), default=0)
+        self._asked_older = False
+        self._resize()
+        self.following = True
+        self.scroll_end(animate=False, immediate=True)
+
+    def append(self, lines: list[LogLine]) -> None:
+        if not lines:
+            return
+        self.lines.extend(lines)
+        excess = len(self.lines) - self.max_lines
+        if excess > 0:  # bounded memory: the oldest lines go back to the store
+            del self.lines[:excess]
+            self.at_start = False
+            if not self.following:
+                self.scroll_to(y=max(0, self.scroll_y - excess), animate=False, immediate=True)
+        self._width = max(self._width, max(cell_len(line.text) for line in lines[-200:]))
+        self._resize()
+        if self.following:
+            self.scroll_end(animate=False, immediate=True)
+        else:
+            self.refresh()
+
+    def prepend(self, lines: list[LogLine], at_start: bool) -> None:
+        """Older lines from the store; the view keeps showing the same lines."""
+        self._asked_older = False
+        self.at_start = at_start
+        if not lines:
+            return
+        room = max(0, self.max_lines - len(lines))
+        kept = self.lines[:room]
+        self.lines = lines + kept
+        self._resize()
+        self.scroll_to(y=self.scroll_y + len(lines), animate=False, immediate=True)
+
+    def _resize(self) -> None:
+        self.virtual_size = Size(self._width + 1, len(self.lines))
+
+    @property
+    def text(self) -> str:
+        return "\n".join(line.text for line in self.lines)
+
+    # -- scrolling -------------------------------------------------------------------
+
+    def watch_scroll_y(self, old: float, new: float) -> None:
+        super().watch_scroll_y(old, new)
+        self.following = new >= self.max_scroll_y
+        if new <= 0 and not self.at_start and not self._asked_older and self.lines:
+            self._asked_older = True
+            self.post_message(self.WantOlder(self))
+
+    def action_follow(self) -> None:
+        self.following = True
+        self.scroll_end(animate=False)
+
+    def action_top(self) -> None:
+        self.following = False
+        self.scroll_home(animate=False)
+
+    def find(self, text: str, forward: bool = True) -> bool:
+        """Scroll to the next line holding `text` (case-insensitive) in the window."""
+        self.search = text
+        self.refresh()
+        if not text or not self.lines:
+            return False
+        low = text.lower()
+        middle = int(self.scroll_y) + self.size.height // 2
+        order = (range(middle + 1, len(self.lines)) if forward else range(middle - 1, -1, -1))
+        for y in order:
+            if low in self.lines[y].text.lower():
+                self.following = False
+                self.scroll_to(y=max(0, y - self.size.height // 2), animate=False)
+                return True
+        return False
+
+    def action_next_match(self) -> None:
+        self.find(self.search, forward=True)
+
+    def action_previous_match(self) -> None:
+        self.find(self.search, forward=False)
+
+    # -- rendering ----------------------------------------------------------------------
+
+    def render_line(self, y: int) -> Strip:
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.size.width
+        base = self.rich_style
+        if index >= len(self.lines):
+            return Strip.blank(width, base)
+        line = self.lines[index]
+        text = _controls("", _ansi("", line.text)).expandtabs()
+        style = base + self._styles[line.stream] if line.stream in self._styles else base
+        segments = []
+        tag = _NODE_TAG.match(text)
+        if tag:
+            segments.append(Segment(tag.group(), base + self._tag_style))
+            text = text[tag.end():]
+        segments += self._highlight(text, style)
+        strip = Strip(segments).crop_extend(scroll_x, scroll_x + width, base)
+        return strip.apply_offsets(scroll_x, index)
+
+    def _highlight(self, text: str, style: Style) -> list[Segment]:
+        if not self.search:
+            return [Segment(text, style)]
+        out, low, needle, at = [], text.lower(), self.search.lower(), 0
+        while (hit := low.find(needle, at)) >= 0:
+            out += [Segment(text[at:hit], style), Segment(text[hit:hit + len(needle)], style + self._match_style)]
+            at = hit + len(needle)
+        out.append(Segment(text[at:], style))
+        return out
