@@ -80,6 +80,8 @@ class Controller:
         self.home.create()
         self.store = Store(self.home.db)
         self._key: asyncssh.SSHKey | None = None
+        # One pull per job at a time: the TUI may follow a job while stopping it.
+        self._pull_locks: dict[str, asyncio.Lock] = {}
 
     @property
     def client_key(self) -> asyncssh.SSHKey:
@@ -351,9 +353,11 @@ class Controller:
         return max(len(self.store.nodes(job_id)), int(json.loads(job.spec or "{}").get("nodes") or 1))
 
     async def follow(self, job_id: str, sink: LogSink | None = None, follow: bool = True,
-                     say: Callable[[str], None] | None = None, node: int | None = None) -> JobRow:
+                     say: Callable[[str], None] | None = None, node: int | None = None,
+                     from_store: bool = True) -> JobRow:
         """Bring the job's log into the store from where it stopped, and its final status.
 
+        `from_store=False`: the sink gets only new lines (the TUI reads the stored tail itself).
         With `follow`, waits until the job ends; a controller killed meanwhile
         resumes here later and loses nothing (the store knows its last line).
         A runner that goes away while followed is waited for, then re-attached.
@@ -367,7 +371,7 @@ class Controller:
         if node is not None and not 0 <= node < n_nodes:
             raise UsageError(f"job {job_id} runs on {n_nodes} node(s): --node takes 0"
                              + (f" to {n_nodes - 1}" if n_nodes > 1 else "") + f", not {node}")
-        if sink:  # what is already stored first, then the rest from the runner
+        if sink and from_store:  # what is already stored first, then the rest from the runner
             for chunk_node, seq, stream, data in self.store.log_chunks(job_id):
                 if node is not None and chunk_node != node:
                     continue
@@ -465,7 +469,9 @@ class Controller:
 
     # -- artifacts --------------------------------------------------------------------------
 
-    async def download_artifacts(self, job_id: str, output: Path) -> list[tuple[str, int]]:
+    async def download_artifacts(self, job_id: str, output: Path,
+                                 progress: Callable[[int, int], None] | None = None) -> list[tuple[str, int]]:
+        """Copy a job's artifacts to `output`; `progress(done_bytes, total_bytes)` after each file."""
         job = self.store.job(job_id)
         if not job.artifacts_pulled:
             if not job.state.is_terminal():
@@ -477,15 +483,23 @@ class Controller:
             raise NotFoundError(f"job {job_id} has no artifacts")
         src = self.home.job_artifacts(job_id)
         output.mkdir(parents=True, exist_ok=True)
-        for path, _size in files:
+        total, done = sum(n for _, n in files), 0
+        for path, n in files:
             dest = output / path
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src / path, dest)
+            await asyncio.to_thread(shutil.copy2, src / path, dest)  # checkpoints can be GBs
+            done += n
+            if progress:
+                progress(done, total)
         return files
 
     async def _pull_artifacts(self, session: RunnerSession, job_id: str, status: JobStatus) -> None:
         if not status.artifacts_archive:
             return
+        async with self._pull_locks.setdefault(job_id, asyncio.Lock()):
+            await self._pull_artifacts_once(session, job_id, status)
+
+    async def _pull_artifacts_once(self, session: RunnerSession, job_id: str, status: JobStatus) -> None:
         job = self.store.job(job_id)
         if job.artifacts_pulled:
             return
