@@ -3,6 +3,8 @@ one failed node failing the job."""
 
 import json
 import shutil
+import subprocess
+import sys
 import time
 
 import pytest
@@ -238,3 +240,40 @@ workflows:
     bad = cli("headless", "logs", run, "--node", "5", "-f")
     assert bad.returncode == 2 and bad.stderr.endswith("runs on 2 node(s): --node takes 0 to 1, not 5\n")
     assert bad.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_two_nodes_train_the_char_gpt(two_agents, cli, tmp_path):
+    """char-GPT DDP on two agents: both nodes' logs tagged, the loss falls (metrics in
+    SQLite), the snapshot comes back and samples text."""
+    from tests.test_training_chargpt import write_corpus
+
+    project = _project(tmp_path, """
+workflows:
+  - name: gpt
+    nodes: 2
+    env: {LANPOOL_DDP_TIMEOUT: 60}
+    commands:
+      - echo "node $NODE_RANK of $LANPOOL_NUM_NODES starts"
+      - python -m training.chargpt train --data corpus.txt --out ck --max-steps 60 --log-every 10 --eval-every 30 --eval-batches 4 --snapshot-every 30 --block-size 32 --batch-size 16 --n-layer 2 --n-head 2 --n-embd 32 --lr 3e-3 --accelerator cpu --devices 1
+    artifacts: [ck]
+""")
+    write_corpus(project / "corpus.txt", 20_000)
+    res = cli("headless", "run", "gpt", cwd=project, timeout=240)
+    assert res.returncode == 0, res.stderr
+    assert "[node 0] node 0 of 2 starts" in res.stdout and "[node 1] node 1 of 2 starts" in res.stdout
+    assert "[node 0] step 60 train_loss" in res.stdout
+    assert "[node 0] saved checkpoint to ck/snapshot.ckpt at step 60" in res.stdout
+    [latest] = json.loads(cli("headless", "status", "--json", check=True).stdout)
+    run, [job] = latest["run"], latest["jobs"]
+    assert job["status"] == "DONE"
+    assert {"ck/snapshot.ckpt", "ck/step-60.ckpt"} <= {a["path"] for a in job["artifacts"]}
+    points = json.loads(cli("headless", "metrics", run, "--json", check=True).stdout)
+    loss = [p["value"] for p in sorted(points, key=lambda p: p["step"]) if p["name"] == "train_loss"]
+    assert len(loss) >= 6 and sum(loss[-3:]) / 3 < sum(loss[:3]) / 3 - 0.3, loss
+    cli("headless", "artifacts", "download", run, "-o", str(tmp_path / "got"), check=True)
+    sample = subprocess.run([sys.executable, "-m", "training.chargpt", "sample", "--ckpt",
+                             str(tmp_path / "got" / "ck" / "snapshot.ckpt"), "--prompt", "ROMEO:",
+                             "--max-new-tokens", "40", "--seed", "1"], cwd=REPO, capture_output=True, text=True,
+                            timeout=60)
+    assert sample.returncode == 0 and sample.stdout.startswith("ROMEO:") and len(sample.stdout) > 40, sample.stderr
