@@ -43,9 +43,28 @@ def test_imports_point_one_way(package):
     assert not bad, bad
 
 
+def test_only_app_tui_imports_textual():
+    bad = [path.relative_to(REPO).as_posix() for package in ALLOWED for path in sorted((REPO / package).rglob("*.py"))
+           if "textual" in _third_party(path) and not path.relative_to(REPO).as_posix().startswith("app/tui/")]
+    assert not bad, bad
+
+
+def _third_party(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0].split("_")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0].split("_")[0])
+    return found
+
+
 @pytest.mark.parametrize(("modules", "heavy"), [
     # Short CLI calls: no UI, no ML, no Docker SDK, and zeroconf only once a command browses.
     ("app.cli.headless, app.controller, app.runner_client", ("textual", "torch", "lightning", "docker", "zeroconf")),
+    # The TUI's core (read models, background feeds) is plain controller code: textual stays in app/tui/.
+    ("app.overview, app.live", ("textual", "torch", "lightning", "docker")),
     # The agent announces itself (zeroconf) but loads the Docker SDK only when an engine may exist.
     ("agent.server", ("textual", "torch", "lightning")),
 ])

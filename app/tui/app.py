@@ -25,6 +25,8 @@ from app.controller import Controller
 from app.errors import LanpoolError
 from app.live import LiveFeeds
 from app.overview import LogLine, MetricsReader
+from app.planning import make_plan
+from app.store import Store
 from app.tui.dialogs.run_dialog import RunDialog, RunRequest
 from app.tui.dialogs.simple import ConfirmDialog, Field, FormDialog, HelpScreen
 from app.tui.widgets.artifacts_list import ArtifactsList
@@ -367,7 +369,7 @@ class LanpoolApp(App):
 
     @on(Select.Changed, "#runs-status")
     def _status(self, event: Select.Changed) -> None:
-        self.runs_status = "" if event.value is Select.BLANK else str(event.value)
+        self.runs_status = event.value if isinstance(event.value, str) else ""  # the blank choice: any
         self.show_runs()
 
     def action_search(self) -> None:
@@ -384,10 +386,23 @@ class LanpoolApp(App):
         if not answer:
             return
         view = self.query_one(LogView)
-        if not view.find(answer["text"], forward=False) and not view.find(answer["text"]):
-            total = len(overview.search_log(self.ctl.store, self.job_id, answer["text"], 100)) if self.job_id else 0
-            self.notify(f"{answer['text']!r}: not in the lines shown" +
-                        (f"; {total} match(es) in older lines: g pages them in" if total else ""))
+        if not view.find(answer["text"], forward=False) and not view.find(answer["text"]) and self.job_id:
+            self._search_older(self.job_id, answer["text"])
+
+    @work(group="search", exclusive=True, exit_on_error=False)
+    async def _search_older(self, job_id: str, text: str) -> None:
+        found = await asyncio.to_thread(self._in_own_store, overview.search_log, job_id, text, 100)
+        self.notify(f"{text!r}: not in the lines shown" +
+                    (f"; {len(found)}{'+' if len(found) == 100 else ''} match(es) in older lines: g pages them in"
+                     if found else ", nor in the stored log"))
+
+    def _in_own_store(self, fn, *args):
+        """Run a long read in a worker thread on its own SQLite connection (the app's is the loop's)."""
+        store = Store(self.ctl.home.db)
+        try:
+            return fn(store, *args)
+        finally:
+            store.close()
 
     def action_node(self, step: int) -> None:
         if not self.job_id:
@@ -450,8 +465,8 @@ class LanpoolApp(App):
     async def _plan(self, dialog: RunDialog, request: RunRequest) -> None:
         await asyncio.sleep(0.2)  # typing: plan once the keys stop
         try:
-            plan = await asyncio.to_thread(self.ctl.plan, self.project, request.workflow, request.overrides,
-                                           request.no_cache)
+            # Hashing the project's files can take a while: a thread, with its own connection.
+            plan = await asyncio.to_thread(self._in_own_store, self._plan_on, request)
         except LanpoolError as exc:
             dialog.show_plan(f"[red]{exc.message}[/red]")
             return
@@ -460,6 +475,11 @@ class LanpoolApp(App):
                 for j in plan.jobs]
         dialog.show_plan("\n".join(rows))
 
+    def _plan_on(self, store: Store, request: RunRequest):
+        self.project.get(request.workflow)
+        return make_plan(self.project, store, self.ctl.home, request.workflow, request.overrides, request.no_cache,
+                         False)
+
     def _submit(self, request: RunRequest | None) -> None:
         if request is not None:
             self._run(request)
@@ -467,7 +487,7 @@ class LanpoolApp(App):
     @work(group="runs", exit_on_error=False)
     async def _run(self, request: RunRequest) -> None:
         def submitted(sub) -> None:
-            self.feeds.adopt(sub.job_id)
+            self.feeds.adopt(sub.job_id, me)
             self.show_runs()
             self.select_job(sub.job_id)
             self.action_tab("logs")
@@ -476,8 +496,20 @@ class LanpoolApp(App):
         def say(text: str) -> None:
             self.notify(text, timeout=6)
 
+        me = asyncio.current_task()
+
+        def sink(job_id: str, stream: str, data: bytes) -> None:
+            # One follower per job feeds the view: this run's, unless the user's
+            # selection started another first (multi-node jobs announce no submit).
+            owner = self.feeds.following.get(job_id)
+            if owner is None or owner.done():
+                self.feeds.adopt(job_id, me)
+                owner = me
+            if owner is me:
+                self._on_log(job_id, stream, data)
+
         outcome = await self.ctl.run(self.project, request.workflow, request.runner, request.overrides,
-                                     sink=self._on_log, say=say, on_submitted=submitted,
+                                     sink=sink, say=say, on_submitted=submitted,
                                      no_cache=request.no_cache, nodes=request.nodes)
         for job in outcome.jobs:
             self._job_ended(job.id)
@@ -526,7 +558,7 @@ class LanpoolApp(App):
 
     @work(group="save", exit_on_error=False)
     async def _save_log(self, job_id: str, path: Path) -> None:
-        count = await asyncio.to_thread(overview.save_log, self.ctl.store, job_id, path, self.node)
+        count = await asyncio.to_thread(self._in_own_store, overview.save_log, job_id, path, self.node)
         self.notify(f"{count} line(s) -> {path}")
 
     def action_copy_log(self) -> None:
