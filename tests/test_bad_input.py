@@ -187,3 +187,21 @@ async def _read(sftp, path: str) -> bytes:
 
 def test_sftp_is_confined_to_the_transfer_dir(agent):
     asyncio.run(_sftp_escape(agent))
+
+
+# -- the TUI's entry (`app [PATH]`) ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (("--bogus",), "unknown option '--bogus'"),
+    (("/no/such/dir",), "is not a directory"),
+    (("one", "two"), "unexpected arguments"),
+    ((), "the TUI needs a terminal"),  # stdin/stdout are pipes here
+])
+def test_app_entry_bad_input_is_one_line(cli, args, fragment):
+    _one_line_error(cli(*args), 2, fragment)
+
+
+def test_app_help_lists_the_tui_first(cli):
+    res = cli("--help")
+    assert res.returncode == 0 and res.stdout.startswith("usage: app [PATH]")

@@ -25,8 +25,11 @@ def main(argv: list[str] | None = None) -> int:
         gc.freeze()
         gc.enable()
     if verb is None:
-        print(_USAGE, file=sys.stderr if argv[0] not in ("-h", "--help") else sys.stdout)
-        return 0 if argv[0] in ("-h", "--help") else 2
+        if argv[0] in ("-h", "--help"):
+            print(_USAGE)
+            return 0
+        print(f"app: error: unknown option {argv[0]!r}: `app --help` lists the commands", file=sys.stderr)
+        return 2
     return verb(argv if verb is _tui else argv[1:])
 
 
