@@ -635,6 +635,14 @@ class LanpoolApp(App):
 
     # -- errors ---------------------------------------------------------------------------------
 
+    def _handle_exception(self, error: Exception) -> None:
+        # A lanpool error raised by a handler (a job gone from the store, a bad address)
+        # is the user's news, not a reason to quit: show it, keep the app running.
+        if isinstance(error, LanpoolError):
+            self.notify(error.message, title="error", severity="error", timeout=10)
+            return
+        super()._handle_exception(error)
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """One place turns a failed worker into a notification."""
         if event.state is WorkerState.ERROR and event.worker.error is not None:
