@@ -1,0 +1,304 @@
+"""lanpool multi-node benchmark: char-GPT DDP on 2 nodes launched by lanpool vs by hand.
+
+Everything runs on 127.0.0.1 in a temp dir: a controller home (LANPOOL_HOME), two
+real `app agent serve --host 127.0.0.1 --port 0 --no-mdns` runners, and a project
+whose `chargpt` workflow has `nodes: 2`. Each repeat trains the same char-GPT twice,
+in alternating order:
+
+- lanpool: `app headless run chargpt` (gang placement on the two runners, snapshot
+  upload, MASTER_ADDR/PORT and NODE_RANK from lanpool, logs streamed into SQLite);
+- by hand: the same command line in two `bash -c 'set -e; ...'` processes started
+  at once, each in its own copy of the project, with the env lanpool gives a node
+  (MASTER_ADDR, MASTER_PORT, NODE_RANK, LANPOOL_NODE_RANK, LANPOOL_NUM_NODES,
+  LANPOOL_NODES_IPS, LANPOOL_MASTER_ADDR, LANPOOL_GPUS_PER_NODE, GLOO_SOCKET_IFNAME,
+  NCCL_SOCKET_IFNAME, OMP_NUM_THREADS=1, the venv first on PATH, as the agent does).
+
+Throughput is read from the recipe's metrics (one `train_loss` point a step, each with
+its wall-clock time, from rank zero): samples/s and tokens/s over the steps after
+--skip-steps. "To first step" is from starting `app headless run` (or the two
+processes) to the time of the first step's metric point. Prints figures, medians over
+--repeat and the ratios; the exit code says only whether the benchmark could run.
+
+    scripts/bench-ddp [--repeat N] [--steps S] [--skip-steps K] [--json] [--keep]
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+VENV_PY = REPO / ".venv" / "bin" / "python"
+PY = str(VENV_PY) if VENV_PY.exists() else sys.executable
+APP = [str(REPO / ".venv" / "bin" / "app")] if (REPO / ".venv" / "bin" / "app").exists() else [PY, "-m", "app.cli.main"]
+RATIO_TARGET = 0.97  # lanpool samples/s over by-hand samples/s, at least
+BLOCK, BATCH = 128, 32  # the recipe's defaults (4 layers x 128 dims): tokens a step per node = 4096
+
+
+class BenchError(Exception):
+    pass
+
+
+def say(text: str) -> None:
+    print(f"bench-ddp: {text}", file=sys.stderr, flush=True)
+
+
+def train_command(steps: int, corpus: str) -> str:
+    # Validation and the snapshot happen once, after the last step: the timed window is training only.
+    return (f"python -m training.chargpt train --data {corpus} --out ck --max-steps {steps} --log-every 1"
+            f" --eval-every {steps} --eval-batches 2 --snapshot-every {steps} --block-size {BLOCK}"
+            f" --batch-size {BATCH} --accelerator cpu --devices 1")
+
+
+def write_corpus(path: Path) -> str:
+    """The Shakespeare corpus when scripts/fetch-data got it, else generated play-shaped text."""
+    real = REPO / "data" / "shakespeare.txt"
+    if real.is_file():
+        shutil.copy(real, path)
+        return f"data/shakespeare.txt ({real.stat().st_size // 1024} KiB)"
+    rng = random.Random(0)
+    words = ("the a my thy love night day sweet fair good lord lady heart star moon doth hath speak come go not"
+             " and of to in what shall be with his her").split()
+    lines = []
+    while sum(map(len, lines)) < 400_000:
+        lines.append(rng.choice(["ROMEO", "JULIET", "NURSE", "FRIAR"]) + ":")
+        lines += [" ".join(rng.choice(words) for _ in range(rng.randint(4, 10))).capitalize() + "."
+                  for _ in range(rng.randint(1, 3))]
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return "generated text (400 KB; run scripts/fetch-data for the real corpus)"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_points(lines: list[str]) -> list[dict]:
+    points = []
+    for line in lines:
+        try:
+            p = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(p, dict) and p.get("name") == "train_loss":
+            points.append(p)
+    return sorted(points, key=lambda p: p["step"])
+
+
+def figures(points: list[dict], started: float, skip: int, nodes: int = 2) -> dict:
+    """samples/s and tokens/s over the steps after `skip`, and start -> first step."""
+    if len(points) < skip + 2:
+        raise BenchError(f"only {len(points)} step metric points (need more than --skip-steps {skip} + 1)")
+    a, b = points[skip], points[-1]
+    steps, secs = b["step"] - a["step"], b["time"] - a["time"]
+    samples = steps * BATCH * nodes / secs
+    return {"samples_per_s": samples, "tokens_per_s": samples * BLOCK, "steps_timed": steps,
+            "to_first_step_s": points[0]["time"] - started}
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.tmp = Path(tempfile.mkdtemp(prefix="lanpool-bench-ddp-"))
+        self.home = self.tmp / "controller"
+        self.env = dict(os.environ, LANPOOL_HOME=str(self.home), PYTHONPATH=str(REPO),
+                        LANPOOL_MDNS_INTERFACES="127.0.0.1")
+        self.env.pop("LANPOOL_AGENT_HOME", None)
+        self.agents: list[subprocess.Popen] = []
+        self.running: list[subprocess.Popen] = []
+        self.project = self.tmp / "project"
+
+    # -- set-up ------------------------------------------------------------------
+
+    def start(self) -> None:
+        key = subprocess.run([*APP, "headless", "key"], env=self.env, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        for k in range(2):
+            data = self.tmp / f"agent{k}"
+            subprocess.run([*APP, "agent", "authorize", key, "--data-dir", str(data)], env=self.env,
+                           capture_output=True, check=True)
+            log = open(self.tmp / f"agent{k}.log", "ab")
+            self.agents.append(subprocess.Popen(
+                [*APP, "agent", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", str(data),
+                 "--name", f"bench-ddp-{k}", "--no-mdns", "--grace", "3"], env=self.env, stdout=log,
+                stderr=subprocess.STDOUT))
+        for k, proc in enumerate(self.agents):
+            info, deadline = self.tmp / f"agent{k}" / "agent.json", time.time() + 30
+            while not (info.exists() and json.loads(info.read_text()).get("pid") == proc.pid):
+                if proc.poll() is not None or time.time() > deadline:
+                    raise BenchError(f"agent {k} did not start: see {self.tmp}/agent{k}.log")
+                time.sleep(0.05)
+            port = json.loads(info.read_text())["port"]
+            subprocess.run([*APP, "headless", "runners", "add", f"127.0.0.1:{port}"], env=self.env,
+                           capture_output=True, check=True)
+        (self.project / ".lanpool").mkdir(parents=True)
+        shutil.copytree(REPO / "training", self.project / "training", ignore=shutil.ignore_patterns("__pycache__"))
+        self.corpus = write_corpus(self.project / "corpus.txt")
+        self.command = train_command(self.args.steps, "corpus.txt")
+        (self.project / ".lanpool" / "workflows.yaml").write_text(
+            "workflows:\n  - name: chargpt\n    nodes: 2\n    commands:\n"
+            f"      - {self.command}\n    artifacts: [ck]\n")
+
+    def stop(self) -> None:
+        for proc in self.running + self.agents:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL) if proc in self.running else proc.terminate()
+                except ProcessLookupError:
+                    pass
+        for proc in self.agents:
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        if self.args.keep:
+            say(f"kept {self.tmp}")
+        else:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- the two launchers ---------------------------------------------------------
+
+    def lanpool(self) -> dict:
+        started = time.time()
+        proc = subprocess.run([*APP, "headless", "run", "chargpt"], cwd=self.project, env=self.env,
+                              capture_output=True, text=True, timeout=self.args.timeout)
+        wall = time.time() - started
+        if proc.returncode != 0:
+            raise BenchError(f"app headless run exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
+        run = json.loads(subprocess.run([*APP, "headless", "status", "--json", "-n", "1", "--no-refresh"],
+                                        env=self.env, capture_output=True, text=True, check=True).stdout)[0]["run"]
+        metrics = subprocess.run([*APP, "headless", "metrics", run, "--json"], env=self.env,
+                                 capture_output=True, text=True, check=True).stdout
+        points = [p for p in json.loads(metrics) if p["name"] == "train_loss"]
+        tagged = all(f"[node {k}]" in proc.stdout + proc.stderr for k in (0,)) and "[node 0] step" in proc.stdout
+        if not tagged:
+            raise BenchError("the run's log lacks node 0's step lines")
+        return {**figures(sorted(points, key=lambda p: p["step"]), started, self.args.skip_steps), "wall_s": wall}
+
+    def by_hand(self, rep: int) -> dict:
+        port = free_port()
+        procs, metrics = [], []
+        workdirs = [self.tmp / f"hand-{rep}-node{k}" for k in range(2)]
+        for w in workdirs:  # a workspace each, like a runner's
+            shutil.copytree(self.project, w, ignore=shutil.ignore_patterns(".lanpool"))
+        started = time.time()
+        for k, w in enumerate(workdirs):
+            env = dict(self.env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NODE_RANK=str(k),
+                       LANPOOL_NODE_RANK=str(k), LANPOOL_NUM_NODES="2", LANPOOL_NODES_IPS="127.0.0.1,127.0.0.1",
+                       LANPOOL_MASTER_ADDR="127.0.0.1", LANPOOL_NODE_ADDR="127.0.0.1", LANPOOL_GPUS_PER_NODE="0",
+                       GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
+                       LANPOOL_METRICS_FILE=str(w / "metrics.jsonl"),
+                       PATH=os.path.dirname(PY) + os.pathsep + os.environ.get("PATH", ""))
+            for name in ("LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
+                env.pop(name, None)
+            metrics.append(w / "metrics.jsonl")
+            procs.append(subprocess.Popen(["bash", "-c", f"set -e\n{self.command}"], cwd=w, env=env,
+                                          stdout=open(w / "out.log", "wb"), stderr=subprocess.STDOUT,
+                                          start_new_session=True))
+        self.running = procs
+        try:
+            for proc in procs:
+                proc.wait(self.args.timeout)
+        except subprocess.TimeoutExpired:
+            raise BenchError(f"the processes by hand ran over {self.args.timeout}s") from None
+        wall = time.time() - started
+        for k, proc in enumerate(procs):
+            if proc.returncode != 0:
+                tail = (workdirs[k] / "out.log").read_text()[-500:]
+                raise BenchError(f"node {k} by hand exited {proc.returncode}: {tail}")
+        self.running = []
+        points = read_points(metrics[0].read_text().splitlines())
+        result = {**figures(points, started, self.args.skip_steps), "wall_s": wall}
+        if not self.args.keep:
+            for w in workdirs:
+                shutil.rmtree(w, ignore_errors=True)
+        return result
+
+    def run(self) -> dict:
+        rows: dict[str, list[dict]] = {"lanpool": [], "hand": []}
+        for rep in range(self.args.repeat):
+            order = ["lanpool", "hand"] if rep % 2 == 0 else ["hand", "lanpool"]
+            for arm in order:
+                r = self.lanpool() if arm == "lanpool" else self.by_hand(rep)
+                rows[arm].append(r)
+                say(f"repeat {rep + 1}/{self.args.repeat} {arm:7}: {r['samples_per_s']:.1f} samples/s "
+                    f"({r['tokens_per_s']:.0f} tokens/s), first step after {r['to_first_step_s']:.2f}s, "
+                    f"{r['wall_s']:.1f}s in all")
+        med = {arm: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for arm, rs in rows.items()}
+        return {
+            "corpus": self.corpus, "command": self.command, "steps": self.args.steps,
+            "skip_steps": self.args.skip_steps, "repeat": self.args.repeat, "runs": rows, "median": med,
+            "ratio_samples_per_s": med["lanpool"]["samples_per_s"] / med["hand"]["samples_per_s"],
+            "ratios_per_repeat": [a["samples_per_s"] / b["samples_per_s"] for a, b in zip(rows["lanpool"], rows["hand"])],
+            "first_step_extra_s": med["lanpool"]["to_first_step_s"] - med["hand"]["to_first_step_s"],
+        }
+
+
+def report(res: dict) -> None:
+    def p(text: str = "") -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    lp, hand = res["median"]["lanpool"], res["median"]["hand"]
+    p()
+    p(f"char-GPT (4 layers x 128, batch {BATCH} x {BLOCK} chars a node), 2 nodes x 1 CPU process on 127.0.0.1,")
+    p(f"{res['steps']} steps, throughput over steps {res['skip_steps']}..{res['steps'] - 1}; corpus: {res['corpus']};"
+      f" median of {res['repeat']}")
+    p(f"  {'':28} {'lanpool':>12} {'by hand':>12} {'ratio':>8}")
+    p(f"  {'samples/s':28} {lp['samples_per_s']:12.1f} {hand['samples_per_s']:12.1f}"
+      f" {res['ratio_samples_per_s']:8.3f}   (target >= {RATIO_TARGET})")
+    p(f"  {'tokens/s':28} {lp['tokens_per_s']:12.0f} {hand['tokens_per_s']:12.0f}")
+    p(f"  {'start -> first step (s)':28} {lp['to_first_step_s']:12.2f} {hand['to_first_step_s']:12.2f}"
+      f" {lp['to_first_step_s'] / hand['to_first_step_s']:8.2f}   (+{res['first_step_extra_s']:.2f}s)")
+    p(f"  {'start -> end (s)':28} {lp['wall_s']:12.1f} {hand['wall_s']:12.1f}")
+    p(f"  ratio per repeat: {', '.join(f'{r:.3f}' for r in res['ratios_per_repeat'])}")
+    p(f"  command on each node: {res['command']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/bench-ddp", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3, help="runs of each launcher (default 3; median)")
+    parser.add_argument("--steps", type=int, default=60, help="training steps a run (default 60)")
+    parser.add_argument("--skip-steps", type=int, default=10, help="first steps left out of throughput (default 10)")
+    parser.add_argument("--timeout", type=float, default=600, help="seconds a run may take (default 600)")
+    parser.add_argument("--json", action="store_true", help="also print one JSON object of all figures (stdout)")
+    parser.add_argument("--keep", action="store_true", help="keep the temp dir (paths printed)")
+    args = parser.parse_args(argv)
+    if args.repeat < 1 or args.steps < args.skip_steps + 5 or args.skip_steps < 0:
+        parser.error("need --repeat >= 1 and --steps >= --skip-steps + 5")
+    bench = Bench(args)
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        bench.start()
+        say(f"2 runners up; {args.repeat} x (lanpool, by hand), {args.steps} steps each")
+        res = bench.run()
+    except BenchError as exc:
+        say(f"error: {exc}")
+        return 1
+    except KeyboardInterrupt:
+        say("interrupted")
+        return 130
+    finally:
+        bench.stop()
+    report(res)
+    if args.json:
+        print(json.dumps(res, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
