@@ -183,26 +183,27 @@ workflows:
 
 def test_resume_from_in_the_workflow_and_the_flag_that_overrides_it(agent, cli, make_project):
     project = make_project(RESUME_WORKFLOWS, files={".lanpool/variables.yaml": "variables:\n  maybe:\n    from: ''\n"})
+    # Every run names the runner: other agents announcing on 127.0.0.1 must not matter.
     missing = cli("headless", "run", "cont", "--runner", agent.address, cwd=project)
     assert missing.returncode == 4, missing.stderr
     assert missing.stderr.count("\n") == 1 and "Traceback" not in missing.stderr
     assert ".lanpool/workflows.yaml:10: workflow 'cont': resume-from 'first:base': no run tagged 'base'" in missing.stderr
-    cli("headless", "run", "first", "--tag", "base", cwd=project, check=True)
+    cli("headless", "run", "--runner", agent.address, "first", "--tag", "base", cwd=project, check=True)
     base = json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["run"]
-    cli("headless", "run", "first", cwd=project, check=True)
+    cli("headless", "run", "--runner", agent.address, "first", cwd=project, check=True)
     newer = json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["run"]
 
-    res = cli("headless", "run", "cont", cwd=project, check=True)
+    res = cli("headless", "run", "--runner", agent.address, "cont", cwd=project, check=True)
     assert res.stdout == f"resume=ck/model.ckpt has=weights of {base}\n"
     assert "cont: resuming from ck/model.ckpt of job" in res.stderr and f"(run {base})" in res.stderr
-    res = cli("headless", "run", "cont", "--resume", newer, cwd=project, check=True)  # the flag wins
+    res = cli("headless", "run", "--runner", agent.address, "cont", "--resume", newer, cwd=project, check=True)  # the flag wins
     assert res.stdout == f"resume=ck/model.ckpt has=weights of {newer}\n"
 
-    assert cli("headless", "run", "maybe", cwd=project, check=True).stdout == "resume=[none]\n"
-    res = cli("headless", "run", "maybe", "--from", newer, cwd=project, check=True)
+    assert cli("headless", "run", "--runner", agent.address, "maybe", cwd=project, check=True).stdout == "resume=[none]\n"
+    res = cli("headless", "run", "--runner", agent.address, "maybe", "--from", newer, cwd=project, check=True)
     assert res.stdout == "resume=[ck/model.ckpt]\n"
-    bad = cli("headless", "run", "maybe", "--from", "no-such-run", cwd=project)
+    bad = cli("headless", "run", "--runner", agent.address, "maybe", "--from", "no-such-run", cwd=project)
     assert bad.returncode == 4 and bad.stderr.count("\n") == 1
     assert "resume-from 'no-such-run': no run or job named 'no-such-run'" in bad.stderr
-    nockpt = cli("headless", "run", "maybe", "--from", "first:nope", cwd=project)
+    nockpt = cli("headless", "run", "--runner", agent.address, "maybe", "--from", "first:nope", cwd=project)
     assert nockpt.returncode == 4 and "no run tagged 'nope'" in nockpt.stderr
