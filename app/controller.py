@@ -354,10 +354,11 @@ class Controller:
 
     async def follow(self, job_id: str, sink: LogSink | None = None, follow: bool = True,
                      say: Callable[[str], None] | None = None, node: int | None = None,
-                     from_store: bool = True) -> JobRow:
+                     from_store: bool = True, start: int | None = None) -> JobRow:
         """Bring the job's log into the store from where it stopped, and its final status.
 
-        `from_store=False`: the sink gets only new lines (the TUI reads the stored tail itself).
+        `from_store=False`: the sink gets only new lines (the TUI reads the stored tail itself),
+        from `start` (a single-node job's line number; default: where the store ends now).
         With `follow`, waits until the job ends; a controller killed meanwhile
         resumes here later and loses nothing (the store knows its last line).
         A runner that goes away while followed is waited for, then re-attached.
@@ -367,6 +368,8 @@ class Controller:
         # Each node's log resumes where the store ended when we looked: lines another
         # process stores meanwhile come again from the runner (and are stored once).
         starts = {k: self.store.log_end(job_id, k) for k in range(len(self.store.nodes(job_id)))} if multi else {}
+        # Same for one node: the sink gets every line once, whoever stores them.
+        start = self.store.log_end(job_id) if start is None else start
         n_nodes = self.node_count(job_id)
         if node is not None and not 0 <= node < n_nodes:
             raise UsageError(f"job {job_id} runs on {n_nodes} node(s): --node takes 0"
@@ -375,7 +378,7 @@ class Controller:
             for chunk_node, seq, stream, data in self.store.log_chunks(job_id):
                 if node is not None and chunk_node != node:
                     continue
-                if multi and seq >= starts.get(chunk_node, 0):
+                if seq >= (starts.get(chunk_node, 0) if multi else start):
                     continue
                 sink(job_id, stream, prefix_node(chunk_node, data) if multi and stream != "met" else data)
         if job.synced:
@@ -384,23 +387,24 @@ class Controller:
             return await follow_gang(self, job_id, sink, say or (lambda _t: None), follow=follow, node=node,
                                      starts=starts if sink else None)
         if follow:
-            return await self._follow_to_end(job_id, sink, say or (lambda _t: None))
+            return await self._follow_to_end(job_id, sink, say or (lambda _t: None), start=start)
         async with await self.connect_job(job) as session:
-            return await self._follow_on(session, job_id, sink, follow)
+            return await self._follow_on(session, job_id, sink, follow, [start])
 
     async def _follow_to_end(self, job_id: str, sink: LogSink | None, say: Callable[[str], None],
-                             session: RunnerSession | None = None) -> JobRow:
+                             session: RunnerSession | None = None, start: int | None = None) -> JobRow:
         """Follow until the job ends, riding out runner outages (OFFLINE, then re-attach)."""
         offline_since = None
+        position = [self.store.log_end(job_id) if start is None else start]  # the next line the sink needs
         while True:
             try:
                 if session is not None:
-                    return await self._follow_on(session, job_id, sink, follow=True)
+                    return await self._follow_on(session, job_id, sink, True, position)
                 async with await self.connect_job(self.store.job(job_id)) as fresh:
                     if offline_since is not None:
                         say(f"runner {fresh.hello.name} is back after {time.time() - offline_since:.0f}s: re-attached")
                         self.store.set_runner(fresh.hello.name, state=RunnerState.LIVE, last_ok=time.time())
-                    return await self._follow_on(fresh, job_id, sink, follow=True)
+                    return await self._follow_on(fresh, job_id, sink, True, position)
             except (RunnerRefused, HostKeyMismatch, NotFoundError):
                 raise
             except RunnerError as exc:
@@ -413,10 +417,14 @@ class Controller:
                         "(the job may still run there; Ctrl-C detaches)")
                 await asyncio.sleep(RECONNECT_S)
 
-    async def _follow_on(self, session: RunnerSession, job_id: str, sink: LogSink | None, follow: bool) -> JobRow:
-        async for batch in session.attach(job_id, self.store.log_end(job_id), follow=follow):
+    async def _follow_on(self, session: RunnerSession, job_id: str, sink: LogSink | None, follow: bool,
+                         position: list[int] | None = None) -> JobRow:
+        """Attach from `position[0]` (kept up to date, for a re-attach) or where the store ends."""
+        position = position if position is not None else [self.store.log_end(job_id)]
+        async for batch in session.attach(job_id, position[0], follow=follow):
             rows = [(m.job_id, m.node, m.seq, m.n_lines, m.stream, m.data) for m in batch if isinstance(m, LogChunk)]
             if rows:
+                position[0] = max(position[0], max(r[2] + r[3] for r in rows))
                 self.store.add_log_chunks(rows)
                 if sink:
                     for row in rows:

@@ -67,21 +67,23 @@ class LiveFeeds:
         await asyncio.gather(*(probe(self.ctl, row) for row in rows), return_exceptions=True)
         self._on_runners()
 
-    def follow(self, job_id: str) -> bool:
-        """Bring a running job's log in live (once per job); False if already followed."""
+    def follow(self, job_id: str, start: int | None = None) -> bool:
+        """Bring a running job's log in live (once per job), lines from `start` on (the
+        front end shows what the store held up to there); False if already followed."""
         task = self.following.get(job_id)
         if task is not None and not task.done():
             return False
-        self.following[job_id] = self._spawn(self._follow(job_id))
+        self.following[job_id] = self._spawn(self._follow(job_id, start))
         return True
 
     def adopt(self, job_id: str, task: asyncio.Task | None = None) -> None:
         """A job whose log some other task (a run started here) already brings in."""
         self.following[job_id] = task or asyncio.current_task()
 
-    async def _follow(self, job_id: str) -> None:
+    async def _follow(self, job_id: str, start: int | None) -> None:
         try:
-            await self.ctl.follow(job_id, self._on_log, follow=True, say=self._on_error, from_store=False)
+            await self.ctl.follow(job_id, self._on_log, follow=True, say=self._on_error, from_store=False,
+                                  start=start)
         except LanpoolError as exc:
             self._on_error(f"job {job_id}: {exc.message}")
         else:
