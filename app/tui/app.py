@@ -99,6 +99,7 @@ class LanpoolApp(App):
         self.node: int | None = None  # Logs: one node, or all
         self._pending: list[LogLine] = []
         self._metrics: MetricsReader | None = None
+        self._oldest: dict[int, int] | None = {}  # per node, the seq of the view's first line
         self._metrics_dirty = False
         self._runners_dirty = True
         self._last_sync = 0.0
@@ -249,7 +250,11 @@ class LanpoolApp(App):
     def _older(self, event: LogView.WantOlder) -> None:
         if not self.job_id:
             return
-        window = overview.log_window(self.ctl.store, self.job_id, LOG_WINDOW // 4, self.node, before=self._oldest)
+        before = self._oldest
+        if before is None:  # trimmed while following: the view starts that many lines before the stored end
+            before = overview.log_window(self.ctl.store, self.job_id, len(event.view.lines) + len(self._pending),
+                                         self.node).oldest
+        window = overview.log_window(self.ctl.store, self.job_id, LOG_WINDOW // 4, self.node, before=before)
         self._oldest = window.oldest
         event.view.prepend(window.lines, window.at_start)
 
@@ -292,7 +297,14 @@ class LanpoolApp(App):
     def _flush_log(self) -> None:
         if self._pending:
             lines, self._pending = self._pending, []
-            self.query_one(LogView).append(lines)
+            view = self.query_one(LogView)
+            first = view.lines[0] if view.lines else None
+            if len(lines) >= LOG_WINDOW:  # the screen fell behind and _on_log kept the newest: show only those
+                view.set_lines(lines, at_start=False)
+            else:
+                view.append(lines)
+            if view.lines[0] is not first:
+                self._oldest = None  # the oldest lines were dropped: _older finds where the view starts now
         if self._metrics_dirty and self.query_one("#tabs", TabbedContent).active == "metrics":
             self.show_metrics()
 

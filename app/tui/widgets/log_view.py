@@ -60,7 +60,7 @@ class LogView(ScrollView, can_focus=True):
         self._asked_older = False
         self._resize()
         self.following = True
-        self.scroll_end(animate=False, immediate=True)
+        self._to_end(x_axis=True)
 
     def append(self, lines: list[LogLine]) -> None:
         if not lines:
@@ -75,9 +75,19 @@ class LogView(ScrollView, can_focus=True):
         self._width = max(self._width, max(cell_len(line.text) for line in lines[-200:]))
         self._resize()
         if self.following:
-            self.scroll_end(animate=False, immediate=True)
+            self._to_end(x_axis=False)  # a reader scrolled sideways stays there
         else:
             self.refresh()
+
+    def _to_end(self, x_axis: bool) -> None:
+        self.scroll_end(animate=False, immediate=True, x_axis=x_axis)
+        # The lines that first overflow the view get their scrollbar at the next layout,
+        # and a scroll before it is refused: scroll again then, or the view stays at the top.
+        self.call_after_refresh(self._keep_end)
+
+    def _keep_end(self) -> None:
+        if self.following and self.scroll_y < self.max_scroll_y:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
 
     def prepend(self, lines: list[LogLine], at_start: bool) -> None:
         """Older lines from the store; the view keeps showing the same lines."""
