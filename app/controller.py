@@ -24,7 +24,7 @@ from app.home import ControllerHome
 from app.keys import load_or_create_client_key
 from app.names import new_run_name
 from app.runner_client import RunnerSession
-from app.multinode import follow_gang, prefix_node, run_gang
+from app.multinode import follow_gang, prefix_node, run_gang, stop_gang
 from app.planning import Plan, PlannedJob, make_plan
 from app.pool import RunnerState, refresh_pool
 from app.scheduler import Need, place
@@ -441,6 +441,10 @@ class Controller:
         job = self.store.job(job_id)
         if job.state.is_terminal():
             return job
+        if len(self.store.nodes(job_id)) > 1:  # every node at once; the job ends STOPPED/ABORTED as one
+            for problem in await stop_gang(self, job_id, abort, grace_s):
+                log.warning("could not stop %s", problem)
+            return await self.follow(job_id)
         async with await self.connect_job(job) as session:
             status = await session.stop(job_id, abort, grace_s)
             self._record_status(job_id, status)

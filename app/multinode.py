@@ -151,10 +151,28 @@ async def _finish_gang(ctl, job_id: str, sessions: list[RunnerSession], finals: 
     await pull_node_artifacts(ctl, job_id, [(k, sessions[k], s) for k, s in sorted(finals.items()) if s is not None])
     codes = [s.exit_code for s in finals.values() if s is not None and s.exit_code]
     state = JobState.FAILED if failure else JobState.DONE
+    ended = [s for s in finals.values() if s is None or s.state != JobState.DONE]
+    if failure and all(s is not None and s.state in (JobState.STOPPED, JobState.ABORTED) for s in ended):
+        # Every node that did not finish was stopped on request (`stop`), none failed.
+        state = JobState.ABORTED if any(s.state == JobState.ABORTED for s in ended) else JobState.STOPPED
     ctl.store.set_job_status(job_id, state, failure, error=failure or None,
                              exit_code=(codes[0] if codes else (1 if failure else 0)),
                              finished_at=time.time(), synced=1)
     return ctl.store.job(job_id)
+
+
+async def stop_gang(ctl, job_id: str, abort: bool, grace_s: float | None) -> list[str]:
+    """Ask every node's runner to stop its part of the job, all at once; returns the
+    problems (a node whose runner cannot be reached is left to the failure handling)."""
+    async def one(row: dict) -> str:
+        try:
+            async with await ctl.connect(row["host"], row["port"]) as session:
+                await session.stop(job_id, abort, grace_s)
+            return ""
+        except LanpoolError as exc:
+            return f"node {row['node']} ({row['runner']}): {exc.message}"
+
+    return [p for p in await asyncio.gather(*(one(r) for r in ctl.store.nodes(job_id))) if p]
 
 
 def node_prefix(node: int) -> str:

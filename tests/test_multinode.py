@@ -242,6 +242,48 @@ workflows:
     assert bad.stderr.count("\n") == 1
 
 
+def test_stop_stops_every_node_and_the_job_ends_stopped(two_agents, cli, tmp_path):
+    """`stop RUN` of a 2-node job asks both runners at once; the job (and each node) ends
+    STOPPED, not FAILED, and the `run` that followed it exits."""
+    project = _project(tmp_path, """
+workflows:
+  - name: long
+    nodes: 2
+    commands:
+      - echo "node $NODE_RANK up"; sleep 120
+""")
+    runner = cli.popen("headless", "run", "long", cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True)
+    try:
+        deadline, run = time.time() + 30, None
+        while time.time() < deadline and run is None:
+            runs = json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout)
+            if runs and runs[0]["jobs"] and runs[0]["jobs"][0]["status"] == "RUNNING":
+                run = runs[0]["run"]
+            time.sleep(0.2)
+        assert run, "the 2-node job never started"
+        t0 = time.time()
+        stopped = cli("headless", "stop", run, "--grace", "2", timeout=60)
+        took = time.time() - t0
+        out, err = runner.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+    assert stopped.returncode == 0, stopped.stderr
+    assert "STOPPED" in stopped.stderr and took < 20, (stopped.stderr, took)
+    assert "[node 0] node 0 up" in out and "[node 1] node 1 up" in out
+    [job] = json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout)[0]["jobs"]
+    assert job["status"] == "STOPPED", job
+    from app.home import ControllerHome
+    from app.store import Store
+
+    store = Store(ControllerHome.default().db)
+    try:
+        assert [n["status"] for n in store.nodes(job["job"])] == ["STOPPED", "STOPPED"]
+    finally:
+        store.close()
+
+
 @pytest.mark.slow
 def test_two_nodes_train_the_char_gpt(two_agents, cli, tmp_path):
     """char-GPT DDP on two agents: both nodes' logs tagged, the loss falls (metrics in
