@@ -78,7 +78,14 @@ class LiveFeeds:
 
     def adopt(self, job_id: str, task: asyncio.Task | None = None) -> None:
         """A job whose log some other task (a run started here) already brings in."""
-        self.following[job_id] = task or asyncio.current_task()
+        task = task or asyncio.current_task()
+        self.following[job_id] = task
+
+        def over(done: asyncio.Task) -> None:  # then nobody follows it: the app's sync may refresh it
+            if self.following.get(job_id) is done:
+                del self.following[job_id]
+
+        task.add_done_callback(over)
 
     async def _follow(self, job_id: str, start: int | None) -> None:
         try:

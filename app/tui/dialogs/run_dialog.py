@@ -11,6 +11,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
@@ -110,7 +111,11 @@ class RunDialog(ModalScreen[RunRequest | None]):
             self.post_message(self.PlanWanted(self, request))
 
     def show_plan(self, text: str) -> None:
-        self.query_one("#plan", Static).update(text)
+        try:
+            plan = self.query_one("#plan", Static)
+        except NoMatches:  # the plan came after a quick ctrl+r closed the dialog
+            return
+        plan.update(text)
 
     def request(self, quiet: bool = False) -> RunRequest | None:
         """The run asked for, or None (with the reason shown) when a value is wrong."""

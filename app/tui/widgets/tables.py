@@ -51,7 +51,7 @@ class LiveTable(DataTable):
             for (col, _), value in zip(self.COLUMNS, cells):
                 old = self.get_cell(key, col)
                 if str(old) != str(value) or getattr(old, "style", None) != getattr(value, "style", None):
-                    self.update_cell(key, col, value)
+                    self.update_cell(key, col, value, update_width=True)  # RUNNING -> DONE (0) is wider
 
     @property
     def selected_key(self) -> str | None:
