@@ -474,6 +474,7 @@ async def test_stop_and_abort_ask_first(agent, project, key, status):
     async with app.run_test(size=SIZE) as pilot:
         job_id = await submit(pilot, "graceful")
         await wait_until(pilot, lambda: "ready" in log_texts(app), "the job ready")
+        assert app.ctl.store.job(job_id).status == "RUNNING"  # its log streams in while it runs
         await pilot.press("1")
         await wait_status(pilot, job_id, "RUNNING")
 

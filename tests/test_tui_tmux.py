@@ -6,6 +6,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -61,12 +62,14 @@ def pane(tmp_path, controller_home):
     env = _env(controller_home)
     env["TERM"] = "xterm-256color"
     env.pop("TMUX", None)  # never talk to a tmux server this test did not start
-    p = Pane(tmp_path / "tmux.sock", env)
+    sock_dir = Path(tempfile.mkdtemp(prefix="lanpool-tmux-"))  # short: a socket path has ~100 bytes
+    p = Pane(sock_dir / "sock", env)
     yield p
     p.tmux("kill-server", check=False)
+    shutil.rmtree(sock_dir, ignore_errors=True)
 
 
-def test_app_in_a_real_terminal_runs_a_workflow(agent, cli, make_project, pane):
+def test_app_in_a_real_terminal_runs_a_workflow(pane, agent, cli, make_project):
     project = make_project(WORKFLOWS)
     cli("headless", "runners", "add", agent.address, check=True)
     # Textual draws on stderr: nothing of the app's output is redirected; the shell
