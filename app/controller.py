@@ -523,6 +523,10 @@ class Controller:
         self.store.set_artifacts(job_id, [(f.path, f.size) for f in status.artifacts])
 
     def _record_status(self, job_id: str, status: JobStatus) -> None:
+        if not JobState(status.state).is_terminal() and self.store.job(job_id).synced:
+            # A stale "still running" (e.g. stop's immediate reply) arriving after a follower
+            # recorded the end: the end stands (synced jobs are never refreshed again).
+            return
         fields = {"exit_code": status.exit_code, "started_at": status.started_at,
                   "finished_at": status.finished_at, "artifacts_archive": status.artifacts_archive or None}
         if status.error:
