@@ -58,7 +58,7 @@ def job_lines(store: Store, text: str = "", status: str = "", limit: int = 500) 
 STATUS_CHOICES = tuple(str(s) for s in JobState)
 
 
-@dataclass
+@dataclass(slots=True)
 class LogLine:
     text: str
     stream: str  # out, err, sys
@@ -91,6 +91,11 @@ def log_window(store: Store, job_id: str, max_lines: int, node: int | None = Non
     multi = len(nodes) > 1 or any(n != 0 for n in nodes)
     if node is not None:
         nodes = [n for n in nodes if n == node]
+    if len(nodes) == 1:  # one node (most jobs): its lines come in order, nothing to merge
+        n = nodes[0]
+        limit = None if before is None else before.get(n, 0)
+        lines, first = _node_lines(store, job_id, n, limit, max_lines, n if multi else None)
+        return LogWindow(lines=lines, oldest={n: first}, at_start=first == 0)
     tagged: list[tuple[int, int, LogLine]] = []
     for n in nodes:
         limit = None if before is None else before.get(n, 0)
@@ -109,6 +114,32 @@ def log_window(store: Store, job_id: str, max_lines: int, node: int | None = Non
         window.oldest[n] = firsts[0] if firsts else min(threshold, (before or {}).get(n, threshold))
     window.at_start = all(v == 0 for v in window.oldest.values())
     return window
+
+
+def _node_lines(store: Store, job_id: str, node: int, limit: int | None, max_lines: int,
+                tag: int | None) -> tuple[list[LogLine], int]:
+    """The last `max_lines` lines of one node before seq `limit`, and the seq of the first one
+    (0 when there is none: the node's start). Same numbering as the merge in log_window."""
+    if limit == 0:
+        return [], 0
+    parts: list[tuple[int, list[LogLine]]] = []
+    for seq, _n_lines, stream, data in store.node_tail(job_id, node, limit, max_lines, LOG_STREAMS):
+        lines = decode_lines(data, stream, tag)
+        if limit is not None and seq + len(lines) > limit:  # a chunk may straddle the page boundary
+            lines = lines[:max(0, limit - seq)]
+        parts.append((seq, lines))
+    kept: list[list[LogLine]] = []
+    first, room = 0, max_lines
+    for seq, lines in reversed(parts):
+        if room <= 0:
+            break
+        take = lines[-room:] if len(lines) > room else lines
+        if take:
+            first = seq + len(lines) - len(take)
+            kept.append(take)
+            room -= len(take)
+    kept.reverse()
+    return [line for part in kept for line in part], first
 
 
 def search_log(store: Store, job_id: str, needle: str, limit: int = 1000) -> list[str]:

@@ -16,7 +16,7 @@ from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Input, Label, ProgressBar, Select, TabbedContent, TabPane
+from textual.widgets import Header, Input, Label, ProgressBar, Select, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
 from app import overview, pool
@@ -30,6 +30,7 @@ from app.store import Store
 from app.tui.dialogs.run_dialog import RunDialog, RunRequest
 from app.tui.dialogs.simple import ConfirmDialog, Field, FormDialog, HelpScreen
 from app.tui.widgets.artifacts_list import ArtifactsList
+from app.tui.widgets.footer import Footer
 from app.tui.widgets.log_view import LogView
 from app.tui.widgets.metrics_chart import MetricsChart
 from app.tui.widgets.tables import RunnersTable, RunsTable
@@ -170,6 +171,8 @@ class LanpoolApp(App):
     # -- periodic -------------------------------------------------------------------------
 
     def _tick(self) -> None:
+        if not self._running:
+            return  # quitting: the timer may fire once more while the widgets are taken down
         tab = self.query_one("#tabs", TabbedContent).active
         if tab == "runs":
             self.show_runs()
@@ -216,6 +219,8 @@ class LanpoolApp(App):
 
     @on(RunsTable.RowHighlighted, "#runs-table")
     def _highlighted(self, event: RunsTable.RowHighlighted) -> None:
+        if event.cursor_row != event.data_table.cursor_row:
+            return  # stale: the cursor moved on since (a list rebuild, then the row of a job just submitted)
         if event.row_key.value and event.row_key.value != self.job_id:
             self.select_job(event.row_key.value)
 
@@ -245,6 +250,13 @@ class LanpoolApp(App):
         self.query_one(LogView).set_lines(window.lines, window.at_start)
         self._oldest = window.oldest
         self._show_job_header()
+
+    @on(LogView.WantNewest)
+    def _newest(self, event: LogView.WantNewest) -> None:
+        """G after paging back: the window is the log's end again (what came meanwhile is stored)."""
+        if self.job_id:
+            self._pending.clear()
+            self._load_log()
 
     @on(LogView.WantOlder)
     def _older(self, event: LogView.WantOlder) -> None:
@@ -295,6 +307,8 @@ class LanpoolApp(App):
             del self._pending[:-LOG_WINDOW]
 
     def _flush_log(self) -> None:
+        if not self._running:
+            return
         if self._pending:
             lines, self._pending = self._pending, []
             view = self.query_one(LogView)
@@ -501,6 +515,9 @@ class LanpoolApp(App):
         def submitted(sub) -> None:
             self.feeds.adopt(sub.job_id, me)
             self.show_runs()
+            table = self.query_one(RunsTable)
+            if sub.job_id in table.rows:  # the cursor goes with the shown job (or its highlight takes Logs back)
+                table.move_cursor(row=table.get_row_index(sub.job_id), animate=False)
             self.select_job(sub.job_id)
             self.action_tab("logs")
             self.notify(f"run {sub.run_name}: job {sub.job_id} on {sub.runner}")

@@ -2,7 +2,10 @@
 
 Only the visible lines are rendered (Textual's line API), and at most
 `max_lines` are held: older lines stay in SQLite and come back a page at a
-time when the user scrolls to the top (the app answers `WantOlder`).
+time when the user scrolls to the top (the app answers `WantOlder`). A page
+that comes in on a full window pushes out the newest lines: the view is then
+detached from the live end (new lines wait in the store) until `G`, which asks
+the app for the log's end again (`WantNewest`).
 """
 
 import re
@@ -38,12 +41,19 @@ class LogView(ScrollView, can_focus=True):
 
         view: "LogView"
 
+    @dataclass
+    class WantNewest(Message):
+        """G on a window that paged back past its newest lines: the app reloads the log's end."""
+
+        view: "LogView"
+
     def __init__(self, max_lines: int = 20_000, **kwargs) -> None:
         super().__init__(**kwargs)
         self.max_lines = max_lines
         self.lines: list[LogLine] = []
         self.at_start = True  # no older lines in the store
         self.following = True
+        self.detached = False  # paged back on a full window: the newest lines went back to the store
         self.search = ""
         self._width = 0
         self._styles = {"err": Style(color="red"), "sys": Style(color="cyan", italic=True)}
@@ -60,10 +70,11 @@ class LogView(ScrollView, can_focus=True):
         self._asked_older = False
         self._resize()
         self.following = True
+        self.detached = False
         self._to_end(x_axis=True)
 
     def append(self, lines: list[LogLine]) -> None:
-        if not lines:
+        if not lines or self.detached:  # detached: they are in the store, G brings them
             return
         self.lines.extend(lines)
         excess = len(self.lines) - self.max_lines
@@ -76,14 +87,20 @@ class LogView(ScrollView, can_focus=True):
         self._resize()
         if self.following:
             self._to_end(x_axis=False)  # a reader scrolled sideways stays there
-        else:
-            self.refresh()
+        # A full window keeps its size and, following, its offset: nothing else says its lines changed.
+        self.refresh()
 
     def _to_end(self, x_axis: bool) -> None:
         self.scroll_end(animate=False, immediate=True, x_axis=x_axis)
         # The lines that first overflow the view get their scrollbar at the next layout,
         # and a scroll before it is refused: scroll again then, or the view stays at the top.
         self.call_after_refresh(self._keep_end)
+
+    def on_resize(self) -> None:
+        # A log loaded while its tab was hidden had no height to scroll in: shown (or the
+        # terminal resized) while following, the view goes to the end.
+        if self.following:
+            self._to_end(x_axis=False)
 
     def _keep_end(self) -> None:
         if self.following and self.scroll_y < self.max_scroll_y:
@@ -96,6 +113,9 @@ class LogView(ScrollView, can_focus=True):
         if not lines:
             return
         room = max(0, self.max_lines - len(lines))
+        if room < len(self.lines):  # the newest lines make room; new ones wait in the store until G
+            self.detached = True
+            self.following = False
         kept = self.lines[:room]
         self.lines = lines + kept
         self._resize()
@@ -112,12 +132,15 @@ class LogView(ScrollView, can_focus=True):
 
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
-        self.following = new >= self.max_scroll_y
+        self.following = new >= self.max_scroll_y and not self.detached
         if new <= 0 and not self.at_start and not self._asked_older and self.lines:
             self._asked_older = True
             self.post_message(self.WantOlder(self))
 
     def action_follow(self) -> None:
+        if self.detached:
+            self.post_message(self.WantNewest(self))
+            return
         self.following = True
         self.scroll_end(animate=False)
 

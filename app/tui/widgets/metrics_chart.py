@@ -1,6 +1,11 @@
-"""Loss curves: every metric series of a job against the step, train and val together."""
+"""Loss curves: every metric series of a job against the step, train and val together.
 
-from textual_plotext import PlotextPlot
+The plot (textual-plotext) is imported and mounted when the chart is first shown:
+the Metrics tab is not on the first screen, and plotext's import is ~60 ms of
+start-up. Until then the chart keeps what it was last asked to draw.
+"""
+
+from textual.widget import Widget
 
 MAX_SERIES = 6  # more curves than this on one chart is noise; the rest are listed by name
 
@@ -11,12 +16,35 @@ def chart_names(series: dict) -> list[str]:
     return names[:MAX_SERIES]
 
 
-class MetricsChart(PlotextPlot):
-    def on_mount(self) -> None:
-        self.show_series({}, "no job selected")
+class MetricsChart(Widget):
+    DEFAULT_CSS = """
+    MetricsChart {
+        width: 1fr;
+        height: 1fr;
+    }
+    """
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self._plot = None  # a PlotextPlot once shown
+        self._wanted: tuple[dict, str] = ({}, "no job selected")
+
+    def on_show(self) -> None:
+        if self._plot is None:
+            from textual_plotext import PlotextPlot
+
+            self._plot = PlotextPlot()
+            self.mount(self._plot)
+            self._draw()
 
     def show_series(self, series: dict[str, tuple[list[float], list[float]]], title: str) -> None:
-        plt = self.plt
+        self._wanted = (series, title)
+        if self._plot is not None:
+            self._draw()
+
+    def _draw(self) -> None:
+        series, title = self._wanted
+        plt = self._plot.plt
         plt.clear_data()
         plt.clear_figure()
         names = chart_names(series)
@@ -29,4 +57,4 @@ class MetricsChart(PlotextPlot):
                 plt.scatter(steps, values, label=name)
             else:
                 plt.plot(steps, values, label=name)
-        self.refresh()
+        self._plot.refresh()
