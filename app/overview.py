@@ -36,6 +36,8 @@ class JobLine:
         j = self.job
         if j.exit_code is not None and j.state.is_terminal():
             return f"{j.status} ({j.exit_code})"
+        if j.state is JobState.QUEUED and j.error:  # why it waits: what no runner has
+            return f"{j.status}: {j.error}"
         return j.status
 
     @property

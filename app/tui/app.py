@@ -243,7 +243,8 @@ class LanpoolApp(App):
         self.show_artifacts()
         job = self.ctl.store.job(job_id)
         if not job.synced and job.state is not JobState.QUEUED:
-            self.feeds.follow(job_id)
+            # From the line after the window just read: every line shown once.
+            self.feeds.follow(job_id, self.ctl.store.log_end(job_id))
 
     def _load_log(self) -> None:
         window = overview.log_window(self.ctl.store, self.job_id, LOG_WINDOW, self.node)

@@ -17,8 +17,9 @@ STATUS_STYLE = {
 }
 
 
-def status_cell(text: str) -> Text:
-    return Text(text, style=STATUS_STYLE.get(text.split(" ")[0], ""))
+def status_cell(text: str, width: int = 48) -> Text:
+    state = text.split(" ")[0].rstrip(":")
+    return Text(text if len(text) <= width else text[:width - 1] + "…", style=STATUS_STYLE.get(state, ""))
 
 
 class LiveTable(DataTable):
