@@ -48,6 +48,20 @@ class BenchError(Exception):
     pass
 
 
+def cpu_of(pid: int) -> tuple[float, float]:
+    """(own, waited-for children's) CPU seconds of a process, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def children_cpu() -> float:
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def say(text: str) -> None:
     print(f"bench-ddp: {text}", file=sys.stderr, flush=True)
 
@@ -170,10 +184,18 @@ class Bench:
     # -- the two launchers ---------------------------------------------------------
 
     def lanpool(self) -> dict:
+        # Where lanpool's own CPU goes while it trains: the agents (own), the trainers
+        # (the agents' children) and the `app headless run` controller (our child).
+        agents0 = [cpu_of(a.pid) for a in self.agents]
+        ctl0 = children_cpu()
         started = time.time()
         proc = subprocess.run([*APP, "headless", "run", "chargpt"], cwd=self.project, env=self.env,
                               capture_output=True, text=True, timeout=self.args.timeout)
         wall = time.time() - started
+        agents1 = [cpu_of(a.pid) for a in self.agents]
+        cpu = {"agents_cpu_s": sum(b[0] - a[0] for a, b in zip(agents0, agents1)),
+               "trainers_cpu_s": sum(b[1] - a[1] for a, b in zip(agents0, agents1)),
+               "controller_cpu_s": children_cpu() - ctl0}
         if proc.returncode != 0:
             raise BenchError(f"app headless run exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
         run = json.loads(subprocess.run([*APP, "headless", "status", "--json", "-n", "1", "--no-refresh"],
@@ -184,7 +206,8 @@ class Bench:
         tagged = all(f"[node {k}]" in proc.stdout + proc.stderr for k in (0,)) and "[node 0] step" in proc.stdout
         if not tagged:
             raise BenchError("the run's log lacks node 0's step lines")
-        return {**figures(sorted(points, key=lambda p: p["step"]), started, self.args.skip_steps), "wall_s": wall}
+        return {**figures(sorted(points, key=lambda p: p["step"]), started, self.args.skip_steps), "wall_s": wall,
+                **cpu}
 
     def by_hand(self, rep: int) -> dict:
         port = free_port()
@@ -236,6 +259,10 @@ class Bench:
                     f"({r['tokens_per_s']:.0f} tokens/s), first step after {r['to_first_step_s']:.2f}s, "
                     f"{r['wall_s']:.1f}s in all")
         med = {arm: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for arm, rs in rows.items()}
+        lp = med["lanpool"]
+        say(f"lanpool's own processes while training (medians): agents {lp['agents_cpu_s']:.2f} CPU-s, "
+            f"controller {lp['controller_cpu_s']:.2f} CPU-s, vs the trainers' {lp['trainers_cpu_s']:.1f} CPU-s "
+            f"({100 * (lp['agents_cpu_s'] + lp['controller_cpu_s']) / max(lp['trainers_cpu_s'], 1e-9):.1f}%)")
         return {
             "corpus": self.corpus, "command": self.command, "steps": self.args.steps,
             "skip_steps": self.args.skip_steps, "repeat": self.args.repeat, "runs": rows, "median": med,

@@ -79,7 +79,8 @@ def shared_agent(tmp_path_factory):
     """One agent for the module (starting one costs a second or more); each test's
     controller home gets the key it trusts. No mDNS: other tests here browse."""
     base = tmp_path_factory.mktemp("tui-agent")
-    a = start_agent(base / "agent", base / "key-home", extra_args=("--no-mdns",))
+    # The process executor, whether or not a Docker engine answers (scripts/test starts one).
+    a = start_agent(base / "agent", base / "key-home", extra_args=("--no-mdns", "--executor", "process"))
     yield a, base / "key-home"
     a.stop()
 
@@ -251,7 +252,7 @@ async def test_runner_added_by_address_is_live(agent, project):
 async def test_runner_found_by_mdns_is_live(tmp_path, controller_home, project):
     # A name of its own: other agents may be announcing on this machine's loopback too.
     name = f"tui-mdns-{secrets.token_hex(3)}"
-    a = start_agent(tmp_path / "mdns-agent", controller_home, name=name)
+    a = start_agent(tmp_path / "mdns-agent", controller_home, name=name, extra_args=("--executor", "process"))
     try:
         app = tui(project, discover=True)
         async with app.run_test(size=SIZE) as pilot:
