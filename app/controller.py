@@ -23,6 +23,7 @@ from app.errors import HostKeyMismatch, LanpoolError, NotFoundError, RunnerError
 from app.home import ControllerHome
 from app.keys import load_or_create_client_key
 from app.names import new_run_name
+from app.overview import MetricsReader
 from app.runner_client import RunnerSession
 from app.multinode import follow_gang, prefix_node, run_gang, stop_gang
 from app.planning import Plan, PlannedJob, make_plan
@@ -466,18 +467,9 @@ class Controller:
 
     def metrics(self, job_id: str) -> list[dict]:
         """Metric points of a job (its "met" log stream): step, name, value, time."""
-        points = []
-        for _node, _seq, stream, data in self.store.log_chunks(job_id):
-            if stream != "met":
-                continue
-            for line in data.splitlines():
-                try:
-                    point = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(point, dict) and "name" in point and "step" in point:
-                    points.append(point)
-        return points
+        reader = MetricsReader(job_id)  # the one parser of metric lines (the TUI reads the same way)
+        reader.update(self.store)
+        return reader.points
 
     # -- artifacts --------------------------------------------------------------------------
 

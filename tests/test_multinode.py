@@ -30,6 +30,17 @@ def _project(tmp_path, workflows: str):
     return project
 
 
+def _running_run(cli, timeout: float = 30) -> str:
+    """The newest run, once its job is RUNNING (started by a `run` in another process)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        runs = json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout)
+        if runs and runs[0]["jobs"] and runs[0]["jobs"][0]["status"] == "RUNNING":
+            return runs[0]["run"]
+        time.sleep(0.2)
+    raise AssertionError("the 2-node job never started")
+
+
 @pytest.mark.slow
 def test_two_nodes_train_the_autoencoder(two_agents, cli, tmp_path):
     project = _project(tmp_path, """
@@ -207,13 +218,7 @@ workflows:
 """)
     runner = cli.popen("headless", "run", "slow", cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        deadline, run = time.time() + 30, None
-        while time.time() < deadline and run is None:
-            runs = json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout)
-            if runs and runs[0]["jobs"] and runs[0]["jobs"][0]["status"] == "RUNNING":
-                run = runs[0]["run"]
-            time.sleep(0.2)
-        assert run, "the 2-node job never started"
+        run = _running_run(cli)
         both = cli.popen("headless", "logs", "-f", run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         one = cli.popen("headless", "logs", "-f", run, "--node", "1", stdout=subprocess.PIPE,
                         stderr=subprocess.PIPE, text=True)
@@ -255,13 +260,7 @@ workflows:
     runner = cli.popen("headless", "run", "long", cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        text=True)
     try:
-        deadline, run = time.time() + 30, None
-        while time.time() < deadline and run is None:
-            runs = json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout)
-            if runs and runs[0]["jobs"] and runs[0]["jobs"][0]["status"] == "RUNNING":
-                run = runs[0]["run"]
-            time.sleep(0.2)
-        assert run, "the 2-node job never started"
+        run = _running_run(cli)
         t0 = time.time()
         stopped = cli("headless", "stop", run, "--grace", "2", timeout=60)
         took = time.time() - t0
