@@ -1,9 +1,18 @@
-"""Packing a job's artifact paths into one tar, never reaching outside the workspace."""
+"""Packing a job's artifact paths into one tar, never reaching outside the workspace.
+
+The workspace is the job's, so every name in it is untrusted: links are
+followed only while they stay inside the workspace, and each file is read
+from a descriptor opened by `open_regular` (no link, FIFO or device; see
+workspace_files.py), so a file swapped for a link or a FIFO between the walk
+and the read is skipped, not followed or waited on.
+"""
 
 import os
+import stat
 import tarfile
 from pathlib import Path, PurePosixPath
 
+from agent.workspace_files import NotARegularFile, open_regular
 from protocol import ArtifactFile
 
 
@@ -43,12 +52,55 @@ def pack_artifacts(workspace: Path, paths: list[str], dest: Path) -> tuple[list[
                 if not real.is_relative_to(root):
                     warnings.append(f"artifact {rel!r} is a link that leaves the workspace; skipped")
                     continue
-                if not real.is_file():
-                    continue
-                tar.add(real, arcname=rel, recursive=False)
-                files.append(ArtifactFile(path=rel, size=real.stat().st_size))
+                added = _add_file(tar, root, real.relative_to(root), rel)
+                if added is None:
+                    continue  # not a regular file (a dir, FIFO, device), or it changed under us
+                size, shrank = added
+                if shrank:
+                    warnings.append(f"artifact {rel!r} shrank while it was packed; its end is zeros")
+                files.append(ArtifactFile(path=rel, size=size))
     os.replace(tmp, dest)
     return files, warnings
+
+
+def _add_file(tar: tarfile.TarFile, root: Path, real_rel: Path, arcname: str) -> tuple[int, bool] | None:
+    """Add the regular file at `real_rel` (a resolved path under `root`) as `arcname`.
+
+    Returns its size and whether it shrank while read, or None when it is not
+    a regular file reachable without links.
+    """
+    try:
+        fd = open_regular(root, real_rel.as_posix())
+    except (NotARegularFile, OSError):
+        return None
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fd)
+        info = tarfile.TarInfo(arcname)
+        info.size = st.st_size
+        info.mode = stat.S_IMODE(st.st_mode) & 0o755  # no setuid/setgid/sticky or world-write into the store
+        info.mtime = int(st.st_mtime)
+        reader = _FixedSize(fh, st.st_size)
+        tar.addfile(info, reader)
+        return st.st_size, reader.short
+
+
+class _FixedSize:
+    """Exactly `size` bytes of `fh`: tarfile wrote `size` in the header already, so a file
+    that shrinks meanwhile is padded with zeros (and reported) instead of breaking the tar."""
+
+    def __init__(self, fh, size: int) -> None:
+        self._fh = fh
+        self._left = size
+        self.short = False
+
+    def read(self, n: int = -1) -> bytes:
+        n = self._left if n < 0 else min(n, self._left)
+        data = self._fh.read(n) if n else b""
+        if len(data) < n:
+            self.short = True
+            data += b"\0" * (n - len(data))
+        self._left -= n
+        return data
 
 
 def _walk(target: Path, root: Path):

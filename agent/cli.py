@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -27,8 +28,10 @@ def default_data_dir() -> Path:
 
 
 def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description="Run and manage a lanpool runner agent.")
-    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    # allow_abbrev=False everywhere: a prefix (`--na`) must not silently pick an option.
+    parser = argparse.ArgumentParser(prog=prog, description="Run and manage a lanpool runner agent.", allow_abbrev=False)
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB",
+                                parser_class=functools.partial(argparse.ArgumentParser, allow_abbrev=False))
 
     serve = sub.add_parser("serve", help="run the agent (SSH server) in the foreground")
     serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: all IPv4)")

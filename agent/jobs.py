@@ -8,10 +8,12 @@ also outlive the agent: a restarted agent re-adopts them (`load_journal`).
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import re
 import signal
 import socket
+import stat
 import tarfile
 import time
 from collections.abc import Callable
@@ -26,13 +28,23 @@ from agent.journal import JobRecord
 from agent.metrics_tail import METRICS_REL, MetricsTail, metrics_env
 from agent.metrics_tail import POLL_S as METRICS_POLL_S
 from agent.spool import LogSpool
+from agent.workspace_files import remove_entry
 from protocol import ErrorCode, JobState, JobStatus, SubmitJob
+from protocol.errors import clip
 
 log = logging.getLogger(__name__)
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_SIZE = re.compile(r"^[0-9]+[bkmg]?$", re.IGNORECASE)
+_SIZE = re.compile(r"^([0-9]{1,16})([bkmg]?)$", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 2**10, "m": 2**20, "g": 2**30}
+# What one job may ask for: far above any machine, low enough that no sum or
+# int() of them overflows, and refused at submit rather than at start.
+MAX_GPUS = 1024
+MAX_CPUS = 65536
+MAX_MEMORY_MB = 2**30  # 1 PiB
+MAX_SHM_BYTES = 2**50
 DEFAULT_GRACE_S = 10.0
+_ERROR_CHARS = 2000  # of a job's recorded error (JobStatus.error)
 PULL_POLICIES = ("never", "missing", "always")
 # A submit answers once the job has started, or after this long (an image
 # still being pulled): the job then shows SUBMITTED, with pull progress in its log.
@@ -56,6 +68,7 @@ class Job:
     execution: Execution | None = None
     starting: asyncio.Task | None = None  # until started: pulling the image, creating the container
     metrics: MetricsTail | None = None
+    metrics_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Replaced after each set(): waiters take the current one, then re-check.
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -78,25 +91,32 @@ class JobResources:
 
     @classmethod
     def parse(cls, res: dict) -> "JobResources":
-        def number(key: str, kind: type, positive: bool = False):
+        """Raises JobError (one line naming the key) for anything but a finite number in range:
+        "nan", "inf", "1e309" or -1 never reach the bookkeeping, where int(nan) would fail."""
+
+        def number(key: str, kind: type, limit: int, positive: bool = False):
             value = res.get(key)
             if value is None:
                 return None
             try:
                 num = None if isinstance(value, bool) else kind(value)
-            except ValueError:
+            except (ValueError, TypeError, OverflowError):
                 num = None
-            if num is None or num < 0 or (positive and num == 0):
-                raise JobError(ErrorCode.BAD_REQUEST, f"resources.{key}: {value!r} is not a valid number")
+            if num is None or not math.isfinite(num) or num < 0 or (positive and num == 0) or num > limit:
+                least = "more than 0" if positive else "0 or more"
+                raise JobError(ErrorCode.BAD_REQUEST, f"resources.{key}: {clip(repr(value), 40)} is not a valid "
+                                                      f"number: give a finite number, {least}, at most {limit}")
             return num
 
         shm = res.get("shm_size")
         if shm is not None:
-            shm = str(shm).strip()
-            if not _SIZE.match(shm):
-                raise JobError(ErrorCode.BAD_REQUEST,
-                               f"resources.shm_size: {res['shm_size']!r} is not a size like 8g or 512m")
-        return cls(number("gpu", int), number("memory_mb", int, True), number("cpu", float, True), shm)
+            m = _SIZE.match(str(shm).strip())
+            if not m or int(m.group(1)) * _SIZE_UNITS[m.group(2).lower()] > MAX_SHM_BYTES:
+                raise JobError(ErrorCode.BAD_REQUEST, f"resources.shm_size: {clip(repr(shm), 40)} is not a size "
+                                                      f"like 8g or 512m (at most {MAX_SHM_BYTES >> 30}g)")
+            shm = m.group(0)
+        return cls(number("gpu", int, MAX_GPUS), number("memory_mb", int, MAX_MEMORY_MB, True),
+                   number("cpu", float, MAX_CPUS, True), shm)
 
 
 class JobManager:
@@ -116,10 +136,12 @@ class JobManager:
     def usage(self) -> dict[str, int]:
         """What running jobs hold now: GPUs free, CPUs and memory reserved, job count."""
         running = [j.record for j in self.jobs.values() if not j.record.terminal]
+        # Records are checked at submit, but a journal written by an older agent may hold
+        # anything (cpus NaN): this feeds every Hello, so it must never raise.
         return {
             "gpus_free": len(self.gpus.free),
-            "cpus_reserved": int(sum(r.cpus for r in running) + 0.999),
-            "memory_reserved_mb": sum(r.memory_mb for r in running),
+            "cpus_reserved": math.ceil(sum(_reserved(r.cpus, MAX_CPUS) for r in running)),
+            "memory_reserved_mb": int(sum(_reserved(r.memory_mb, MAX_MEMORY_MB) for r in running)),
             "running": len(running),
         }
 
@@ -176,6 +198,7 @@ class JobManager:
             raise JobError(ErrorCode.JOB_EXISTS, f"job {req.job_id!r} already exists on this runner")
         if not req.commands:
             raise JobError(ErrorCode.BAD_REQUEST, "the job has no commands")
+        _check_exec_text(req)
         for path in req.artifacts:
             problem = check_artifact_path(path)
             if problem:
@@ -213,9 +236,10 @@ class JobManager:
             self._system_line(job, note)
         try:
             if req.snapshot:
-                await asyncio.to_thread(_extract, self.home, req.snapshot, (self.home.snapshots,), workspace)
+                await asyncio.to_thread(_extract, self.home, req.snapshot, (self.home.snapshots,), workspace, True)
             for tar in req.inputs:
-                await asyncio.to_thread(_extract, self.home, tar, (self.home.artifacts, self.home.inputs), workspace)
+                await asyncio.to_thread(_extract, self.home, tar, (self.home.artifacts, self.home.inputs), workspace,
+                                        False)
             working_dir = (workspace / req.working_dir).resolve()
             if not working_dir.is_relative_to(workspace.resolve()) or not working_dir.is_dir():
                 raise JobError(ErrorCode.BAD_REQUEST, f"working_dir {req.working_dir!r} is not a directory in the workspace")
@@ -399,11 +423,11 @@ class JobManager:
         try:
             code = await job.execution.wait()
         except ExecutorError as exc:
-            self._finish(job, JobState.FAILED, None, str(exc))
+            await self._finish_after_metrics(job, JobState.FAILED, None, str(exc))
             return
         except Exception as exc:  # a bug must not leave the job RUNNING forever
             log.exception("job %s: waiting for its end failed", record.job_id)
-            self._finish(job, JobState.FAILED, None, f"the agent lost track of the job: {exc}")
+            await self._finish_after_metrics(job, JobState.FAILED, None, f"the agent lost track of the job: {exc}")
             return
         if record.abort_requested:
             state = JobState.ABORTED
@@ -418,7 +442,7 @@ class JobManager:
             self._system_line(job, f"lanpool: {error}")
         if state is not JobState.ABORTED and record.artifacts:
             await self._pack(job)
-        self._finish(job, state, code, error)
+        await self._finish_after_metrics(job, state, code, error)
         remove = getattr(job.execution, "remove", None)
         if remove is not None:  # the log is spooled and the artifacts packed: the container can go
             await remove()
@@ -438,25 +462,32 @@ class JobManager:
         job.record.artifact_files = [{"path": f.path, "size": f.size} for f in files]
 
     def _watch_metrics(self, job: Job) -> None:
-        job.metrics = MetricsTail(job.dir / "workspace" / METRICS_REL, job.record.metrics_offset)
+        job.metrics = MetricsTail(job.dir / "workspace", job.record.metrics_offset)
         self._spawn(self._tail_metrics(job))
 
     async def _tail_metrics(self, job: Job) -> None:
         while not job.record.terminal:
-            self._drain_metrics(job)
+            await self._drain_metrics(job)
             await asyncio.sleep(METRICS_POLL_S)
 
-    def _drain_metrics(self, job: Job, final: bool = False) -> None:
-        if job.metrics is None or job.record.terminal:
-            return
-        data = job.metrics.read(final)
-        if data:
-            job.record.metrics_offset = job.metrics.offset
-            self._output(job, "met", data)
+    async def _drain_metrics(self, job: Job, final: bool = False) -> None:
+        """Spool the job's new metric lines. The file is the job's: read in a thread
+        (see MetricsTail), so nothing it does can stall the event loop."""
+        async with job.metrics_lock:  # the poll and the final read: each line spooled once
+            if job.metrics is None or job.record.terminal:
+                return
+            data = await asyncio.to_thread(job.metrics.read, final)
+            if data and not job.record.terminal:
+                job.record.metrics_offset = job.metrics.offset
+                self._output(job, "met", data)
+
+    async def _finish_after_metrics(self, job: Job, state: JobState, code: int | None, error: str) -> None:
+        await self._drain_metrics(job, final=True)  # the last values, before the spool closes
+        self._finish(job, state, code, error)
 
     def _finish(self, job: Job, state: JobState, code: int | None, error: str) -> None:
         record = job.record
-        self._drain_metrics(job, final=True)  # the last values, before the spool closes
+        error = clip(error, _ERROR_CHARS)  # may quote a tar member's name or a peer's value: bounded
         if error and state is JobState.FAILED and not code:
             self._system_line(job, f"lanpool: {error}")
         elif error and state in (JobState.STOPPED, JobState.ABORTED) and code is None:
@@ -524,10 +555,87 @@ def _socket_ifname_env(env: dict[str, str]) -> dict[str, str]:
     return {}
 
 
-def _extract(home: AgentHome, tar_path: str, allowed: tuple[Path, ...], workspace: Path) -> None:
-    """Unpack an uploaded tar (snapshot or input) that must sit in one of the `allowed` dirs."""
+def _reserved(value, limit: float) -> float:
+    """A recorded reservation as a number the bookkeeping can add: 0 unless finite, positive, capped."""
+    try:
+        num = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return min(num, limit) if math.isfinite(num) and num > 0 else 0.0
+
+
+def _check_exec_text(req: SubmitJob) -> None:
+    """Refuse at submit what exec() and the environment cannot carry, instead of a job
+    that fails obscurely when it starts (a NUL byte, an env name with '=')."""
+    for i, command in enumerate(req.commands):
+        if "\0" in command:
+            raise JobError(ErrorCode.BAD_REQUEST, f"commands[{i}] holds a NUL character")
+    for key, value in req.env.items():
+        if not key or "=" in key or "\0" in key:
+            raise JobError(ErrorCode.BAD_REQUEST, f"env name {clip(repr(key), 40)} is not a valid variable name")
+        if "\0" in value:
+            raise JobError(ErrorCode.BAD_REQUEST, f"env {clip(repr(key), 40)} holds a NUL character")
+
+
+def _extract(home: AgentHome, tar_path: str, allowed: tuple[Path, ...], workspace: Path, links: bool) -> None:
+    """Unpack an uploaded tar (snapshot or input) that must sit in one of the `allowed` dirs.
+
+    The tar is untrusted (an input may be another runner's artifacts): a plain
+    tar only (mode "r:": no compression to inflate 100 KB into gigabytes);
+    regular files and directories, no hard links, devices, FIFOs or sparse
+    files, so what is written is at most the tar's own size; symlinks only
+    with `links` (a snapshot keeps the repo's links), created after every
+    file (nothing of the tar is written through one), and each must resolve
+    inside the workspace once all exist.
+    """
     src = (home.transfer / tar_path).resolve()
-    if not any(src.is_relative_to(d.resolve()) for d in allowed) or not src.is_file():
-        raise JobError(ErrorCode.BAD_REQUEST, f"{tar_path!r} was not uploaded to this runner")
-    with tarfile.open(src) as tar:
-        tar.extractall(workspace, filter="data")  # 'data' refuses links/paths leaving the dir
+    missing = JobError(ErrorCode.BAD_REQUEST, f"{clip(repr(tar_path))} was not uploaded to this runner")
+    if not any(src.is_relative_to(d.resolve()) for d in allowed):
+        raise missing
+    try:
+        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        raise missing from None
+    with os.fdopen(fd, "rb") as fh:
+        tar_size = os.fstat(fd).st_size
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise missing
+        with tarfile.open(fileobj=fh, mode="r:") as tar:
+            files, symlinks, total = [], [], 0
+            for member in tar:  # headers only: nothing is written before every member is checked
+                if member.isdir() or (member.isreg() and not member.issparse()):
+                    total += member.size
+                    if total > tar_size:
+                        raise tarfile.TarError(f"{tar_path}: members claim more bytes than the tar holds")
+                    files.append(member)
+                elif member.issym() and links:
+                    symlinks.append(member)
+                else:
+                    raise JobError(ErrorCode.BAD_REQUEST, f"{clip(repr(tar_path))}: {clip(repr(member.name))} is "
+                                                          f"{_member_kind(member)}: only files and directories"
+                                                          f"{' (and links inside the workspace)' if links else ''} "
+                                                          "are unpacked")
+            tar.extractall(workspace, members=files, filter="data")  # 'data' refuses paths leaving the dir
+            tar.extractall(workspace, members=symlinks, filter="data")
+    root = workspace.resolve()
+    # Checked with all links in place, so a chain of links (each fine alone) cannot lead out either.
+    leaving = [m.name for m in symlinks if not (workspace / m.name).resolve().is_relative_to(root)]
+    for name in leaving:
+        remove_entry(workspace, name)  # nothing later may follow it (its parents are not followed either)
+    if leaving:
+        raise JobError(ErrorCode.BAD_REQUEST, f"{clip(repr(tar_path))}: link {clip(repr(leaving[0]))} "
+                                              "leads out of the workspace")
+
+
+def _member_kind(member: tarfile.TarInfo) -> str:
+    if member.islnk():
+        return "a hard link"
+    if member.issym():
+        return "a symlink"
+    if member.issparse():
+        return "a sparse file"
+    if member.isfifo():
+        return "a FIFO"
+    if member.isdev():
+        return "a device"
+    return f"of tar type {member.type!r}"

@@ -46,8 +46,10 @@ def add_authorized_key(authorized_keys: Path, text: str, comment: str = "") -> b
     except (asyncssh.KeyImportError, ValueError) as exc:
         raise ValueError(f"not an SSH public key: {exc}") from None
     if comment:
-        key.set_comment(comment)
+        key.set_comment(" ".join(comment.split()))  # one line, whatever the caller passed
     line = key.export_public_key().decode().strip()
+    if "\n" in line or "\r" in line:
+        raise ValueError("a public key with a line break in it")
     existing = authorized_keys.read_text().splitlines() if authorized_keys.exists() else []
     known = {key_text(entry) for entry in existing if entry.strip()}
     if key_text(line) in known:

@@ -1,10 +1,19 @@
 """Bringing a job's metrics file (JSON lines written by training/metrics.py) into its
 log spool as the "met" stream, so metrics travel, replay and are stored exactly
 like log lines: same sequence numbers, same re-attach, nothing lost.
+
+The file is the job's, so it is untrusted: it is opened through
+`open_regular` (no link, FIFO or device is ever read; see workspace_files.py),
+and the caller reads it in a thread, never on the event loop.
 """
 
+import logging
 import os
 from pathlib import Path
+
+from agent.workspace_files import NotARegularFile, open_regular
+
+log = logging.getLogger(__name__)
 
 METRICS_REL = ".lanpool/metrics.jsonl"  # inside the workspace: containers see it too
 POLL_S = 0.5
@@ -14,18 +23,31 @@ _MAX_READ = 4 * 1024 * 1024
 class MetricsTail:
     """Reads whole new lines from a file that a job appends to."""
 
-    def __init__(self, path: Path, offset: int = 0) -> None:
-        self.path = path
+    def __init__(self, workspace: Path, offset: int = 0) -> None:
+        self.workspace = workspace
         self.offset = offset
+        self._refused = False  # logged once, not every poll
 
     def read(self, final: bool = False) -> bytes:
-        """New whole lines since the last read; with `final`, a last line without newline too."""
+        """New whole lines since the last read; with `final`, a last line without newline too.
+
+        Blocking (disk I/O): call it in a thread, one call at a time.
+        """
         try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read(_MAX_READ)
+            fd = open_regular(self.workspace, METRICS_REL)
+        except NotARegularFile as exc:
+            if not self._refused:
+                log.warning("metrics file of %s not read: %s", self.workspace, exc)
+                self._refused = True
+            return b""
+        except OSError:
+            return b""  # not written yet
+        try:
+            data = os.pread(fd, _MAX_READ, self.offset)
         except OSError:
             return b""
+        finally:
+            os.close(fd)
         cut = len(data) if final else data.rfind(b"\n") + 1
         if cut <= 0:
             return b""

@@ -1,4 +1,7 @@
-"""The agent's SSH server: public-key auth only, the lanpool subsystem, and SFTP."""
+"""The agent's SSH server: public-key auth, the lanpool subsystem, and SFTP confined to
+transfer/ for authorized controllers. Everything else an SSH client may ask for
+(shells, exec, PTYs, agent/X11/port forwarding, other channel types) is refused.
+"""
 
 import asyncio
 import logging
@@ -12,6 +15,7 @@ import asyncssh
 
 from agent import __version__
 from protocol import PROTOCOL_VERSION
+from protocol.pairing import PAIRING_USER
 from agent.errors import AgentError
 from agent.executors import ExecutorChoice, ProcessExecutor
 from agent.gpus import GpuAllocator, detect_gpus
@@ -19,9 +23,10 @@ from agent.home import AgentHome
 from agent.jobs import DEFAULT_GRACE_S, JobManager
 from agent.keys import add_authorized_key, key_text, load_or_create_host_key
 from agent.mdns import Advertiser, advertise_addresses, txt_record
-from agent.pairing import CODE_TTL_S, Pairing
+from agent.pairing import CODE_TTL_S, Lockout, Pairing, PairingGrant, PairingResponder, PairingState
 from agent.resources import detect_resources
 from agent.session import ChannelSession
+from agent.sftp_root import ConfinedSFTPServer
 
 log = logging.getLogger(__name__)
 
@@ -29,27 +34,65 @@ SUBSYSTEM = "lanpool"
 # aes128-gcm first: 2-2.4x faster streaming than chacha20 on these CPUs (FINDINGS.md).
 ENCRYPTION_ALGS = ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com", "aes128-ctr"]
 DEFAULT_PORT = 7422
+_SFTP_VERSION = 3
+
+
+class _LanpoolSession(asyncssh.SSHServerProcess):
+    """A session channel that serves the lanpool subsystem, and SFTP when given a
+    factory for it: no shell, no exec (so no scp), no PTY."""
+
+    def shell_requested(self) -> bool:
+        log.warning("refused a shell request")
+        return False
+
+    def exec_requested(self, command: str) -> bool:
+        log.warning("refused an exec request")
+        return False
+
+    def pty_requested(self, term_type, term_size, term_modes) -> bool:
+        return False  # allow_pty=False already refuses it; kept in case that default moves
+
+    def subsystem_requested(self, subsystem: str) -> bool:
+        if subsystem == SUBSYSTEM or (subsystem == "sftp" and self._sftp_factory is not None):
+            return super().subsystem_requested(subsystem)
+        log.warning("refused the %r subsystem", subsystem[:64])
+        return False
 
 
 class _AgentSSHServer(asyncssh.SSHServer):
-    """Public-key auth; while a pairing code is active, also password auth with that
-    code, which opens a pairing-only connection."""
+    """Public-key auth. The normal user needs a key in authorized_keys; PAIRING_USER
+    is accepted with any key while a pairing code is active, and such a connection
+    is pairing-only (agent/pairing.py), bound to that code."""
 
-    def __init__(self, home: AgentHome, pairing: Pairing, pairing_conns: "weakref.WeakSet") -> None:
-        self._home = home
-        self._pairing = pairing
-        self._pairing_conns = pairing_conns
+    def __init__(self, agent: "Agent") -> None:
+        self._agent = agent
         self._conn: asyncssh.SSHServerConnection | None = None
+        self._peer = "?"
+        self._offered: tuple[str, PairingState] | None = None  # last pairing key accepted, with its code
+        self._expiry: asyncio.TimerHandle | None = None
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self._conn = conn
         peer = conn.get_extra_info("peername")
-        log.info("connection from %s", peer[0] if peer else "?")
+        self._peer = str(peer[0]) if peer else "?"
+        log.info("connection from %s", self._peer)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
 
     def begin_auth(self, username: str) -> bool:
+        assert self._conn is not None
+        self._offered = None
+        if username == PAIRING_USER:
+            # No authorized_keys here: every key goes through validate_public_key,
+            # which is how the key the client proves is known.
+            self._conn.set_authorized_keys(None)
+            return True
         # Re-read on every connection, so `app agent authorize` needs no restart.
-        keys = self._home.authorized_keys
-        if self._conn is not None and keys.exists():
+        keys = self._agent.home.authorized_keys
+        self._conn.set_authorized_keys(None)
+        if keys.exists():
             try:
                 self._conn.set_authorized_keys(str(keys))
             except (OSError, ValueError) as exc:
@@ -59,22 +102,72 @@ class _AgentSSHServer(asyncssh.SSHServer):
     def public_key_auth_supported(self) -> bool:
         return True
 
-    def password_auth_supported(self) -> bool:
-        return self._pairing.active
+    def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
+        # Reached for keys not in authorized_keys, and for every key of PAIRING_USER.
+        if username != PAIRING_USER:
+            return False
+        state = self._agent.pairing.current()
+        if state is None:
+            log.info("pairing connection from %s refused: no pairing code is active", self._peer)
+            return False
+        # asyncssh calls this again for the signed request right before checking the
+        # signature: the last key recorded before auth_completed is the proven one.
+        self._offered = (key_text(key.export_public_key().decode()), state)
+        return True
 
-    async def validate_password(self, username: str, password: str) -> bool:
-        peer = self._conn.get_extra_info("peername") if self._conn else None
-        if self._pairing.check(password, peer[0] if peer else "?"):
-            self._pairing_conns.add(self._conn)
-            return True
-        await asyncio.sleep(1.0)  # each wrong guess costs the guesser a second
+    def password_auth_supported(self) -> bool:
         return False
 
     def kbdint_auth_supported(self) -> bool:
         return False
 
+    def host_based_auth_supported(self) -> bool:
+        return False
+
     def auth_completed(self) -> None:
-        log.info("controller authenticated")
+        assert self._conn is not None
+        if self._conn.get_extra_info("username") != PAIRING_USER:
+            log.info("controller authenticated from %s", self._peer)
+            return
+        assert self._offered is not None
+        key, state = self._offered
+        self._agent.pairing_grants[self._conn] = PairingGrant(key, state, self._peer)
+        # A pairing connection lives no longer than the code it authenticated with.
+        self._expiry = asyncio.get_running_loop().call_later(max(0.0, state.expires_at - time.time()), self._expire)
+        log.info("pairing-only connection from %s", self._peer)
+
+    def _expire(self) -> None:
+        if self._conn is not None:
+            log.info("closing the pairing connection from %s: its code expired", self._peer)
+            self._conn.close()
+
+    def session_requested(self) -> asyncssh.SSHServerSession:
+        return self._agent.new_session(self._conn)
+
+    # Every other channel type and global request: refused, and logged.
+    def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int) -> bool:
+        log.warning("refused port forwarding (direct-tcpip) from %s", self._peer)
+        return False
+
+    def server_requested(self, listen_host: str, listen_port: int) -> bool:
+        log.warning("refused remote port forwarding (tcpip-forward) from %s", self._peer)
+        return False
+
+    def unix_connection_requested(self, dest_path: str) -> bool:
+        log.warning("refused UNIX socket forwarding from %s", self._peer)
+        return False
+
+    def unix_server_requested(self, listen_path: str) -> bool:
+        log.warning("refused UNIX socket forwarding from %s", self._peer)
+        return False
+
+    def tun_requested(self, unit: int | None) -> bool:
+        log.warning("refused TUN forwarding from %s", self._peer)
+        return False
+
+    def tap_requested(self, unit: int | None) -> bool:
+        log.warning("refused TAP forwarding from %s", self._peer)
+        return False
 
 
 def build_executors(mode: str, home: AgentHome, volumes: list[str] | None = None) -> ExecutorChoice:
@@ -116,7 +209,10 @@ class Agent:
         self.resources: dict[str, int | str] = {}  # fixed: what the machine has
         self._server: asyncssh.SSHAcceptor | None = None
         self.pairing = Pairing(home.root / "pairing.json", pairing_ttl_s)
-        self._pairing_conns: weakref.WeakSet = weakref.WeakSet()
+        self.lockout = Lockout()
+        # Pairing-only connections, with the key and code each authenticated with.
+        self.pairing_grants: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._pairing_exchanges: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.mdns_addresses = advertise_addresses(host, mdns_interfaces) if mdns else []
         self._advertiser: Advertiser | None = None
         self._host_key_text = ""
@@ -134,14 +230,20 @@ class Agent:
         await self.manager.load_journal()
         self.manager.listeners.append(self._on_jobs_changed)
         self._server = await asyncssh.create_server(
-            lambda: _AgentSSHServer(self.home, self.pairing, self._pairing_conns),
+            lambda: _AgentSSHServer(self),
             self.host,
             self.port,
             server_host_keys=[host_key],
-            process_factory=self._process,
             encoding=None,
-            sftp_factory=self._sftp,
+            # Sessions come from _AgentSSHServer.session_requested (new_session).
             allow_scp=False,
+            agent_forwarding=False,
+            x11_forwarding=False,
+            allow_pty=False,
+            password_auth=False,
+            kbdint_auth=False,
+            host_based_auth=False,
+            gss_host=None,
             encryption_algs=ENCRYPTION_ALGS,
             keepalive_interval=15,
             reuse_address=True,
@@ -163,7 +265,11 @@ class Agent:
 
     def resources_now(self) -> dict[str, int | str]:
         """What the machine has and, right now, what is free: for Hello and the TXT record."""
-        usage = self.manager.usage() if self.manager else {}
+        try:
+            usage = self.manager.usage() if self.manager else {}
+        except Exception:  # this feeds every Hello: a bookkeeping bug must not lock every controller out
+            log.exception("cannot count what running jobs hold")
+            usage = {}
         cpus, memory = int(self.resources.get("cpus", 0)), int(self.resources.get("memory_mb", 0))
         return {
             **self.resources,
@@ -182,31 +288,33 @@ class Agent:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    def _pair(self, public_key: str, label: str) -> None:
-        """A controller proved the pairing code: authorize its key, spend the code."""
-        if not self.pairing.active:
-            raise ValueError("the pairing code expired meanwhile: ask for a new one (`app agent pair`)")
-        add_authorized_key(self.home.authorized_keys, public_key, comment=f"lanpool:{label}" if label else "")
-        self.pairing.consume()
-        log.warning("paired with a new controller%s", f" ({label})" if label else "")
+    def _authorize(self, public_key: str, label: str) -> bool:
+        """A controller proved the pairing code: authorize its key (False: it already was)."""
+        return add_authorized_key(self.home.authorized_keys, public_key, comment=f"lanpool:{label}" if label else "")
+
+    def new_session(self, conn: asyncssh.SSHServerConnection) -> asyncssh.SSHServerSession:
+        # A pairing-only connection gets the lanpool subsystem (which only pairs) and no SFTP at all.
+        sftp = None if conn in self.pairing_grants else self._sftp
+        return _LanpoolSession(self._process, sftp, _SFTP_VERSION, False)
 
     def _sftp(self, chan: asyncssh.SSHServerChannel) -> asyncssh.SFTPServer:
-        # Confined to transfer/: snapshots in, packed artifacts out, nothing else.
-        # A pairing-only connection gets an empty directory.
-        if chan.get_connection() in self._pairing_conns:
-            empty = self.home.root / "empty"
-            empty.mkdir(exist_ok=True)
-            return asyncssh.SFTPServer(chan, chroot=str(empty))
-        return asyncssh.SFTPServer(chan, chroot=str(self.home.transfer))
+        # transfer/ only: snapshots in, packed artifacts out, nothing else.
+        return ConfinedSFTPServer(chan, str(self.home.transfer))
 
     async def _process(self, process: asyncssh.SSHServerProcess) -> None:
-        if process.subsystem != SUBSYSTEM:
-            process.stderr.write(b"lanpool agent: only the 'lanpool' and 'sftp' subsystems are served\n")
+        if process.subsystem != SUBSYSTEM:  # _LanpoolSession lets nothing else through
             process.exit(1)
             return
-        pairing_only = process.channel.get_connection() in self._pairing_conns
-        await ChannelSession(process, self.manager, self.name, self.resources_now,
-                             self._pair if pairing_only else None).run()
+        conn = process.channel.get_connection()
+        grant = self.pairing_grants.get(conn)
+        exchange = None
+        if grant is not None:  # one pairing attempt per connection, whatever the channel
+            exchange = self._pairing_exchanges.get(conn)
+            if exchange is None:
+                exchange = PairingResponder(self.pairing, self.lockout, grant, self._host_key_text, self.name,
+                                            self._authorize)
+                self._pairing_exchanges[conn] = exchange
+        await ChannelSession(process, self.manager, self.name, self.resources_now, exchange).run()
 
     async def close(self, grace_s: float) -> None:
         if self._advertiser is not None:

@@ -9,6 +9,7 @@ import asyncssh
 
 from agent import __version__
 from agent.jobs import Job, JobError, JobManager
+from agent.pairing import PairingRefused, PairingResponder
 from protocol import (
     PROTOCOL_VERSION,
     Attach,
@@ -20,8 +21,8 @@ from protocol import (
     Hello,
     JobAccepted,
     LogChunk,
-    Pair,
-    Paired,
+    PairConfirm,
+    PairStart,
     Ping,
     Pong,
     ProtocolError,
@@ -30,26 +31,28 @@ from protocol import (
     decode_client_message,
     encode_message,
 )
+from protocol.errors import clip
 
 log = logging.getLogger(__name__)
 
 # Log bytes per LogChunk frame: large enough that a fast job costs few SSH writes.
 CHUNK_BYTES = 256 * 1024
 _READ_SIZE = 256 * 1024
+_ERROR_CHARS = 1000  # of an Error reply's message
 
 
 class ChannelSession:
     """Serves one `lanpool` subsystem channel until the client closes it."""
 
     def __init__(self, process: asyncssh.SSHServerProcess, manager: JobManager, name: str,
-                 resources: Callable[[], dict], pair: Callable[[str, str], None] | None = None) -> None:
-        """`pair` is set on connections authenticated with a pairing code: such a
-        connection may only pair (send its key), nothing else."""
+                 resources: Callable[[], dict], pairing: PairingResponder | None = None) -> None:
+        """`pairing` is set on pairing-only connections: they may run the pairing
+        exchange (and say hello, and ping), nothing else."""
         self._proc = process
         self._manager = manager
         self._name = name
         self._resources = resources
-        self._pair = pair
+        self._pairing = pairing
         self._streams: set[asyncio.Task] = set()
         self._write_lock = asyncio.Lock()
 
@@ -72,6 +75,8 @@ class ChannelSession:
         except (OSError, asyncssh.Error, ConnectionError) as exc:
             log.info("channel ended: %s", exc)
         finally:
+            if self._pairing is not None:
+                self._pairing.end()  # an attempt left unproven counts as a wrong code
             for task in self._streams:
                 task.cancel()
             with contextlib.suppress(Exception):
@@ -81,24 +86,26 @@ class ChannelSession:
         try:
             msg = decode_client_message(body)
         except ProtocolError as exc:  # one bad message: reply, keep serving
-            await self._send(Error(exc.code, exc.message))
+            await self._send(Error(exc.code, clip(exc.message, _ERROR_CHARS)))
             return
         try:
             await self._dispatch(msg)
         except JobError as exc:
-            await self._send(Error(exc.code, exc.message, getattr(msg, "job_id", "")))
+            # Clipped: a reply never grows with what the peer sent (a 16 MB id must not make a 16 MB reply).
+            await self._send(Error(exc.code, clip(exc.message, _ERROR_CHARS), clip(getattr(msg, "job_id", ""))))
+        except (OSError, asyncssh.Error, ConnectionError):
+            raise
+        except Exception as exc:  # a bug in one request must not end the channel
+            log.exception("request %s failed", type(msg).__name__)
+            await self._send(Error(ErrorCode.INTERNAL, clip(f"the runner failed on this request: {exc}", _ERROR_CHARS),
+                                   clip(getattr(msg, "job_id", ""))))
 
     async def _dispatch(self, msg) -> None:
-        if self._pair is not None and not isinstance(msg, (ClientHello, Pair, Ping)):
-            raise JobError(ErrorCode.NOT_PAIRED, "this connection used a pairing code: it may only pair")
-        if isinstance(msg, Pair):
-            if self._pair is None:
-                raise JobError(ErrorCode.BAD_REQUEST, "already authorized: nothing to pair")
-            try:
-                self._pair(msg.public_key, msg.label)
-            except ValueError as exc:
-                raise JobError(ErrorCode.BAD_REQUEST, str(exc)) from None
-            await self._send(Paired(self._name))
+        if self._pairing is not None and not isinstance(msg, (ClientHello, PairStart, PairConfirm, Ping)):
+            raise JobError(ErrorCode.NOT_PAIRED, "this connection is for pairing only: pair first "
+                           "(`app headless runners pair NAME CODE`)")
+        if isinstance(msg, (PairStart, PairConfirm)):
+            await self._pair(msg)
         elif isinstance(msg, ClientHello):
             if msg.protocol_version != PROTOCOL_VERSION:
                 await self._send(Error(
@@ -122,6 +129,18 @@ class ChannelSession:
             task.add_done_callback(self._streams.discard)
         elif isinstance(msg, Ping):
             await self._send(Pong(msg.nonce))
+
+    async def _pair(self, msg: PairStart | PairConfirm) -> None:
+        if self._pairing is None:
+            raise JobError(ErrorCode.BAD_REQUEST, "this controller is already authorized: nothing to pair")
+        try:
+            reply = await (self._pairing.start(msg) if isinstance(msg, PairStart) else self._pairing.confirm(msg))
+        except PairingRefused as exc:
+            await self._send(Error(exc.code, exc.message))
+            if exc.close:  # of no further use: the expired, locked out or wrong
+                self._proc.channel.get_connection().close()
+            return
+        await self._send(reply)
 
     async def _stream(self, job: Job, cursor: int, follow: bool) -> None:
         """Send the log from `cursor`, following until the job ends, then its status."""

@@ -10,7 +10,6 @@ import io
 import json
 import logging
 import secrets
-import shutil
 import tarfile
 import time
 from collections.abc import Callable
@@ -19,21 +18,31 @@ from pathlib import Path
 
 import asyncssh
 
-from app.errors import HostKeyMismatch, LanpoolError, NotFoundError, RunnerError, RunnerRefused, UsageError
+from app.artifact_files import ArtifactsRefused, checked_path, copy_file
+from app.errors import (
+    HostKeyMismatch,
+    LanpoolError,
+    NotFoundError,
+    RunnerError,
+    RunnerProtocolError,
+    RunnerRefused,
+    UsageError,
+)
 from app.home import ControllerHome
+from app.host_keys import UnreadableHostKey, pinned_key
 from app.keys import load_or_create_client_key
 from app.names import new_run_name
 from app.overview import MetricsReader
 from app.runner_client import RunnerSession
-from app.multinode import follow_gang, prefix_node, run_gang, stop_gang
+from app.multinode import REFUSED_LINE, OwnOutput, follow_gang, prefix_node, pull_node_artifacts, run_gang, stop_gang
 from app.planning import Plan, PlannedJob, make_plan
 from app.pool import RunnerState, refresh_pool
 from app.scheduler import Need, place
 from app.snapshot import Snapshot, build_snapshot
-from app.store import JobRow, Store
+from app.store import ARTIFACTS_REFUSED, JobRow, Store
 from app.workflows import Project, load_workflows
 from app.workflows.resolve import ResolvedJob, resolve
-from protocol import JobState, JobStatus, LogChunk, SubmitJob
+from protocol import JobState, JobStatus, SubmitJob
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +74,26 @@ class RunOutcome:
 
 
 def parse_address(spec: str, default_port: int) -> tuple[str, int]:
-    host, sep, port = spec.rpartition(":")
-    if not sep:
-        return spec, default_port
-    if not port.isdigit() or not host:
-        raise UsageError(f"bad runner address {spec!r}: use HOST or HOST:PORT")
-    return host.strip("[]"), int(port)
+    """HOST, HOST:PORT, an IPv6 address, or [IPV6]:PORT; the port is 1-65535."""
+    text = spec.strip()
+    shown = repr(text[:100])
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise UsageError(f"bad runner address {shown}: use HOST, HOST:PORT or [IPV6]:PORT")
+        port = rest[1:] if rest else None
+    elif text.count(":") > 1:  # a bare IPv6 address has no port
+        host, port = text, None
+    else:
+        host, sep, port = text.partition(":")
+        port = port if sep else None
+    if not host or any(c.isspace() or not c.isprintable() for c in host):
+        raise UsageError(f"bad runner address {shown}: use HOST or HOST:PORT")
+    if port is None:
+        return host, default_port
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
+        raise UsageError(f"bad runner address {shown}: the port must be a number from 1 to 65535")
+    return host, int(port)
 
 
 class Controller:
@@ -100,19 +123,47 @@ class Controller:
 
     # -- runners -------------------------------------------------------------------
 
-    async def connect(self, host: str, port: int) -> RunnerSession:
-        """Open a session; the runner's host key is pinned on first contact, checked after."""
+    async def connect(self, host: str, port: int, *, trust: bool = False) -> RunnerSession:
+        """Open a session with the runner at host:port, checked against its pinned host key.
+
+        Only a runner this controller trusts is connected to (app/pool.py). `trust` is the
+        user's own act of naming this address (`runners add`, `run --runner HOST:PORT`): the
+        key seen now is pinned, unless a trusted runner there has one, and the runner is
+        trusted from then on."""
         known = self.store.runner_by_address(host, port)
-        session = await RunnerSession.open(host, port, self.client_key, known["host_key"] if known else None)
-        assert session.hello is not None
-        pinned = self.store.runner(session.hello.name)
-        if pinned and pinned["host_key"] != session.host_key:
+        if known is not None and not known.get("trusted"):
+            known = None  # an mDNS hint pins nothing and trusts nothing
+        if known is None and not trust:
+            raise RunnerError(f"no runner this controller trusts is at {host}:{port}: "
+                              f"`app headless runners add {host}:{port}` trusts what answers there, "
+                              "or pair it (`app headless runners pair NAME CODE`)")
+        session = await RunnerSession.open(host, port, self.client_key, pinned_key(known) if known else None)
+        try:
+            assert session.hello is not None
+            name = session.hello.name
+            named = self.store.runner(name)
+            if named is not None and named.get("trusted") and pinned_key(named) != session.host_key:
+                raise RunnerError(
+                    f"runner {name!r} at {host}:{port} has a different host key than the one pinned for that "
+                    f"name: if it was reinstalled, `app headless runners remove {name}` first")
+            if trust or known["name"] != name:
+                self.store.upsert_runner(name, host, port, session.host_key, trusted=True)
+            if known is not None and known["name"] != name:
+                # Its pinned key answered under a new name: the same machine, renamed.
+                self.store.remove_runner(known["name"])
+        except BaseException:
             session.close()
-            raise RunnerError(
-                f"runner {session.hello.name!r} at {host}:{port} has a different host key than the one pinned "
-                f"for that name: if it was reinstalled, `app headless runners remove {session.hello.name}` first")
-        self.store.upsert_runner(session.hello.name, host, port, session.host_key)
+            raise
         return session
+
+    async def add_runner(self, host: str, port: int) -> str:
+        """`runners add HOST[:PORT]`: trust what answers there, pinning its host key; its name."""
+        async with await self.connect(host, port, trust=True) as session:
+            return session.hello.name
+
+    def names_an_address(self, spec: str | None) -> bool:
+        """Whether `--runner SPEC` is an address (HOST[:PORT]) rather than a known runner's name."""
+        return bool(spec) and self.store.runner(spec) is None
 
     async def connect_job(self, job: JobRow) -> RunnerSession:
         return await self.connect(job.host, job.port)
@@ -121,17 +172,24 @@ class Controller:
                             say: Callable[[str], None]) -> tuple[str, int]:
         """Where the run goes: `spec` if it is an address, else the best-fitting runner of the
         pool (`spec` pins a known name). While nothing fits, the job is QUEUED and we wait."""
-        if spec and self.store.runner(spec) is None:
-            return parse_address(spec, self.DEFAULT_PORT)  # by address: pinned on first contact
+        if self.names_an_address(spec):
+            return parse_address(spec, self.DEFAULT_PORT)  # by address: the user's act, pinned by connect
         return (await self.choose_runners(spec, need, 1, run_name, job_id, workflow, say))[0]
 
     async def choose_runners(self, spec: str | None, need: Need, nodes: int, run_name: str, job_id: str,
                              workflow: str, say: Callable[[str], None]) -> list[tuple[str, int]]:
         """`nodes` distinct runners with room, all at once (gang placement), node 0 first."""
         last = ""
+        told: set[str] = set()
         try:
             while True:
                 views = await refresh_pool(self, wait_s=0 if self.store.runners() else DISCOVERY_WAIT_S)
+                for view in views:
+                    if view.problem and view.name == spec:
+                        raise UnreadableHostKey(view.problem)
+                    if view.problem and view.problem not in told:  # once, not every poll
+                        say(view.problem)
+                        told.add(view.problem)
                 decision = place(need, [v.capacity() for v in views], nodes=nodes, pinned=spec)
                 if decision.runners:
                     rows = [self.store.runner(name) for name in decision.runners]
@@ -199,7 +257,7 @@ class Controller:
         host, port = await self.choose_runner(runner_spec, need, outcome.run_name, job_ids[first.workflow],
                                               first.workflow, say)
         snapshot = await asyncio.to_thread(build_snapshot, project.root)
-        async with await self.connect(host, port) as session:
+        async with await self.connect(host, port, trust=self.names_an_address(runner_spec)) as session:
             done: dict[str, JobRow] = {}
             for planned in plan.jobs:
                 if planned.action == "reuse":
@@ -408,6 +466,11 @@ class Controller:
                     return await self._follow_on(fresh, job_id, sink, True, position)
             except (RunnerRefused, HostKeyMismatch, NotFoundError):
                 raise
+            except RunnerProtocolError as exc:
+                # The runner answered with something unusable: reconnecting gets the same answer.
+                state = self.store.job(job_id).status
+                raise RunnerProtocolError(f"{exc.message}; stopped following job {job_id} (left {state} "
+                                          "here)") from None
             except RunnerError as exc:
                 session = None
                 job = self.store.job(job_id)
@@ -422,16 +485,16 @@ class Controller:
                          position: list[int] | None = None) -> JobRow:
         """Attach from `position[0]` (kept up to date, for a re-attach) or where the store ends."""
         position = position if position is not None else [self.store.log_end(job_id)]
+        own = OwnOutput(job_id, 0, session.where)  # a runner writes only this job's lines and status
         async for batch in session.attach(job_id, position[0], follow=follow):
-            rows = [(m.job_id, m.node, m.seq, m.n_lines, m.stream, m.data) for m in batch if isinstance(m, LogChunk)]
+            rows, final = own.take(batch)
             if rows:
                 position[0] = max(position[0], max(r[2] + r[3] for r in rows))
                 self.store.add_log_chunks(rows)
                 if sink:
                     for row in rows:
                         sink(job_id, row[4], row[5])
-            final = batch[-1]
-            if isinstance(final, JobStatus):
+            if final is not None:
                 self._record_status(job_id, final)
                 if JobState(final.state).is_terminal():
                     await self._pull_artifacts(session, job_id, final)
@@ -482,42 +545,52 @@ class Controller:
                 raise UsageError(f"job {job_id} is still {job.status}: artifacts come back when it ends")
             await self.follow(job_id, follow=False)
             job = self.store.job(job_id)
+        if job.artifacts_pulled == ARTIFACTS_REFUSED:
+            why = next((d for _at, _s, d in reversed(self.store.job_events(job_id)) if d.startswith(REFUSED_LINE)),
+                       REFUSED_LINE)
+            raise ArtifactsRefused(f"job {job_id}: {why}; nothing to download")
         files = self.store.artifacts(job_id)
         if not files:
             raise NotFoundError(f"job {job_id} has no artifacts")
         src = self.home.job_artifacts(job_id)
-        output.mkdir(parents=True, exist_ok=True)
+        try:
+            output.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create the output directory {output}: {exc.strerror}") from None
         total, done = sum(n for _, n in files), 0
         for path, n in files:
-            dest = output / path
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            await asyncio.to_thread(shutil.copy2, src / path, dest)  # checkpoints can be GBs
+            # Stored paths came from a runner: each is checked again, and nothing is read or
+            # written through a symlink below the store's or the output's directory.
+            parts = checked_path(path)
+            try:
+                await asyncio.to_thread(copy_file, src, parts, output)  # checkpoints can be GBs
+            except OSError as exc:
+                raise LanpoolError(f"copying {path} to {output} failed: {exc.strerror or exc}") from None
             done += n
             if progress:
                 progress(done, total)
         return files
 
     async def _pull_artifacts(self, session: RunnerSession, job_id: str, status: JobStatus) -> None:
+        """Bring back the job's artifacts (the one node's of a gang of one; app/multinode.py).
+        Refused ones fail a DONE job, with the reason: what it declared did not arrive."""
         if not status.artifacts_archive:
             return
         async with self._pull_locks.setdefault(job_id, asyncio.Lock()):
-            await self._pull_artifacts_once(session, job_id, status)
-
-    async def _pull_artifacts_once(self, session: RunnerSession, job_id: str, status: JobStatus) -> None:
-        job = self.store.job(job_id)
-        if job.artifacts_pulled:
-            return
-        dest = self.home.job_artifacts(job_id)
-        tmp_tar = self.home.artifacts / f"{job_id}.tar.part"
-        await session.download(status.artifacts_archive, tmp_tar)
-        await asyncio.to_thread(_extract, tmp_tar, dest)
-        tmp_tar.unlink()
-        self.store.set_artifacts(job_id, [(f.path, f.size) for f in status.artifacts])
+            refused = await pull_node_artifacts(self, job_id, [(0, session, status)])
+        if refused:
+            job = self.store.job(job_id)
+            self.store.set_job_status(job_id, JobState.FAILED if job.state is JobState.DONE else job.state,
+                                      refused, error=job.error or refused)
 
     def _record_status(self, job_id: str, status: JobStatus) -> None:
-        if not JobState(status.state).is_terminal() and self.store.job(job_id).synced:
-            # A stale "still running" (e.g. stop's immediate reply) arriving after a follower
-            # recorded the end: the end stands (synced jobs are never refreshed again).
+        if status.job_id != job_id:  # a runner writes only the state of the job it was asked about
+            raise RunnerProtocolError(f"a runner answered with the status of job {status.job_id!r} "
+                                      f"for job {job_id}: not recorded")
+        if not JobState(status.state).is_terminal() and self.store.job(job_id).state.is_terminal():
+            # A stale "still running" (e.g. stop's immediate reply, processed late) arriving
+            # after a follower recorded the end: the end stands. Checking the state, not only
+            # `synced`, closes the window between recording the end and pulling artifacts.
             return
         fields = {"exit_code": status.exit_code, "started_at": status.started_at,
                   "finished_at": status.finished_at, "artifacts_archive": status.artifacts_archive or None}
@@ -546,10 +619,3 @@ def _pack_dir(root: Path) -> bytes:
             tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False)
     return buf.getvalue()
 
-
-def _extract(tar_path: Path, dest: Path) -> None:
-    if dest.exists():
-        shutil.rmtree(dest)
-    dest.mkdir(parents=True)
-    with tarfile.open(tar_path) as tar:
-        tar.extractall(dest, filter="data")

@@ -14,6 +14,8 @@ import ifaddr
 from zeroconf import IPVersion, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
+from app.pool import bounded_props
+
 log = logging.getLogger(__name__)
 
 SERVICE_TYPE = "_lanpool._tcp.local."
@@ -45,9 +47,11 @@ def browse_interfaces() -> list[str]:
 
 
 def _advert(info: AsyncServiceInfo) -> Advert | None:
-    props = {k: (v or "") for k, v in info.decoded_properties.items()}
+    # Anyone can announce: what is kept is bounded here, and checked in app/adverts.py.
+    props = bounded_props(info.decoded_properties)
     addresses = info.parsed_addresses(IPVersion.V4Only)
     if not addresses or not info.port or not props.get("hk"):
+        log.info("ignored the incomplete mDNS advert %s", info.name[:200])
         return None
     return Advert(name=props.get("name") or info.name.split(".")[0], host=addresses[0], port=info.port,
                   host_key=props["hk"], props=props, service=info.name)
@@ -87,7 +91,11 @@ class Browser:
         if not await info.async_request(self._zc.zeroconf, RESOLVE_TIMEOUT_MS):
             log.info("could not resolve %s", name)
             return
-        advert = _advert(info)
+        try:
+            advert = _advert(info)
+        except (ValueError, TypeError, UnicodeError) as exc:  # a malformed record: never the end of discovery
+            log.warning("ignored the unreadable mDNS advert %s: %s", name[:200], exc)
+            return
         if advert is not None:
             self._on_seen(advert)
 

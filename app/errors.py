@@ -42,5 +42,11 @@ class HostKeyMismatch(RunnerError):
     """The runner's host key is not the one pinned for it."""
 
 
+class RunnerProtocolError(RunnerError):
+    """The runner answered with something this controller will not use: a message it
+    cannot read, another job's lines or status, an archive it refuses. Unlike a lost
+    connection this is not retried: asking again gets the same answer."""
+
+
 class NotFoundError(LanpoolError):
     exit_code = ExitCode.NOT_FOUND

@@ -1,20 +1,26 @@
 """Where the controller keeps its state: $LANPOOL_HOME or the platform's user data dir."""
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
 
+from app.errors import UsageError
+
 
 @dataclass(frozen=True)
 class ControllerHome:
     root: Path
+    from_env: bool = False  # named by $LANPOOL_HOME: errors say so, since that is what to fix
 
     @classmethod
     def default(cls) -> "ControllerHome":
         env = os.environ.get("LANPOOL_HOME")
-        return cls(Path(env).expanduser() if env else Path(platformdirs.user_data_dir("lanpool")))
+        if env:
+            return cls(Path(env).expanduser(), from_env=True)
+        return cls(Path(platformdirs.user_data_dir("lanpool")))
 
     @property
     def db(self) -> Path:
@@ -32,5 +38,19 @@ class ControllerHome:
         return self.artifacts / job_id
 
     def create(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
-        self.artifacts.mkdir(exist_ok=True)
+        """Make the directories, or say in one line why this place cannot hold them.
+
+        Writing a probe file finds what permission bits do not (root ignores them; a
+        read-only file system does not), before SQLite or the key fail less clearly.
+        """
+        where = f"LANPOOL_HOME={self.root}" if self.from_env else f"lanpool's data directory {self.root}"
+        fix = "point LANPOOL_HOME at a directory you can write (it is created if missing)"
+        if self.root.exists() and not self.root.is_dir():
+            raise UsageError(f"{where} is a file, not a directory: {fix}")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self.artifacts.mkdir(exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.root, prefix=".write-probe-"):
+                pass
+        except OSError as exc:
+            raise UsageError(f"{where} cannot be used: {exc.strerror or exc}: {fix}") from None

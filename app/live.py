@@ -7,15 +7,20 @@ messages. No textual here.
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 
+from app.adverts import CONFLICT_BROWSE_S, fold_advert, fold_browse, forget_claims, has_conflicts, record_advert
 from app.controller import Controller, LogSink
 from app.errors import LanpoolError
-from app.pool import probe, record_advert
+from app.pool import probe
 
 log = logging.getLogger(__name__)
 
 PROBE_EVERY_S = 3.0  # how often known runners are checked (LIVE/BUSY/OFFLINE)
+# While a conflict is on record, a fresh browse this often says whether its claim is still
+# made: one whose maker died without a goodbye stays in zeroconf's cache for many minutes.
+CONFLICT_SWEEP_S = 10.0
 
 
 class LiveFeeds:
@@ -29,6 +34,8 @@ class LiveFeeds:
         self._on_error = on_error
         self._interfaces = interfaces
         self._browser = None
+        self._claims: dict = {}  # mDNS service -> the last advert heard from it (what is announced now)
+        self._last_sweep = 0.0
         self._tasks: set[asyncio.Task] = set()
         self.following: dict[str, asyncio.Task] = {}  # job id -> the task bringing its log in
 
@@ -38,7 +45,7 @@ class LiveFeeds:
             from app.discovery import Browser, browse_interfaces
 
             interfaces = browse_interfaces() if self._interfaces is None else self._interfaces
-            self._browser = Browser(interfaces, self._seen)
+            self._browser = Browser(interfaces, self._seen, self._gone)
             try:
                 await self._browser.start()
             except OSError as exc:
@@ -48,8 +55,45 @@ class LiveFeeds:
             self._spawn(self._probe_loop(probe_every_s))
 
     def _seen(self, advert) -> None:
-        record_advert(self.ctl.store, advert)
+        self._claims[advert.service] = advert
+        self._spawn(self._fold(advert))
+
+    async def _fold(self, advert) -> None:
+        try:
+            await fold_advert(self.ctl, advert)  # a new address is checked before it is stored
+        except LanpoolError as exc:
+            self._on_error(f"mDNS advert of {advert.name}: {exc.message}")
         self._on_runners()
+
+    def _gone(self, service: str) -> None:
+        """A service said goodbye: a conflict it made is over, unless another still makes it."""
+        self._claims.pop(service, None)
+        names = forget_claims(self.ctl.store, service)
+        if not names:
+            return
+        for advert in list(self._claims.values()):
+            if advert.name in names:
+                record_advert(self.ctl.store, advert)
+        self._spawn(self._recheck(names))
+
+    async def _recheck(self, names: list[str]) -> None:
+        rows = [row for row in map(self.ctl.store.runner, names) if row is not None]
+        await asyncio.gather(*(probe(self.ctl, row) for row in rows), return_exceptions=True)
+        self._on_runners()
+
+    async def sweep_conflicts(self) -> None:
+        """With a conflict on record, browse afresh: a claim no longer heard is over."""
+        if self._browser is None or not has_conflicts(self.ctl.store):
+            return
+        if time.time() - self._last_sweep < CONFLICT_SWEEP_S:
+            return
+        from app.discovery import discover
+
+        self._last_sweep = started = time.time()
+        adverts = await discover(self._browser.interfaces, CONFLICT_BROWSE_S)
+        heard = {a.service for a in adverts}
+        self._claims = {service: a for service, a in self._claims.items() if service in heard}
+        await fold_browse(self.ctl, adverts, started, CONFLICT_BROWSE_S)
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
@@ -59,6 +103,10 @@ class LiveFeeds:
 
     async def _probe_loop(self, every_s: float) -> None:
         while True:
+            try:
+                await self.sweep_conflicts()
+            except OSError as exc:
+                self._on_error(f"mDNS browse failed: {exc}")
             await self.check_runners()
             await asyncio.sleep(every_s)
 

@@ -9,19 +9,24 @@ never set: Lightning hangs or ignores them (FINDINGS.md).
 
 import asyncio
 import json
+import logging
 import secrets
 import shutil
-import tarfile
 import time
 from pathlib import Path
 
 import asyncssh
 
-from app.errors import LanpoolError, RunnerError, UsageError
+from app.artifact_files import ArtifactsRefused, archive_limit, checked_declared, ensure_room, extract_archive
+from app.errors import LanpoolError, RunnerError, RunnerProtocolError, UsageError
 from app.runner_client import RunnerSession
 from app.store import JobRow
 from app.workflows.resolve import ResolvedJob
 from protocol import JobState, JobStatus, LogChunk, SubmitJob
+
+log = logging.getLogger(__name__)
+
+REFUSED_LINE = "artifacts refused"  # starts the stored line saying why a job's artifacts were not taken
 
 
 def node_env(job: ResolvedJob, node: int, addresses: list[str]) -> dict[str, str]:
@@ -46,6 +51,43 @@ def prefix_node(node: int, data: bytes) -> bytes:
     return b"".join(tag + line for line in data.splitlines(keepends=True))
 
 
+class OwnOutput:
+    """What a runner may write while followed for node `node` of job `job_id`: that
+    node's log lines and that job's status, nothing else.
+
+    Lines for another job, or for another node (agents leave `node` at 0: a runner
+    knows its part only as "mine"), are dropped, with one warning per follow. A
+    status for another job ends the follow: the runner is not answering the question.
+    """
+
+    def __init__(self, job_id: str, node: int, where: str) -> None:
+        self.job_id = job_id
+        self.node = node
+        self.where = where
+        self.dropped = 0
+
+    def take(self, batch: list) -> tuple[list[tuple], JobStatus | None]:
+        """Store rows (job_id, node, seq, n_lines, stream, data) of the batch's own chunks,
+        and its final status (None if the batch does not end with one)."""
+        rows = []
+        for m in batch:
+            if not isinstance(m, LogChunk):
+                continue
+            if m.job_id != self.job_id or m.node not in (0, self.node):
+                if not self.dropped:
+                    log.warning("%s sent log lines for job %r node %d while followed for job %s node %d: "
+                                "dropped (a runner writes only its own job's log)", self.where, m.job_id[:64],
+                                m.node, self.job_id, self.node)
+                self.dropped += 1
+                continue
+            rows.append((self.job_id, self.node, m.seq, m.n_lines, m.stream, m.data))
+        final = batch[-1] if batch and isinstance(batch[-1], JobStatus) else None
+        if final is not None and final.job_id != self.job_id:
+            raise RunnerProtocolError(f"{self.where} sent the status of job {final.job_id[:64]!r} while followed "
+                                      f"for job {self.job_id}")
+        return rows, final
+
+
 async def run_gang(ctl, job: ResolvedJob, job_id: str, run_name: str, planned, sessions: list[RunnerSession],
                    addresses: list[str], snapshot, inputs_of, sink, say) -> JobRow:
     """Submit `job` to every session (node k = sessions[k]) and follow it to the end."""
@@ -67,6 +109,9 @@ async def run_gang(ctl, job: ResolvedJob, job_id: str, run_name: str, planned, s
                 artifacts=artifacts + job.artifacts_all_nodes, snapshot=remote, working_dir=job.working_dir,
                 inputs=await inputs_of(session), image=job.image, pull=job.pull, resources=job.resources,
                 executor=job.executor, pick_master_port=(node == 0)))
+            if accepted.job_id != job_id or status.job_id != job_id:
+                raise RunnerProtocolError(f"runner {runners[node]['name']} answered for job {status.job_id!r} "
+                                          f"when sent job {job_id}")
             if node == 0:
                 master_port = accepted.master_port
             ctl.store.set_node(job_id, node, runners[node], status.state, status.exit_code, status.error)
@@ -92,15 +137,16 @@ async def _follow_node(ctl, job_id: str, node: int, session: RunnerSession, sink
     `sink` tagged `[node K]` (when `shown`); returns its final status (with follow=False:
     its status now)."""
     from_seq = ctl.store.log_end(job_id, node) if start is None else start
+    own = OwnOutput(job_id, node, session.where)
     async for batch in session.attach(job_id, from_seq, follow=follow):
-        rows = [(m.job_id, node, m.seq, m.n_lines, m.stream, m.data) for m in batch if isinstance(m, LogChunk)]
+        rows, final = own.take(batch)
         if rows:
             ctl.store.add_log_chunks(rows)
             if sink and shown:
                 for row in rows:
                     sink(job_id, row[4], row[5] if row[4] == "met" else prefix_node(node, row[5]))
-        if isinstance(batch[-1], JobStatus) and (not follow or JobState(batch[-1].state).is_terminal()):
-            return batch[-1]
+        if final is not None and (not follow or JobState(final.state).is_terminal()):
+            return final
     raise RunnerError(f"node {node}: the log stream ended before the job")
 
 
@@ -122,6 +168,8 @@ async def _follow_gang(ctl, job_id: str, sessions: list[RunnerSession], runners:
                 node = tasks[task]
                 try:
                     status = task.result()
+                except RunnerProtocolError as exc:  # it answered, with something unusable
+                    status, cause = None, exc.message
                 except LanpoolError as exc:
                     status, cause = None, f"runner {runners[node]['name']} lost: {exc.message}"
                 else:
@@ -148,11 +196,13 @@ async def _follow_gang(ctl, job_id: str, sessions: list[RunnerSession], runners:
 async def _finish_gang(ctl, job_id: str, sessions: list[RunnerSession], finals: dict[int, JobStatus | None],
                        failure: str) -> JobRow:
     """All nodes ended: artifacts (node 0's, and each other node's under node-K/), final status."""
-    await pull_node_artifacts(ctl, job_id, [(k, sessions[k], s) for k, s in sorted(finals.items()) if s is not None])
+    refused = await pull_node_artifacts(ctl, job_id,
+                                        [(k, sessions[k], s) for k, s in sorted(finals.items()) if s is not None])
+    failure = failure or refused  # what the job declared did not arrive
     codes = [s.exit_code for s in finals.values() if s is not None and s.exit_code]
     state = JobState.FAILED if failure else JobState.DONE
     ended = [s for s in finals.values() if s is None or s.state != JobState.DONE]
-    if failure and all(s is not None and s.state in (JobState.STOPPED, JobState.ABORTED) for s in ended):
+    if failure and ended and all(s is not None and s.state in (JobState.STOPPED, JobState.ABORTED) for s in ended):
         # Every node that did not finish was stopped on request (`stop`), none failed.
         state = JobState.ABORTED if any(s.state == JobState.ABORTED for s in ended) else JobState.STOPPED
     ctl.store.set_job_status(job_id, state, failure, error=failure or None,
@@ -180,39 +230,50 @@ def node_prefix(node: int) -> str:
     return "" if node == 0 else f"node-{node}/"
 
 
-async def pull_node_artifacts(ctl, job_id: str, finals: list[tuple[int, RunnerSession, JobStatus]]) -> None:
+async def pull_node_artifacts(ctl, job_id: str, finals: list[tuple[int, RunnerSession, JobStatus]]) -> str:
     """Download each node's packed artifacts into one staging dir (node K > 0 under
-    node-K/), then put it in place of the job's artifact dir and list the files."""
+    node-K/), then put it in place of the job's artifact dir and list the files.
+
+    Every archive is checked (app/artifact_files.py): one the controller will not
+    take refuses the job's artifacts, recorded in the store; the line saying why is
+    returned ("" when they were taken, or there were none)."""
     finals = [(k, s, st) for k, s, st in finals if st.artifacts_archive]
     if not finals or ctl.store.job(job_id).artifacts_pulled:
-        return
+        return ""
     staging = ctl.home.artifacts / f"{job_id}.{secrets.token_hex(4)}.part"
     files: list[tuple[str, int]] = []
+    node = finals[0][0]
     try:
         for node, session, status in finals:
+            declared = checked_declared(status.artifacts)
+            ensure_room(ctl.home.artifacts, declared)
             tar = Path(f"{staging}.node{node}.tar")
             try:
-                await session.download(status.artifacts_archive, tar)
-                await asyncio.to_thread(extract_into, tar, staging / node_prefix(node))
+                await session.download(status.artifacts_archive, tar, max_bytes=archive_limit(declared))
+                await asyncio.to_thread(extract_archive, tar, staging / node_prefix(node), declared)
             finally:
                 tar.unlink(missing_ok=True)
-            files += [(node_prefix(node) + f.path, f.size) for f in status.artifacts]
+            files += [(node_prefix(node) + path, size) for path, size in declared.items()]
         if ctl.store.job(job_id).artifacts_pulled:  # another follower of this job was quicker
-            return
+            return ""
         dest = ctl.home.job_artifacts(job_id)
         if dest.exists():
             shutil.rmtree(dest)
+        staging.mkdir(exist_ok=True)  # every file was refused or none declared: an empty dir
         staging.rename(dest)
         ctl.store.set_artifacts(job_id, files)
+        return ""
+    except (ArtifactsRefused, RunnerProtocolError) as exc:
+        line = f"{REFUSED_LINE}: " + (f"node {node}: " if len(finals) > 1 or node else "") + exc.message
+        log.warning("job %s: %s", job_id, line)
+        ctl.store.refuse_artifacts(job_id)
+        return line
+    except OSError as exc:  # this machine's side (disk full, permissions): worth another try later
+        raise LanpoolError(f"could not write the artifacts of job {job_id} under {ctl.home.artifacts}: "
+                           f"{exc.strerror or exc}") from None
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)
-
-
-def extract_into(tar_path: Path, dest: Path) -> None:
-    dest.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(tar_path) as tar:
-        tar.extractall(dest, filter="data")
 
 
 async def follow_gang(ctl, job_id: str, sink, say, *, follow: bool = True, node: int | None = None,

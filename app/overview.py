@@ -12,6 +12,7 @@ from pathlib import Path
 
 from app.multinode import prefix_node
 from app.store import JobRow, Store
+from app.terminal_text import safe_line
 from protocol import JobState
 
 LOG_STREAMS = ("out", "err", "sys")  # "met" is metrics, shown as curves instead
@@ -76,10 +77,11 @@ class LogWindow:
 
 
 def decode_lines(data: bytes, stream: str, node: int | None) -> list[LogLine]:
-    """Chunk bytes to display lines; `node` tags them (multi-node jobs)."""
+    """Chunk bytes to display lines; `node` tags them (multi-node jobs). Lines are
+    terminal-safe (app/terminal_text.py): whatever shows them never gets a job's escapes."""
     if node is not None:
         data = prefix_node(node, data)
-    return [LogLine(t, stream) for t in data.decode("utf-8", "replace").splitlines()]
+    return [LogLine(safe_line(t), stream) for t in data.decode("utf-8", "replace").splitlines()]
 
 
 def log_window(store: Store, job_id: str, max_lines: int, node: int | None = None,

@@ -6,13 +6,15 @@ log stream), so replies never have to be sorted out of a log stream.
 
 import asyncio
 import logging
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncssh
 
 from app import __version__
-from app.errors import HostKeyMismatch, NotFoundError, RunnerError, RunnerRefused
+from app.errors import HostKeyMismatch, NotFoundError, RunnerError, RunnerProtocolError, RunnerRefused
+from protocol.pairing import PAIRING_USER, ControllerPake, PairingFailed, sanitize_label
 from protocol import (
     PROTOCOL_VERSION,
     Attach,
@@ -24,8 +26,10 @@ from protocol import (
     Hello,
     JobAccepted,
     JobStatus,
-    Pair,
+    PairConfirm,
     Paired,
+    PairReply,
+    PairStart,
     ProtocolError,
     StopJob,
     SubmitJob,
@@ -57,6 +61,7 @@ class Channel:
         self._proc = process
         self._reader = FrameReader()
         self._messages: list = []
+        self._unreadable: RunnerProtocolError | None = None  # raised once the messages before it are taken
         self._where = where
         self.hello: Hello | None = None
 
@@ -81,6 +86,8 @@ class Channel:
 
     async def _fill(self, timeout: float | None) -> None:
         while not self._messages:
+            if self._unreadable is not None:
+                raise self._unreadable
             try:
                 data = await asyncio.wait_for(self._proc.stdout.read(_READ_SIZE), timeout)
             except (OSError, asyncssh.Error) as exc:
@@ -88,10 +95,13 @@ class Channel:
             if not data:
                 raise RunnerError(f"{self._where} closed the connection")
             try:
-                bodies = self._reader.feed(data)
-                self._messages.extend(decode_agent_message(b) for b in bodies)
+                for body in self._reader.feed(data):
+                    self._messages.append(decode_agent_message(body))
             except ProtocolError as exc:
-                raise RunnerError(f"{self._where} sent a message this controller cannot read: {exc.message}") from None
+                # Not a lost connection: asking again would get the same, so it is never retried.
+                # The messages that came before it (log lines) are still delivered first.
+                self._unreadable = RunnerProtocolError(f"{self._where} sent a message this controller cannot "
+                                                       f"read: {_clip(exc.message)}")
 
     async def recv_many(self, timeout: float | None = None) -> list:
         """Every whole message that has arrived (at least one); raises at end of stream."""
@@ -120,20 +130,20 @@ class RunnerSession:
 
     @classmethod
     async def open(cls, host: str, port: int, client_key: asyncssh.SSHKey, pinned_host_key: str | None,
-                   *, timeout: float = CONNECT_TIMEOUT_S, pairing_code: str | None = None) -> "RunnerSession":
-        """Connect and open the request channel. With `pairing_code`, authenticate with
-        the code instead (the connection can then only send Pair)."""
+                   *, timeout: float = CONNECT_TIMEOUT_S, pairing: bool = False) -> "RunnerSession":
+        """Connect and open the request channel. With `pairing`, connect as the pairing
+        user: the runner accepts any key for it while it shows a code, and the
+        connection can then only run pair()."""
         where = f"runner {host}:{port}"
-        known_hosts = None  # first contact: trust on first use, then pinned by the caller
+        known_hosts = None  # first contact: trust on first use (pairing proves the key), then pinned by the caller
         if pinned_host_key:
             known_hosts = ([asyncssh.import_public_key(pinned_host_key)], [], [])
         try:
-            auth = {"password": pairing_code, "preferred_auth": ["password"], "client_keys": None} if pairing_code \
-                else {"client_keys": [client_key], "preferred_auth": ["publickey"]}
             conn = await asyncio.wait_for(asyncssh.connect(
-                host, port, username="lanpool", known_hosts=known_hosts, encryption_algs=ENCRYPTION_ALGS,
-                agent_path=None, config=[], connect_timeout=timeout, keepalive_interval=KEEPALIVE_S,
-                keepalive_count_max=3, **auth,
+                host, port, username=PAIRING_USER if pairing else "lanpool", known_hosts=known_hosts,
+                encryption_algs=ENCRYPTION_ALGS, agent_path=None, agent_forwarding=False, config=[],
+                connect_timeout=timeout, keepalive_interval=KEEPALIVE_S, keepalive_count_max=3,
+                client_keys=[client_key], preferred_auth=["publickey"], password=None, kbdint_auth=False,
             ), timeout + 1)
         except asyncssh.HostKeyNotVerifiable:
             raise HostKeyMismatch(
@@ -141,9 +151,9 @@ class RunnerSession:
                 "reinstalled, `app headless runners remove NAME` and connect again; otherwise someone may be "
                 "impersonating it") from None
         except asyncssh.PermissionDenied:
-            if pairing_code:
-                raise RunnerRefused(f"{where} refused the pairing code: check it with `app agent status` on the "
-                                    "runner (codes expire, and wrong guesses lock pairing for a minute)") from None
+            if pairing:
+                raise RunnerRefused(f"{where} refused to pair: it has no active pairing code (codes expire and are "
+                                    "used once): `app agent pair` on the runner shows a new one") from None
             raise RunnerRefused(
                 f"{where} refused this controller's key: pair with `app headless runners pair NAME CODE` "
                 f"(the code is in `app agent status` on the runner), or run `app agent authorize` there "
@@ -189,8 +199,25 @@ class RunnerSession:
         accepted = await self._request(req, JobAccepted)
         return accepted, await self._control.recv(REPLY_TIMEOUT_S)
 
-    async def pair(self, public_key: str, label: str) -> Paired:
-        return await self._request(Pair(public_key, label), Paired)
+    async def pair(self, code: str, public_key: str, label: str) -> str:
+        """Run the pairing PAKE (protocol/pairing.py) on a pairing connection; returns the
+        runner's name. The runner proves the code first: to one that cannot, this sends
+        nothing more (not even `label`)."""
+        assert self._control is not None
+        pake = ControllerPake(code, public_key, self.host_key)
+        await self._control.send(PairStart(pake.message, host_key_text(public_key)))
+        reply = await self._control.recv(REPLY_TIMEOUT_S)
+        if isinstance(reply, Error):
+            raise RunnerRefused(f"{self.where} refused to pair: {_clip(reply.message)}")
+        if not isinstance(reply, PairReply):
+            raise RunnerError(f"{self.where} replied {type(reply).__name__} to PairStart")
+        try:
+            proof = pake.check_runner(reply.pake, reply.confirm)
+        except PairingFailed:
+            raise RunnerRefused(f"{self.where} could not prove the pairing code: wrong code, or someone in the "
+                                "middle") from None
+        paired = await self._request(PairConfirm(proof, sanitize_label(label)), Paired)
+        return paired.name
 
     async def stop(self, job_id: str, abort: bool, grace_s: float | None) -> JobStatus:
         return await self._request(StopJob(job_id, abort, grace_s), JobStatus)
@@ -234,13 +261,40 @@ class RunnerSession:
         except (OSError, asyncssh.Error) as exc:
             raise RunnerError(f"lost {self.where}: {getattr(exc, 'reason', None) or exc}") from None
 
-    async def download(self, remote: str, local: Path) -> None:
+    async def download(self, remote: str, local: Path, max_bytes: int | None = None) -> int:
+        """Copy the runner's file `remote` to `local` (created, never through a symlink);
+        more than `max_bytes` is refused (RunnerProtocolError) whatever the runner says
+        its size is. Returns the bytes copied."""
+        copied = 0
         try:
             async with self.conn.start_sftp_client() as sftp:
-                await sftp.get(remote, str(local))
+                async with sftp.open(remote, "rb") as src:
+                    fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+                    try:
+                        # Parallel reads, as sftp.get does; unlike it, no size the runner reports is
+                        # trusted (a huge one made sftp.get ask for every block up to it, a small one
+                        # cut the file) and no local symlink is ever made. The reads end at EOF or
+                        # one byte past max_bytes, which refuses the file.
+                        size = max_bytes + 1 if max_bytes is not None else -1
+                        async for offset, data in await src.read_parallel(size, 0):
+                            copied += len(data)
+                            if max_bytes is not None and max(copied, offset + len(data)) > max_bytes:
+                                raise RunnerProtocolError(
+                                    f"{self.where}: {_clip(remote)} is larger than the {max_bytes} bytes "
+                                    "its declared contents take: refused")
+                            os.pwrite(fd, data, offset)
+                    finally:
+                        os.close(fd)
+        except asyncssh.SFTPError as exc:
+            if isinstance(exc, (asyncssh.SFTPConnectionLost, asyncssh.SFTPNoConnection)):
+                raise RunnerError(f"lost {self.where} while downloading {_clip(remote)}") from None
+            # The runner answered (no such file, not a file...): asking again gets the same.
+            raise RunnerProtocolError(f"downloading {_clip(remote)} from {self.where} failed: "
+                                      f"{_clip(exc.reason)}") from None
         except (OSError, asyncssh.Error) as exc:
-            raise RunnerError(f"downloading {remote} from {self.where} failed: "
+            raise RunnerError(f"downloading {_clip(remote)} from {self.where} failed: "
                               f"{getattr(exc, 'reason', None) or exc}") from None
+        return copied
 
     def close(self) -> None:
         self.conn.close()
@@ -251,6 +305,11 @@ class RunnerSession:
     async def __aexit__(self, *exc) -> None:
         self.close()
         await self.conn.wait_closed()
+
+
+def _clip(text: str, limit: int = 300) -> str:
+    """A runner's text in one of our messages: bounded (a frame may hold 16 MB of it)."""
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _error_from(err: Error, where: str) -> Exception:

@@ -32,14 +32,14 @@ class Capacity:
     """One runner as the scheduler sees it."""
 
     name: str
-    usable: bool  # LIVE, paired, no host-key conflict
+    usable: bool  # trusted by the user, LIVE or BUSY, no host-key conflict
     gpus: int
     gpus_free: int
     cpus: int
     cpus_free: int
     memory_mb: int
     memory_free_mb: int
-    why_not: str = ""  # when not usable: OFFLINE, UNPAIRED, conflict
+    why_not: str = ""  # when not usable: offline, unpaired (not trusted: never waited for), conflict
 
     def fits_now(self, need: Need) -> bool:
         return (self.usable and need.gpu <= self.gpus_free and need.cpu <= self.cpus_free
@@ -65,9 +65,11 @@ def place(need: Need, pool: list[Capacity], nodes: int = 1, pinned: str | None =
         pool = [c for c in pool if c.name == pinned]
         if not pool:
             return Decision([], rejected=f"no runner named {pinned!r}")
+        if pool[0].why_not == "unpaired":
+            return Decision([], rejected=f"runner {pinned} is not paired with this controller: {_TRUST_HINT}")
         if nodes > 1:
             return Decision([], rejected="--runner pins one runner; a multi-node job needs several")
-    # Offline runners may come back, so a job waits for them; unpaired or
+    # Offline runners may come back, so a job waits for them; unpaired (untrusted) or
     # conflicting ones will not take jobs until someone acts.
     candidates = [c for c in pool if c.usable or c.why_not == "offline"]
     ever = [c for c in candidates if c.fits_ever(need)]
@@ -79,12 +81,16 @@ def place(need: Need, pool: list[Capacity], nodes: int = 1, pinned: str | None =
     return Decision([], queued=_wait_reason(need, ever, nodes, len(now)))
 
 
+_TRUST_HINT = ("pair one with `app headless runners pair NAME CODE`, or add one with "
+               "`app headless runners add HOST[:PORT]`")
+
+
 def _never_reason(need: Need, pool: list[Capacity], candidates: list[Capacity], nodes: int) -> str:
     if not pool:
         return "no runner is known: start `app agent serve` on a machine and pair it"
     if not candidates:
         states = ", ".join(f"{c.name} {c.why_not}" for c in pool)
-        return f"no runner can take jobs ({states}): pair one with `app headless runners pair NAME CODE`"
+        return f"no runner can take jobs ({states}): {_TRUST_HINT}"
     pool = candidates
     biggest = max(pool, key=lambda c: (c.gpus, c.cpus, c.memory_mb))
     if nodes > 1:

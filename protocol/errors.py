@@ -30,3 +30,9 @@ class ProtocolError(Exception):
         self.code = code
         self.message = message
         self.fatal = fatal
+
+
+def clip(text: str, limit: int = 200) -> str:
+    """`text` cut to `limit` characters: the most of a peer's value an error message echoes,
+    so no reply grows with what was sent (a 16 MB job id gets a short error)."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"

@@ -11,8 +11,8 @@ exit code says only whether the benchmark could run.
     scripts/bench-pool [--agents N] [--repeat K] [--json] [--poll S] [--mdns-watch S] [--batch B] [--keep]
 
 1. spawn -> LIVE: an agent (authorized beforehand) is spawned while an in-process
-   controller browses (app.discovery.Browser) and probes (app.pool.probe) each new
-   advert at once; parts: spawn -> agent.json (listening), -> "mDNS: announced"
+   controller browses (app.discovery.Browser), trusts (as a user adding it would) and
+   probes (app.pool.probe) each new advert at once; parts: spawn -> agent.json (listening), -> "mDNS: announced"
    (agent stdout), -> advert seen by the browser, -> LIVE in the store.
 2. SIGKILL -> OFFLINE: a loop probes every known runner every --poll seconds (what a
    long-running controller does); the same browser is watched for a Removed event.
@@ -212,7 +212,7 @@ class Bench:
     # -- 1 and 2: one long-running in-process controller -----------------------------
 
     async def live_and_dead(self) -> None:
-        from app import pool
+        from app import adverts, pool
         from app.controller import Controller
         from app.discovery import Browser
         from app.home import ControllerHome
@@ -268,7 +268,10 @@ class Bench:
                 return
             seen_at.setdefault(advert.name, now())
             service_of.setdefault(advert.name, advert.service)
-            pool.record_advert(ctl.store, advert)
+            adverts.record_advert(ctl.store, advert)
+            # The user trusts each bench runner as it appears (pairing is measured elsewhere):
+            # found by mDNS alone, a runner is never LIVE (app/pool.py).
+            ctl.store.set_runner(advert.name, trusted=1)
             if advert.name not in live_at and advert.name not in killed_at and advert.name not in probing:
                 probing.add(advert.name)
                 task = asyncio.ensure_future(probe_new(advert.name))

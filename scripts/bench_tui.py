@@ -84,6 +84,14 @@ WORKFLOWS = ["train", "prepare", "eval", "train-2x", "finetune", "sample", "hell
 RUNNERS = [("gpu1", 1), ("gpu2", 2), ("gpu3", 3)]  # ports nothing listens on: they show OFFLINE
 
 
+def _host_key() -> str:
+    """A valid, random ed25519 public key as the store pins it ("ssh-ed25519 BASE64")."""
+    import base64
+
+    blob = b"".join(len(part).to_bytes(4, "big") + part for part in (b"ssh-ed25519", secrets.token_bytes(32)))
+    return "ssh-ed25519 " + base64.b64encode(blob).decode()
+
+
 class LogWriter:
     """Numbers one job's lines (one node, across streams) and cuts them into chunks as the agent does."""
 
@@ -130,8 +138,9 @@ def fill_home(home: Path, runs: int, lines: int, seed: int = 5) -> dict:
     t0 = time.perf_counter()
     props = json.dumps({"gpus": 2, "gpus_free": 2, "gpu_name": "A100", "cpus": 32, "memory_mb": 256000,
                         "executor": "docker"})
-    runner_rows = [(name, "127.0.0.1", port, f"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI{secrets.token_hex(16)}",
-                    "manual", now - 86400 * 200, now - 3600, "OFFLINE", 1, props, None, now - 3600)
+    # Valid ed25519 keys (an unreadable one makes its runner unusable), added by the user: trusted.
+    runner_rows = [(name, "127.0.0.1", port, _host_key(), "manual", now - 86400 * 200, now - 3600, "OFFLINE", 1, props,
+                    None, now - 3600, 1, now - 86400 * 200)
                    for name, port in RUNNERS]
     run_rows, job_rows, event_rows, node_rows, artifact_rows = [], [], [], [], []
     jobs = []  # (job_id, status, nodes), oldest first
@@ -190,7 +199,8 @@ def fill_home(home: Path, runs: int, lines: int, seed: int = 5) -> dict:
         j[1] = "RUNNING"
     conn.execute("BEGIN")
     conn.executemany("INSERT INTO runners (name, host, port, host_key, source, added_at, last_seen, state, paired, "
-                     "props, conflict_key, last_ok) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)", runner_rows)
+                     "props, conflict_key, last_ok, trusted, trusted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                     runner_rows)
     conn.executemany("INSERT INTO runs (name, workflow, project_dir, created_at, tag, variables) VALUES (?,?,?,?,?,?)",
                      run_rows)
     conn.executemany("INSERT INTO jobs (id, run_name, workflow, runner, host, port, status, exit_code, error, "

@@ -205,3 +205,89 @@ def test_app_entry_bad_input_is_one_line(cli, args, fragment):
 def test_app_help_lists_the_tui_first(cli):
     res = cli("--help")
     assert res.returncode == 0 and res.stdout.startswith("usage: app [PATH]")
+
+
+# -- the controller's home, --nodes, option prefixes, variables bash would evaluate ---------
+
+
+def _app(home, *args: str, cwd=None):
+    import subprocess
+    import sys
+
+    from tests.conftest import _env
+
+    return subprocess.run([sys.executable, "-m", "app.cli.main", *args], cwd=cwd, env=_env(home),
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_lanpool_home_that_is_a_file_is_one_line(tmp_path):
+    home = tmp_path / "home-file"
+    home.write_text("not a directory")
+    for verb in (("headless", "status"), ("headless", "key"), ("headless", "runners", "--wait", "0")):
+        _one_line_error(_app(home, *verb), 2, f"LANPOOL_HOME={home} is a file, not a directory",
+                        "point LANPOOL_HOME at a directory")
+    assert home.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize("where", ["file/below", "/proc", "/proc/lanpool-nowhere"])
+def test_lanpool_home_that_cannot_be_written_is_one_line(tmp_path, where):
+    (tmp_path / "file").write_text("x")
+    home = tmp_path / where if not where.startswith("/") else where  # /proc: a directory even root cannot write
+    _one_line_error(_app(home, "headless", "status"), 2, f"LANPOOL_HOME={home} cannot be used",
+                    "point LANPOOL_HOME at a directory")
+
+
+@pytest.mark.parametrize("nodes", ["0", "-1", "many", "100000"])
+def test_nodes_option_below_one_or_not_a_number_is_refused(cli, make_project, nodes):
+    project = make_project("workflows:\n  - name: a\n    commands: [echo a]\n")
+    res = cli("headless", "run", "a", "--nodes", nodes, "--runner", "127.0.0.1:1", cwd=project)
+    _one_line_error(res, 2, "argument --nodes: expects a whole number of runners from 1 to", repr(nodes))
+
+
+@pytest.mark.parametrize(("nodes", "variables", "args"), [
+    ("0", None, ()), ("-2", None, ()), ("$k", "variables:\n  a:\n    k: 0\n", ()),
+    ("$k", "variables:\n  a:\n    k: 2\n", ("--k", "-1")),
+])
+def test_nodes_in_a_workflow_below_one_names_file_and_line(cli, make_project, nodes, variables, args):
+    files = {".lanpool/variables.yaml": variables} if variables else None
+    project = make_project(f"workflows:\n  - name: a\n    nodes: {nodes}\n    commands: [echo a]\n", files=files)
+    res = cli("headless", "run", "a", *args, "--runner", "127.0.0.1:1", cwd=project)
+    _one_line_error(res, 2, "workflows.yaml:3:", "'nodes' must be a whole number from 1 to")
+
+
+def test_option_prefixes_are_not_options(cli, make_project):
+    # `--run` was taken for `--runner` (and `--res` for `--resume`): now they are variables.
+    project = make_project("workflows:\n  - name: a\n    commands: [echo a]\n")
+    res = cli("headless", "run", "a", "--run", "127.0.0.1:1", cwd=project)
+    _one_line_error(res, 2, "unknown variable --run for 'a'")
+    _one_line_error(cli("headless", "status", "--lim", "3"), 2, "unrecognized arguments: --lim")
+    agent = cli("agent", "serve", "--na", "x")  # argparse's own two lines (usage, error) there
+    assert agent.returncode == 2 and "unrecognized arguments: --na" in agent.stderr, agent.stderr
+
+
+ARITH = """
+    workflows:
+      - name: count
+        commands:
+          - echo start
+          - (( $n > 0 )) && echo big
+      - name: label
+        commands:
+          - echo "$(case $mode in fast) echo quick ;; *) echo "$mode" ;; esac)"
+    """
+
+
+def test_a_string_variable_bash_would_evaluate_is_refused_before_running(cli, make_project):
+    project = make_project(ARITH, files={".lanpool/variables.yaml": "variables:\n  count:\n    n: '3'\n"})
+    for verb in ("run", "plan"):
+        res = cli("headless", verb, "count", *(["--runner", "127.0.0.1:1"] if verb == "run" else []), cwd=project)
+        _one_line_error(res, 2, "workflows.yaml:4: workflow 'count': command 2: $n is a string used inside (( ))",
+                        "make n a whole number in variables.yaml (n: 5)")
+
+
+def test_case_inside_command_substitution_runs_a_hostile_value_as_text(agent, cli, make_project):
+    project = make_project(ARITH, files={".lanpool/variables.yaml": "variables:\n  label:\n    mode: fast\n"})
+    res = cli("headless", "run", "label", "--mode", "a; touch pwned", "--runner", agent.address, cwd=project)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "a; touch pwned\n"
+    assert not list(agent.data_dir.rglob("pwned")), "the value ran as a command"

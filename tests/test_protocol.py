@@ -27,8 +27,10 @@ from protocol import (
     JobState,
     JobStatus,
     LogChunk,
-    Pair,
+    PairConfirm,
     Paired,
+    PairReply,
+    PairStart,
     Ping,
     Pong,
     ProtocolError,
@@ -50,6 +52,7 @@ AGENT_SAMPLES = [
               artifacts=[ArtifactFile("model.ckpt", 1234), ArtifactFile("logs/metrics.csv", 0)]),
     JobStatus(job_id="j-2", state="FAILED", exit_code=None, error="could not start: no such file"),
     Error(code=ErrorCode.UNKNOWN_JOB, message="no job j-9", job_id="j-9"),
+    PairReply(pake=b"B" + bytes(32), confirm=bytes(range(32))),
     Paired(name="gpu-box"),
     Pong(nonce=2**40),
 ]
@@ -63,7 +66,8 @@ CLIENT_SAMPLES = [
     StopJob(job_id="j-1"),
     Attach(job_id="j-1", from_seq=100, follow=False),
     GetStatus(job_id="j-1"),
-    Pair(public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ", label="laptop"),
+    PairStart(pake=b"A" + bytes(32), public_key="ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJ"),
+    PairConfirm(confirm=bytes(32), label="laptop"),
     Ping(nonce=7),
 ]
 

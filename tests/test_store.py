@@ -292,11 +292,15 @@ def test_set_and_read_artifacts(store):
 # -- runners --------------------------------------------------------------------------
 
 
-def test_upsert_runner_replaces_by_name_and_by_address(store):
-    store.upsert_runner("a", "10.0.0.1", 22, "key-a")
+def test_upsert_runner_replaces_by_name_never_by_address(store):
+    store.upsert_runner("a", "10.0.0.1", 22, "key-a", trusted=True)
     store.upsert_runner("a", "10.0.0.2", 22, "key-a2")
-    assert store.runner("a")["host"] == "10.0.0.2" and store.runner("a")["host_key"] == "key-a2"
-    store.upsert_runner("b", "10.0.0.2", 22, "key-b")  # same address, new name
-    assert store.runner("a") is None
-    assert [r["name"] for r in store.runners()] == ["b"]
-    assert store.runner_by_address("10.0.0.2", 22)["name"] == "b"
+    row = store.runner("a")
+    assert row["host"] == "10.0.0.2" and row["host_key"] == "key-a2" and row["trusted"] == 1  # trust kept
+    # Same address, new name (an mDNS advert can claim any address): the known runner stays.
+    store.upsert_runner("b", "10.0.0.2", 22, "key-b")
+    assert [r["name"] for r in store.runners()] == ["a", "b"]
+    assert store.runner("a")["host_key"] == "key-a2" and store.runner("b")["trusted"] == 0
+    assert store.runner_by_address("10.0.0.2", 22)["name"] == "a"  # the trusted one first
+    store.set_runner("b", trusted=1)
+    assert store.runner("b")["trusted_at"] is not None

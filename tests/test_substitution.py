@@ -14,7 +14,13 @@ from hypothesis import strategies as st
 
 from app.workflows import Project, WorkflowError, load_workflows
 from app.workflows.resolve import coerce_override, render_value, resolve
-from app.workflows.substitute import UndefinedVariable, substitute_command, substitute_text
+from app.workflows.substitute import (
+    UndefinedVariable,
+    UnsafeVariable,
+    substitute_command,
+    substitute_commands,
+    substitute_text,
+)
 
 BUILTINS = {"run_name": "swift-otter-1", "job_id": "0123abcd"}
 
@@ -355,3 +361,169 @@ def test_variables_as_args_any_value(args_project: Project, i: int):
         _check_args(args_project, i, value)
 
     check()
+
+
+# -- the shell model: case inside $( ), arithmetic, names, here-documents ------------------
+#
+# Generated scripts, really run by bash in an empty directory with hostile values. Two
+# grammars: SAFE placements must never be refused (except a value that would end a
+# here-document) and must never run anything; EVALUATED placements (where bash evaluates
+# a value: arithmetic, names, code) must always be refused for a string variable, with
+# one line that says what to do.
+
+
+HOSTILE = ["a; touch pwned", "x[$(touch pwned)]", "`touch pwned`", "$(touch pwned)", "\ntouch pwned\n",
+           "'; touch pwned; '", '"; touch pwned; "', "a)\ntouch pwned\n(", ";; esac; touch pwned; case x in x)",
+           "}; touch pwned; {", "EOF", "x\nEOF\ntouch pwned", "]] || touch pwned; [[ 1", "1 )) || touch pwned; (( 1",
+           "-v", "a[$(touch pwned)]=1", "\\", "'", '"', ">pwned", "$'\\x27'; touch pwned"]
+VALUES = st.one_of(st.sampled_from(HOSTILE), st.text().filter(lambda s: "\x00" not in s))
+REFS = st.sampled_from(["$v", "${v}", "${{ v }}"])
+
+
+@st.composite
+def _word(draw, depth: int = 0):
+    """One argument whose text comes from the variable, in some quoting or substitution."""
+    ref = draw(REFS)
+    leaf = draw(st.sampled_from([
+        "{r}", '"{r}"', "'{r}'", "$'{r}'", '"a {r} b"', "x{r}.y", '"${{u:-{r}}}"', "${{u:-{r}}}", '"${{w#{r}}}"',
+        '"${{u:-"{r}"}}"',
+    ])).format(r=ref)
+    if depth >= 2 or draw(st.booleans()):
+        return leaf
+    inner = draw(_word(depth + 1))
+    forms = [
+        '"$(printf %s {w})"', "$(printf %s {w})", '"$(case x in x) printf %s {w};; esac)"',
+        '"$(case x in (x) printf %s {w};; *) :;; esac)"', "$(case {w} in *) printf ok;; esac)",
+        '"$(case x in y|x) printf %s {w} ;;\n esac)"', '"$(if true; then printf %s {w}; fi)"',
+        '"$( (printf %s {w}) )"', '"$(x={w}; printf %s "$x")"', '"${u:-$(printf %s {w})}"',
+    ]
+    if "`" not in inner:
+        forms += ['"`printf %s {w}`"', "`printf %s {w}`"]
+    return draw(st.sampled_from(forms)).replace("{w}", inner)
+
+
+@st.composite
+def _safe_line(draw):
+    word, ref = draw(_word()), draw(REFS)
+    return draw(st.sampled_from([
+        "printf '%s\\n' {w}", "printf '%s\\n' {w} # {r} $(touch pwned)", "[[ {w} == y ]] || printf '%s\\n' {w}",
+        "case {w} in *) printf '%s\\n' {w};; esac", "x={w}; printf '%s\\n' \"$x\"", "export X={w}",
+        "cat <<EOF\n{r} {w}\nEOF", "cat <<'EOF'\n{r} $(touch pwned)\nEOF", "cat <<-EOF\n\t{r}\n\tEOF",
+        "read -r y <<< {w}; printf '%s\\n' \"$y\"", "[ {w} = y ] || printf '%s\\n' {w}",
+        "printf '%s\\n' \\{r} '\\{r}'", "bash -c 'printf \"%s\\n\" \"$1\"' _ {w}",
+        "python3 -S -c 'import sys; print(sys.argv[1])' {w}", "arr=( {w} x ); printf '%s\\n' \"${arr[@]}\"",
+        "f() { printf '%s\\n' \"$1\"; }; f {w}", "cat <(printf '%s\\n' {w}) | cat", "[[ {w} =~ x ]] || :",
+        "if [ -n {w} ]; then printf '%s\\n' {w}; fi",
+        "cat <<EOF\n{r}\\\nx\nEO\\\nF\nprintf '%s\\n' {w}", "printf '%s\\n' \"$( # ) {r}\n printf %s {w})\"",
+    ])).replace("{w}", word).replace("{r}", ref)
+
+
+@st.composite
+def _evaluated_line(draw):
+    word, ref = draw(_word()), draw(REFS)
+    return draw(st.sampled_from([
+        "echo $(( {r} + 1 ))", "(( {r} ))", "[[ {r} -gt 0 ]]", "[[ {w} -gt 0 ]]", "[[ 1 -eq 1 && {w} == x ]]",
+        "let y={r}", "a[{r}]=1", "echo ${a[{r}]}", '"${a[{w}]}"', "declare -i y={r}", "declare -i y; y={w}",
+        "y={w}; (( y ))", "for y in {w}; do (( y )); done", "echo $[{r}]", 'echo "${s:{r}}"',
+        "echo $(( $(printf %s {w}) ))", "for ((i={r}; i<1; i++)); do :; done", "read {w} <<< x",
+        "printf -v {w} x", "[[ -v {w} ]]", "test -v {w}", 'eval "echo {r}"', "bash -c 'echo {r}'",
+        "unset {w}", "declare -n y={w}", 'declare "{r}=1"', "echo `echo \\`echo {r}\\``",
+        "[[ ( {w} -gt 0 ) ]]", 'timeout 5 bash -c "echo {r}"', "find . -maxdepth 0 -exec sh -c 'echo {r}' \\;",
+        'python3 -c "print(\'{r}\')"', "y={w}; let 'z = y + 1'", 'export Y={w}; [[ Y -lt 1 ]]',
+    ])).replace("{w}", word).replace("{r}", ref)
+
+
+def _run_script(lines: list[str], value: str, cwd: Path, ints: tuple[str, ...] = ()) -> str | None:
+    """Runs the substituted script; returns the refusal's message instead if refused."""
+    try:
+        commands = substitute_commands(lines, {"v": value}, ints=ints)
+    except UnsafeVariable as exc:
+        assert "\n" not in exc.message and "$v" in exc.message, exc.message
+        return exc.message
+    out, err = _run("\n".join(commands), cwd)
+    assert "command not found" not in err and "pwned" not in os.listdir(cwd), (lines, value, commands, err)
+    assert list(cwd.iterdir()) == [], (lines, value, commands)
+    return None
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=st.lists(_safe_line(), min_size=1, max_size=3), value=VALUES)
+def test_generated_scripts_never_run_a_value(scratch: Path, lines, value):
+    refused = _run_script(lines, value, scratch)
+    # Only a value that would end a here-document is refused here: these placements are inert.
+    assert refused is None or ("here-document" in refused and "EOF" in value), (lines, value, refused)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(safe=st.lists(_safe_line(), max_size=2), evaluated=_evaluated_line(), value=VALUES, at=st.integers(0, 2))
+def test_a_string_where_bash_evaluates_it_is_refused(scratch: Path, safe, evaluated, value, at):
+    lines = [*safe[:at], evaluated, *safe[at:]]
+    assert _run_script(lines, value, scratch) is not None, (lines, value)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(line=st.sampled_from(["echo $(( $v + 1 ))", "(( $v > -10 )) && echo y", "[[ $v -gt -10 ]] && echo y",
+                             "a[$v+10]=1; echo ${a[$v+10]}", "declare -i y=$v; echo $y", "let y=$v+1; echo $y",
+                             'printf "%s\\n" "${s:$v:1}"', "y=$v; echo $(( y ))"]),
+       value=st.integers(-9, 10**6))
+def test_a_whole_number_may_stand_in_arithmetic(scratch: Path, line, value):
+    assert _run_script([line], str(value), scratch, ints=("v",)) is None
+
+
+# -- through resolve: types decide, errors name the file and line ---------------------------
+
+ARITH_WORKFLOWS = """\
+workflows:
+  - name: count
+    commands:
+      - echo start
+      - if [[ $n -gt 0 ]]; then echo "$(( $n * 2 ))"; fi
+  - name: label
+    commands:
+      - echo "$(case $mode in fast) echo quick ;; *) echo $mode ;; esac)"
+"""
+
+
+def test_a_string_variable_in_arithmetic_is_refused_with_file_and_line(tmp_path: Path):
+    project = _project(tmp_path / "p", ARITH_WORKFLOWS, "variables:\n  count:\n    n: '3'\n")
+    with pytest.raises(WorkflowError) as exc:
+        resolve(project, "count", {}, BUILTINS)
+    message = str(exc.value)
+    assert "\n" not in message
+    assert message.startswith(f"{project.workflows_file}:3: workflow 'count': command 2: $n is a string"), message
+    assert "whole number in variables.yaml (n: 5)" in message
+
+
+def test_a_whole_number_variable_in_arithmetic_runs(tmp_path: Path):
+    project = _project(tmp_path / "p", ARITH_WORKFLOWS, "variables:\n  count:\n    n: 3\n")
+    job = resolve(project, "count", {"n": "21"}, BUILTINS)
+    assert _bash("\n".join(job.commands), tmp_path) == "start\n42\n"
+    with pytest.raises(WorkflowError):  # the override is checked against the default's type first
+        resolve(project, "count", {"n": "x[$(touch pwned)]"}, BUILTINS)
+
+
+def test_case_inside_command_substitution_keeps_a_value_inert(tmp_path: Path):
+    project = _project(tmp_path / "p", ARITH_WORKFLOWS, "variables:\n  label:\n    mode: fast\n")
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    job = resolve(project, "label", {"mode": "a; touch pwned"}, BUILTINS)
+    assert _bash(job.commands[0], cwd) == "a; touch pwned\n"
+    assert list(cwd.iterdir()) == []
+
+
+def test_a_string_copied_into_env_that_arithmetic_reads_is_refused(tmp_path: Path):
+    workflows = """\
+workflows:
+  - name: loop
+    env:
+      STEPS: $steps
+    commands:
+      - for ((i = 0; i < STEPS; i++)); do echo $i; done
+"""
+    project = _project(tmp_path / "p", workflows, "variables:\n  loop:\n    steps: '2'\n")
+    with pytest.raises(WorkflowError) as exc:
+        resolve(project, "loop", {}, BUILTINS)
+    assert "$steps is a string copied into env STEPS, which arithmetic in the commands reads" in str(exc.value)
+    project = _project(tmp_path / "q", workflows, "variables:\n  loop:\n    steps: 2\n")
+    job = resolve(project, "loop", {}, BUILTINS)
+    assert job.env == {"STEPS": "2"}

@@ -198,8 +198,7 @@ async def known_runner(agent) -> None:
     """The runner as `app headless runners add` leaves it: pinned and checked, before the TUI starts."""
     ctl = Controller()
     try:
-        async with await ctl.connect(agent.host, agent.port) as session:
-            name = session.hello.name
+        name = await ctl.add_runner(agent.host, agent.port)  # trusted: accepting our key is not enough
         assert await probe(ctl, ctl.store.runner(name)) == "LIVE"
     finally:
         ctl.close()
@@ -249,17 +248,22 @@ async def test_runner_added_by_address_is_live(agent, project):
 
 
 @pilot_test
-async def test_runner_found_by_mdns_is_live(tmp_path, controller_home, project):
+async def test_runner_found_by_mdns_is_unpaired_until_added(tmp_path, controller_home, project):
     # A name of its own: other agents may be announcing on this machine's loopback too.
     name = f"tui-mdns-{secrets.token_hex(3)}"
+    # It accepts our key; that alone does not make it a runner of ours.
     a = start_agent(tmp_path / "mdns-agent", controller_home, name=name, extra_args=("--executor", "process"))
     try:
         app = tui(project, discover=True)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("2")
-            await wait_until(pilot, lambda: rows(app, "runners-table").get(name, {}).get("state") == "LIVE",
-                             f"{name} discovered over mDNS and LIVE", timeout=30)
+            await wait_until(pilot, lambda: rows(app, "runners-table").get(name, {}).get("state") == "UNPAIRED",
+                             f"{name} discovered over mDNS and UNPAIRED", timeout=30)
+            await pilot.pause(2.5)  # probed again (every 1 s here): accepting our key does not make it LIVE
+            assert rows(app, "runners-table")[name]["state"] == "UNPAIRED"
+            await add_runner(pilot, a.address)  # the user's act
             row = rows(app, "runners-table")[name]
+            assert row["state"] == "LIVE"
             assert row["source"] == "mdns" and row["address"] == a.address and row["executor"] == "process"
     finally:
         a.stop()
@@ -281,7 +285,7 @@ async def test_pair_with_wrong_code_is_a_notification_then_right_code_pairs(tmp_
             await pilot.press("enter")
             await wait_until(pilot, lambda: any(sev == "error" for _, sev in notes(app)), "an error notification")
             [message] = [m for m, sev in notes(app) if sev == "error"]
-            assert "refused the pairing code" in message
+            assert "could not prove the pairing code" in message
             assert app.is_running and not isinstance(app.screen, FormDialog)
             assert app.ctl.store.runner("fresh-runner") is None
 
@@ -491,7 +495,10 @@ async def test_stop_and_abort_ask_first(agent, project, key, status):
         await pilot.press("y")
         await wait_status(pilot, job_id, status)
         assert app.ctl.store.job(job_id).status == status
-        assert (f"job {job_id}: {status}", "information") in notes(app)  # what the stop worker saw
+        # What the stop worker saw. The job's own follower may record the end (and the table
+        # show it) a moment before the worker's follow returns: wait for the worker.
+        await wait_until(pilot, lambda: (f"job {job_id}: {status}", "information") in notes(app),
+                         "the stop worker's outcome")
         if status == "STOPPED":
             await wait_until(pilot, lambda: "got TERM" in log_texts(app), "the job's TERM trap in the log")
         await pilot.press(key)  # an ended job is not stopped twice

@@ -4,6 +4,8 @@ the same screens on every machine. After a deliberate change to the look:
 `pytest tests/test_tui_snapshots.py --snapshot-update`, then look at the SVGs in
 tests/__snapshots__/test_tui_snapshots/ before committing them."""
 
+import base64
+import hashlib
 import json
 from pathlib import Path
 
@@ -23,11 +25,19 @@ PROJECT = Path("tests/data/tui_project")
 DONE_JOB = "a1b2c3d4e5f6"  # the job the Logs, Metrics and Artifacts screens show (third row)
 
 
+def _host_key(name: str) -> str:
+    """A valid ed25519 public key, the same on every machine (an unreadable one shows UNPAIRED)."""
+    blob = b"".join(len(part).to_bytes(4, "big") + part
+                    for part in (b"ssh-ed25519", hashlib.sha256(name.encode()).digest()))
+    return "ssh-ed25519 " + base64.b64encode(blob).decode()
+
+
 def _runner(store, name: str, address: str, source: str, state: str, props: dict, last_seen: float) -> None:
     host, port = address.split(":")
-    store.upsert_runner(name, host, int(port), f"ssh-ed25519 AAAA{name}", source=source)
-    store.set_runner(name, state=state, paired=int(state != "UNPAIRED"), props=json.dumps(props),
-                     last_seen=last_seen)
+    store.upsert_runner(name, host, int(port), _host_key(name), source=source)
+    # Trusted (paired or added) unless shown UNPAIRED: found by mDNS is not enough (app/pool.py).
+    store.set_runner(name, state=state, paired=int(state != "UNPAIRED"), trusted=int(state != "UNPAIRED"),
+                     trusted_at=NOW - 86400, props=json.dumps(props), last_seen=last_seen)
 
 
 def _job(store, job_id: str, run: str, workflow: str, runner: str, status: str, submitted: float,

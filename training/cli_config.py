@@ -69,6 +69,7 @@ def config_from_args(config_cls: type[T], args: argparse.Namespace) -> T:
 
 
 def parse_config(config_cls: type[T], argv: list[str] | None, prog: str, description: str) -> T:
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    # No prefixes: `--lr` must not stand for `--lr-warmup` when a workflow passes its variables.
+    parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False)
     add_config_arguments(parser, config_cls)
     return config_from_args(config_cls, parser.parse_args(argv))

@@ -16,16 +16,35 @@ from app import pool
 from app.cli import render
 from app.controller import Controller, parse_address
 from app.errors import ExitCode, LanpoolError, UsageError
-from app.store import JobRow
+from app.store import ARTIFACTS_REFUSED, JobRow
+from app.terminal_text import safe_text
 from app.planning import known_variables
 from app.workflows import Project, find_project
+from app.workflows.loader import MAX_NODES
 from protocol import JobState
 from app.workflows.resolve import render_value
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs) -> None:
+        # No prefixes: `--run 3` would otherwise match `--runner` and `--res` `--resume`,
+        # swallowing what `run` keeps as workflow variables.
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str):  # one line, exit 2, like every other usage error
         self.exit(ExitCode.USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _node_count(text: str) -> int:
+    """`--nodes N`: how many runners, 1 to MAX_NODES (0 or less used to mean one node, silently)."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_NODES:
+        raise argparse.ArgumentTypeError(f"expects a whole number of runners from 1 to {MAX_NODES}, not {text[:40]!r}")
+    return count
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -35,9 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", add_help=False, help="run a workflow on a runner, streaming its logs",
                          usage="app headless run [WORKFLOW] [--VARIABLE VALUE ...] [options]")
     run.add_argument("workflow", nargs="?", help="workflow name (omit to list the workflows)")
-    run.add_argument("--runner", help="runner NAME or HOST[:PORT] (default: the only known runner)")
+    run.add_argument("--runner", help="a paired or added runner's NAME, or HOST[:PORT]: an address trusts and pins "
+                                      "what answers there, like `runners add` (default: the best-fitting trusted runner)")
     run.add_argument("-d", "--detach", action="store_true", help="submit and return; follow later with `logs -f`")
-    run.add_argument("--nodes", type=int, default=None, help="run the workflow on N runners at once (multi-node DDP)")
+    run.add_argument("--nodes", type=_node_count, default=None,
+                     help="run the workflow on N runners at once (multi-node DDP), N >= 1")
     run.add_argument("--resume", metavar="RUN|JOB", help="resume from that job's checkpoint (placed on every node)")
     _plan_options(run)
 
@@ -55,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("ref", metavar="RUN|JOB")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     logs.add_argument("--node", type=int, default=None, help="only this node's lines (multi-node jobs)")
+    logs.add_argument("--raw", action="store_true",
+                      help="the bytes as the job wrote them, escape sequences included (by default a terminal "
+                           "gets them neutralised; a file or pipe always gets the bytes)")
 
     stop = sub.add_parser("stop", help="stop a run or job: SIGTERM, then SIGKILL after a grace period")
     stop.add_argument("ref", metavar="RUN|JOB")
@@ -75,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     runners.add_argument("--json", action="store_true")
     runners.add_argument("--wait", type=float, default=1.5, help="seconds to browse mDNS (0: only check known ones)")
     runners_sub = runners.add_subparsers(dest="runners_verb", metavar="VERB", parser_class=_Parser)
-    add = runners_sub.add_parser("add", help="add a runner by address (where multicast is blocked)")
+    add = runners_sub.add_parser("add", help="trust the runner at this address, pinning its host key")
     add.add_argument("address", metavar="HOST[:PORT]")
     rm = runners_sub.add_parser("remove", help="forget a runner (and its pinned host key)")
     rm.add_argument("name")
@@ -143,7 +167,7 @@ def main(argv: list[str]) -> int:
         ctl = Controller()
         return int(asyncio.run(handler(ctl, args)))
     except LanpoolError as exc:
-        print(f"app: error: {exc.message}", file=sys.stderr)
+        print(f"app: error: {safe_text(exc.message)}", file=sys.stderr)  # may quote a runner's text
         return int(exc.exit_code)
     except BrokenPipeError:  # `app headless ... | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -206,7 +230,8 @@ async def _run(ctl: Controller, args) -> int:
             _say(f"detached: `app headless logs -f {sub.run_name}` follows it, `app headless stop {sub.run_name}` stops it")
 
     try:
-        outcome = await ctl.run(project, args.workflow, args.runner, args.overrides, sink=_print_log, say=_say,
+        outcome = await ctl.run(project, args.workflow, args.runner, args.overrides, sink=render.LogPrinter(),
+                                say=_say,
                                 on_submitted=announce, follow=not args.detach, no_cache=args.no_cache,
                                 reuse=args.reuse, tag=args.tag, nodes=args.nodes, resume=args.resume)
     except LanpoolError as exc:
@@ -221,6 +246,8 @@ async def _run(ctl: Controller, args) -> int:
         _say(f"run {outcome.run_name}: every job reused; nothing ran")
         return ExitCode.OK
     _say(_summary(ctl, job))
+    if job.artifacts_pulled == ARTIFACTS_REFUSED and not job.exit_code:  # it exited 0, but what it made was refused
+        return ExitCode.FAILED
     return job.exit_code if job.exit_code is not None else ExitCode.FAILED
 
 
@@ -270,9 +297,10 @@ async def _logs(ctl: Controller, args) -> int:
     jobs = ctl.store.resolve_jobs(args.ref)
     if args.node is not None and len(jobs) > 1:  # a run's jobs: those that have that node
         jobs = [j for j in jobs if ctl.node_count(j.id) > args.node] or jobs[-1:]
+    printer = render.LogPrinter(raw=args.raw)
     for job in jobs:
         try:
-            await ctl.follow(job.id, _print_log, follow=args.follow, say=_say, node=args.node)
+            await ctl.follow(job.id, printer, follow=args.follow, say=_say, node=args.node)
         except LanpoolError as exc:
             if args.follow or isinstance(exc, UsageError):
                 raise
@@ -323,11 +351,13 @@ async def _runners(ctl: Controller, args) -> int:
         return ExitCode.OK
     if args.runners_verb == "add":
         host, port = parse_address(args.address, ctl.DEFAULT_PORT)
-        async with await ctl.connect(host, port) as session:
-            name = session.hello.name
-        _say(f"added runner {name} at {host}:{port}")
+        name = await ctl.add_runner(host, port)
+        _say(f"added runner {name} at {host}:{port}: its host key is pinned and it takes jobs from now on")
         return ExitCode.OK
     views = await pool.refresh_pool(ctl, wait_s=max(0.0, args.wait))
+    for view in views:
+        if view.problem:  # one line each; the other runners are listed as usual
+            _say(f"app: {view.problem}")
     if args.json:
         print(json.dumps([v.to_json() for v in views], indent=2))
     elif not views:
@@ -370,16 +400,9 @@ _HANDLERS = {"run": _run, "plan": _plan, "status": _status, "logs": _logs, "stop
 # -- output helpers ----------------------------------------------------------------
 
 
-def _print_log(job_id: str, stream: str, data: bytes) -> None:
-    if stream == "met":  # metrics travel with the log; `app headless metrics` shows them
-        return
-    out = sys.stdout.buffer if stream == "out" else sys.stderr.buffer
-    out.write(data)
-    out.flush()
-
-
 def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
+    # Our own lines, but they quote runners and jobs (names, errors): never a control sequence.
+    print(safe_text(text), file=sys.stderr, flush=True)
 
 
 def _status_text(job: JobRow, runner_state: str | None = None) -> str:

@@ -95,8 +95,24 @@ def _m005_stream_index(db: "sqlite_utils.Database") -> None:
     db.execute("CREATE INDEX log_chunks_stream ON log_chunks (job_id, node, stream, seq)")
 
 
+def _m006_trust(db: "sqlite_utils.Database") -> None:
+    # Trust is this controller's own record (app/pool.py): a runner gets jobs only after the
+    # user paired it, added it by address or named it with `--runner HOST:PORT`. Accepting our
+    # key proves nothing, so "paired" (it accepts us) is no longer enough.
+    runners = db["runners"]
+    runners.add_column("trusted", int)  # 1: paired, added or named by address by the user
+    runners.add_column("trusted_at", float)
+    runners.add_column("conflict_service", str)  # the mDNS service that claimed the name with conflict_key
+    runners.add_column("conflict_seen", float)  # last time that claim was heard: it lasts only while heard
+    # Rows added by address (`runners add`, `--runner HOST:PORT`, pairing by address) were the
+    # user's own acts. Runners found by mDNS cannot be told apart from a hostile peer that
+    # accepted every key: they are paired (or added) again.
+    db.execute("UPDATE runners SET trusted = 1, trusted_at = added_at WHERE source = 'manual'")
+    db.execute("UPDATE runners SET trusted = 0 WHERE trusted IS NULL")
+
+
 MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [_m001_initial, _m002_cache, _m003_pool, _m004_nodes,
-                                                             _m005_stream_index]
+                                                             _m005_stream_index, _m006_trust]
 
 
 def migrate(conn: sqlite3.Connection) -> None:

@@ -76,17 +76,24 @@ class Store:
         return rows[0] if rows else None
 
     def runner_by_address(self, host: str, port: int) -> dict | None:
-        rows = self._dicts("SELECT * FROM runners WHERE host = ? AND port = ?", (host, port))
+        """The runner at an address, a trusted one first: an advert may put another name there."""
+        rows = self._dicts("SELECT * FROM runners WHERE host = ? AND port = ? "
+                           "ORDER BY COALESCE(trusted, 0) DESC, added_at LIMIT 1", (host, port))
         return rows[0] if rows else None
 
     def runners(self) -> list[dict]:
         return self._dicts("SELECT * FROM runners ORDER BY name")
 
     def set_runner(self, name: str, **fields) -> None:
-        """Update runner columns (state, paired, props, conflict_key, last_ok, last_seen, host, port)."""
-        allowed = {"state", "paired", "props", "conflict_key", "last_ok", "last_seen", "host", "port", "host_key",
-                   "source"}
+        """Update runner columns (state, paired, trusted, props, conflict_*, last_ok, last_seen, host, port).
+
+        `trusted=1` is the user's act (pairing, `runners add`, `--runner HOST:PORT`): it also
+        records when, unless `trusted_at` is given."""
+        allowed = {"state", "paired", "props", "conflict_key", "conflict_service", "conflict_seen", "last_ok",
+                   "last_seen", "host", "port", "host_key", "source", "trusted", "trusted_at"}
         assert set(fields) <= allowed, fields  # column names are code, never input
+        if fields.get("trusted") and "trusted_at" not in fields:
+            fields["trusted_at"] = time.time()
         with atomic(self.conn):
             assignments = ", ".join(f"{c} = ?" for c in fields)
             self.conn.execute(f"UPDATE runners SET {assignments} WHERE name = ?", (*fields.values(), name))
@@ -105,17 +112,23 @@ class Store:
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row)) for row in cur]
 
-    def upsert_runner(self, name: str, host: str, port: int, host_key: str, source: str = "manual") -> None:
+    def upsert_runner(self, name: str, host: str, port: int, host_key: str, source: str = "manual",
+                      trusted: bool | None = None) -> None:
+        """Add a runner, or set a known one's address and key (callers check the key first).
+
+        Another runner at the same address is left alone: an mDNS advert can put any name
+        anywhere, and must never delete a pinned runner (app/adverts.py)."""
         now = time.time()
+        trust = None if trusted is None else int(trusted)
         with atomic(self.conn):
-            # A name now served from another address replaces the old entry.
-            self.conn.execute("DELETE FROM runners WHERE host = ? AND port = ? AND name != ?", (host, port, name))
             self.conn.execute(
-                """INSERT INTO runners (name, host, port, host_key, source, added_at, last_seen)
-                   VALUES (?, ?, ?, ?, ?, ?, ?)
+                """INSERT INTO runners (name, host, port, host_key, source, added_at, last_seen, trusted, trusted_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, COALESCE(?, 0), CASE WHEN ? = 1 THEN ? END)
                    ON CONFLICT(name) DO UPDATE SET host=excluded.host, port=excluded.port,
-                     host_key=excluded.host_key, last_seen=excluded.last_seen""",
-                (name, host, port, host_key, source, now, now),
+                     host_key=excluded.host_key, last_seen=excluded.last_seen,
+                     trusted=COALESCE(?, trusted),
+                     trusted_at=CASE WHEN ? = 1 THEN excluded.trusted_at ELSE trusted_at END""",
+                (name, host, port, host_key, source, now, now, trust, trust, now, trust, trust),
             )
 
     # -- runs and jobs -------------------------------------------------------------
@@ -198,6 +211,10 @@ class Store:
             old = self.conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if old is None:
                 raise NotFoundError(f"no job {job_id}")
+            if JobState(old[0]).is_terminal() and not JobState(str(status)).is_terminal():
+                # An end, once recorded, stands: a late "still running" (a stop's immediate reply,
+                # another controller's refresh) never revives a job. Checked inside the transaction.
+                return
             assert all(f in _JOB_FIELDS for f in fields), fields  # column names are code, never input
             cols = {"status": str(status), **fields}
             assignments = ", ".join(f"{c} = ?" for c in cols)
@@ -364,10 +381,19 @@ class Store:
                                   [(job_id, p, s) for p, s in files])
             self.conn.execute("UPDATE jobs SET artifacts_pulled = 1 WHERE id = ?", (job_id,))
 
+    def refuse_artifacts(self, job_id: str) -> None:
+        """The job's artifacts came back and were refused (app/artifact_files.py): none
+        are listed, and `artifacts_pulled` says so, so nothing asks for them again. The
+        reason is recorded with the job's status."""
+        with atomic(self.conn):
+            self.conn.execute("DELETE FROM artifacts WHERE job_id = ?", (job_id,))
+            self.conn.execute("UPDATE jobs SET artifacts_pulled = ? WHERE id = ?", (ARTIFACTS_REFUSED, job_id))
+
     def artifacts(self, job_id: str) -> list[tuple[str, int]]:
         return self.conn.execute("SELECT path, size FROM artifacts WHERE job_id = ? ORDER BY path", (job_id,)).fetchall()
 
 
+ARTIFACTS_REFUSED = -1  # jobs.artifacts_pulled: 0 not yet, 1 pulled, -1 refused
 _JOB_FIELDS = frozenset(JobRow.__dataclass_fields__)
 _JOB_COLS = ("id, run_name, workflow, runner, host, port, status, exit_code, error, submitted_at, started_at, "
              "finished_at, artifacts_archive, artifacts_pulled, spec, synced")

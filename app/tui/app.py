@@ -620,8 +620,7 @@ class LanpoolApp(App):
         from app.controller import parse_address
 
         host, port = parse_address(address, Controller.DEFAULT_PORT)
-        async with await self.ctl.connect(host, port) as session:
-            name = session.hello.name
+        name = await self.ctl.add_runner(host, port)  # the user's act: trusted from now on
         await self.feeds.check_runners()
         self.notify(f"added runner {name} at {host}:{port}")
         self.show_runners()

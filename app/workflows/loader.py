@@ -17,6 +17,7 @@ WORKFLOW_KEYS = (
 RESOURCE_KEYS = ("gpu", "cpu", "memory", "shm_size", "interruptible")
 GPU_KEYS = ("count", "name", "memory")
 BUILTINS = ("run_name", "job_id", "variables_as_args")
+MAX_NODES = 1024  # a gang larger than any LAN: a typo, not a plan
 
 
 class _Map(dict):
@@ -246,8 +247,8 @@ def _parse_nodes(item: dict, err) -> int | str:
     nodes = item.get("nodes", 1)
     if isinstance(nodes, str) and "$" in nodes:
         return nodes
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
-        raise err(f"'nodes' must be a whole number >= 1, not {nodes!r}", "nodes")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or not 1 <= nodes <= MAX_NODES:
+        raise err(f"'nodes' must be a whole number from 1 to {MAX_NODES}, not {repr(nodes)[:40]}", "nodes")
     return nodes
 
 

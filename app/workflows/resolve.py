@@ -3,14 +3,15 @@
 import shlex
 from dataclasses import dataclass, field
 
-from app.workflows.loader import check_artifact_path
+from app.workflows.loader import MAX_NODES, check_artifact_path
 from app.workflows.model import Project, Scalar, Workflow, WorkflowError
 from app.workflows.resources import normalize_resources
 from app.workflows.substitute import (
     UndefinedVariable,
+    UnsafeVariable,
     escape_word,
     names_referenced,
-    substitute_command,
+    substitute_commands,
     substitute_text,
 )
 
@@ -82,9 +83,14 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         return WorkflowError(f"workflow {wf.name!r}: {message}", wf.file, wf.line_of(key))
 
     try:
-        # In commands, $variables_as_args is shell text we built (already escaped).
-        command_values = {**values, **builtins}
-        commands = [_command(c, command_values, as_args) for c in _commands_of(wf)]
+        # In commands, $variables_as_args is shell text we built (already escaped). The
+        # lines are one script to bash, so they are read as one: a quote or a here-document
+        # may span lines. Whole numbers (checked by coerce_override) may go where bash
+        # evaluates a value; strings may not.
+        ints = {k for k, v in typed.items() if isinstance(v, int) and not isinstance(v, bool)}
+        env_copies = {k: min(names) for k, v in wf.env.items() if (names := names_referenced(v) & set(typed) - ints)}
+        commands = substitute_commands(_commands_of(wf), {**values, **builtins}, {"variables_as_args": as_args}, ints,
+                                       env_copies)
         env = {k: substitute_text(v, text_values) for k, v in wf.env.items()}
         artifacts, artifacts_all = [], []
         for spec in wf.artifacts:
@@ -97,12 +103,16 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         resume_from = substitute_text(wf.resume_from, text_values).strip()
     except UndefinedVariable as exc:
         raise err(f"uses variable {exc.name!r}, which is never defined", "commands") from None
+    except UnsafeVariable as exc:
+        if wf.provider == "python":
+            raise err(f"in 'args': {exc.message}", "args") from None
+        raise err(f"command {exc.line + 1}: {exc.message}", "commands") from None
     try:
         resources = normalize_resources(raw_resources)
     except ValueError as exc:
         raise err(str(exc), "resources") from None
-    if not nodes_text.isdigit() or int(nodes_text) < 1:
-        raise err(f"'nodes' must be a whole number >= 1, not {nodes_text!r}", "nodes")
+    if not (nodes_text.isascii() and nodes_text.isdigit()) or not 1 <= int(nodes_text) <= MAX_NODES:
+        raise err(f"'nodes' must be a whole number from 1 to {MAX_NODES}, not {nodes_text[:40]!r}", "nodes")
     if any(c.isspace() for c in resume_from):
         raise err(f"'resume-from' must be one run name, job id or WORKFLOW:TAG, not {resume_from!r}", "resume-from")
     if wf.provider == "python" and not image:
@@ -151,10 +161,6 @@ def _quote_literal(arg: str) -> str:
     if "$" not in arg:
         return shlex.quote(arg)
     return '"' + arg.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
-
-
-def _command(template: str, values: dict[str, str], as_args: str) -> str:
-    return substitute_command(template, values, {"variables_as_args": as_args})
 
 
 def _sub_any(value, values: dict[str, str]):

@@ -3,18 +3,33 @@
 Syntaxes: `$name`, `${name}` and `${{ name }}` (also `${{ variables.name }}`).
 A `$name` or `${name}` that names no variable is left for the shell ($HOME,
 $PATH); a `${{ name }}` that names none is an error, since it can only have
-meant a variable.
+meant a variable. In commands, a reference bash would not expand (`\\$name`,
+or in a comment) is left as written.
 
 In commands, a value is escaped for the quoting context it lands in, found by
-a small shell lexer (unquoted, "double", 'single', $'...', $(...), `...`,
-comments), so `$(touch x)` and `'; rm -rf ~'` come out as text. The lexer does
-not model nested backticks or heredoc bodies; a variable inside
-those is escaped for the enclosing context, which is not guaranteed inert:
-write such commands with $(...) instead.
+shell_model's reading of the whole script (quotes, $(...), `...`, ${...},
+case, here-documents), so `$(touch x)` and `'; rm -rf ~'` come out as text.
+Where bash *evaluates* a value (arithmetic, [[ -gt ]], array subscripts,
+variable names, eval), no quoting helps: a string variable there is refused
+with what to do, and only a whole-number variable may stand there.
+
+Also refused: a string copied into a shell variable (or an `env:` entry) that
+arithmetic in the commands reads, one copy deep. Limits: the value is inert
+where the template places it and in what bash itself does with it; a program
+that reads it as code (awk, sed's `e`, a script that evals its argument, a
+shell variable copied twice) is beyond this model, as are shells other than
+bash (small images run the script with `sh`: dash has fewer of bash's sinks,
+but reads `$'...'` differently). Nested backquotes are refused, not modelled.
 """
 
 import re
-from collections.abc import Callable, Mapping
+from bisect import bisect_right
+from collections.abc import Callable, Collection, Mapping
+from itertools import accumulate
+
+from app.workflows.shell_heredocs import HereDoc, line_ending_early
+from app.workflows.shell_model import scan
+from app.workflows.shell_sinks import Placement
 
 _VAR = re.compile(
     r"\$\{\{\s*(?:variables\.)?(?P<t>[A-Za-z_][A-Za-z0-9_]*)\s*\}\}"  # ${{ name }}
@@ -22,12 +37,25 @@ _VAR = re.compile(
     r"|\$(?P<p>[A-Za-z_][A-Za-z0-9_]*)"  # $name
 )
 _SAFE = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./,:=+@%^")
+_INT = re.compile(r"-?[0-9]+")
 
 
 class UndefinedVariable(Exception):
     def __init__(self, name: str) -> None:
         super().__init__(name)
         self.name = name
+
+
+class UnsafeVariable(Exception):
+    """A variable placed where its value would not be inert; `line`: the index of the command."""
+
+    def __init__(self, name: str, message: str, line: int) -> None:
+        super().__init__(message)
+        self.name, self.message, self.line = name, message, line
+
+
+class _Refused(Exception):
+    pass
 
 
 def variable_names_used(text: str) -> set[str]:
@@ -45,25 +73,69 @@ def substitute_text(text: str, values: Mapping[str, str]) -> str:
     return _VAR.sub(lambda m: _lookup(m, values, lambda v, _ctx: v), text)
 
 
-def substitute_command(command: str, values: Mapping[str, str], words: Mapping[str, str] | None = None) -> str:
-    """Substitution in one shell command line, each value escaped for its context.
+def substitute_command(command: str, values: Mapping[str, str], words: Mapping[str, str] | None = None,
+                       ints: Collection[str] = ()) -> str:
+    """Substitution in one shell command line, each value escaped for its context."""
+    return substitute_commands([command], values, words, ints)[0]
+
+
+def substitute_commands(commands: list[str], values: Mapping[str, str], words: Mapping[str, str] | None = None,
+                        ints: Collection[str] = (), env_copies: Mapping[str, str] | None = None) -> list[str]:
+    """Substitution in the lines of one script (read as bash reads them: joined by newlines).
 
     `words` maps names to text that is already escaped shell words (the
     `$variables_as_args` pairs): spliced in unquoted, closing any quotes around it.
+    `ints` names variables whose values are whole numbers (checked again here):
+    only those may stand where bash evaluates a value (arithmetic, names, code).
+    `env_copies` maps environment variables to the string variable each was set from:
+    arithmetic must not read those either. Raises UnsafeVariable (with the line's
+    index) where a value would not be inert.
     """
-    contexts = _contexts(command)
+    script = "\n".join(commands)
+    starts = list(accumulate((len(c) + 1 for c in commands[:-1]), initial=0))
+    model = scan(script, _VAR)
+    for env, name in (env_copies or {}).items():
+        if model.reads_in_arithmetic(env):
+            line = next((k for k, c in enumerate(commands) if env in c), 0)
+            raise UnsafeVariable(name, f"${name} is a string copied into env {env}, which arithmetic in the commands "
+                                       f"reads; {_WHY['arith']}: make {name} a whole number in variables.yaml "
+                                       f"({name}: 5), or keep {env} out of arithmetic", line)
     words = words or {}
-
-    def replace(m: re.Match) -> str:
-        context = contexts.get(m.start(), "u")
-        if context == "#":
-            return m.group(0)  # in a comment: nothing to run, nothing to substitute
+    out: list[str] = []
+    done = 0
+    placed: list[tuple[int, int, int, str]] = []  # (where in the script, length there, length out, name)
+    for m in _VAR.finditer(script):
+        placement = model.placements.get(m.start())
         name = m.group("t") or m.group("b") or m.group("p")
-        if name in words:
-            return _splice(words[name], context)
-        return _lookup(m, values, lambda v, _c: _escape(v, context))
+        if placement is None:  # escaped, or in a comment: not a reference bash would expand
+            continue
+        line = bisect_right(starts, m.start()) - 1
+        if name not in values and name not in words:
+            if m.group("t"):
+                raise UndefinedVariable(name)
+            continue  # a shell variable: left alone
+        if model.problem:
+            raise UnsafeVariable(name, f"cannot tell how bash reads this script ({model.problem}), so ${name} "
+                                       "cannot be placed safely: close it", bisect_right(starts, model.problem_at) - 1)
+        try:
+            text = _render(name, values, words, ints, placement)
+        except _Refused as exc:
+            raise UnsafeVariable(name, str(exc), line) from None
+        out.append(script[done:m.start()])
+        out.append(text)
+        placed.append((m.start(), m.end() - m.start(), len(text), name))
+        done = m.end()
+    out.append(script[done:])
+    result = "".join(out)
 
-    return _VAR.sub(replace, command)
+    def moved(pos: int) -> int:  # where a script position is in the result
+        return pos + sum(n_out - n_in for at, n_in, n_out, _ in placed if at < pos)
+
+    for doc in model.heredocs:
+        _check_heredoc(doc, result, moved, [(moved(at), name) for at, _, _, name in placed
+                                            if doc.start <= at < doc.end], bisect_right(starts, doc.start) - 1)
+    bounds = [moved(s) for s in starts] + [len(result) + 1]
+    return [result[bounds[k]:bounds[k + 1] - 1] for k in range(len(commands))]
 
 
 def _lookup(m: re.Match, values: Mapping[str, str], render: Callable[[str, str], str]) -> str:
@@ -76,6 +148,47 @@ def _lookup(m: re.Match, values: Mapping[str, str], render: Callable[[str, str],
 
 
 # -- escaping -------------------------------------------------------------------
+
+_WHY = {
+    "arith": "bash evaluates it as arithmetic there, so a value like x[$(cmd)] would run cmd",
+    "name": "bash reads it as a variable name there, so a value like x[$(cmd)] would run cmd",
+    "copied": "arithmetic reads that variable later, so a value like x[$(cmd)] would run cmd",
+    "code": "bash runs it as a command there",
+    "quote": "bash's quoting there depends on the operator",
+    "delim": "it would decide where the here-document ends",
+}
+
+
+def _refusal(name: str, placement: Placement) -> str:
+    where = {"arith": f"used inside {placement.construct}", "name": f"used as a variable name by {placement.construct}",
+             "copied": f"copied into the shell variable {placement.construct}",
+             "code": f"used in code that {placement.construct} runs", "quote": "used inside '...' within ${...}",
+             "delim": "used in a here-document's delimiter"}[placement.sink]
+    fix = {"arith": f"make {name} a whole number in variables.yaml ({name}: 5), or use it outside arithmetic",
+           "name": "use a fixed variable name there", "copied": f"make {name} a whole number in variables.yaml "
+           f"({name}: 5), or keep {placement.construct} out of arithmetic",
+           "code": "pass it as an argument or through env:, not inside the code",
+           "quote": "write it outside the single quotes", "delim": "use a fixed delimiter"}[placement.sink]
+    return f"${name} is a string {where}; {_WHY[placement.sink]}: {fix}"
+
+
+def _render(name: str, values: Mapping[str, str], words: Mapping[str, str], ints: Collection[str],
+            placement: Placement) -> str:
+    if placement.backquotes > 1:
+        raise _Refused(f"${name} is inside nested backquotes, which lanpool does not quote for: write $(...) instead")
+    if placement.backquotes and placement.quote in "hH":
+        raise _Refused(f"${name} is in a here-document inside backquotes: write $(...) instead")
+    if name in words:
+        if placement.sink:
+            raise _Refused(_refusal(name, placement))
+        if placement.quote in "phH":
+            raise _Refused(f"${name} is several words: write it as plain arguments, "
+                           "not inside ${...} or a here-document")
+        return _splice(words[name], placement)
+    value = values[name]
+    if placement.sink and not (name in ints and _INT.fullmatch(value)):
+        raise _Refused(_refusal(name, placement))
+    return _escape(value, placement)
 
 
 def escape_word(value: str) -> str:
@@ -98,81 +211,49 @@ def escape_word(value: str) -> str:
     return "".join(out)
 
 
-def _escape(value: str, context: str) -> str:
-    if context.startswith("k"):  # in `...`: the shell strips one level of \ before \, $ and ` first
-        return re.sub(r"([\\$`])", r"\\\1", _escape(value, context[1:] or "u"))
-    if context == "d":  # inside "...": only these four are live
-        return re.sub(r'([\\$`"])', r"\\\1", value)
-    if context == "s":  # inside '...': close, add an unquoted word, reopen
-        return "'" + escape_word(value) + "'"
-    if context == "a":  # inside $'...': the same, reopening $'...' so its \ escapes still mean the same
-        return "'" + escape_word(value) + "$'"
-    return escape_word(value)
+def _double_quoted(value: str) -> str:
+    return re.sub(r'([\\$`"])', r"\\\1", value)  # inside "...": only these four are live
 
 
-def _splice(words: str, context: str) -> str:
+def _escape(value: str, placement: Placement) -> str:
+    quote = placement.quote
+    if quote == "d":
+        text = _double_quoted(value)
+    elif quote == "s":  # inside '...': close, add an unquoted word, reopen
+        text = "'" + escape_word(value) + "'"
+    elif quote == "a":  # inside $'...': the same, reopening $'...' so its \ escapes still mean the same
+        text = "'" + escape_word(value) + "$'"
+    elif quote == "p":  # a word in ${x:-...}: a nested "..." means the same for every operator
+        text = '"' + _double_quoted(value) + '"'
+    elif quote == "h":  # a here-document body: expansions are live, quotes are not
+        text = re.sub(r"([\\$`])", r"\\\1", value)
+    elif quote == "H":  # a quoted here-document: nothing is live (its lines are checked afterwards)
+        text = value
+    else:
+        text = escape_word(value)
+    return _backquoted(text, placement.backquotes)
+
+
+def _backquoted(text: str, levels: int) -> str:
+    """In `...`, bash strips one level of backslashes before \\, $ and ` first."""
+    return re.sub(r"([\\$`])", r"\\\1", text) if levels else text
+
+
+def _splice(words: str, placement: Placement) -> str:
     """Escaped words in any context: their `'\\n'` newlines and backslashes only hold unquoted."""
-    if context.startswith("k"):
-        return re.sub(r"([\\$`])", r"\\\1", _splice(words, context[1:] or "u"))
-    if context in ("d", "s", "a"):
-        return {"d": '"{}"', "s": "'{}'", "a": "'{}$'"}[context].format(words)
-    return words
+    text = {"d": '"{}"', "s": "'{}'", "a": "'{}$'"}.get(placement.quote, "{}").format(words)
+    return _backquoted(text, placement.backquotes)
 
 
-def _contexts(command: str) -> dict[int, str]:
-    """The quoting context ('u', 'd', 's' or 'a', after 'k' in backquotes) at each `$` of the command."""
-    stack = ["u"]  # u: unquoted, d: "...", s: '...', a: $'...', c: $(...) or (...), k: `...`
-    found: dict[int, str] = {}
-    i, n = 0, len(command)
-    while i < n:
-        ch, top = command[i], stack[-1]
-        if top in ("s", "a"):
-            if ch == "\\" and top == "a":  # $'\'' holds a quote
-                i += 1
-            elif ch == "'":
-                stack.pop()
-            elif ch == "$":
-                found[i] = ("k" if "k" in stack else "") + top  # `...` strips a level of \ even here
-        elif top == "d":
-            if ch == "\\":
-                i += 1
-            elif ch == '"':
-                stack.pop()
-            elif ch == "$":
-                found[i] = "kd" if "k" in stack else "d"
-                if command.startswith("$(", i):
-                    stack.append("c")
-                    i += 1
-            elif ch == "`":
-                stack.append("k")
-        else:  # u, c, k: unquoted contexts
-            if ch == "\\":
-                i += 1
-            elif ch == "'":
-                stack.append("s")
-            elif ch == '"':
-                stack.append("d")
-            elif ch == "#" and (i == 0 or command[i - 1] in " \t\n;|&("):
-                while i < n and command[i] != "\n":  # a comment: left as written
-                    found[i] = "#"
-                    i += 1
-                continue
-            elif ch == "$":
-                found[i] = "k" if "k" in stack else "u"
-                if command.startswith("$(", i):
-                    stack.append("c")
-                    i += 1
-                elif command.startswith("$'", i):
-                    stack.append("a")  # ANSI-C quoting
-                    i += 1
-            elif ch == "(":
-                stack.append("c")
-            elif ch == ")" and top == "c":
-                stack.pop()
-            elif ch == "`":
-                if top == "k":
-                    stack.pop()
-                else:
-                    stack.append("k")
-        i += 1
-    return found
+def _check_heredoc(doc: HereDoc, result: str, moved: Callable[[int], int], placed: list[tuple[int, str]],
+                   line: int) -> None:
+    """No value may put the delimiter's line into a here-document: bash would end it there."""
+    if not placed:
+        return
+    start = moved(doc.start)
+    at = line_ending_early(doc, result[start:moved(doc.end)])
+    if at >= 0:
+        name = next((n for pos, n in reversed(placed) if pos <= start + at + len(doc.delimiter)), placed[0][1])
+        raise UnsafeVariable(name, f"the value of ${name} puts the line {doc.delimiter!r} into a here-document, "
+                                   "which would end it there and run the rest as commands: change the value "
+                                   "or the delimiter", line)

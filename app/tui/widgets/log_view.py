@@ -21,9 +21,8 @@ from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
 from app.overview import LogLine
+from app.terminal_text import safe_line
 
-_controls = re.compile("[\x00-\x08\x0b-\x1f\x7f]").sub
-_ansi = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]").sub
 _NODE_TAG = re.compile(r"^\[node \d+\] ")
 
 
@@ -180,7 +179,9 @@ class LogView(ScrollView, can_focus=True):
         if index >= len(self.lines):
             return Strip.blank(width, base)
         line = self.lines[index]
-        text = _controls("", _ansi("", line.text)).expandtabs()
+        # Lines come terminal-safe from overview.decode_lines; checked again here because
+        # whatever reaches a Segment goes to the terminal as is (no markup is parsed either).
+        text = safe_line(line.text).expandtabs()
         style = base + self._styles[line.stream] if line.stream in self._styles else base
         segments = []
         tag = _NODE_TAG.match(text)

@@ -1,0 +1,225 @@
+"""What an SSH client can ask the agent for: the lanpool subsystem, SFTP confined to
+transfer/ for authorized controllers, and nothing else. Real asyncssh clients
+against a real agent; after each attack the agent still serves."""
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import asyncssh
+import pytest
+from asyncssh.packet import Boolean, String, UInt32
+
+from app.home import ControllerHome
+from app.keys import load_or_create_client_key
+from app.runner_client import RunnerSession
+from protocol import (
+    PROTOCOL_VERSION,
+    Attach,
+    ClientHello,
+    Error,
+    ErrorCode,
+    FrameReader,
+    GetStatus,
+    Hello,
+    PairStart,
+    Ping,
+    Pong,
+    StopJob,
+    SubmitJob,
+    decode_agent_message,
+    encode_message,
+)
+from protocol.pairing import PAIRING_USER
+from tests.conftest import _env
+
+
+def _key() -> asyncssh.SSHKey:
+    return load_or_create_client_key(ControllerHome.default().key)
+
+
+def _connect(agent, *, pairing: bool, key: asyncssh.SSHKey | None = None, **options):
+    return asyncssh.connect(agent.host, agent.port, username=PAIRING_USER if pairing else "lanpool",
+                            client_keys=[key or _key()], known_hosts=None, agent_path=None, config=[], **options)
+
+
+def _issue_code(agent) -> None:
+    subprocess.run([sys.executable, "-m", "app.cli.main", "agent", "pair", "--data-dir", str(agent.data_dir)],
+                   env=_env(ControllerHome.default().root), capture_output=True, check=True)
+
+
+async def _still_serves(agent) -> None:
+    async with await RunnerSession.open(agent.host, agent.port, _key(), None) as session:
+        assert session.hello.name == "test-runner"
+
+
+# -- everything but the lanpool subsystem (and SFTP) is refused ----------------------------------
+
+
+async def _refusals(agent, pairing: bool) -> list[str]:
+    """Each request a client may make beyond the lanpool subsystem; returns those NOT refused."""
+    accepted = []
+    async with _connect(agent, pairing=pairing, key=asyncssh.generate_private_key("ssh-ed25519") if pairing
+                        else None) as conn:
+        attempts = {
+            "exec": lambda: conn.run("cat /etc/hostname"),
+            "shell": lambda: conn.create_process(),
+            "pty": lambda: conn.create_process(subsystem="lanpool", term_type="xterm"),
+            "other subsystem": lambda: conn.create_process(subsystem="netconf"),
+            "direct-tcpip": lambda: conn.open_connection("127.0.0.1", agent.port),
+            "tcpip-forward": lambda: conn.forward_remote_port("127.0.0.1", 0, "127.0.0.1", agent.port),
+            "direct-streamlocal": lambda: conn.open_unix_connection("/run/docker.sock"),
+            "streamlocal-forward": lambda: conn.forward_remote_path("/tmp/lanpool-test.sock", "/tmp/x.sock"),
+            "tun": lambda: conn.open_tun(),
+        }
+        if pairing:
+            attempts["sftp"] = lambda: conn.start_sftp_client()
+        for what, attempt in attempts.items():
+            try:
+                await attempt()
+            except (asyncssh.ChannelOpenError, asyncssh.ChannelListenError, asyncssh.SFTPError):
+                continue
+            accepted.append(what)
+        # Requests on an open lanpool channel: asyncssh's client sends these without asking for
+        # a reply, so ask with want_reply as OpenSSH's server answers them.
+        proc = await conn.create_process(subsystem="lanpool", encoding=None)
+        if await proc.channel._make_request(b"auth-agent-req@openssh.com"):
+            accepted.append("agent forwarding")
+        if await proc.channel._make_request(b"x11-req", Boolean(False), String(b"MIT-MAGIC-COOKIE-1"),
+                                            String(b"00" * 16), UInt32(0)):
+            accepted.append("X11 forwarding")
+    return accepted
+
+
+@pytest.mark.parametrize("pairing", [False, True], ids=["authorized", "pairing-only"])
+def test_only_the_lanpool_subsystem_is_served(agent, pairing):
+    if pairing:
+        _issue_code(agent)
+    assert asyncio.run(_refusals(agent, pairing)) == []
+    asyncio.run(_still_serves(agent))
+    log = agent.log_path.read_text()
+    assert "refused an exec request" in log and "refused port forwarding" in log
+
+
+# -- a pairing-only connection pairs and does nothing else -----------------------------------------
+
+
+async def _pairing_only(agent) -> None:
+    async with _connect(agent, pairing=True, key=asyncssh.generate_private_key("ssh-ed25519")) as conn:
+        proc = await conn.create_process(subsystem="lanpool", encoding=None)
+        reader, pending = FrameReader(), []
+
+        async def recv():
+            while not pending:
+                data = await asyncio.wait_for(proc.stdout.read(65536), 10)
+                assert data, "channel closed"
+                pending.extend(reader.feed(data))
+            return decode_agent_message(pending.pop(0))
+
+        assert isinstance(await recv(), Hello)
+        proc.stdin.write(encode_message(ClientHello(PROTOCOL_VERSION, "test")))
+        for msg in (GetStatus("j-1"), StopJob("j-1"), Attach("j-1"),
+                    SubmitJob("j-2", "r", "w", ["cat /etc/hostname"])):
+            proc.stdin.write(encode_message(msg))
+            reply = await recv()
+            assert isinstance(reply, Error) and reply.code == ErrorCode.NOT_PAIRED, (msg, reply)
+        proc.stdin.write(encode_message(Ping(5)))
+        assert await recv() == Pong(5)
+        # Pairing for another key than the one this connection proved: refused, connection closed.
+        proc.stdin.write(encode_message(PairStart(b"A" + bytes(32), _key().export_public_key().decode().strip())))
+        reply = await recv()
+        assert isinstance(reply, Error) and "not the key this connection authenticated with" in reply.message
+        await asyncio.wait_for(conn.wait_closed(), 5)
+
+
+def test_a_pairing_connection_may_only_pair(agent):
+    _issue_code(agent)
+    asyncio.run(_pairing_only(agent))
+    assert not (agent.data_dir / "jobs" / "j-2").exists()
+    asyncio.run(_still_serves(agent))
+
+
+# -- SFTP: confined to transfer/, whatever links are in it ----------------------------------------
+
+
+async def _read(sftp, path: str) -> bytes:
+    async with sftp.open(path, "rb") as fh:
+        return await fh.read()
+
+
+async def _append(sftp, path: str, data: bytes) -> None:
+    async with sftp.open(path, "ab") as fh:
+        await fh.write(data)
+
+
+async def _escape_attempts(agent) -> list[str]:
+    """Returns the attempts that were NOT refused."""
+    transfer = agent.data_dir / "transfer"
+    evil = b"ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEvilEvilEvilEvilEvilEvilEvilEvilEvilEvilEvi evil\n"
+    succeeded = []
+    async with _connect(agent, pairing=False) as conn, conn.start_sftp_client() as sftp:
+        await sftp.mkdir("a")
+        # The attack as a client would run it: links first. Refused at once.
+        for what, attempt in {
+            "symlink inner -> a": lambda: sftp.symlink("a", "inner"),
+            "symlink to the host key": lambda: sftp.symlink("../host_key", "hk"),
+            "hard link": lambda: sftp.link("../host_key", "hk2"),
+        }.items():
+            try:
+                await attempt()
+                succeeded.append(what)
+            except asyncssh.SFTPError:
+                pass
+        # The same links planted by something else (the asyncssh chroot escape): inner -> a,
+        # outer -> inner/.., then inner re-pointed to "." so outer is the agent's home.
+        os.symlink("a", transfer / "inner")
+        os.symlink("inner/..", transfer / "outer")
+        os.unlink(transfer / "inner")
+        os.symlink(".", transfer / "inner")
+        assert (transfer / "outer" / "host_key").exists()  # the escape is real on disk
+        os.symlink("../host_key", transfer / "key-link")
+        os.mkfifo(transfer / "fifo")
+        for what, attempt in {
+            "read outer/host_key": lambda: _read(sftp, "outer/host_key"),
+            "read inner/../host_key": lambda: _read(sftp, "inner/../host_key"),
+            "read key-link": lambda: _read(sftp, "key-link"),
+            "stat outer/host_key": lambda: sftp.stat("outer/host_key"),
+            "list outer": lambda: sftp.listdir("outer"),
+            "append outer/authorized_keys": lambda: _append(sftp, "outer/authorized_keys", evil),
+            "rename into outer": lambda: sftp.rename("a", "outer/moved"),
+            "read the fifo": lambda: asyncio.wait_for(_read(sftp, "fifo"), 5),
+            "chmod": lambda: sftp.chmod("a", 0o777),
+        }.items():
+            try:
+                await attempt()
+                succeeded.append(what)
+            except asyncssh.SFTPError:
+                pass
+    return succeeded
+
+
+def test_sftp_symlink_games_cannot_leave_the_transfer_dir(agent):
+    authorized_before = (agent.data_dir / "authorized_keys").read_bytes()
+    assert asyncio.run(_escape_attempts(agent)) == []
+    assert (agent.data_dir / "authorized_keys").read_bytes() == authorized_before
+    assert (agent.data_dir / "a").exists() is False  # nothing moved out either
+    log = agent.log_path.read_text()
+    assert "refused: creating symlinks" in log and "leads out of" in log
+    asyncio.run(_still_serves(agent))
+
+
+async def _controller_transfers(agent, tmp_path: Path) -> None:
+    async with await RunnerSession.open(agent.host, agent.port, _key(), None) as session:
+        assert not await session.exists("snapshots/s1.tar")
+        await session.upload(b"snapshot bytes", "snapshots/s1.tar")
+        assert await session.exists("snapshots/s1.tar")
+        await session.upload(b"other bytes", "snapshots/s1.tar")  # already there: kept
+        await session.download("snapshots/s1.tar", tmp_path / "back.tar")
+    assert (tmp_path / "back.tar").read_bytes() == b"snapshot bytes"
+
+
+def test_controller_sftp_transfers_still_work(agent, tmp_path):
+    asyncio.run(_controller_transfers(agent, tmp_path))
+    assert (agent.data_dir / "transfer" / "snapshots" / "s1.tar").read_bytes() == b"snapshot bytes"

@@ -1,0 +1,465 @@
+"""The controller against a hostile runner (tests/hostile_runner.py: real asyncssh, the
+real protocol encoder, real SQLite): a runner writes only its own job's log and state,
+a status it cannot read ends the follow with one line, job log text reaches no
+terminal as escapes, and no archive or path from a runner writes outside the
+controller's artifact dir or the chosen output dir."""
+
+import asyncio
+import logging
+import gzip
+import io
+import lzma
+import os
+import pty
+import select
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from app.artifact_files import ArtifactsRefused
+from app.cli.render import LogPrinter
+from app.controller import Controller
+from app.errors import LanpoolError, RunnerProtocolError
+from app.store import ARTIFACTS_REFUSED
+from protocol import JobState, LogChunk
+from tests.conftest import REPO, _env
+from tests.hostile_runner import HostileRunner, Script, member, seed_job, tar_bytes, trust
+
+ESCAPES = (b"clip \x1b]52;c;cm0gLXJmIH4K\x07 title \x1b]0;pwned\x07 clear \x1b[2J "
+           b"hidden \x1b[8msecret\x1b[0m c1 \xc2\x9b31m over ok\rEVIL bs ab\x08\x08XY\n")
+BASHRC = b"# the user's own .bashrc\n"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch) -> Path:
+    """A fake $HOME with a .bashrc that no runner may touch."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_bytes(BASHRC)
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def ctl(controller_home: Path, home: Path):
+    c = Controller()
+    yield c
+    c.close()
+
+
+def _runner(tmp_path: Path, ctl: Controller, name: str = "hostile") -> HostileRunner:
+    runner = HostileRunner(tmp_path / name, ctl.client_key.export_public_key().decode(), name=name).start()
+    trust(ctl.store, runner)
+    return runner
+
+
+@pytest.fixture
+def hostile(tmp_path: Path, ctl: Controller):
+    runner = _runner(tmp_path, ctl)
+    yield runner
+    runner.stop()
+
+
+def _follow(ctl: Controller, job_id: str, timeout: float = 20.0, sink=None):
+    return asyncio.run(asyncio.wait_for(ctl.follow(job_id, sink, follow=True), timeout))
+
+
+def _log(ctl: Controller, job_id: str, node: int | None = None) -> bytes:
+    return b"".join(d for n, _s, _st, d in ctl.store.log_chunks(job_id) if node is None or n == node)
+
+
+def _tree(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+# -- the harness itself: an honest run through it works -----------------------------------
+
+
+def test_a_run_through_the_harness_streams_its_log_and_brings_back_artifacts(hostile, ctl, make_project):
+    project = make_project("workflows:\n  - name: wf\n    commands: [echo hi]\n    artifacts: [out]\n")
+    hostile.default_script = Script(log=b"line 1\nline 2\n", archive=tar_bytes((member("out/a.txt"), b"hello")),
+                                    declared=[("out/a.txt", 5)])
+    seen: list[bytes] = []
+    outcome = asyncio.run(asyncio.wait_for(ctl.run(ctl.load_project(project), "wf", hostile.address,
+                                                   sink=lambda _j, _s, d: seen.append(d)), 60))
+    job = outcome.last
+    assert job.state is JobState.DONE and job.artifacts_pulled == 1
+    assert b"".join(seen) == b"line 1\nline 2\n" == _log(ctl, job.id)
+    assert (ctl.home.job_artifacts(job.id) / "out" / "a.txt").read_bytes() == b"hello"
+
+
+# -- a runner writes only its own job's log and state -------------------------------------------
+
+
+def test_lines_for_another_job_or_node_are_dropped_with_one_warning(hostile, ctl, caplog):
+    other_row = ctl.store.runner(hostile.name)
+    seed_job(ctl.store, other_row, "victim")
+    ctl.store.add_log_chunks([("victim", 0, 0, 1, "out", b"the victim's own line\n")])
+    seed_job(ctl.store, other_row, "mine")
+    hostile.add(Script(job_id="mine", log=b"my line\n", extra_chunks=[
+        LogChunk("victim", 0, "out", b"INJECTED over line 0\n"),
+        LogChunk("victim", 1, "out", b"INJECTED after\n"),
+        LogChunk("mine", 5, "out", b"INJECTED as node 3\n", node=3),
+    ]))
+    with caplog.at_level(logging.WARNING, logger="app.multinode"):
+        job = _follow(ctl, "mine")
+    assert job.state is JobState.DONE
+    assert _log(ctl, "victim") == b"the victim's own line\n"
+    assert _log(ctl, "mine") == b"my line\n"
+    assert ctl.store.log_nodes("mine") == [0]
+    warnings = [r for r in caplog.records if "dropped" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+
+
+def test_a_gang_node_cannot_write_another_nodes_log(tmp_path, ctl):
+    r0, r1 = _runner(tmp_path, ctl, "node-zero"), _runner(tmp_path, ctl, "node-one")
+    try:
+        rows = [ctl.store.runner(r0.name), ctl.store.runner(r1.name)]
+        seed_job(ctl.store, rows[0], "victim")
+        ctl.store.add_log_chunks([("victim", 0, 0, 1, "out", b"victim\n")])
+        seed_job(ctl.store, rows[0], "gang", nodes=rows)
+        r0.add(Script(job_id="gang", log=b"node zero says\n"))
+        r1.add(Script(job_id="gang", log=b"node one says\n", extra_chunks=[
+            LogChunk("gang", 1, "out", b"INJECTED as node 7\n", node=7),
+            LogChunk("victim", 1, "out", b"INJECTED into victim\n"),
+        ]))
+        job = _follow(ctl, "gang")
+        assert job.state is JobState.DONE, job
+        assert _log(ctl, "gang", 0) == b"node zero says\n"
+        assert _log(ctl, "gang", 1) == b"node one says\n"
+        assert _log(ctl, "victim") == b"victim\n"
+    finally:
+        r0.stop()
+        r1.stop()
+
+
+def test_a_status_for_another_job_ends_the_follow_and_changes_nothing_else(hostile, ctl):
+    row = ctl.store.runner(hostile.name)
+    seed_job(ctl.store, row, "victim")
+    seed_job(ctl.store, row, "mine")
+    hostile.add(Script(job_id="mine", state="FAILED", status_job_id="victim"))
+    with pytest.raises(RunnerProtocolError, match="status of job 'victim'"):
+        _follow(ctl, "mine")
+    assert ctl.store.job("victim").state is JobState.RUNNING
+    assert ctl.store.job("mine").state is JobState.RUNNING
+    assert hostile.counters.attaches == 1  # not retried
+
+
+def test_an_unknown_state_ends_the_follow_with_one_line_not_a_reconnect_loop(hostile, ctl, cli):
+    seed_job(ctl.store, ctl.store.runner(hostile.name), "odd")
+    hostile.add(Script(job_id="odd", log=b"before the odd status\n", raw_status={"state": "EXPLODED"}))
+    started = time.monotonic()
+    with pytest.raises(RunnerProtocolError) as caught:
+        _follow(ctl, "odd")
+    assert time.monotonic() - started < 10
+    assert "unknown state 'EXPLODED'" in caught.value.message and "stopped following" in caught.value.message
+    assert hostile.counters.attaches == 1
+    assert _log(ctl, "odd") == b"before the odd status\n"  # what came before it is kept
+
+    # The CLI: one line and an exit code, every time, never a traceback or a loop.
+    follow = cli("headless", "logs", "-f", "odd", timeout=30)
+    assert follow.returncode == 3, follow
+    assert "Traceback" not in follow.stderr
+    assert [line for line in follow.stderr.splitlines() if line.startswith("app: error:")] == [
+        follow.stderr.strip().splitlines()[-1]]
+    assert "unknown state 'EXPLODED'" in follow.stderr
+    for args in (("status",), ("logs", "odd")):
+        result = cli("headless", *args, timeout=30)
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result
+
+
+def test_a_gang_node_with_an_unknown_state_fails_the_job_with_its_reason(tmp_path, ctl):
+    r0, r1 = _runner(tmp_path, ctl, "node-zero"), _runner(tmp_path, ctl, "node-one")
+    try:
+        rows = [ctl.store.runner(r0.name), ctl.store.runner(r1.name)]
+        seed_job(ctl.store, rows[0], "gang", nodes=rows)
+        r0.add(Script(job_id="gang"))
+        r1.add(Script(job_id="gang", raw_status={"state": "EXPLODED"}))
+        job = _follow(ctl, "gang")
+        assert job.state is JobState.FAILED
+        assert "unknown state 'EXPLODED'" in job.error and "lost" not in job.error
+    finally:
+        r0.stop()
+        r1.stop()
+
+
+# -- log text is data --------------------------------------------------------------------------
+
+
+class _Stream:
+    def __init__(self, tty: bool) -> None:
+        self.data = b""
+        self._tty = tty
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return self._tty
+
+
+@pytest.mark.parametrize(("tty", "raw", "neutralised"), [(True, False, True), (True, True, False),
+                                                           (False, False, False)])
+def test_log_printer_neutralises_what_goes_to_a_terminal(tty, raw, neutralised):
+    out, err = _Stream(tty), _Stream(tty)
+    printer = LogPrinter(raw=raw, stdout=out, stderr=err)
+    printer("j", "out", ESCAPES)
+    printer("j", "err", b"err \x1b]0;t\x07\n")
+    printer("j", "met", b'{"name": "loss"}\n')
+    if neutralised:
+        assert b"\x1b" not in out.data + err.data and b"\x07" not in out.data and b"\xc2\x9b" not in out.data
+        assert b"^[]52;c;cm0gLXJmIH4K^G" in out.data and b"secret" in out.data and b"<U+009B>" in out.data
+        assert b"ok\nEVIL" in out.data and b"ab^H^HXY" in out.data
+        assert err.data == b"err ^[]0;t^G\n"
+    else:
+        assert out.data == ESCAPES and err.data == b"err \x1b]0;t\x07\n"
+
+
+def _pty_output(args: list[str], env: dict) -> bytes:
+    """What `app` writes to a terminal: stdout and stderr on a pty."""
+    primary, secondary = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", *args], env=env, stdin=subprocess.DEVNULL,
+                            stdout=secondary, stderr=secondary, cwd=REPO)
+    os.close(secondary)
+    data = b""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ready, _, _ = select.select([primary], [], [], 0.5)
+        if ready:
+            try:
+                chunk = os.read(primary, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not chunk:
+                break
+            data += chunk
+        elif proc.poll() is not None:
+            break
+    proc.wait(30)
+    os.close(primary)
+    assert proc.returncode == 0, data
+    return data
+
+
+def test_logs_on_a_terminal_are_neutralised_and_raw_keeps_the_bytes(hostile, ctl, controller_home):
+    seed_job(ctl.store, ctl.store.runner(hostile.name), "loud")
+    hostile.add(Script(job_id="loud", log=ESCAPES))
+    _follow(ctl, "loud")
+    assert _log(ctl, "loud") == ESCAPES  # the store keeps the bytes as written
+    env = _env(controller_home)
+
+    shown = _pty_output(["headless", "logs", "loud"], env)
+    assert b"\x1b" not in shown and b"\x07" not in shown and b"\xc2\x9b" not in shown
+    assert b"^[]52;c;cm0gLXJmIH4K^G" in shown and b"^[]0;pwned^G" in shown and b"^[[2J" in shown
+    assert b"secret" in shown
+
+    raw = _pty_output(["headless", "logs", "--raw", "loud"], env)
+    assert b"\x1b]52;c;cm0gLXJmIH4K\x07" in raw and b"\x1b[8msecret" in raw
+
+    piped = subprocess.run([sys.executable, "-m", "app.cli.main", "headless", "logs", "loud"], env=env,
+                           capture_output=True, timeout=60)
+    assert piped.returncode == 0 and piped.stdout == ESCAPES  # a pipe or file gets the bytes as stored
+
+
+def test_the_tui_log_view_shows_escapes_as_inert_text():
+    pytest.importorskip("textual")
+    from textual.app import App
+
+    from app.overview import LogLine, decode_lines
+    from app.tui.widgets.log_view import LogView
+
+    lines = decode_lines(ESCAPES + b"[bold red]not markup[/]\n", "out", None)
+    assert all("\x1b" not in line.text and "\x9b" not in line.text for line in lines)
+    # A line that reached the widget unsanitised (another code path) is still shown inert.
+    lines.append(LogLine("raw \x1b]52;c;aGk=\x07 \x1b[2J\x9b1m", "err"))
+
+    class One(App):
+        def compose(self):
+            yield LogView(id="log")
+
+    async def show() -> list[str]:
+        app = One()
+        async with app.run_test(size=(200, 20)) as pilot:
+            view = app.query_one(LogView)
+            view.set_lines(lines, at_start=True)
+            view.scroll_home(animate=False, immediate=True)
+            await pilot.pause()
+            return ["".join(seg.text for seg in view.render_line(y)) for y in range(len(lines))]
+
+    shown = asyncio.run(show())
+    text = "\n".join(shown)
+    assert not any(ch in text for ch in "\x1b\x07\x08\x9b\r")
+    assert "^[]52;c;cm0gLXJmIH4K^G" in text and "secret" in text and "[bold red]not markup[/]" in text
+    assert "raw ^[]52;c;aGk=^G ^[[2J<U+009B>1m" in text
+
+
+# -- artifacts: nothing written outside the artifact dir, refusals stored ---------------------------
+
+
+def _bomb(compress) -> bytes:
+    """A tar of 64 MiB of zeros, compressed: a few KB on the wire."""
+    info = member("big.bin")
+    info.size = 64 * 1024 * 1024
+
+    class Zeros:
+        def __init__(self) -> None:
+            self.left = info.size
+
+        def read(self, n: int) -> bytes:
+            n = min(n, self.left)
+            self.left -= n
+            return bytes(n)
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.addfile(info, Zeros())
+    return compress(buf.getvalue())
+
+
+def _cases(home: Path) -> dict[str, tuple[bytes, list[tuple[str, int]], str]]:
+    """name: (archive, declared files, a fragment of the refusal line)."""
+    ok = (member("ok.txt"), b"fine")
+    return {
+        "dotdot": (tar_bytes(ok, (member("../escape.txt"), b"x")), [("ok.txt", 4)], "tar filter"),
+        "absolute": (tar_bytes((member(str(home / ".bashrc")), b"pwned")), [("ok.txt", 4)], "is absolute"),
+        "symlink-up": (tar_bytes((member("d", tarfile.SYMTYPE, ".."), None), (member("d/../../.bashrc"), b"pwned")),
+                       [("ok.txt", 4)], "tar filter"),
+        "symlink-home": (tar_bytes((member("d", tarfile.SYMTYPE, str(home)), None), (member("d/.bashrc"), b"pwned")),
+                         [("d/.bashrc", 5)], "tar filter"),
+        "symlink-inside": (tar_bytes(ok, (member("link", tarfile.SYMTYPE, "ok.txt"), None)),
+                           [("ok.txt", 4), ("link", 0)], "a symlink"),
+        "hardlink": (tar_bytes(ok, (member("h", tarfile.LNKTYPE, "ok.txt"), None)), [("ok.txt", 4), ("h", 0)],
+                     "a hard link"),
+        "hardlink-out": (tar_bytes((member("h", tarfile.LNKTYPE, "../../home/.bashrc"), None)), [("h", 0)],
+                         "tar filter"),
+        "device": (tar_bytes((member("dev", tarfile.CHRTYPE), None)), [("dev", 0)], "tar filter"),
+        "fifo": (tar_bytes((member("fifo", tarfile.FIFOTYPE), None)), [("fifo", 0)], "tar filter"),
+        "xz-bomb": (_bomb(lzma.compress), [("big.bin", 64 * 1024 * 1024)], "not an uncompressed tar"),
+        "gzip-bomb": (_bomb(gzip.compress), [("big.bin", 64 * 1024 * 1024)], "not an uncompressed tar"),
+        "not-a-tar": (b"\x00garbage" * 200, [("ok.txt", 4)], "not an uncompressed tar"),
+        "undeclared": (tar_bytes(ok, (member("extra.txt"), b"x")), [("ok.txt", 4)], "did not declare"),
+        "wrong-size": (tar_bytes(ok), [("ok.txt", 3)], "3 declared"),
+        "missing": (tar_bytes(ok), [("ok.txt", 4), ("gone.txt", 1)], "lacks 1 declared"),
+        "twice": (tar_bytes(ok, ok), [("ok.txt", 4)], "twice"),
+        "declared-dotdot": (tar_bytes(ok), [("../../home/.bashrc", 4)], "'..'"),
+        "declared-absolute": (tar_bytes(ok), [(str(home / ".bashrc"), 4)], "absolute"),
+        "larger-than-declared": (tar_bytes(ok, (member("pad"), bytes(4 << 20))), [("ok.txt", 4)], "larger than"),
+        "more-than-the-disk": (tar_bytes(ok), [("ok.txt", 4), ("huge", 1 << 60)], "do not fit"),
+    }
+
+
+def test_every_hostile_archive_is_refused_and_writes_nothing_outside(hostile, ctl, home, tmp_path):
+    before_home = {p: p.read_bytes() for p in home.rglob("*") if p.is_file()}
+    row = ctl.store.runner(hostile.name)
+    for name, (archive, declared, fragment) in _cases(home).items():
+        job_id = f"job-{name}"
+        seed_job(ctl.store, row, job_id)
+        hostile.add(Script(job_id=job_id, archive=archive, declared=declared))
+        started = time.monotonic()
+        job = _follow(ctl, job_id)
+        assert time.monotonic() - started < 10, name
+        assert job.state is JobState.FAILED and job.synced == 1, (name, job)
+        assert job.error.startswith("artifacts refused: ") and fragment in job.error, (name, job.error)
+        assert job.artifacts_pulled == ARTIFACTS_REFUSED and ctl.store.artifacts(job_id) == [], name
+        with pytest.raises(ArtifactsRefused, match="nothing to download"):
+            asyncio.run(ctl.download_artifacts(job_id, tmp_path / "out" / name))
+        assert not (tmp_path / "out" / name).exists()
+    # Nothing was written outside the artifact dir; no part file or staging dir is left behind.
+    assert {p: p.read_bytes() for p in home.rglob("*") if p.is_file()} == before_home
+    assert not (tmp_path / "escape.txt").exists() and not (ctl.home.root / "escape.txt").exists()
+    assert _tree(ctl.home.artifacts) == set(), _tree(ctl.home.artifacts)
+
+
+def test_after_a_refusal_every_verb_answers_without_a_traceback(hostile, ctl, home, cli, tmp_path):
+    seed_job(ctl.store, ctl.store.runner(hostile.name), "bomb")
+    hostile.add(Script(job_id="bomb", archive=_bomb(lzma.compress), declared=[("big.bin", 64 * 1024 * 1024)]))
+    job = _follow(ctl, "bomb")
+    assert job.state is JobState.FAILED
+    results = {args: cli("headless", *args, timeout=30) for args in (
+        ("status",), ("logs", "bomb"), ("artifacts", "list", "bomb"),
+        ("artifacts", "download", "bomb", "-o", str(tmp_path / "out")))}
+    for args, result in results.items():
+        assert "Traceback" not in result.stderr, (args, result.stderr)
+    assert [r.returncode for r in results.values()] == [0, 0, 0, 1]
+    download = results[("artifacts", "download", "bomb", "-o", str(tmp_path / "out"))]
+    assert "artifacts refused" in download.stderr and "nothing to download" in download.stderr
+    assert "FAILED" in results[("status",)].stdout
+
+
+def test_a_gang_node_with_a_hostile_archive_fails_the_job_and_keeps_nothing(tmp_path, ctl, home):
+    r0, r1 = _runner(tmp_path, ctl, "node-zero"), _runner(tmp_path, ctl, "node-one")
+    try:
+        rows = [ctl.store.runner(r0.name), ctl.store.runner(r1.name)]
+        seed_job(ctl.store, rows[0], "gang", nodes=rows)
+        r0.add(Script(job_id="gang", archive=tar_bytes((member("a.txt"), b"a")), declared=[("a.txt", 1)]))
+        r1.add(Script(job_id="gang", archive=tar_bytes((member("d", tarfile.SYMTYPE, str(home)), None),
+                                                       (member("d/.bashrc"), b"pwned")),
+                      declared=[("d/.bashrc", 5)]))
+        job = _follow(ctl, "gang")
+        assert job.state is JobState.FAILED and job.artifacts_pulled == ARTIFACTS_REFUSED
+        assert job.error.startswith("artifacts refused: node 1: "), job.error
+        assert (home / ".bashrc").read_bytes() == BASHRC
+        assert _tree(ctl.home.artifacts) == set()
+    finally:
+        r0.stop()
+        r1.stop()
+
+
+def _pulled(hostile, ctl, job_id: str, files: dict[str, bytes]) -> None:
+    seed_job(ctl.store, ctl.store.runner(hostile.name), job_id)
+    hostile.add(Script(job_id=job_id, archive=tar_bytes(*((member(p), d) for p, d in files.items())),
+                       declared=[(p, len(d)) for p, d in files.items()]))
+    job = _follow(ctl, job_id)
+    assert job.state is JobState.DONE and job.artifacts_pulled == 1, job
+
+
+@pytest.mark.parametrize("lie", [0, 1 << 40])
+def test_a_lying_file_size_neither_hangs_nor_bounds_the_copy(hostile, ctl, lie):
+    hostile.size_lie = lie  # the archive's real bytes are what count, up to what was declared
+    _pulled(hostile, ctl, "liar", {"a.txt": b"a" * 3000})
+    assert (ctl.home.job_artifacts("liar") / "a.txt").read_bytes() == b"a" * 3000
+
+
+def test_download_writes_only_under_the_output_dir(hostile, ctl, home, tmp_path):
+    files = {"ckpt/last.ckpt": b"weights", "ckpt/sub/b.bin": b"\x00" * 3000, "top.txt": b"top"}
+    _pulled(hostile, ctl, "good", files)
+    out = tmp_path / "out"
+    asyncio.run(ctl.download_artifacts("good", out))
+    assert {p: (out / p).read_bytes() for p in files} == files
+    # Again, over the same files: replaced, not refused.
+    asyncio.run(ctl.download_artifacts("good", out))
+    assert (out / "top.txt").read_bytes() == b"top"
+
+    # A symlink planted where a file goes is replaced, never written through.
+    planted = tmp_path / "planted"
+    planted.mkdir()
+    (planted / "top.txt").symlink_to(home / ".bashrc")
+    asyncio.run(ctl.download_artifacts("good", planted))
+    assert (home / ".bashrc").read_bytes() == BASHRC
+    assert not (planted / "top.txt").is_symlink() and (planted / "top.txt").read_bytes() == b"top"
+
+    # A symlinked directory on the way is refused.
+    through = tmp_path / "through"
+    through.mkdir()
+    (through / "ckpt").symlink_to(home)
+    with pytest.raises(ArtifactsRefused, match="symlink"):
+        asyncio.run(ctl.download_artifacts("good", through))
+    assert sorted(p.name for p in home.iterdir()) == [".bashrc"]
+
+
+def test_download_refuses_stored_paths_that_leave_the_output_dir(hostile, ctl, home, tmp_path):
+    _pulled(hostile, ctl, "old", {"a.txt": b"a"})
+    # A store written before these checks may hold any path a runner declared.
+    for bad in ("../../home/.bashrc", str(home / ".bashrc"), "a/./b", ""):
+        ctl.store.set_artifacts("old", [(bad, 1)])
+        with pytest.raises(LanpoolError):
+            asyncio.run(ctl.download_artifacts("old", tmp_path / "out"))
+    assert (home / ".bashrc").read_bytes() == BASHRC
+    assert not (tmp_path / "home" / ".bashrc.part").exists()

@@ -1,0 +1,427 @@
+"""Files a job leaves in its workspace are untrusted: the metrics file, artifacts, and the
+tars the agent unpacks. A link to a host file or a FIFO must do nothing: no data shipped,
+the agent responsive. Real agents (process executor; Docker too when an engine answers)."""
+
+import asyncio
+import io
+import json
+import os
+import stat
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+import agent.artifacts as artifacts_mod
+from agent.artifacts import pack_artifacts
+from agent.home import AgentHome
+from agent.jobs import JobError, _extract
+from agent.workspace_files import NotARegularFile, open_regular
+from app.home import ControllerHome
+from app.keys import load_or_create_client_key
+from protocol import FrameReader, Hello, decode_agent_message
+from tests.conftest import remove_agent_containers, start_agent, start_docker_agent
+
+STOLEN = '{"step": 1, "name": "stolen", "value": 1}\n'
+
+
+def _host_file(tmp_path: Path) -> Path:
+    """A file outside every workspace, that a job would like to read: metric-shaped, so a leak shows."""
+    path = tmp_path / "host-secret.jsonl"
+    path.write_text(STOLEN)
+    return path
+
+
+# -- open_regular, the one way the agent opens a job's file ------------------------------------
+
+
+def test_open_regular_refuses_links_fifos_and_dirs(tmp_path):
+    ws = tmp_path / "ws"
+    (ws / "d").mkdir(parents=True)
+    (ws / "d" / "f").write_text("ok")
+    os.symlink(_host_file(tmp_path), ws / "d" / "link")
+    os.mkfifo(ws / "d" / "fifo")
+    os.symlink(tmp_path, ws / "up")
+    fd = open_regular(ws, "d/f")
+    try:
+        assert os.read(fd, 10) == b"ok"
+    finally:
+        os.close(fd)
+    for rel in ("d/link", "d/fifo", "up/host-secret.jsonl", "d", "../host-secret.jsonl", "/etc/hostname"):
+        with pytest.raises(NotARegularFile):
+            open_regular(ws, rel)
+    with pytest.raises(FileNotFoundError):
+        open_regular(ws, "d/missing")
+
+
+# -- a real agent: the metrics file -----------------------------------------------------------
+
+
+async def _hello(agent, timeout: float) -> Hello:
+    key = load_or_create_client_key(ControllerHome.default().key)
+    async with asyncssh.connect(agent.host, agent.port, username="x", client_keys=[key], known_hosts=None,
+                                agent_path=None, config=[], connect_timeout=timeout) as conn:
+        proc = await conn.create_process(subsystem="lanpool", encoding=None)
+        reader = FrameReader()
+        while True:
+            data = await asyncio.wait_for(proc.stdout.read(65536), timeout)
+            assert data, "the agent closed the channel"
+            bodies = reader.feed(data)
+            if bodies:
+                return decode_agent_message(bodies[0])
+
+
+def _responsive(agent, within: float = 5.0) -> None:
+    start = time.monotonic()
+    hello = asyncio.run(asyncio.wait_for(_hello(agent, within), within))
+    assert isinstance(hello, Hello)
+    assert time.monotonic() - start < within
+
+
+def _run_while_checking(cli, project, agent, workflow: str, seconds: float):
+    """Run `workflow`, and while it runs check the agent greets other controllers."""
+    proc = cli.popen("headless", "run", workflow, "--runner", agent.address, cwd=project,
+                     stdout=-1, stderr=-1, text=True)
+    try:
+        deadline = time.monotonic() + seconds
+        checks = 0
+        while time.monotonic() < deadline or checks < 2:
+            _responsive(agent)
+            checks += 1
+            time.sleep(0.7)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, out, err
+
+
+def _metrics(cli, err: str) -> list:
+    run = err.split()[1].rstrip(":")
+    return json.loads(cli("headless", "metrics", run, "--json", check=True).stdout)
+
+
+_FIFO_JOB = """
+workflows:
+  - name: fifo
+    commands:
+      - rm -f "$LANPOOL_METRICS_FILE" && mkfifo "$LANPOOL_METRICS_FILE"
+      - sleep 4
+      - echo done
+"""
+
+
+def test_a_metrics_fifo_does_not_freeze_the_agent(agent, cli, make_project):
+    project = make_project(_FIFO_JOB)
+    code, out, err = _run_while_checking(cli, project, agent, "fifo", 3)
+    assert code == 0, err
+    assert out == "done\n"
+    assert _metrics(cli, err) == []
+    assert agent.proc.poll() is None
+
+
+def test_a_metrics_link_to_a_host_file_ships_nothing(agent, cli, make_project, tmp_path, controller_home):
+    secret = _host_file(tmp_path)
+    host_key_body = (agent.data_dir / "host_key").read_text().splitlines()[1]
+    project = make_project(f"""
+        workflows:
+          - name: link
+            commands:
+              - rm -f "$LANPOOL_METRICS_FILE" && ln -s {secret} "$LANPOOL_METRICS_FILE"
+              - sleep 1.5
+              - rm "$LANPOOL_METRICS_FILE" && ln -s "$PWD/../../../host_key" "$LANPOOL_METRICS_FILE"
+              - sleep 1.5
+              - echo done
+          - name: linkdir
+            commands:
+              - mkdir {tmp_path}/hostdir && cp {secret} {tmp_path}/hostdir/metrics.jsonl
+              - rm -rf .lanpool && ln -s {tmp_path}/hostdir .lanpool
+              - sleep 1.5
+              - echo done
+        """)
+    for workflow in ("link", "linkdir"):
+        code, out, err = _run_while_checking(cli, project, agent, workflow, 2)
+        assert code == 0, err
+        assert out == "done\n"
+        assert _metrics(cli, err) == []  # the stolen point never arrived
+    stored = ControllerHome.default().db.read_bytes()
+    assert b"stolen" not in stored and host_key_body.encode() not in stored
+
+
+def test_metrics_still_flow_from_a_regular_file(agent, cli, make_project):
+    emit = ('echo \'{"step": 1, "name": "loss", "value": 0.5}\' >> "$LANPOOL_METRICS_FILE"\n'
+            'sleep 1\n'
+            'printf \'{"step": 2, "name": "loss", "value": 0.25}\' >> "$LANPOOL_METRICS_FILE"\n')
+    project = make_project("workflows:\n  - name: ok\n    commands: [sh emit.sh]\n", files={"emit.sh": emit})
+    res = cli("headless", "run", "ok", "--runner", agent.address, cwd=project)
+    assert res.returncode == 0, res.stderr
+    assert [(p["step"], p["value"]) for p in _metrics(cli, res.stderr)] == [(1, 0.5), (2, 0.25)]
+
+
+# -- a real agent: artifacts ---------------------------------------------------------------------
+
+
+def test_artifact_fifos_and_links_to_host_files_are_skipped(agent, cli, make_project, tmp_path):
+    secret = _host_file(tmp_path)
+    project = make_project(f"""
+        workflows:
+          - name: outs
+            commands:
+              - mkdir -p out && echo ok > out/ok.txt && mkfifo out/fifo
+              - ln -s "$PWD/../../../host_key" out/host_key && ln -s {secret} out/secret
+            artifacts: [out]
+        """)
+    res = cli("headless", "run", "outs", "--runner", agent.address, cwd=project, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert "'out/host_key' is a link that leaves the workspace" in res.stderr
+    listing = cli("headless", "artifacts", "list", res.stderr.split()[1].rstrip(":"), check=True).stdout
+    assert listing.split() == ["out/ok.txt"]
+    _responsive(agent)
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "workspace"
+    (ws / "out").mkdir(parents=True)
+    (ws / "out" / "a.txt").write_text("A")
+    (ws / "out" / "b.txt").write_text("B")
+    return ws
+
+
+def _swap_after_resolve(monkeypatch, victim: Path, swap) -> None:
+    """Make `victim` change (by `swap`) right after the packer resolved its path: the window
+    between the check and the read that a racing job would use."""
+    real_resolve = Path.resolve
+
+    def resolve(self, strict=False):
+        result = real_resolve(self, strict)
+        if self == victim and not getattr(resolve, "done", False):
+            resolve.done = True
+            swap(victim)
+        return result
+
+    monkeypatch.setattr(Path, "resolve", resolve)
+
+
+def _pack_in_thread(ws: Path, paths: list[str]):
+    result = {}
+    dest = ws.parent / "artifacts.tar"
+    thread = threading.Thread(target=lambda: result.update(out=pack_artifacts(ws, paths, dest)), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "packing hangs on a FIFO"
+    with tarfile.open(dest) as tar:
+        members = {m.name: (m.type, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()}
+    return result["out"], members
+
+
+def test_a_file_swapped_for_a_link_after_the_check_is_not_followed(workspace, tmp_path, monkeypatch):
+    secret = _host_file(tmp_path)
+
+    def to_link(path: Path) -> None:
+        path.unlink()
+        os.symlink(secret, path)
+
+    _swap_after_resolve(monkeypatch, workspace / "out" / "a.txt", to_link)
+    (files, _warnings), members = _pack_in_thread(workspace, ["out"])
+    assert [f.path for f in files] == ["out/b.txt"]
+    assert members == {"out/b.txt": (tarfile.REGTYPE, b"B")}  # no link member, no secret
+
+
+def test_a_file_swapped_for_a_fifo_after_the_check_is_not_waited_on(workspace, monkeypatch):
+    def to_fifo(path: Path) -> None:
+        path.unlink()
+        os.mkfifo(path)
+
+    _swap_after_resolve(monkeypatch, workspace / "out" / "a.txt", to_fifo)
+    (files, _warnings), members = _pack_in_thread(workspace, ["out"])
+    assert [f.path for f in files] == ["out/b.txt"]
+    assert set(members) == {"out/b.txt"}
+
+
+def test_a_file_that_shrinks_while_packed_leaves_a_valid_tar(workspace, monkeypatch):
+    big = workspace / "out" / "big.bin"
+    big.write_bytes(b"x" * 100_000)
+    real_init = artifacts_mod._FixedSize.__init__
+
+    def init(self, fh, size):
+        real_init(self, fh, size)
+        if size == 100_000:
+            os.truncate(big, 10)  # after its size was taken for the tar header
+
+    monkeypatch.setattr(artifacts_mod._FixedSize, "__init__", init)
+    (files, warnings), members = _pack_in_thread(workspace, ["out"])
+    assert members["out/big.bin"] == (tarfile.REGTYPE, b"x" * 10 + b"\0" * 99_990)
+    assert members["out/b.txt"] == (tarfile.REGTYPE, b"B")
+    assert any("'out/big.bin' shrank" in w for w in warnings)
+
+
+# -- tars the agent unpacks -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> AgentHome:
+    h = AgentHome(tmp_path / "agent")
+    h.create()
+    return h
+
+
+def _tar(members: list[tuple[str, str, bytes | str]], mode: str = "w") -> bytes:
+    """(name, kind, data or link target) -> tar bytes."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode=mode) as tar:
+        for name, kind, data in members:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+                continue
+            info.type = {"dir": tarfile.DIRTYPE, "sym": tarfile.SYMTYPE, "hard": tarfile.LNKTYPE,
+                         "fifo": tarfile.FIFOTYPE, "chr": tarfile.CHRTYPE}[kind]
+            if kind in ("sym", "hard"):
+                info.linkname = data
+            if kind == "chr":
+                info.devmajor, info.devminor = 1, 3
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+def _unpack(home: AgentHome, data: bytes, links: bool, name: str = "x.tar") -> Path:
+    where = home.snapshots if links else home.inputs
+    (where / name).write_bytes(data)
+    ws = home.root / "ws"
+    ws.mkdir(exist_ok=True)
+    _extract(home, f"{where.name}/{name}", (where,), ws, links)
+    return ws
+
+
+def test_a_snapshot_with_files_dirs_and_inside_links_unpacks(home):
+    ws = _unpack(home, _tar([("src", "dir", b""), ("src/a.py", "file", b"print(1)"),
+                             ("latest", "sym", "src"), ("src/b.py", "sym", "a.py")]), links=True)
+    assert (ws / "src" / "a.py").read_bytes() == b"print(1)"
+    assert os.readlink(ws / "latest") == "src" and (ws / "src" / "b.py").read_bytes() == b"print(1)"
+
+
+@pytest.mark.parametrize(("members", "fragment"), [
+    ([("a", "file", b"x"), ("b", "hard", "a")], "hard link"),
+    ([("p", "fifo", b"")], "FIFO"),
+    ([("null", "chr", b"")], "device"),
+])
+def test_links_devices_and_fifos_in_a_tar_are_refused(home, members, fragment):
+    for links in (True, False):
+        with pytest.raises(JobError, match=fragment):
+            _unpack(home, _tar(members), links=links)
+
+
+def test_an_input_tar_may_not_hold_symlinks(home):
+    with pytest.raises(JobError, match="symlink"):
+        _unpack(home, _tar([("a", "file", b"x"), ("b", "sym", "a")]), links=False)
+
+
+@pytest.mark.parametrize("members", [
+    [("out", "sym", "/etc")],
+    [("out", "sym", "../../..")],
+    # Each link alone stays inside; together `d/e` resolves to the workspace's parent.
+    [("x", "dir", b""), ("x/e", "sym", "../d/.."), ("d", "sym", ".")],
+], ids=["absolute", "dotdot", "chain"])
+def test_snapshot_links_leading_out_are_refused(home, members):
+    with pytest.raises((JobError, tarfile.TarError)):
+        _unpack(home, _tar(members), links=True)
+    assert not (home.root / "ws" / "x" / "e").exists() or \
+        (home.root / "ws" / "x" / "e").resolve().is_relative_to((home.root / "ws").resolve())
+
+
+def test_no_file_is_written_through_a_link_of_the_same_tar(home):
+    outside = home.root / "outside"
+    outside.mkdir()
+    with pytest.raises((JobError, tarfile.TarError)):
+        _unpack(home, _tar([("d", "sym", str(outside)), ("d/pwned", "file", b"x")]), links=True)
+    assert not (outside / "pwned").exists()
+
+
+@pytest.mark.parametrize("mode", ["w:gz", "w:bz2", "w:xz"])
+def test_a_compressed_tar_is_refused(home, mode):
+    with pytest.raises(tarfile.TarError):
+        _unpack(home, _tar([("a", "file", b"x" * 1000)], mode=mode), links=True)
+    assert not (home.root / "ws" / "a").exists()
+
+
+def test_a_tar_that_is_not_a_regular_file_is_not_opened(home):
+    os.mkfifo(home.snapshots / "f.tar")
+    ws = home.root / "ws"
+    ws.mkdir()
+    done = threading.Event()
+
+    def run():
+        with pytest.raises(JobError, match="not uploaded"):
+            _extract(home, "snapshots/f.tar", (home.snapshots,), ws, True)
+        done.set()
+
+    threading.Thread(target=run, daemon=True).start()
+    assert done.wait(10), "opening an uploaded FIFO blocks"
+    assert stat.S_ISFIFO(os.stat(home.snapshots / "f.tar").st_mode)
+
+
+# -- Docker: a container job, and an agent restart while it runs ---------------------------------
+
+
+def test_container_metrics_fifo_and_link_do_nothing_also_after_a_restart(tmp_path, controller_home, cli,
+                                                                         make_project, docker_client, busybox_image):
+    data_dir = tmp_path / "agent"
+    agent = start_docker_agent(data_dir, controller_home, "--executor", "docker")
+    try:
+        host_key = (data_dir / "host_key").resolve()
+        project = make_project(f"""
+            workflows:
+              - name: c
+                image: {busybox_image}
+                commands:
+                  - ln -s {host_key} /workspace/.lanpool/metrics.jsonl
+                  - sleep 2
+                  - rm /workspace/.lanpool/metrics.jsonl && mkfifo /workspace/.lanpool/metrics.jsonl
+                  - sleep 6
+                  - echo done
+            """)
+        proc = cli.popen("headless", "run", "c", "--runner", agent.address, cwd=project, stdout=-1, stderr=-1,
+                         text=True)
+        try:
+            time.sleep(4)  # the link was read (or not), the FIFO is in place
+            _responsive(agent)
+            agent.stop()  # the container keeps running; the next agent re-adopts it and tails its metrics
+            agent = start_agent(data_dir, controller_home, authorize=False, grace=2.0, name="docker-runner",
+                                port=agent.port, extra_args=("--executor", "docker"))
+            for _ in range(3):
+                _responsive(agent)
+                time.sleep(0.5)
+            out, err = proc.communicate(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        assert "done" in out, err
+        stored = ControllerHome.default().db.read_bytes()
+        assert host_key.read_text().splitlines()[1].encode() not in stored
+    finally:
+        agent.stop()
+        remove_agent_containers(docker_client, data_dir)
+
+
+def test_agent_restart_with_a_process_jobs_fifo_comes_back(tmp_path, controller_home, cli, make_project):
+    data_dir = tmp_path / "agent"
+    agent = start_agent(data_dir, controller_home)
+    project = make_project(_FIFO_JOB.replace("sleep 4", "sleep 30"))
+    proc = cli.popen("headless", "run", "fifo", "--runner", agent.address, "--detach", cwd=project,
+                     stdout=-1, stderr=-1, text=True)
+    try:
+        proc.communicate(timeout=60)
+        time.sleep(1)
+        _responsive(agent)
+        agent.stop()
+        agent = start_agent(data_dir, controller_home, authorize=False)
+        _responsive(agent)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        agent.stop()

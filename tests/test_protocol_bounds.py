@@ -1,0 +1,343 @@
+"""Bounds on what a peer's frame may make the other side build, and on what an
+error reply echoes: unit checks of the decoders, then a real agent under attack."""
+
+import asyncio
+import struct
+import subprocess
+import sys
+
+import asyncssh
+import msgpack
+import pytest
+
+from app.home import ControllerHome
+from app.keys import load_or_create_client_key
+from protocol import (
+    MAX_FRAME_BYTES,
+    Error,
+    ErrorCode,
+    FrameReader,
+    Hello,
+    Ping,
+    Pong,
+    ProtocolError,
+    SubmitJob,
+    decode_agent_message,
+    decode_client_message,
+    encode_message,
+)
+from protocol.errors import clip
+from protocol.framing import MAX_DEPTH, MAX_ELEMENTS, check_structure
+from tests.conftest import REPO
+
+
+def _frame(payload: bytes) -> bytes:
+    return struct.pack(">I", len(payload)) + payload
+
+
+def _ping_with(extra: bytes, key: bytes = b"x") -> bytes:
+    """A valid ping map carrying one extra (ignored) field whose value is `extra`, already packed."""
+    return b"\x83\xa1t\xa4ping\xa5nonce\x01" + msgpack.packb(key.decode()) + extra
+
+
+def _array32(n: int, item: bytes) -> bytes:
+    return b"\xdd" + n.to_bytes(4, "big") + item * n
+
+
+def _error(decode, body) -> ProtocolError:
+    with pytest.raises(ProtocolError) as exc:
+        decode(body)
+    assert not exc.value.fatal
+    return exc.value
+
+
+# -- the structure walk: counts, depth, formats -------------------------------------
+
+
+def test_a_valid_frame_passes_the_walk():
+    body = encode_message(SubmitJob("j-1", "r", "w", ["echo"] * 500, env={f"K{i}": "v" for i in range(2000)}))[4:]
+    check_structure(body)
+    assert decode_client_message(body).env["K1999"] == "v"
+
+
+@pytest.mark.parametrize("item", [b"\x80", b"\x90", b"\xc0", b"\xa0", b"\x01"],
+                         ids=["empty-maps", "empty-lists", "nils", "empty-strs", "ints"])
+def test_a_frame_of_16mib_tiny_values_is_refused_before_anything_is_built(item, monkeypatch):
+    body = _ping_with(_array32(MAX_FRAME_BYTES - 32, item))
+    assert len(body) <= MAX_FRAME_BYTES
+    built = []
+    monkeypatch.setattr(msgpack, "unpackb", lambda *a, **kw: built.append(1))
+    err = _error(decode_client_message, body)
+    assert err.code == ErrorCode.BAD_FRAME and f"more than {MAX_ELEMENTS} values" in err.message
+    assert built == []  # refused by the walk: msgpack never ran
+
+
+_RSS_PROBE = """
+import resource, sys
+from protocol import ProtocolError, decode_client_message
+body = b"\\x83\\xa1t\\xa4ping\\xa5nonce\\x01\\xa1x\\xdd" + (__N__).to_bytes(4, "big") + b"\\x80" * __N__
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+try:
+    decode_client_message(body)
+except ProtocolError:
+    pass
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
+"""
+
+
+@pytest.mark.parametrize("n", [MAX_FRAME_BYTES - 32, MAX_ELEMENTS - 7], ids=["16MiB-refused", "at-the-bound"])
+def test_decoding_a_frame_of_empty_maps_costs_little_memory(n):
+    """The issue's case: 16 MiB of empty maps raised RSS by ~1.2 GiB; the most the bound lets through is ~70 MiB."""
+    out = subprocess.run([sys.executable, "-c", _RSS_PROBE.replace("__N__", str(n))], capture_output=True, text=True,
+                         cwd=REPO, check=True, timeout=120).stdout
+    assert int(out) < 128 * 1024, f"peak RSS grew by {int(out) // 1024} MiB"
+
+
+def test_the_element_bound_counts_keys_values_and_containers():
+    # The ping map, its 3 keys and 2 values, the array: 7 values, then the array's items.
+    check_structure(_ping_with(_array32(MAX_ELEMENTS - 7, b"\xc0")))
+    with pytest.raises(ProtocolError, match="more than"):
+        check_structure(_ping_with(_array32(MAX_ELEMENTS - 6, b"\xc0")))
+
+
+def test_nesting_past_the_depth_bound_is_refused():
+    ok = _ping_with(b"\x91" * (MAX_DEPTH - 1) + b"\xc0")  # the message map is level 1
+    assert decode_client_message(ok) == Ping(1)
+    err = _error(decode_client_message, _ping_with(b"\x91" * MAX_DEPTH + b"\xc0"))
+    assert err.code == ErrorCode.BAD_FRAME and "deeper" in err.message
+    deep = _ping_with(b"\x91" * (MAX_FRAME_BYTES - 64) + b"\xc0")
+    assert "deeper" in _error(decode_client_message, deep).message
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("single", [False, True], ids=["float64", "float32"])
+def test_non_finite_floats_anywhere_in_a_frame_are_refused(value, single):
+    body = msgpack.packb({"t": "stop", "job_id": "j", "grace_s": value}, use_single_float=single)
+    assert "non-finite" in _error(decode_client_message, body).message
+    ignored = msgpack.packb({"t": "ping", "nonce": 1, "later": [value]}, use_single_float=single)
+    assert _error(decode_client_message, ignored).code == ErrorCode.BAD_FRAME
+
+
+def test_extension_types_are_refused():
+    body = msgpack.packb({"t": "ping", "nonce": 1, "x": msgpack.ExtType(5, b"abc")})
+    assert "extension" in _error(decode_client_message, body).message
+
+
+@pytest.mark.parametrize("payload", [
+    b"\x82\xa1t\xa4ping\xa5nonce",  # a map short of its last value
+    b"\x81\xa1t\xdb\xff\xff\xff\xff",  # a str32 longer than the frame
+    b"\x81\xa1t\xdd\xff\xff\xff\xff",  # an array32 claiming 4 G items
+    b"\x81\xa1t\xdf\x00\x00",  # a map16 header cut short
+    b"\x81\xa1t\xcb\x00",  # a float64 cut short
+], ids=["map", "str32", "array32", "map16", "float64"])
+def test_lengths_past_the_end_of_the_frame_are_refused(payload):
+    assert _error(decode_client_message, payload).code == ErrorCode.BAD_FRAME
+
+
+def test_trailing_bytes_are_refused():
+    assert "after the message" in _error(decode_client_message, msgpack.packb({"t": "ping", "nonce": 1}) + b"\xc0").message
+
+
+def test_a_log_chunk_near_the_frame_limit_still_decodes():
+    data = b"x" * (MAX_FRAME_BYTES - 100) + b"\n"
+    frame = _frame(msgpack.packb({"t": "log", "job_id": "j", "seq": 0, "stream": "out", "data": data},
+                                 use_bin_type=True))
+    (body,) = FrameReader().feed(frame)
+    assert decode_agent_message(body).data == data
+
+
+# -- types and ranges of fields -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(("body", "fragment"), [
+    ({"t": "attach", "job_id": "j", "from_seq": 2**64 - 1}, "attach.from_seq: out of range"),
+    ({"t": "attach", "job_id": "j", "from_seq": -1}, "attach.from_seq: out of range"),
+    ({"t": "stop", "job_id": "j", "grace_s": 1e300}, "stop.grace_s: out of range"),
+    ({"t": "stop", "job_id": "j", "grace_s": -1.0}, "stop.grace_s: out of range"),
+    ({"t": "stop", "job_id": "j", "grace_s": float("nan")}, "stop.grace_s: must be a finite number"),
+    ({"t": "ping", "nonce": 2**63}, "ping.nonce: out of range"),
+    ({"t": "client_hello", "protocol_version": -1, "client_version": "x"}, "protocol_version: out of range"),
+    ({"t": "stop", "job_id": "../../host_key"}, "stop.job_id: must be letters"),
+    ({"t": "stop", "job_id": "a/b"}, "stop.job_id: must be letters"),
+    ({"t": "stop", "job_id": ".."}, "stop.job_id: must be letters"),
+    ({"t": "stop", "job_id": "j" * 129}, "stop.job_id: 129 characters, at most 128"),
+    ({"t": "submit", "job_id": "j", "run_name": "r\x1b]52;c;eA==\x07", "workflow": "w", "commands": ["x"]},
+     "submit.run_name: holds control characters"),
+    ({"t": "submit", "job_id": "j", "run_name": "r", "workflow": "w", "commands": ["x"],
+      "resources": {"cpu": -1}}, "submit.resources['cpu']: out of range"),
+    ({"t": "submit", "job_id": "j", "run_name": "r", "workflow": "w", "commands": ["x"],
+      "resources": {"cpu": 2**60}}, "submit.resources['cpu']: out of range"),
+    ({"t": "submit", "job_id": "j", "run_name": "r", "workflow": "w", "commands": ["x"],
+      "resources": {"cpu": float("inf")}}, "expected int | str, got float"),
+])
+def test_client_fields_out_of_range_are_invalid(body, fragment):
+    err = _error(decode_client_message, body)
+    assert err.code == ErrorCode.INVALID_MESSAGE
+    assert fragment in err.message
+
+
+@pytest.mark.parametrize(("body", "fragment"), [
+    ({"t": "log", "job_id": "j", "seq": 2**64 - 1, "stream": "out", "data": b""}, "log.seq: out of range"),
+    ({"t": "log", "job_id": "j", "seq": 0, "stream": "out", "data": b"", "node": -1}, "log.node: out of range"),
+    ({"t": "job_status", "job_id": "j", "state": "DONE", "exit_code": 2**40}, "exit_code: out of range"),
+    ({"t": "job_status", "job_id": "j", "state": "DONE", "started_at": float("inf")}, "must be a finite number"),
+    ({"t": "job_status", "job_id": "j", "state": "DONE", "artifacts": [{"path": "a", "size": -5}]},
+     "artifacts[0].size: out of range"),
+    ({"t": "job_status", "job_id": "j", "state": "X" * 10**6}, "job_status.state: 1000000 characters"),
+    ({"t": "job_accepted", "job_id": "j", "workspace": "/w", "master_port": 70000}, "master_port: out of range"),
+    ({"t": "hello", "protocol_version": 2, "agent_version": "1", "name": "gpu\x1b[2J"}, "hello.name: holds control"),
+    ({"t": "hello", "protocol_version": 2, "agent_version": "1", "name": "n", "resources": {"gpus": -3}},
+     "hello.resources['gpus']: out of range"),
+])
+def test_agent_fields_out_of_range_are_invalid(body, fragment):
+    err = _error(decode_agent_message, body)
+    assert err.code == ErrorCode.INVALID_MESSAGE
+    assert fragment in err.message
+
+
+def test_values_in_range_still_decode():
+    assert decode_client_message({"t": "stop", "job_id": "a1.b_c-d", "grace_s": 0}).grace_s == 0.0
+    status = decode_agent_message({"t": "job_status", "job_id": "j", "state": "FAILED", "exit_code": -9})
+    assert status.exit_code == -9
+    assert decode_agent_message({"t": "error", "code": "x", "message": "two\nlines"}).message == "two\nlines"
+    assert decode_client_message({"t": "ping", "nonce": 2**63 - 1}).nonce == 2**63 - 1
+
+
+@pytest.mark.parametrize("body", [
+    {"t": "x" * 10**6},
+    {"t": "stop", "job_id": "x" * 10**6},
+    {"t": "job_status", "job_id": "j", "state": "Q" * 10**6},
+    {"t": "submit", "job_id": "j", "run_name": "r", "workflow": "w", "commands": ["x"],
+     "env": {"K" * 10**6: 5}},
+])
+def test_error_messages_never_echo_a_long_value(body):
+    for decode in (decode_client_message, decode_agent_message):
+        with pytest.raises(ProtocolError) as exc:
+            decode(body)
+        assert len(exc.value.message) < 400
+
+
+def test_clip_bounds_and_says_how_long():
+    assert clip("short") == "short"
+    clipped = clip("y" * 10**6)
+    assert len(clipped) < 250 and "1000000 characters" in clipped
+
+
+# -- a real agent under attack ------------------------------------------------------------
+
+
+async def _channel(agent):
+    key = load_or_create_client_key(ControllerHome.default().key)
+    conn = await asyncssh.connect(agent.host, agent.port, username="x", client_keys=[key], known_hosts=None,
+                                  agent_path=None, config=[])
+    proc = await conn.create_process(subsystem="lanpool", encoding=None)
+    return conn, proc, FrameReader(), []
+
+
+async def _next(chan, timeout: float = 10):
+    _conn, proc, reader, pending = chan
+    while not pending:
+        data = await asyncio.wait_for(proc.stdout.read(1 << 20), timeout)
+        if not data:
+            return None
+        pending.extend(reader.feed(data))
+    return decode_agent_message(pending.pop(0))
+
+
+async def _served(agent) -> None:
+    """Another controller gets a Hello and a Pong within a few seconds."""
+    chan = await _channel(agent)
+    try:
+        assert isinstance(await _next(chan, 5), Hello)
+        chan[1].stdin.write(encode_message(Ping(99)))
+        assert await _next(chan, 5) == Pong(99)
+    finally:
+        chan[0].close()
+
+
+async def _hostile_frames(agent) -> None:
+    chan = await _channel(agent)
+    await _next(chan)
+    proc = chan[1]
+    for item in (b"\x80", b"\x90"):  # 16 MiB of empty maps, then of empty lists
+        proc.stdin.write(_frame(_ping_with(_array32(MAX_FRAME_BYTES - 32, item))))
+        err = await _next(chan, 30)
+        assert isinstance(err, Error) and err.code == ErrorCode.BAD_FRAME and "values" in err.message
+        await _served(agent)  # meanwhile, others are served
+    proc.stdin.write(_frame(_ping_with(b"\x91" * (MAX_FRAME_BYTES - 64) + b"\xc0")))
+    assert "deeper" in (await _next(chan, 30)).message
+    proc.stdin.write(encode_message(Ping(3)))  # the hostile channel itself still works
+    assert await _next(chan) == Pong(3)
+    chan[0].close()
+
+
+def test_hostile_frames_are_refused_and_the_agent_serves_others(agent):
+    rss_before = _rss_kib(agent.proc.pid)
+    asyncio.run(_hostile_frames(agent))
+    assert agent.proc.poll() is None
+    # Refused before anything was built: far from the ~1.2 GiB such a frame used to cost.
+    assert _rss_kib(agent.proc.pid) - rss_before < 256 * 1024
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as fh:
+        return next(int(line.split()[1]) for line in fh if line.startswith("VmHWM:"))
+
+
+async def _huge_job_id(agent) -> None:
+    chan = await _channel(agent)
+    await _next(chan)
+    huge = "j" * (MAX_FRAME_BYTES - 200)
+    for body in ({"t": "get_status", "job_id": huge}, {"t": "stop", "job_id": huge},
+                 {"t": "submit", "job_id": huge, "run_name": "r", "workflow": "w", "commands": ["x"]}):
+        payload = msgpack.packb(body, use_bin_type=True)
+        assert len(payload) <= MAX_FRAME_BYTES
+        chan[1].stdin.write(_frame(payload))
+        _conn, proc, reader, pending = chan
+        data = b""
+        while not pending:
+            data = await asyncio.wait_for(proc.stdout.read(1 << 20), 30)
+            assert data
+            pending.extend(reader.feed(data))
+        raw = pending.pop(0)
+        assert len(raw) < 2000  # the reply is short: no echo of the 16 MB id
+        err = decode_agent_message(raw)
+        assert isinstance(err, Error) and err.code == ErrorCode.INVALID_MESSAGE and "job_id" in err.message
+    chan[1].stdin.write(encode_message(Ping(4)))
+    assert await _next(chan) == Pong(4)
+    chan[0].close()
+    await _served(agent)
+
+
+def test_a_16mb_job_id_gets_a_short_error_and_the_agent_keeps_serving(agent):
+    asyncio.run(_huge_job_id(agent))
+    assert agent.proc.poll() is None
+
+
+async def _nan_resources(agent) -> None:
+    chan = await _channel(agent)
+    await _next(chan)
+    for i, cpu in enumerate(("nan", "inf", "1e309", "-1", "0", "NaN", "99999999")):
+        chan[1].stdin.write(encode_message(SubmitJob(f"j{i}", "r", "w", ["sleep 20"], resources={"cpu": cpu})))
+        err = await _next(chan, 30)
+        assert isinstance(err, Error) and err.code == ErrorCode.BAD_REQUEST, err
+        assert err.message.startswith("resources.cpu: ") and "not a valid number" in err.message
+        assert err.job_id == f"j{i}"
+    chan[1].stdin.write(encode_message(SubmitJob("m", "r", "w", ["sleep 20"], resources={"memory_mb": "inf"})))
+    assert "resources.memory_mb" in (await _next(chan, 30)).message
+    chan[1].stdin.write(encode_message(SubmitJob("s", "r", "w", ["sleep 20"], resources={"shm_size": "9" * 17 + "g"})))
+    assert "resources.shm_size" in (await _next(chan, 30)).message
+    # A valid job runs alongside, and every new controller is still greeted.
+    chan[1].stdin.write(encode_message(SubmitJob("ok", "r", "w", ["sleep 20"], resources={"cpu": "1.5"})))
+    accepted = await _next(chan, 30)
+    assert accepted.job_id == "ok", accepted
+    for _ in range(2):
+        await _served(agent)
+    chan[1].stdin.write(encode_message(
+        decode_client_message({"t": "stop", "job_id": "ok", "abort": True, "grace_s": 0})))
+    chan[0].close()
+
+
+def test_non_finite_resources_are_refused_and_other_controllers_are_served(agent):
+    asyncio.run(_nan_resources(agent))
+    assert agent.proc.poll() is None
