@@ -161,7 +161,7 @@ wrap(RunnerSession, "upload", "sftp_upload", True)
 wrap(RunnerSession, "submit", "submit", True)
 wrap(RunnerSession, "__aexit__", "ssh_close", True)
 wrap(controller_mod.Controller, "follow", "follow", True)
-_print_log = headless._print_log
+_print_log = headless.render.LogPrinter.__call__
 
 
 def print_log(*a):
@@ -169,7 +169,7 @@ def print_log(*a):
     _print_log(*a)
 
 
-headless._print_log = print_log
+headless.render.LogPrinter.__call__ = print_log
 rc = headless.main(sys.argv[1:])
 mark("main_returned")
 with open(os.environ["BENCH_PROBE_OUT"], "w") as fh:
