@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_stats import BenchError, med, proc_cpu, say
+from bench_stats import BenchError, med, proc_cpu, run_bench, say
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.harness, and app of this checkout
@@ -654,14 +653,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--lines and --repeat must be >= 1")
     if args.flood_repeat is None:
         args.flood_repeat = args.repeat
-
-    def on_term(signum, frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
-    t0 = time.perf_counter()
     bench = Bench(args)
-    try:
+
+    def work() -> dict:
         bench.start()
         if "dispatch" not in args.skip:
             bench.dispatch()
@@ -671,20 +665,9 @@ def main(argv: list[str] | None = None) -> int:
             bench.producer()
             bench.throughput()
         bench.agent_rss()
-    except (BenchError, harness.AgentStartError, subprocess.CalledProcessError, OSError) as exc:
-        detail = getattr(exc, "stderr", None) or ""
-        say(f"bench: could not run: {exc}\n{detail if isinstance(detail, str) else detail.decode(errors='replace')}")
-        return 1
-    except KeyboardInterrupt:
-        say("bench: interrupted")
-        return 130
-    finally:
-        bench.stop()
-    bench.results["bench_wall_s"] = time.perf_counter() - t0
-    report(bench.results, sys.stderr if args.json else sys.stdout)
-    if args.json:
-        print(json.dumps(bench.results, indent=2))
-    return 0
+        return bench.results
+
+    return run_bench("bench", work, bench.stop, report, args.json, errors=(harness.AgentStartError,))
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_stats import BenchError, children_cpu, proc_cpu
+from bench_stats import BenchError, children_cpu, proc_cpu, run_bench
 from bench_stats import say as _say
 
 REPO = Path(__file__).resolve().parents[1]
@@ -277,26 +277,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("need --repeat >= 1 and --steps >= --skip-steps + 5")
     bench = Bench(args)
 
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
+    def work() -> dict:
         bench.start()
         say(f"2 runners up; {args.repeat} x (lanpool, by hand), {args.steps} steps each")
-        res = bench.run()
-    except (BenchError, harness.AgentStartError) as exc:
-        say(f"error: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        say("interrupted")
-        return 130
-    finally:
-        bench.stop()
-    report(res)
-    if args.json:
-        print(json.dumps(res, indent=2))
-    return 0
+        return bench.run()
+
+    # The table goes to stderr, --json or not.
+    return run_bench("bench-ddp", work, bench.stop, lambda res, _out: report(res), args.json,
+                     errors=(harness.AgentStartError,))
 
 
 if __name__ == "__main__":

@@ -39,7 +39,7 @@ import threading
 import time
 from pathlib import Path
 
-from bench_stats import BenchError, proc_cpu
+from bench_stats import BenchError, proc_cpu, run_bench
 from bench_stats import say as _say
 from bench_stats import summary as stats
 
@@ -583,34 +583,23 @@ def main(argv: list[str] | None = None) -> int:
     # The in-process controller too: never any interface but 127.0.0.1.
     os.environ["LANPOOL_MDNS_INTERFACES"] = MDNS_IFACE
 
-    def on_term(signum, frame):
+    def on_hup(signum, frame):
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGHUP, on_term)
+    signal.signal(signal.SIGHUP, on_hup)
     # Ctrl-C stops the bench even where SIGINT came in ignored (started with `&` from a script).
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    t0 = now()
     bench = Bench(args)
     os.environ["LANPOOL_HOME"] = str(bench.tmp / "controller-live")
-    try:
+
+    def work() -> dict:
         say("1+2: spawn -> LIVE, SIGKILL -> OFFLINE")
         asyncio.run(bench.live_and_dead())
         say(f"3: {args.agents} agents")
         bench.many()
-    except (BenchError, OSError, subprocess.SubprocessError, ValueError) as exc:
-        say(f"could not run: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        say("interrupted")
-        return 130
-    finally:
-        bench.stop()
-    bench.results["bench_wall_s"] = now() - t0
-    report(bench.results, sys.stderr if args.json else sys.stdout)
-    if args.json:
-        print(json.dumps(bench.results, indent=2))
-    return 0
+        return bench.results
+
+    return run_bench("bench-pool", work, bench.stop, report, args.json, errors=(ValueError,))
 
 
 if __name__ == "__main__":

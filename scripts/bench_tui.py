@@ -36,14 +36,13 @@ import os
 import random
 import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench_stats import BenchError, med, pct, say
+from bench_stats import BenchError, med, pct, run_bench, say
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # app of this checkout (fill_home writes its store); tests.harness
@@ -519,35 +518,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--repeat >= 1, --runs >= 3, --lines >= 100000")
     args.follow_repeat = args.follow_repeat or args.repeat
     args.parts = [args.only] if args.only else ["startup", "follow"]
-
-    def on_term(signum, frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
-    t0 = time.perf_counter()
     bench = Bench(args)
-    try:
+
+    def work() -> dict:
         bench.setup()
         if "startup" in args.parts:
             bench.startup()
         if "follow" in args.parts:
             bench.start_agent()
             bench.following()
-    except (BenchError, harness.AgentStartError, subprocess.CalledProcessError, OSError) as exc:
-        detail = getattr(exc, "stderr", None) or ""
-        say(f"bench-tui: could not run: {exc}\n{detail if isinstance(detail, str) else detail.decode(errors='replace')}")
-        return 1
-    except KeyboardInterrupt:
-        say("bench-tui: interrupted")
-        return 130
-    finally:
-        bench.stop()
-    bench.results["loadavg_end"] = os.getloadavg()
-    bench.results["bench_wall_s"] = time.perf_counter() - t0
-    report(bench.results, sys.stderr if args.json else sys.stdout)
-    if args.json:
-        print(json.dumps(bench.results, indent=2))
-    return 0
+        bench.results["loadavg_end"] = os.getloadavg()
+        return bench.results
+
+    return run_bench("bench-tui", work, bench.stop, report, args.json, errors=(harness.AgentStartError,))
 
 
 if __name__ == "__main__":
