@@ -13,22 +13,23 @@ import json
 import os
 import re
 import shutil
-import signal
 import sqlite3
-import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench_stats import BenchError, med, proc_cpu, run_bench, say
+
 REPO = Path(__file__).resolve().parents[1]
-VENV_PY = REPO / ".venv" / "bin" / "python"
-PY = str(VENV_PY) if VENV_PY.exists() else sys.executable
-APP = [str(REPO / ".venv" / "bin" / "app")] if (REPO / ".venv" / "bin" / "app").exists() else [PY, "-m", "app.cli.main"]
+sys.path.insert(0, str(REPO))  # tests.harness, and app of this checkout
+from tests import harness  # noqa: E402
+
+PY = harness.venv_python()
+APP = list(harness.venv_app())
 MARKER = b"hello-bench"
 ECHO_CMD = "echo hello-bench"
 DISPATCH_TARGET = 1.5  # lanpool / bare, at most
@@ -130,6 +131,7 @@ mark("interpreter_ready")
 import app.cli.headless as headless
 mark("imports_done")
 import app.controller as controller_mod
+from app.cli import render
 from app.runner_client import RunnerSession
 
 
@@ -161,15 +163,15 @@ wrap(RunnerSession, "upload", "sftp_upload", True)
 wrap(RunnerSession, "submit", "submit", True)
 wrap(RunnerSession, "__aexit__", "ssh_close", True)
 wrap(controller_mod.Controller, "follow", "follow", True)
-_print_log = headless.render.LogPrinter.__call__
+_print_log = render.LogPrinter.__call__
 
 
-def print_log(*a):
+def print_log(self, *a):
     mark("log_output")
-    _print_log(*a)
+    _print_log(self, *a)
 
 
-headless.render.LogPrinter.__call__ = print_log
+render.LogPrinter.__call__ = print_log  # the sink `app headless run` prints job output with
 rc = headless.main(sys.argv[1:])
 mark("main_returned")
 with open(os.environ["BENCH_PROBE_OUT"], "w") as fh:
@@ -235,17 +237,6 @@ def timed(argv: list[str], *, env: dict, cwd: Path | None = None, marker: bytes 
                  b"".join(kept), stderr_lines)
 
 
-def proc_cpu(pid: int) -> tuple[float, float]:
-    """(own CPU seconds, CPU seconds of its waited-for children) of a running process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return (float("nan"), float("nan"))
-    fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)": field 3 is fields[0]
-    tick = os.sysconf("SC_CLK_TCK")
-    return ((int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick)
-
-
 _RUNNING: set[subprocess.Popen] = set()
 
 
@@ -263,18 +254,6 @@ def check(t: Timed, what: str) -> Timed:
     return t
 
 
-class BenchError(Exception):
-    pass
-
-
-def med(xs: list[float]) -> float:
-    return statistics.median(xs) if xs else float("nan")
-
-
-def say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
 # -- the setup ----------------------------------------------------------------------------
 
 
@@ -285,10 +264,8 @@ class Bench:
         self.home = self.tmp / "controller"
         self.agent_dir = self.tmp / "agent"
         self.project = self.tmp / "project"
-        self.env = dict(os.environ, LANPOOL_HOME=str(self.home))
-        self.env.pop("LANPOOL_AGENT_HOME", None)
-        self.env.pop("PYTHONPATH", None)
-        self.agent: subprocess.Popen | None = None
+        self.env = harness.lanpool_env(self.home)
+        self.agent: harness.AgentProc | None = None
         self.bare: subprocess.Popen | None = None
         self.runner = ""
         self.bare_port = 0
@@ -299,32 +276,12 @@ class Bench:
     # -- start / stop --
 
     def start(self) -> None:
-        pub = subprocess.run([*APP, "headless", "key"], env=self.env, capture_output=True, text=True, check=True)
-        pubkey = pub.stdout.strip()
-        self.key = pubkey.removesuffix(".pub")
-        subprocess.run([*APP, "agent", "authorize", pubkey, "--data-dir", str(self.agent_dir)],
-                       env=self.env, capture_output=True, check=True)
-        info = self.agent_dir / "agent.json"
-        info.unlink(missing_ok=True)
-        agent_log = open(self.tmp / "agent.log", "ab")
-        self.agent = subprocess.Popen(
-            [*APP, "agent", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", str(self.agent_dir),
-             "--name", "bench-runner", "--grace", "3"],
-            env=self.env, stdin=subprocess.DEVNULL, stdout=agent_log, stderr=subprocess.STDOUT, start_new_session=True)
-        agent_log.close()
-        deadline = time.time() + 30
-        while True:
-            if info.exists():
-                try:
-                    data = json.loads(info.read_text())
-                except ValueError:
-                    data = {}
-                if data.get("pid") == self.agent.pid:
-                    self.runner = f"127.0.0.1:{data['port']}"
-                    break
-            if self.agent.poll() is not None or time.time() > deadline:
-                raise BenchError(f"agent did not start:\n{(self.tmp / 'agent.log').read_text()[-2000:]}")
-            time.sleep(0.02)
+        pubkey = harness.controller_key(self.env, APP)
+        self.key = pubkey.removesuffix(".pub")  # the bare client signs in with the same key
+        harness.authorize_key(pubkey, self.agent_dir, self.env, APP)
+        self.agent = harness.start_agent(self.agent_dir, self.home, authorize=False, env=self.env, app=APP,
+                                         verbose=False, name="bench-runner", grace=3, new_session=True)
+        self.runner = self.agent.address
 
         (self.tmp / "bare_server.py").write_text(BARE_SERVER)
         (self.tmp / "bare_client.py").write_text(BARE_CLIENT)
@@ -337,27 +294,20 @@ class Bench:
             raise BenchError(f"bare server did not start:\n{(self.tmp / 'bare_server.log').read_text()[-2000:]}")
         self.bare_port = int(line)
 
-        wf = self.project / ".lanpool" / "workflows.yaml"
-        wf.parent.mkdir(parents=True)
         # JSON strings are YAML strings: no quoting surprises in the flood command.
-        wf.write_text(textwrap.dedent(f"""\
+        harness.write_project(self.project, f"""\
             workflows:
               - name: echo
                 commands: [{json.dumps(ECHO_CMD)}]
               - name: flood
                 commands: [{json.dumps(flood_command(self.args.lines))}]
-            """))
+            """)
 
     def stop(self) -> None:
         for proc in list(_RUNNING):
             _kill(proc)
-        if self.agent is not None and self.agent.poll() is None:
-            self.agent.send_signal(signal.SIGTERM)
-            try:
-                self.agent.wait(15)
-            except subprocess.TimeoutExpired:
-                self.agent.kill()
-                self.agent.wait()
+        if self.agent is not None:
+            self.agent.stop(15)
         if self.bare is not None and self.bare.poll() is None:
             self.bare.kill()
             self.bare.wait()
@@ -479,9 +429,9 @@ class Bench:
         bare_runs = []
         for i in range(r):
             say(f"  flood {i + 1}/{r}: lanpool ...")
-            a0 = proc_cpu(self.agent.pid)
+            a0 = proc_cpu(self.agent.proc.pid)
             t = check(self.lanpool_run("flood", stdout_devnull=True, timeout=600), "app headless run flood")
-            a1 = proc_cpu(self.agent.pid)
+            a1 = proc_cpu(self.agent.proc.pid)
             job = _job_id(t)
             t_verify = time.perf_counter()
             verdict = self.verify(job, n)
@@ -559,7 +509,7 @@ class Bench:
 
     def agent_rss(self) -> None:
         try:
-            status = Path(f"/proc/{self.agent.pid}/status").read_text()
+            status = Path(f"/proc/{self.agent.proc.pid}/status").read_text()
             hwm = re.search(r"VmHWM:\s+(\d+) kB", status)
             self.results["agent_peak_rss_mib"] = int(hwm.group(1)) / 1024 if hwm else None
         except OSError:
@@ -703,14 +653,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--lines and --repeat must be >= 1")
     if args.flood_repeat is None:
         args.flood_repeat = args.repeat
-
-    def on_term(signum, frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
-    t0 = time.perf_counter()
     bench = Bench(args)
-    try:
+
+    def work() -> dict:
         bench.start()
         if "dispatch" not in args.skip:
             bench.dispatch()
@@ -720,20 +665,9 @@ def main(argv: list[str] | None = None) -> int:
             bench.producer()
             bench.throughput()
         bench.agent_rss()
-    except (BenchError, subprocess.CalledProcessError, OSError) as exc:
-        detail = getattr(exc, "stderr", None) or ""
-        say(f"bench: could not run: {exc}\n{detail if isinstance(detail, str) else detail.decode(errors='replace')}")
-        return 1
-    except KeyboardInterrupt:
-        say("bench: interrupted")
-        return 130
-    finally:
-        bench.stop()
-    bench.results["bench_wall_s"] = time.perf_counter() - t0
-    report(bench.results, sys.stderr if args.json else sys.stdout)
-    if args.json:
-        print(json.dumps(bench.results, indent=2))
-    return 0
+        return bench.results
+
+    return run_bench("bench", work, bench.stop, report, args.json, errors=(harness.AgentStartError,))
 
 
 if __name__ == "__main__":

@@ -36,34 +36,21 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench_stats import BenchError, children_cpu, proc_cpu, run_bench
+from bench_stats import say as _say
+
 REPO = Path(__file__).resolve().parents[1]
-VENV_PY = REPO / ".venv" / "bin" / "python"
-PY = str(VENV_PY) if VENV_PY.exists() else sys.executable
-APP = [str(REPO / ".venv" / "bin" / "app")] if (REPO / ".venv" / "bin" / "app").exists() else [PY, "-m", "app.cli.main"]
+sys.path.insert(0, str(REPO))  # tests.harness
+from tests import harness  # noqa: E402
+
+PY = harness.venv_python()
+APP = list(harness.venv_app())
 RATIO_TARGET = 0.97  # lanpool samples/s over by-hand samples/s, at least
 BLOCK, BATCH = 128, 32  # the recipe's defaults (4 layers x 128 dims): tokens a step per node = 4096
 
 
-class BenchError(Exception):
-    pass
-
-
-def cpu_of(pid: int) -> tuple[float, float]:
-    """(own, waited-for children's) CPU seconds of a process, from /proc/PID/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
-
-
-def children_cpu() -> float:
-    import resource
-
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def say(text: str) -> None:
-    print(f"bench-ddp: {text}", file=sys.stderr, flush=True)
+    _say(text, prefix="bench-ddp: ")
 
 
 def train_command(steps: int, corpus: str) -> str:
@@ -126,35 +113,23 @@ class Bench:
         self.args = args
         self.tmp = Path(tempfile.mkdtemp(prefix="lanpool-bench-ddp-"))
         self.home = self.tmp / "controller"
-        self.env = dict(os.environ, LANPOOL_HOME=str(self.home), PYTHONPATH=str(REPO),
-                        LANPOOL_MDNS_INTERFACES="127.0.0.1")
-        self.env.pop("LANPOOL_AGENT_HOME", None)
-        self.agents: list[subprocess.Popen] = []
+        self.env = harness.lanpool_env(self.home)
+        self.agents: list[harness.AgentProc] = []
         self.running: list[subprocess.Popen] = []
         self.project = self.tmp / "project"
 
     # -- set-up ------------------------------------------------------------------
 
     def start(self) -> None:
-        key = subprocess.run([*APP, "headless", "key"], env=self.env, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        for k in range(2):
+        key = harness.controller_key(self.env, APP)
+        for k in range(2):  # both start at once, then each is waited for
             data = self.tmp / f"agent{k}"
-            subprocess.run([*APP, "agent", "authorize", key, "--data-dir", str(data)], env=self.env,
-                           capture_output=True, check=True)
-            log = open(self.tmp / f"agent{k}.log", "ab")
-            self.agents.append(subprocess.Popen(
-                [*APP, "agent", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", str(data),
-                 "--name", f"bench-ddp-{k}", "--no-mdns", "--grace", "3"], env=self.env, stdout=log,
-                stderr=subprocess.STDOUT))
-        for k, proc in enumerate(self.agents):
-            info, deadline = self.tmp / f"agent{k}" / "agent.json", time.time() + 30
-            while not (info.exists() and json.loads(info.read_text()).get("pid") == proc.pid):
-                if proc.poll() is not None or time.time() > deadline:
-                    raise BenchError(f"agent {k} did not start: see {self.tmp}/agent{k}.log")
-                time.sleep(0.05)
-            port = json.loads(info.read_text())["port"]
-            subprocess.run([*APP, "headless", "runners", "add", f"127.0.0.1:{port}"], env=self.env,
+            harness.authorize_key(key, data, self.env, APP)
+            self.agents.append(harness.spawn_agent(data, self.env, name=f"bench-ddp-{k}", extra_args=["--no-mdns"],
+                                                   grace=3, verbose=False, app=APP))
+        for agent in self.agents:
+            agent.wait_listening()
+            subprocess.run([*APP, "headless", "runners", "add", agent.address], env=self.env,
                            capture_output=True, check=True)
         (self.project / ".lanpool").mkdir(parents=True)
         shutil.copytree(REPO / "training", self.project / "training", ignore=shutil.ignore_patterns("__pycache__"))
@@ -165,17 +140,14 @@ class Bench:
             f"      - {self.command}\n    artifacts: [ck]\n")
 
     def stop(self) -> None:
-        for proc in self.running + self.agents:
+        for proc in self.running:
             if proc.poll() is None:
                 try:
-                    os.killpg(proc.pid, signal.SIGKILL) if proc in self.running else proc.terminate()
+                    os.killpg(proc.pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-        for proc in self.agents:
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        for agent in self.agents:
+            agent.stop()
         if self.args.keep:
             say(f"kept {self.tmp}")
         else:
@@ -186,13 +158,13 @@ class Bench:
     def lanpool(self) -> dict:
         # Where lanpool's own CPU goes while it trains: the agents (own), the trainers
         # (the agents' children) and the `app headless run` controller (our child).
-        agents0 = [cpu_of(a.pid) for a in self.agents]
+        agents0 = [proc_cpu(a.proc.pid) for a in self.agents]
         ctl0 = children_cpu()
         started = time.time()
         proc = subprocess.run([*APP, "headless", "run", "chargpt"], cwd=self.project, env=self.env,
                               capture_output=True, text=True, timeout=self.args.timeout)
         wall = time.time() - started
-        agents1 = [cpu_of(a.pid) for a in self.agents]
+        agents1 = [proc_cpu(a.proc.pid) for a in self.agents]
         cpu = {"agents_cpu_s": sum(b[0] - a[0] for a, b in zip(agents0, agents1)),
                "trainers_cpu_s": sum(b[1] - a[1] for a, b in zip(agents0, agents1)),
                "controller_cpu_s": children_cpu() - ctl0}
@@ -305,26 +277,14 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("need --repeat >= 1 and --steps >= --skip-steps + 5")
     bench = Bench(args)
 
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
+    def work() -> dict:
         bench.start()
         say(f"2 runners up; {args.repeat} x (lanpool, by hand), {args.steps} steps each")
-        res = bench.run()
-    except BenchError as exc:
-        say(f"error: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        say("interrupted")
-        return 130
-    finally:
-        bench.stop()
-    report(res)
-    if args.json:
-        print(json.dumps(res, indent=2))
-    return 0
+        return bench.run()
+
+    # The table goes to stderr, --json or not.
+    return run_bench("bench-ddp", work, bench.stop, lambda res, _out: report(res), args.json,
+                     errors=(harness.AgentStartError,))
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ import random
 import secrets
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,35 +39,28 @@ import threading
 import time
 from pathlib import Path
 
+from bench_stats import BenchError, proc_cpu, run_bench
+from bench_stats import say as _say
+from bench_stats import summary as stats
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))  # app, agent, protocol of this checkout
-VENV_PY = REPO / ".venv" / "bin" / "python"
-PY = str(VENV_PY) if VENV_PY.exists() else sys.executable
-APP = [str(REPO / ".venv" / "bin" / "app")] if (REPO / ".venv" / "bin" / "app").exists() else [PY, "-m", "app.cli.main"]
-MDNS_IFACE = "127.0.0.1"  # the only interface anything here announces or browses on
+sys.path.insert(0, str(REPO))  # app, agent, protocol of this checkout; tests.harness
+from tests import harness  # noqa: E402
+
+PY = harness.venv_python()
+APP = list(harness.venv_app())
+MDNS_IFACE = harness.LOOPBACK  # the only interface anything here announces or browses on
 # Names of this run's agents (a random tag: two runs on one machine share 127.0.0.1's mDNS);
 # runners of other processes seen on 127.0.0.1 are left alone.
 PREFIX = f"bench-{secrets.token_hex(2)}-"
 LIVE_TARGET_S = 2.0
 OFFLINE_TARGET_S = 10.0
 CONTROL_WATCH_S = 5.0  # how long the SIGTERMed control agent's Removed event is waited for
-TICK = os.sysconf("SC_CLK_TCK")
 now = time.monotonic
 
 
-class BenchError(Exception):
-    pass
-
-
 def say(text: str) -> None:
-    print(f"bench-pool: {text}", file=sys.stderr, flush=True)
-
-
-def stats(xs: list[float]) -> dict:
-    xs = [x for x in xs if x is not None]
-    if not xs:
-        return {"median": None, "min": None, "max": None, "n": 0}
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs), "n": len(xs)}
+    _say(text, prefix="bench-pool: ")
 
 
 # -- processes: every one started is kept here and killed by PID at the end ----------
@@ -108,15 +100,6 @@ def _signal(proc: subprocess.Popen, sig: int) -> None:
             pass
 
 
-def proc_cpu_s(pid: int) -> float:
-    """utime + stime of a running process, seconds (nan when gone)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / TICK
-
-
 def proc_mem_kib(pid: int) -> dict:
     out = {"rss": 0, "pss": 0, "hwm": 0}
     try:
@@ -134,15 +117,6 @@ def proc_mem_kib(pid: int) -> dict:
     except OSError:
         pass
     return out
-
-
-def read_info_port(data_dir: Path, pid: int) -> int | None:
-    """The agent's port once it listens (agent.json written by this very process)."""
-    try:
-        data = json.loads((data_dir / "agent.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return int(data["port"]) if data.get("pid") == pid else None
 
 
 def announced(log: Path) -> bool:
@@ -171,12 +145,6 @@ class Bench:
             "agents": args.agents, "repeat": args.repeat, "poll_s": args.poll, "mdns_watch_s": args.mdns_watch,
             "batch": args.batch, "cpus": os.cpu_count(), "python": PY, "mdns_interface": MDNS_IFACE}}
 
-    def env_for(self, home: Path) -> dict:
-        env = dict(os.environ, LANPOOL_HOME=str(home), LANPOOL_MDNS_INTERFACES=MDNS_IFACE)
-        env.pop("LANPOOL_AGENT_HOME", None)
-        env.pop("PYTHONPATH", None)
-        return env
-
     def cli(self, *args: str, env: dict, timeout: float = 60) -> str:
         p = self.procs.spawn([*APP, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -189,16 +157,11 @@ class Bench:
             raise BenchError(f"app {' '.join(args)} exited {p.returncode}:\n{err[-2000:]}")
         return out
 
-    def spawn_agent(self, name: str, data_dir: Path, env: dict) -> tuple[subprocess.Popen, Path]:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        (data_dir / "agent.json").unlink(missing_ok=True)
-        log = data_dir.parent / f"{name}.log"
-        with open(log, "ab") as fh:
-            proc = self.procs.spawn(
-                [*APP, "agent", "serve", "--host", MDNS_IFACE, "--port", "0", "--data-dir", str(data_dir),
-                 "--name", name, "--grace", "1"],
-                env=env, stdout=fh, stderr=subprocess.STDOUT)
-        return proc, log
+    def spawn_agent(self, name: str, data_dir: Path, env: dict) -> harness.AgentProc:
+        agent = harness.spawn_agent(data_dir, env, name=name, host=MDNS_IFACE, grace=1, verbose=False, app=APP,
+                                    log_path=data_dir.parent / f"{name}.log", new_session=True)
+        self.procs.procs.append(agent.proc)  # stopped by PID at the end, with the rest
+        return agent
 
     def stop(self) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
@@ -220,7 +183,7 @@ class Bench:
 
         args = self.args
         home = self.tmp / "controller-live"
-        env = self.env_for(home)
+        env = harness.lanpool_env(home)
         pub = (await asyncio.to_thread(self.cli, "headless", "key", env=env)).strip()
         ctl = Controller(ControllerHome(home))
         rng = random.Random(20240601)
@@ -370,12 +333,13 @@ class Bench:
 
     async def _spawn_until_live(self, name: str, data_dir: Path, env: dict, seen_at: dict, live_at: dict) -> dict:
         t0 = now()
-        proc, log = self.spawn_agent(name, data_dir, env)
+        agent = self.spawn_agent(name, data_dir, env)
+        proc, log = agent.proc, agent.log_path
         marks: dict[str, float] = {}
         deadline = t0 + 20
         while now() < deadline:
             t = now()
-            if "listening" not in marks and read_info_port(data_dir, proc.pid) is not None:
+            if "listening" not in marks and agent.listening():
                 marks["listening"] = t
             if "announced" not in marks and announced(log):
                 marks["announced"] = t
@@ -396,7 +360,7 @@ class Bench:
         args = self.args
         n = args.agents
         home = self.tmp / "controller-n"
-        env = self.env_for(home)
+        env = harness.lanpool_env(home)
         pub = self.cli("headless", "key", env=env).strip()
         names = [f"{PREFIX}{i:03d}" for i in range(1, n + 1)]
         dirs = {name: self.tmp / "agents-n" / name for name in names}
@@ -414,21 +378,21 @@ class Bench:
         authorize_s = now() - t
 
         # Start in batches: each batch must listen before the next one is spawned.
-        agents: dict[str, subprocess.Popen] = {}
-        logs: dict[str, Path] = {}
+        agents: dict[str, harness.AgentProc] = {}
         listening: dict[str, float] = {}
         t0 = now()
         for i in range(0, n, args.batch):
             batch = names[i:i + args.batch]
             for name in batch:
-                agents[name], logs[name] = self.spawn_agent(name, dirs[name], env)
+                agents[name] = self.spawn_agent(name, dirs[name], env)
             deadline = now() + 60
             while any(name not in listening for name in batch):
                 for name in batch:
-                    if name not in listening and read_info_port(dirs[name], agents[name].pid) is not None:
+                    if name not in listening and agents[name].listening():
                         listening[name] = now() - t0
-                    if agents[name].poll() is not None:
-                        raise BenchError(f"agent {name} exited {agents[name].returncode}:\n{tail(logs[name])}")
+                    if agents[name].proc.poll() is not None:
+                        raise BenchError(f"agent {name} exited {agents[name].proc.returncode}:\n"
+                                         f"{agents[name].log_tail(1500)}")
                 if now() > deadline:
                     raise BenchError(f"agents of batch {batch[0]}.. did not listen within 60 s")
                 time.sleep(0.01)
@@ -437,18 +401,18 @@ class Bench:
         deadline = now() + 60
         while len(announced_at) < n and now() < deadline:
             for name in names:
-                if name not in announced_at and announced(logs[name]):
+                if name not in announced_at and announced(agents[name].log_path):
                     announced_at[name] = now() - t0
             time.sleep(0.02)
         all_announced_s = now() - t0 if len(announced_at) == n else None
-        startup_cpu = sum(proc_cpu_s(agents[name].pid) for name in names)
+        startup_cpu = sum(proc_cpu(agents[name].proc.pid)[0] for name in names)
 
         time.sleep(1.0)  # let the announcement bursts (~1 s after registering) settle
-        pids = [agents[name].pid for name in names]
-        cpu0 = sum(proc_cpu_s(pid) for pid in pids)
+        pids = [agents[name].proc.pid for name in names]
+        cpu0 = sum(proc_cpu(pid)[0] for pid in pids)
         idle_window = 3.0
         time.sleep(idle_window)
-        idle_cpu = sum(proc_cpu_s(pid) for pid in pids) - cpu0
+        idle_cpu = sum(proc_cpu(pid)[0] for pid in pids) - cpu0
         mem = [proc_mem_kib(pid) for pid in pids]
 
         runs = []
@@ -458,7 +422,7 @@ class Bench:
             fresh.mkdir()
             for f in ("id_ed25519", "id_ed25519.pub"):
                 shutil.copy2(home / f, fresh / f)  # the authorized key, an empty store
-            last_env = self.env_for(fresh)
+            last_env = harness.lanpool_env(fresh)
             runs.append(self.timed_runners(last_env, wait, pids, names))
             if runs[-1]["found"] == n:
                 break
@@ -481,7 +445,7 @@ class Bench:
         """`app headless runners --json --wait W`: wall time, CPU and peak RSS (wait4, and VmHWM polled)."""
         argv = [*APP, "headless", "runners", "--json", "--wait", f"{wait:g}"]
         err_path = self.tmp / f"runners-wait{wait:g}-{len(list(self.tmp.glob('runners-*')))}.err"
-        agents_cpu0 = sum(proc_cpu_s(pid) for pid in agent_pids)
+        agents_cpu0 = sum(proc_cpu(pid)[0] for pid in agent_pids)
         with open(err_path, "wb") as err:
             t0 = now()
             p = self.procs.spawn(argv, env=env, stdout=subprocess.PIPE, stderr=err)
@@ -506,7 +470,7 @@ class Bench:
             killer.cancel()
             done.set()
             poller.join(1)
-        agents_cpu = sum(proc_cpu_s(pid) for pid in agent_pids) - agents_cpu0
+        agents_cpu = sum(proc_cpu(pid)[0] for pid in agent_pids) - agents_cpu0
         if p.returncode != 0:
             raise BenchError(f"{' '.join(argv[-4:])} exited {p.returncode}:\n{tail(err_path)}")
         rows = json.loads(out)
@@ -619,34 +583,23 @@ def main(argv: list[str] | None = None) -> int:
     # The in-process controller too: never any interface but 127.0.0.1.
     os.environ["LANPOOL_MDNS_INTERFACES"] = MDNS_IFACE
 
-    def on_term(signum, frame):
+    def on_hup(signum, frame):
         raise SystemExit(128 + signum)
 
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGHUP, on_term)
+    signal.signal(signal.SIGHUP, on_hup)
     # Ctrl-C stops the bench even where SIGINT came in ignored (started with `&` from a script).
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    t0 = now()
     bench = Bench(args)
     os.environ["LANPOOL_HOME"] = str(bench.tmp / "controller-live")
-    try:
+
+    def work() -> dict:
         say("1+2: spawn -> LIVE, SIGKILL -> OFFLINE")
         asyncio.run(bench.live_and_dead())
         say(f"3: {args.agents} agents")
         bench.many()
-    except (BenchError, OSError, subprocess.SubprocessError, ValueError) as exc:
-        say(f"could not run: {exc}")
-        return 1
-    except KeyboardInterrupt:
-        say("interrupted")
-        return 130
-    finally:
-        bench.stop()
-    bench.results["bench_wall_s"] = now() - t0
-    report(bench.results, sys.stderr if args.json else sys.stdout)
-    if args.json:
-        print(json.dumps(bench.results, indent=2))
-    return 0
+        return bench.results
+
+    return run_bench("bench-pool", work, bench.stop, report, args.json, errors=(ValueError,))
 
 
 if __name__ == "__main__":

@@ -36,43 +36,23 @@ import os
 import random
 import secrets
 import shutil
-import signal
-import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 from pathlib import Path
 
+from bench_stats import BenchError, med, pct, run_bench, say
+
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-VENV_PY = REPO / ".venv" / "bin" / "python"
-PY = str(VENV_PY) if VENV_PY.exists() else sys.executable
-APP = [str(REPO / ".venv" / "bin" / "app")] if (REPO / ".venv" / "bin" / "app").exists() else [PY, "-m", "app.cli.main"]
+sys.path.insert(0, str(REPO))  # app of this checkout (fill_home writes its store); tests.harness
+from tests import harness  # noqa: E402
+
+PY = harness.venv_python()
+APP = list(harness.venv_app())
 PROBE = str(REPO / "scripts" / "bench_tui_probe.py")
 STARTUP_TARGET_S = 1.0
 KEY_TARGET_S = 0.100
-
-
-class BenchError(Exception):
-    pass
-
-
-def say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
-def med(xs: list[float]) -> float:
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else float("nan")
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(x for x in xs if x is not None)
-    if not xs:
-        return float("nan")
-    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
 # -- a long-used controller home ------------------------------------------------------------
@@ -288,10 +268,8 @@ class Bench:
         self.project = self.tmp / "project"
         self.homes = {"full": self.tmp / "home-full", "empty": self.tmp / "home-empty",
                       "follow": self.tmp / "home-follow"}
-        self.env = dict(os.environ, LANPOOL_MDNS_INTERFACES="127.0.0.1")  # discovery on loopback only
-        for name in ("LANPOOL_AGENT_HOME", "PYTHONPATH", "LANPOOL_HOME"):
-            self.env.pop(name, None)
-        self.agent: subprocess.Popen | None = None
+        self.env = harness.lanpool_env(None)  # discovery on loopback only
+        self.agent: harness.AgentProc | None = None
         self.runner = ""
         self.fill: dict = {}
         self.results: dict = {"config": {"repeat": args.repeat, "runs": args.runs, "lines": args.lines,
@@ -303,58 +281,30 @@ class Bench:
         return dict(self.env, LANPOOL_HOME=str(self.homes[home]))
 
     def setup(self) -> None:
-        wf = self.project / ".lanpool" / "workflows.yaml"
-        wf.parent.mkdir(parents=True)
-        wf.write_text(textwrap.dedent(f"""\
+        harness.write_project(self.project, f"""\
             workflows:
               - name: flood
                 help: prints {self.args.rate} lines/s for {self.args.seconds:g} s
                 commands: [{json.dumps(flood_command(self.args.rate, self.args.seconds))}]
               - name: hello
                 commands: ["echo hello"]
-            """))
+            """)
         for home in self.homes:  # every home has its key and a migrated, otherwise empty store
-            subprocess.run([*APP, "headless", "key"], env=self.home_env(home), capture_output=True, check=True)
+            harness.controller_key(self.home_env(home), APP)
         if "startup" in self.args.parts:
             say(f"filling a controller home: {self.args.runs:,} runs, {self.args.lines:,} log lines ...")
             self.fill = fill_home(self.homes["full"], self.args.runs, self.args.lines)
             self.results["store"] = self.fill
 
     def start_agent(self) -> None:
-        env = self.home_env("follow")
-        key = subprocess.run([*APP, "headless", "key"], env=env, capture_output=True, text=True, check=True).stdout
-        agent_dir = self.tmp / "agent"
-        subprocess.run([*APP, "agent", "authorize", key.strip(), "--data-dir", str(agent_dir)], env=env,
-                       capture_output=True, check=True)
-        info = agent_dir / "agent.json"
-        info.unlink(missing_ok=True)
-        with open(self.tmp / "agent.log", "ab") as log:
-            self.agent = subprocess.Popen(
-                [*APP, "agent", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir", str(agent_dir),
-                 "--name", "bench-runner", "--grace", "3", "--no-mdns", "--executor", "process"],
-                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.time() + 30
-        while True:
-            if info.exists():
-                try:
-                    data = json.loads(info.read_text())
-                except ValueError:
-                    data = {}
-                if data.get("pid") == self.agent.pid:
-                    self.runner = f"127.0.0.1:{data['port']}"
-                    return
-            if self.agent.poll() is not None or time.time() > deadline:
-                raise BenchError(f"agent did not start:\n{(self.tmp / 'agent.log').read_text()[-2000:]}")
-            time.sleep(0.05)
+        self.agent = harness.start_agent(self.tmp / "agent", self.homes["follow"], env=self.home_env("follow"),
+                                         app=APP, verbose=False, name="bench-runner", grace=3, new_session=True,
+                                         extra_args=["--no-mdns", "--executor", "process"])
+        self.runner = self.agent.address
 
     def stop(self) -> None:
-        if self.agent is not None and self.agent.poll() is None:
-            self.agent.send_signal(signal.SIGTERM)
-            try:
-                self.agent.wait(15)
-            except subprocess.TimeoutExpired:
-                self.agent.kill()
-                self.agent.wait()
+        if self.agent is not None:
+            self.agent.stop(15)
         if self.args.keep:
             say(f"kept {self.tmp}")
         else:
@@ -568,35 +518,19 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--repeat >= 1, --runs >= 3, --lines >= 100000")
     args.follow_repeat = args.follow_repeat or args.repeat
     args.parts = [args.only] if args.only else ["startup", "follow"]
-
-    def on_term(signum, frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
-    t0 = time.perf_counter()
     bench = Bench(args)
-    try:
+
+    def work() -> dict:
         bench.setup()
         if "startup" in args.parts:
             bench.startup()
         if "follow" in args.parts:
             bench.start_agent()
             bench.following()
-    except (BenchError, subprocess.CalledProcessError, OSError) as exc:
-        detail = getattr(exc, "stderr", None) or ""
-        say(f"bench-tui: could not run: {exc}\n{detail if isinstance(detail, str) else detail.decode(errors='replace')}")
-        return 1
-    except KeyboardInterrupt:
-        say("bench-tui: interrupted")
-        return 130
-    finally:
-        bench.stop()
-    bench.results["loadavg_end"] = os.getloadavg()
-    bench.results["bench_wall_s"] = time.perf_counter() - t0
-    report(bench.results, sys.stderr if args.json else sys.stdout)
-    if args.json:
-        print(json.dumps(bench.results, indent=2))
-    return 0
+        bench.results["loadavg_end"] = os.getloadavg()
+        return bench.results
+
+    return run_bench("bench-tui", work, bench.stop, report, args.json, errors=(harness.AgentStartError,))
 
 
 if __name__ == "__main__":

@@ -58,6 +58,8 @@ from pathlib import Path  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench_stats import pct  # noqa: E402
+
 
 def rss_mib(field: str = "VmRSS") -> float:
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -475,10 +477,6 @@ async def follow(args) -> dict:
         res["view_lines_end"] = len(view.lines)
         res["view_last_line"] = view.lines[-1].text[:40] if view.lines else ""
         res["window"] = view.max_lines
-
-    def pct(xs: list[float], q: float) -> float | None:
-        xs = sorted(xs)
-        return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else None
 
     res["samples"] = samples
     res["received"] = received

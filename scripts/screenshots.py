@@ -12,43 +12,17 @@ names, times and losses differ from one run to the next; the screens do not.
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-APP = [str(REPO / ".venv" / "bin" / "app")] if (REPO / ".venv" / "bin" / "app").exists() else \
-    [sys.executable, "-m", "app.cli.main"]
-
-
-def start_agent(tmp: Path, env: dict) -> tuple[subprocess.Popen, str]:
-    key = subprocess.run([*APP, "headless", "key"], env=env, capture_output=True, text=True, check=True).stdout
-    agent_dir = tmp / "agent"
-    subprocess.run([*APP, "agent", "authorize", key.strip(), "--data-dir", str(agent_dir)], env=env,
-                   capture_output=True, check=True)
-    with open(tmp / "agent.log", "ab") as log:
-        agent = subprocess.Popen([*APP, "agent", "serve", "--host", "127.0.0.1", "--port", "0", "--data-dir",
-                                  str(agent_dir), "--name", "gpu-box-1", "--no-mdns", "--executor", "process"],
-                                 env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
-    info = agent_dir / "agent.json"
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        if info.exists():
-            data = json.loads(info.read_text())
-            if data.get("pid") == agent.pid:
-                return agent, f"127.0.0.1:{data['port']}"
-        if agent.poll() is not None:
-            break
-        time.sleep(0.1)
-    agent.kill()
-    raise SystemExit(f"agent did not start:\n{(tmp / 'agent.log').read_text()[-2000:]}")
+sys.path.insert(0, str(REPO))  # tests.harness
+from tests import harness  # noqa: E402
 
 
 async def shoot(out: Path, size: tuple[int, int], runner: str) -> list[Path]:
@@ -89,22 +63,22 @@ def main() -> int:
     size = tuple(int(x) for x in args.size.split("x"))
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="lanpool-screenshots-"))
-    env = dict(os.environ, LANPOOL_HOME=str(tmp / "controller"), LANPOOL_MDNS_INTERFACES="127.0.0.1")
-    env.pop("LANPOOL_AGENT_HOME", None)
-    os.environ.update(LANPOOL_HOME=env["LANPOOL_HOME"], LANPOOL_MDNS_INTERFACES="127.0.0.1")
+    env = harness.lanpool_env(tmp / "controller")
+    os.environ.update(LANPOOL_HOME=env["LANPOOL_HOME"], LANPOOL_MDNS_INTERFACES=harness.LOOPBACK)
     agent = None
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
-        agent, runner = start_agent(tmp, env)
-        for path in asyncio.run(shoot(args.out.resolve(), size, runner)):
+        try:
+            agent = harness.start_agent(tmp / "agent", tmp / "controller", env=env, app=harness.venv_app(),
+                                        verbose=False, name="gpu-box-1", grace=10, new_session=True,
+                                        extra_args=["--no-mdns", "--executor", "process"])
+        except harness.AgentStartError as exc:
+            raise SystemExit(str(exc)) from None
+        for path in asyncio.run(shoot(args.out.resolve(), size, agent.address)):
             print(path.relative_to(REPO) if path.is_relative_to(REPO) else path)
     finally:
-        if agent is not None and agent.poll() is None:
-            agent.send_signal(signal.SIGTERM)
-            try:
-                agent.wait(20)
-            except subprocess.TimeoutExpired:
-                agent.kill()
+        if agent is not None:
+            agent.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 

@@ -33,7 +33,7 @@ from protocol import (
     encode_message,
 )
 from protocol.pairing import PAIRING_USER
-from tests.conftest import _env
+from tests.harness import lanpool_env
 
 
 def _key() -> asyncssh.SSHKey:
@@ -47,7 +47,7 @@ def _connect(agent, *, pairing: bool, key: asyncssh.SSHKey | None = None, **opti
 
 def _issue_code(agent) -> None:
     subprocess.run([sys.executable, "-m", "app.cli.main", "agent", "pair", "--data-dir", str(agent.data_dir)],
-                   env=_env(ControllerHome.default().root), capture_output=True, check=True)
+                   env=lanpool_env(ControllerHome.default().root), capture_output=True, check=True)
 
 
 async def _still_serves(agent) -> None:

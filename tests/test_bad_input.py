@@ -70,7 +70,7 @@ def test_symlink_out_of_the_workspace_is_not_brought_back(agent, cli, make_proje
 
 
 def test_unauthorized_key_is_refused(tmp_path, cli, make_project, controller_home):
-    from tests.conftest import start_agent
+    from tests.harness import start_agent
 
     a = start_agent(tmp_path / "stranger-agent", controller_home, authorize=False)
     try:
@@ -214,9 +214,9 @@ def _app(home, *args: str, cwd=None):
     import subprocess
     import sys
 
-    from tests.conftest import _env
+    from tests.harness import lanpool_env
 
-    return subprocess.run([sys.executable, "-m", "app.cli.main", *args], cwd=cwd, env=_env(home),
+    return subprocess.run([sys.executable, "-m", "app.cli.main", *args], cwd=cwd, env=lanpool_env(home),
                           capture_output=True, text=True, timeout=60)
 
 

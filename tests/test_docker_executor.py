@@ -23,7 +23,8 @@ from app.keys import load_or_create_client_key
 from app.runner_client import RunnerSession
 from app.snapshot import build_snapshot
 from protocol import JobState, JobStatus, LogChunk, SubmitJob
-from tests.conftest import REPO, remove_agent_containers, start_docker_agent
+from tests.docker_harness import remove_agent_containers
+from tests.harness import REPO, start_docker_agent
 
 # -- talking to the agent as a controller does ----------------------------------------------
 

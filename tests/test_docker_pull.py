@@ -24,7 +24,7 @@ from agent.executors.docker import DockerExecutor
 from agent.home import AgentHome
 from agent.jobs import JobManager
 from protocol import JobState, SubmitJob
-from tests.conftest import busybox_rootfs_tar, remove_agent_containers
+from tests.docker_harness import busybox_rootfs_tar, remove_agent_containers
 from tests.test_docker_executor import _lines, follow, submit
 
 MANIFEST_TYPE = "application/vnd.docker.distribution.manifest.v2+json"

@@ -17,7 +17,7 @@ from agent.journal import JobRecord
 from agent.spool import LogSpool
 from app.errors import RunnerError
 from protocol import JobState
-from tests.conftest import _env, start_docker_agent
+from tests.harness import lanpool_env, start_docker_agent
 from tests.test_docker_executor import _hello, _lines, _stop, follow, submit, wait_for_line
 
 NO_ENGINE = {"DOCKER_HOST": "unix:///nonexistent/lanpool-test-docker.sock"}
@@ -139,7 +139,7 @@ def test_process_runner_refuses_image_jobs_and_docker_runner_needs_an_engine(tmp
     res = subprocess.run(
         [sys.executable, "-m", "app.cli.main", "agent", "serve", "--port", "0", "--host", "127.0.0.1",
          "--data-dir", str(tmp_path / "agent2"), "--executor", "docker"],
-        env={**_env(controller_home), **NO_ENGINE}, capture_output=True, text=True, timeout=60)
+        env={**lanpool_env(controller_home), **NO_ENGINE}, capture_output=True, text=True, timeout=60)
     assert res.returncode == 1 and "Traceback" not in res.stderr
     [line] = res.stderr.strip().splitlines()
     assert line.startswith("app agent: error: --executor docker: no Docker engine answers at "

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import REPO
+from tests.harness import REPO
 
 
 def test_metrics_lines_reach_the_store_and_stay_out_of_the_log(agent, cli, make_project):

@@ -26,7 +26,7 @@ from app.controller import Controller
 from app.errors import LanpoolError, RunnerProtocolError
 from app.store import ARTIFACTS_REFUSED
 from protocol import JobState, LogChunk
-from tests.conftest import REPO, _env
+from tests.harness import REPO, lanpool_env
 from tests.hostile_runner import HostileRunner, Script, member, seed_job, tar_bytes, trust
 
 ESCAPES = (b"clip \x1b]52;c;cm0gLXJmIH4K\x07 title \x1b]0;pwned\x07 clear \x1b[2J "
@@ -253,7 +253,7 @@ def test_logs_on_a_terminal_are_neutralised_and_raw_keeps_the_bytes(hostile, ctl
     hostile.add(Script(job_id="loud", log=ESCAPES))
     _follow(ctl, "loud")
     assert _log(ctl, "loud") == ESCAPES  # the store keeps the bytes as written
-    env = _env(controller_home)
+    env = lanpool_env(controller_home)
 
     shown = _pty_output(["headless", "logs", "loud"], env)
     assert b"\x1b" not in shown and b"\x07" not in shown and b"\xc2\x9b" not in shown

@@ -23,7 +23,8 @@ from agent.workspace_files import NotARegularFile, open_regular
 from app.home import ControllerHome
 from app.keys import load_or_create_client_key
 from protocol import FrameReader, Hello, decode_agent_message
-from tests.conftest import remove_agent_containers, start_agent, start_docker_agent
+from tests.docker_harness import remove_agent_containers
+from tests.harness import start_agent, start_docker_agent
 
 STOLEN = '{"step": 1, "name": "stolen", "value": 1}\n'
 

@@ -26,7 +26,7 @@ import pytest
 from zeroconf import IPVersion
 from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
-from tests.conftest import REPO, _env, start_agent
+from tests.harness import REPO, lanpool_env, start_agent
 
 SERVICE_TYPE = "_lanpool._tcp.local."
 ONE_JOB = "workflows:\n  - name: a\n    commands: [echo ran-a]\n"
@@ -277,7 +277,7 @@ def test_hostile_peers_across_network_namespaces(tmp_path, controller_home, make
     name; lp-h2: the controller. Nothing is trusted until the user adds the runner."""
     lab = REPO / "scripts" / "lab"
     subprocess.run([lab, "up", "3"], check=True)
-    env = {**_env(controller_home), "LANPOOL_MDNS_INTERFACES": "10.77.0.2"}
+    env = {**lanpool_env(controller_home), "LANPOOL_MDNS_INTERFACES": "10.77.0.2"}
     project = make_project(ONE_JOB)
 
     def app(*args: str, ns: str = "lp-h2") -> subprocess.CompletedProcess:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import REPO, start_agent
+from tests.harness import REPO, start_agent
 
 
 @pytest.fixture

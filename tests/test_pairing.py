@@ -6,7 +6,6 @@ import asyncio
 import json
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -31,11 +30,11 @@ from protocol import (
     encode_message,
 )
 from protocol.pairing import PAIRING_USER, ControllerPake, PairingFailed, RunnerPake, sanitize_label
-from tests.conftest import _env, start_agent
+from tests.harness import APP_MODULE, lanpool_env, start_agent
 
 
 def _agent_cli(*args: str) -> str:
-    return subprocess.run([sys.executable, "-m", "app.cli.main", "agent", *args], env=_env(ControllerHome.default().root),
+    return subprocess.run([*APP_MODULE, "agent", *args], env=lanpool_env(ControllerHome.default().root),
                           capture_output=True, text=True, check=True).stdout
 
 

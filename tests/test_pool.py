@@ -16,7 +16,7 @@ import pytest
 
 from agent.mdns import Advertiser
 from app.discovery import discover
-from tests.conftest import REPO, _env, start_agent
+from tests.harness import REPO, lanpool_env, start_agent
 
 ONE_JOB = "workflows:\n  - name: a\n    commands: [echo ran-a]\n"
 
@@ -208,7 +208,7 @@ def test_queue_until_room_and_reject_what_never_fits(tmp_path, controller_home, 
 def test_discovery_across_network_namespaces(tmp_path, controller_home):
     lab = REPO / "scripts" / "lab"
     subprocess.run([lab, "up", "2"], check=True)
-    env = {**_env(controller_home), "LANPOOL_MDNS_INTERFACES": "10.77.0.2"}
+    env = {**lanpool_env(controller_home), "LANPOOL_MDNS_INTERFACES": "10.77.0.2"}
     agent = subprocess.Popen(
         ["ip", "netns", "exec", "lp-h1", sys.executable, "-m", "app.cli.main", "agent", "serve", "--host", "10.77.0.1",
          "--port", "7422", "--name", "lab-runner", "--data-dir", str(tmp_path / "lab-agent")],

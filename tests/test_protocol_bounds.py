@@ -28,7 +28,7 @@ from protocol import (
 )
 from protocol.errors import clip
 from protocol.framing import MAX_DEPTH, MAX_ELEMENTS, check_structure
-from tests.conftest import REPO
+from tests.harness import REPO
 
 
 def _frame(payload: bytes) -> bytes:

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tests.conftest import start_agent
+from tests.harness import start_agent
 
 ONE_JOB = "workflows:\n  - name: a\n    commands: [echo ran-a]\n"
 GPU_JOB = "workflows:\n  - name: g\n    resources: {gpu: 1}\n    commands: [echo ran-g]\n"

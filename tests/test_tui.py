@@ -25,7 +25,7 @@ from app.tui.app import LOG_WINDOW, LanpoolApp  # noqa: E402
 from app.tui.dialogs.run_dialog import RunDialog  # noqa: E402
 from app.tui.dialogs.simple import ConfirmDialog, FormDialog  # noqa: E402
 from app.tui.widgets.log_view import LogView  # noqa: E402
-from tests.conftest import start_agent  # noqa: E402
+from tests.harness import start_agent  # noqa: E402
 
 SIZE = (160, 45)
 

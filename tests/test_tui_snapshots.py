@@ -16,7 +16,7 @@ pytest.importorskip("pytest_textual_snapshot")
 from app.controller import Controller  # noqa: E402
 from app.home import ControllerHome  # noqa: E402
 from app.tui.app import LanpoolApp  # noqa: E402
-from tests.conftest import REPO  # noqa: E402
+from tests.harness import REPO  # noqa: E402
 
 NOW = 1_780_000_000.0  # the screens' "now"
 SIZE = (140, 42)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import _env
+from tests.harness import lanpool_env
 
 APP = Path(sys.executable).parent / "app"  # the console script installed next to this Python
 
@@ -59,7 +59,7 @@ def pane(tmp_path, controller_home):
         pytest.skip("tmux is not installed (scripts/test installs it when run as root: apt-get install tmux)")
     if not APP.exists():
         pytest.skip(f"the app console script is not installed at {APP} (scripts/setup installs it)")
-    env = _env(controller_home)
+    env = lanpool_env(controller_home)
     env["TERM"] = "xterm-256color"
     env.pop("TMUX", None)  # never talk to a tmux server this test did not start
     sock_dir = Path(tempfile.mkdtemp(prefix="lanpool-tmux-"))  # short: a socket path has ~100 bytes

@@ -1,0 +1,172 @@
+"""Real agents and controller homes on loopback, for the tests and the benchmarks alike.
+
+tests/conftest.py wraps these in pytest fixtures; scripts/bench*.py and
+scripts/screenshots.py import them with the repository root on sys.path. So
+this module imports nothing of pytest's, and every helper takes the `app`
+command line to run: the tests run `python -m app.cli.main`, the benchmarks
+the venv's `app` entry point when there is one (what a user runs).
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+APP_MODULE = (sys.executable, "-m", "app.cli.main")
+# mDNS only on loopback: nothing these helpers start announces or browses on the machine's real interfaces.
+LOOPBACK = "127.0.0.1"
+
+
+def venv_python() -> str:
+    """The repository's venv interpreter (scripts/setup makes it), else this one."""
+    venv = REPO / ".venv" / "bin" / "python"
+    return str(venv) if venv.exists() else sys.executable
+
+
+def venv_app() -> tuple[str, ...]:
+    """The installed `app` entry point, else `python -m app.cli.main` with venv_python()."""
+    entry = REPO / ".venv" / "bin" / "app"
+    return (str(entry),) if entry.exists() else (venv_python(), "-m", "app.cli.main")
+
+
+def lanpool_env(home: Path | None, **extra: str) -> dict[str, str]:
+    """This process's environment for an `app` subprocess: controller home `home` (None: unset),
+    mDNS on loopback only, and this checkout's code first on the path.
+
+    PYTHONPATH is this checkout even where an editable install of another checkout
+    (a git worktree beside the main one) would otherwise be imported.
+    """
+    env = dict(os.environ, PYTHONPATH=str(REPO), LANPOOL_MDNS_INTERFACES=LOOPBACK)
+    env.pop("LANPOOL_AGENT_HOME", None)
+    env.pop("LANPOOL_HOME", None)
+    if home is not None:
+        env["LANPOOL_HOME"] = str(home)
+    env.update(extra)
+    return env
+
+
+def controller_key(env: dict[str, str], app: Sequence[str] = APP_MODULE) -> str:
+    """`app headless key`: the controller's public key (made on first use), as `agent authorize` takes it."""
+    return subprocess.run([*app, "headless", "key"], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def authorize_key(key: str, data_dir: Path, env: dict[str, str], app: Sequence[str] = APP_MODULE) -> None:
+    """`app agent authorize KEY`: the agent in `data_dir` will accept that controller."""
+    subprocess.run([*app, "agent", "authorize", key, "--data-dir", str(data_dir)], env=env, capture_output=True,
+                   check=True)
+
+
+class AgentStartError(RuntimeError):
+    """An agent exited, or did not listen in time; the message holds its log's end."""
+
+
+@dataclass
+class AgentProc:
+    proc: subprocess.Popen
+    data_dir: Path
+    host: str
+    port: int  # 0 until listening() or wait_listening() read it
+    log_path: Path
+    name: str = "agent"
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def listening(self) -> bool:
+        """Whether this very process wrote agent.json (it does once it listens); reads the port."""
+        try:
+            data = json.loads((self.data_dir / "agent.json").read_text())
+        except (OSError, ValueError):  # not yet written
+            return False
+        if data.get("pid") != self.proc.pid:  # a previous agent's file
+            return False
+        self.port = int(data["port"])
+        return True
+
+    def wait_listening(self, timeout: float = 30, poll: float = 0.05) -> "AgentProc":
+        # 30 s: the Docker SDK and engine checks can take a while on a busy machine.
+        deadline = time.monotonic() + timeout
+        while not self.listening():
+            exited = self.proc.poll() is not None
+            if exited or time.monotonic() > deadline:
+                how = f"exited {self.proc.returncode}" if exited else f"not listening after {timeout:g} s"
+                self.proc.kill()
+                self.proc.wait()
+                raise AgentStartError(f"agent {self.name} did not start ({how}):\n{self.log_tail()}")
+            time.sleep(poll)
+        return self
+
+    def log_tail(self, chars: int = 4000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:]
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout: float = 20) -> None:
+        """SIGTERM (the agent stops its jobs and unregisters from mDNS), SIGKILL after `timeout`."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def spawn_agent(data_dir: Path, env: dict[str, str], *, name: str = "test-runner", host: str = LOOPBACK,
+                port: int = 0, grace: float = 3.0, extra_args: Sequence[str] = (), verbose: bool = True,
+                app: Sequence[str] = APP_MODULE, log_path: Path | None = None,
+                new_session: bool = False) -> AgentProc:
+    """Start `app agent serve` on `host` (port 0: any) without waiting; output goes to
+    `log_path` (default: DATA_DIR.log beside `data_dir`). `new_session`: a Ctrl-C in the
+    terminal reaches only the caller, which then stops the agent itself."""
+    data_dir.mkdir(parents=True, exist_ok=True)
+    (data_dir / "agent.json").unlink(missing_ok=True)  # listening() must not read a previous agent's
+    log_path = log_path or data_dir.parent / f"{data_dir.name}.log"
+    argv = [*app, "agent", "serve", "--host", host, "--port", str(port), "--data-dir", str(data_dir), "--name", name,
+            "--grace", f"{grace:g}", *(["-v"] if verbose else []), *extra_args]
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=new_session)
+    return AgentProc(proc, data_dir, host, 0, log_path, name)
+
+
+def start_agent(data_dir: Path, controller_home: Path | None, *, authorize: bool = True, grace: float = 3.0,
+                name: str = "test-runner", port: int = 0, extra_args: Sequence[str] = (),
+                extra_env: dict[str, str] | None = None, env: dict[str, str] | None = None,
+                app: Sequence[str] = APP_MODULE, verbose: bool = True, new_session: bool = False,
+                timeout: float = 30) -> AgentProc:
+    """Start `app agent serve` on 127.0.0.1 and wait until it listens. `authorize`: it accepts
+    the key of the controller at `controller_home` (made if need be). `env` replaces
+    lanpool_env(controller_home); `extra_env` is added to either."""
+    env = {**(env if env is not None else lanpool_env(controller_home)), **(extra_env or {})}
+    if authorize:
+        authorize_key(controller_key(env, app), data_dir, env, app)
+    agent = spawn_agent(data_dir, env, name=name, port=port, grace=grace, extra_args=extra_args, verbose=verbose,
+                        app=app, new_session=new_session)
+    return agent.wait_listening(timeout)
+
+
+def start_docker_agent(data_dir: Path, controller_home: Path, *extra_args: str, env: dict | None = None,
+                       grace: float = 2.0, name: str = "docker-runner") -> AgentProc:
+    """start_agent with extra `app agent serve` arguments (--executor ...) and env."""
+    return start_agent(data_dir, controller_home, grace=grace, name=name, extra_args=extra_args, extra_env=env)
+
+
+def write_project(root: Path, workflows_yaml: str, files: dict[str, str] | None = None) -> Path:
+    """A project dir: .lanpool/workflows.yaml (dedented) and `files` (relative path: text)."""
+    (root / ".lanpool").mkdir(parents=True, exist_ok=True)
+    (root / ".lanpool" / "workflows.yaml").write_text(textwrap.dedent(workflows_yaml))
+    for rel, text in (files or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
