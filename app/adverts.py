@@ -24,10 +24,13 @@ import logging
 import re
 import time
 
+import asyncssh
+
 from app.errors import HostKeyMismatch, LanpoolError, RunnerRefused
 from app.host_keys import host_key_or_none
-from app.pool import PROBE_TIMEOUT_S, RunnerState, bounded_props
+from app.runner_views import PROBE_TIMEOUT_S, RunnerState, bounded_props
 from app.runner_client import RunnerSession
+from app.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -78,11 +81,11 @@ def record_advert(store, advert) -> tuple[str, int] | None:
     return None
 
 
-async def answers_with_key(ctl, host: str, port: int, key: str) -> bool:
+async def answers_with_key(client_key: asyncssh.SSHKey, host: str, port: int, key: str) -> bool:
     """Whether a server at host:port proves it holds `key` (refusing our key still proves it:
     the host key is checked in the key exchange, before authentication)."""
     try:
-        session = await RunnerSession.open(host, port, ctl.client_key, key, timeout=PROBE_TIMEOUT_S)
+        session = await RunnerSession.open(host, port, client_key, key, timeout=PROBE_TIMEOUT_S)
     except RunnerRefused:
         return True
     except (HostKeyMismatch, LanpoolError):
@@ -91,29 +94,28 @@ async def answers_with_key(ctl, host: str, port: int, key: str) -> bool:
     return True
 
 
-async def fold_advert(ctl, advert) -> None:
+async def fold_advert(store: Store, client_key: asyncssh.SSHKey, advert) -> None:
     """`record_advert`, then a new address of a known runner checked against its pinned key."""
-    moved = record_advert(ctl.store, advert)
+    moved = record_advert(store, advert)
     if moved is None:
         return
     host, port = moved
-    row = ctl.store.runner(advert.name)
+    row = store.runner(advert.name)
     key = host_key_or_none(row["host_key"]) if row else None
     if key is None:
         return
-    if not await answers_with_key(ctl, host, port, key):
+    if not await answers_with_key(client_key, host, port, key):
         log.warning("runner %s was announced at %s:%d, where its pinned key does not answer: its address "
                     "stays %s:%d", advert.name, host, port, row["host"], row["port"])
         return
     log.info("runner %s moved to %s:%d (its pinned key answered there)", advert.name, host, port)
-    ctl.store.set_runner(advert.name, host=host, port=port, props=json.dumps(bounded_props(advert.props)),
-                         last_seen=time.time())
+    store.set_runner(advert.name, host=host, port=port, props=json.dumps(bounded_props(advert.props)),
+                     last_seen=time.time())
 
 
-async def fold_browse(ctl, adverts: list, started_at: float, browsed_s: float) -> None:
+async def fold_browse(store: Store, client_key: asyncssh.SSHKey, adverts: list, started_at: float, browsed_s: float) -> None:
     """Everything one browse heard (from `started_at`, for `browsed_s` seconds): the
     adverts, then the conflicts whose claim it no longer heard are over."""
-    store = ctl.store
     heard: dict[str, set[str]] = {}
     for advert in adverts:
         key = host_key_or_none(advert.host_key)
@@ -129,7 +131,7 @@ async def fold_browse(ctl, adverts: list, started_at: float, browsed_s: float) -
         log.info("runner %s (not paired) is now announced with another host key: following it", name)
         store.upsert_runner(name, advert.host, advert.port, host_key_or_none(advert.host_key))
         clear_conflict(store, name)
-    await asyncio.gather(*(fold_advert(ctl, a) for a in adverts))
+    await asyncio.gather(*(fold_advert(store, client_key, a) for a in adverts))
     if browsed_s < MIN_CLEARING_BROWSE_S:
         return
     for row in store.runners():

@@ -14,7 +14,7 @@ import ifaddr
 from zeroconf import IPVersion, ServiceStateChange
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from app.pool import bounded_props
+from app.runner_views import bounded_props
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from app.adverts import CONFLICT_BROWSE_S, fold_advert, fold_browse, forget_claims, has_conflicts, record_advert
 from app.controller import Controller, LogSink
 from app.errors import LanpoolError
-from app.pool import probe
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ class LiveFeeds:
 
     async def _fold(self, advert) -> None:
         try:
-            await fold_advert(self.ctl, advert)  # a new address is checked before it is stored
+            await fold_advert(self.ctl.store, self.ctl.client_key, advert)  # a new address is checked before it is stored
         except LanpoolError as exc:
             self._on_error(f"mDNS advert of {advert.name}: {exc.message}")
         self._on_runners()
@@ -78,7 +77,7 @@ class LiveFeeds:
 
     async def _recheck(self, names: list[str]) -> None:
         rows = [row for row in map(self.ctl.store.runner, names) if row is not None]
-        await asyncio.gather(*(probe(self.ctl, row) for row in rows), return_exceptions=True)
+        await asyncio.gather(*(self.ctl.pool.probe(row) for row in rows), return_exceptions=True)
         self._on_runners()
 
     async def sweep_conflicts(self) -> None:
@@ -93,7 +92,7 @@ class LiveFeeds:
         adverts = await discover(self._browser.interfaces, CONFLICT_BROWSE_S)
         heard = {a.service for a in adverts}
         self._claims = {service: a for service, a in self._claims.items() if service in heard}
-        await fold_browse(self.ctl, adverts, started, CONFLICT_BROWSE_S)
+        await fold_browse(self.ctl.store, self.ctl.client_key, adverts, started, CONFLICT_BROWSE_S)
 
     def _spawn(self, coro) -> asyncio.Task:
         task = asyncio.ensure_future(coro)
@@ -112,7 +111,7 @@ class LiveFeeds:
 
     async def check_runners(self) -> None:
         rows = self.ctl.store.runners()
-        await asyncio.gather(*(probe(self.ctl, row) for row in rows), return_exceptions=True)
+        await asyncio.gather(*(self.ctl.pool.probe(row) for row in rows), return_exceptions=True)
         self._on_runners()
 
     def follow(self, job_id: str, start: int | None = None) -> bool:

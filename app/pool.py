@@ -8,230 +8,248 @@ so it stays trusted afterwards, as ssh's known_hosts does). A runner that
 accepts our key proves nothing: a hostile server accepts every key. mDNS adverts
 are hints (app/adverts.py).
 
-States (one enum, shown by `app headless runners` and the TUI):
-  LIVE      trusted, answers with its pinned key, accepts ours, has room
-  BUSY      the same, but every GPU is taken (or, without GPUs, jobs are running)
-  OFFLINE   did not answer the last check
-  UNPAIRED  not paired both ways: this controller does not trust it (only found
-            by mDNS, whatever it accepts or announces), or it does not accept our
-            key, or its pinned key in the store is unreadable. Never given a job.
-  CONFLICT  something claims this name with another host key right now (an
-            advert still heard, or another key at its address): never used; it
-            ends when the claim does, and the pinned key stays
+States and views: app/runner_views.py. Adverts are hints: app/adverts.py.
 """
 
 import asyncio
 import json
 import logging
 import time
-from dataclasses import dataclass
-from enum import StrEnum
+from collections.abc import Callable
+from pathlib import Path
 
-from app.errors import HostKeyMismatch, LanpoolError, RunnerRefused, UsageError
-from app.host_keys import host_key_or_none, pinned_key, unreadable_key_message
+import asyncssh
+
+from app.adverts import CONFLICT_BROWSE_S, fold_browse, has_conflicts
+from app.errors import HostKeyMismatch, LanpoolError, RunnerError, RunnerRefused, UsageError
+from app.home import ControllerHome
+from app.host_keys import UnreadableHostKey, host_key_or_none, pinned_key
+from app.keys import load_or_create_client_key
 from app.runner_client import RunnerSession
-from app.scheduler import Capacity
+from app.runner_views import PROBE_TIMEOUT_S, RunnerState, RunnerView, bounded_props, count, props_of, views
+from app.scheduler import Need, place
+from app.store import Store
+from protocol import JobState
 
 log = logging.getLogger(__name__)
 
-PROBE_TIMEOUT_S = 3.0
-# Resources come from adverts and Hellos, i.e. from peers: bounded before they are stored.
-MAX_PROPS = 32
-MAX_PROP_KEY = 32
-MAX_PROP_VALUE = 256
-_MAX_COUNT = 1 << 40  # no resource count is larger (memory in MB included)
+DEFAULT_PORT = 7422
+DISCOVERY_WAIT_S = 1.5  # mDNS browse when no runner is known yet
+QUEUE_POLL_S = 2.0  # how often a queued job looks for room again
+
+__all__ = ["DEFAULT_PORT", "Pool", "RunnerState", "RunnerView", "parse_address"]
 
 
-class RunnerState(StrEnum):
-    LIVE = "LIVE"
-    BUSY = "BUSY"
-    OFFLINE = "OFFLINE"
-    UNPAIRED = "UNPAIRED"
-    CONFLICT = "CONFLICT"
-
-
-@dataclass(frozen=True)
-class RunnerView:
-    name: str
-    host: str
-    port: int
-    source: str
-    state: str
-    props: dict
-    last_seen: float | None
-    running: int
-    trusted: bool = False
-    problem: str = ""  # one line for the user when something is wrong with its record
-
-    @property
-    def gpus(self) -> int:
-        return count(self.props, "gpus")
-
-    @property
-    def gpus_free(self) -> int:
-        return count(self.props, "gpus_free", self.gpus)
-
-    def capacity(self) -> Capacity:
-        p = self.props
-        usable = self.trusted and not self.problem and self.state in (RunnerState.LIVE, RunnerState.BUSY)
-        if usable:
-            why_not = ""
-        elif not self.trusted or self.problem:
-            why_not = "unpaired"  # never waited for: it takes no job until the user acts
-        else:
-            why_not = self.state.lower()
-        return Capacity(
-            name=self.name, usable=usable, gpus=self.gpus, gpus_free=self.gpus_free,
-            cpus=count(p, "cpus"), cpus_free=count(p, "cpus_free", count(p, "cpus")),
-            memory_mb=count(p, "memory_mb"), memory_free_mb=count(p, "memory_free_mb", count(p, "memory_mb")),
-            why_not=why_not,
-        )
-
-    def to_json(self) -> dict:
-        out = {"name": self.name, "address": f"{self.host}:{self.port}", "host": self.host, "port": self.port,
-               "source": self.source, "state": self.state, "trusted": self.trusted,
-               "gpus_free": self.gpus_free, "gpus": self.gpus, "gpu_name": self.props.get("gpu_name", ""),
-               "executor": self.props.get("executor", ""), "running_jobs": self.running,
-               "last_seen": self.last_seen}
-        if self.problem:
-            out["problem"] = self.problem
-        return out
-
-
-def count(props: dict, key: str, default: int = 0) -> int:
-    """A resource count from a peer's text: anything but a plain non-negative integer reads as `default`."""
-    value = props.get(key)
-    if value is None:
-        return default
-    text = str(value).strip()
-    if not text.isascii() or not text.isdigit() or len(text) > 15:
-        return default
-    return min(int(text), _MAX_COUNT)
-
-
-def bounded_props(props: object) -> dict[str, str]:
-    """A peer's properties as they may be stored: str to str, at most MAX_PROPS, each bounded."""
-    if not isinstance(props, dict):
-        return {}
-    out: dict[str, str] = {}
-    for key, value in props.items():
-        if len(out) >= MAX_PROPS:
-            log.info("dropped %d properties past the first %d", len(props) - MAX_PROPS, MAX_PROPS)
-            break
-        out[str(key)[:MAX_PROP_KEY]] = "" if value is None else str(value)[:MAX_PROP_VALUE]
-    return out
-
-
-def _props_of(row: dict) -> dict[str, str]:
-    try:
-        return bounded_props(json.loads(row.get("props") or "{}"))
-    except ValueError:  # a damaged row shows no resources rather than breaking the list
-        return {}
-
-
-async def probe(ctl, row: dict) -> str:
-    """Check one runner now; records and returns its state. A runner this controller does
-    not trust is at best UNPAIRED, whatever it accepts."""
-    name = row["name"]
-    if row.get("conflict_key"):
-        ctl.store.set_runner(name, state=RunnerState.CONFLICT)
-        return RunnerState.CONFLICT
-    pinned = host_key_or_none(row.get("host_key"))
-    if pinned is None:  # `views` says what to do about it; the other runners go on
-        ctl.store.set_runner(name, state=RunnerState.UNPAIRED)
-        return RunnerState.UNPAIRED
-    try:
-        session = await RunnerSession.open(row["host"], row["port"], ctl.client_key, pinned,
-                                           timeout=PROBE_TIMEOUT_S)
-    except HostKeyMismatch:
-        state, fields = RunnerState.CONFLICT, {}
-    except RunnerRefused:
-        state, fields = RunnerState.UNPAIRED, {"paired": 0, "last_ok": time.time()}
-    except LanpoolError:
-        state, fields = RunnerState.OFFLINE, {}
+def parse_address(spec: str, default_port: int) -> tuple[str, int]:
+    """HOST, HOST:PORT, an IPv6 address, or [IPV6]:PORT; the port is 1-65535."""
+    text = spec.strip()
+    shown = repr(text[:100])
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        if not sep or (rest and not rest.startswith(":")):
+            raise UsageError(f"bad runner address {shown}: use HOST, HOST:PORT or [IPV6]:PORT")
+        port = rest[1:] if rest else None
+    elif text.count(":") > 1:  # a bare IPv6 address has no port
+        host, port = text, None
     else:
-        resources = bounded_props(dict(session.hello.resources) if session.hello else {})
-        session.close()
-        now = time.time()
-        if not row.get("trusted"):
-            # It accepts our key, which proves nothing; what its Hello claims is not taken either.
-            state, fields = RunnerState.UNPAIRED, {"paired": 1, "last_ok": now, "last_seen": now}
+        host, sep, port = text.partition(":")
+        port = port if sep else None
+    if not host or any(c.isspace() or not c.isprintable() for c in host):
+        raise UsageError(f"bad runner address {shown}: use HOST or HOST:PORT")
+    if port is None:
+        return host, default_port
+    if not (port.isascii() and port.isdigit() and len(port) <= 5 and 1 <= int(port) <= 65535):
+        raise UsageError(f"bad runner address {shown}: the port must be a number from 1 to 65535")
+    return host, int(port)
+
+
+class Pool:
+    """The runners this controller knows: trust, connections, liveness, placement."""
+
+    def __init__(self, store: Store, home: ControllerHome) -> None:
+        self.store = store
+        self.home = home
+        self._key: asyncssh.SSHKey | None = None
+
+    @property
+    def client_key(self) -> asyncssh.SSHKey:
+        if self._key is None:
+            self._key = load_or_create_client_key(self.home.key)
+        return self._key
+
+    @property
+    def public_key_file(self) -> Path:
+        _ = self.client_key
+        return Path(str(self.home.key) + ".pub")
+
+    async def connect(self, host: str, port: int, *, trust: bool = False) -> RunnerSession:
+        """Open a session with the runner at host:port, checked against its pinned host key.
+
+        Only a runner this controller trusts is connected to (app/pool.py). `trust` is the
+        user's own act of naming this address (`runners add`, `run --runner HOST:PORT`): the
+        key seen now is pinned, unless a trusted runner there has one, and the runner is
+        trusted from then on."""
+        known = self.store.runner_by_address(host, port)
+        if known is not None and not known.get("trusted"):
+            known = None  # an mDNS hint pins nothing and trusts nothing
+        if known is None and not trust:
+            raise RunnerError(f"no runner this controller trusts is at {host}:{port}: "
+                              f"`app headless runners add {host}:{port}` trusts what answers there, "
+                              "or pair it (`app headless runners pair NAME CODE`)")
+        session = await RunnerSession.open(host, port, self.client_key, pinned_key(known) if known else None)
+        try:
+            assert session.hello is not None
+            name = session.hello.name
+            named = self.store.runner(name)
+            if named is not None and named.get("trusted") and pinned_key(named) != session.host_key:
+                raise RunnerError(
+                    f"runner {name!r} at {host}:{port} has a different host key than the one pinned for that "
+                    f"name: if it was reinstalled, `app headless runners remove {name}` first")
+            if trust or known["name"] != name:
+                self.store.upsert_runner(name, host, port, session.host_key, trusted=True)
+            if known is not None and known["name"] != name:
+                # Its pinned key answered under a new name: the same machine, renamed.
+                self.store.remove_runner(known["name"])
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+    async def add_runner(self, host: str, port: int) -> str:
+        """`runners add HOST[:PORT]`: trust what answers there, pinning its host key; its name."""
+        async with await self.connect(host, port, trust=True) as session:
+            return session.hello.name
+
+    def names_an_address(self, spec: str | None) -> bool:
+        """Whether `--runner SPEC` is an address (HOST[:PORT]) rather than a known runner's name."""
+        return bool(spec) and self.store.runner(spec) is None
+
+    def runner_seen(self, name: str, answers: bool) -> None:
+        """A followed job's runner went away (OFFLINE) or answers again (LIVE)."""
+        if answers:
+            self.store.set_runner(name, state=RunnerState.LIVE, last_ok=time.time())
         else:
-            gpus = count(resources, "gpus")
-            busy = (gpus > 0 and count(resources, "gpus_free") == 0) or (not gpus and count(resources, "running") > 0)
-            state = RunnerState.BUSY if busy else RunnerState.LIVE
-            props = bounded_props({**_props_of(row), **resources})
-            fields = {"paired": 1, "last_ok": now, "last_seen": now, "props": json.dumps(props)}
-    ctl.store.set_runner(name, state=state, **fields)
-    return state
+            self.store.set_runner(name, state=RunnerState.OFFLINE)
 
+    def views(self) -> list[RunnerView]:
+        return views(self.store)
 
-async def refresh_pool(ctl, wait_s: float = 1.5, interfaces: list[str] | None = None) -> list[RunnerView]:
-    """Browse mDNS for `wait_s` (if any interface), then check every known runner.
-
-    A recorded conflict lasts only while its claim is heard, so with one on record
-    the browse happens even when `wait_s` is 0."""
-    from app.adverts import CONFLICT_BROWSE_S, fold_browse, has_conflicts
-
-    if wait_s <= 0 and has_conflicts(ctl.store):
-        wait_s = CONFLICT_BROWSE_S
-    if wait_s > 0:
-        # zeroconf is imported only when browsing: it is heavy for short CLI calls.
-        from app.discovery import browse_interfaces, discover
-
-        interfaces = browse_interfaces() if interfaces is None else interfaces
-        if interfaces:
-            started = time.time()
-            adverts = await discover(interfaces, wait_s)
-            await fold_browse(ctl, adverts, started, wait_s)
-    await asyncio.gather(*(probe(ctl, row) for row in ctl.store.runners()))
-    return views(ctl.store)
-
-
-def views(store) -> list[RunnerView]:
-    """The runners as shown and scheduled. The state is derived defensively: an untrusted
-    runner never shows LIVE or BUSY, whatever a stale row says."""
-    out = []
-    for row in store.runners():
-        trusted = bool(row.get("trusted"))
-        state = row["state"] or RunnerState.OFFLINE
-        problem = ""
-        if host_key_or_none(row["host_key"]) is None:
-            problem, state = unreadable_key_message(row["name"]), RunnerState.UNPAIRED
-        elif row.get("conflict_key"):
-            state = RunnerState.CONFLICT
-        elif not trusted and state in (RunnerState.LIVE, RunnerState.BUSY):
-            state = RunnerState.UNPAIRED
-        out.append(RunnerView(
-            name=row["name"], host=row["host"], port=row["port"], source=row["source"] or "manual",
-            state=state, props=_props_of(row), last_seen=row["last_seen"],
-            running=len(store.running_jobs(row["name"])), trusted=trusted, problem=problem))
-    return out
-
-
-async def pair(ctl, target: str, code: str, label: str = "") -> str:
-    """Pair with a runner (a known NAME or HOST[:PORT]) using the code it shows; returns its name."""
-    from app.controller import parse_address
-    row = ctl.store.runner(target)
-    if row is not None:
-        host, port, expected = row["host"], row["port"], pinned_key(row)
+    async def probe(self, row: dict) -> str:
+        """Check one runner now; records and returns its state. A runner this controller does
+        not trust is at best UNPAIRED, whatever it accepts."""
+        name = row["name"]
         if row.get("conflict_key"):
-            raise UsageError(f"runner {target!r} is in conflict (two host keys advertised): "
-                             f"`app headless runners remove {target}`, then pair by address")
-    else:
-        host, port = parse_address(target, ctl.DEFAULT_PORT)
-        expected = None  # first contact by address: the key seen now is pinned
-    if not code.strip(" -"):
-        raise UsageError("no pairing code given: `app agent status` on the runner shows it (like ABCD-EFGH)")
-    session = await RunnerSession.open(host, port, ctl.client_key, expected, pairing=True)
-    try:
-        public = ctl.client_key.export_public_key().decode().strip()
-        name = await session.pair(code, public, label)
-    finally:
-        session.close()
-    # The PAKE bound the code to the host key seen on this connection: that key is pinned,
-    # and pairing is the user's act of trust.
-    ctl.store.upsert_runner(name, host, port, session.host_key, source=row["source"] if row else "manual",
-                            trusted=True)
-    ctl.store.set_runner(name, paired=1, trusted=1, state=RunnerState.LIVE, last_ok=time.time())
-    return name
+            self.store.set_runner(name, state=RunnerState.CONFLICT)
+            return RunnerState.CONFLICT
+        pinned = host_key_or_none(row.get("host_key"))
+        if pinned is None:  # `views` says what to do about it; the other runners go on
+            self.store.set_runner(name, state=RunnerState.UNPAIRED)
+            return RunnerState.UNPAIRED
+        try:
+            session = await RunnerSession.open(row["host"], row["port"], self.client_key, pinned,
+                                               timeout=PROBE_TIMEOUT_S)
+        except HostKeyMismatch:
+            state, fields = RunnerState.CONFLICT, {}
+        except RunnerRefused:
+            state, fields = RunnerState.UNPAIRED, {"paired": 0, "last_ok": time.time()}
+        except LanpoolError:
+            state, fields = RunnerState.OFFLINE, {}
+        else:
+            resources = bounded_props(dict(session.hello.resources) if session.hello else {})
+            session.close()
+            now = time.time()
+            if not row.get("trusted"):
+                # It accepts our key, which proves nothing; what its Hello claims is not taken either.
+                state, fields = RunnerState.UNPAIRED, {"paired": 1, "last_ok": now, "last_seen": now}
+            else:
+                gpus = count(resources, "gpus")
+                busy = (gpus > 0 and count(resources, "gpus_free") == 0) or (not gpus and count(resources, "running") > 0)
+                state = RunnerState.BUSY if busy else RunnerState.LIVE
+                props = bounded_props({**props_of(row), **resources})
+                fields = {"paired": 1, "last_ok": now, "last_seen": now, "props": json.dumps(props)}
+        self.store.set_runner(name, state=state, **fields)
+        return state
+
+    async def refresh(self, wait_s: float = 1.5, interfaces: list[str] | None = None) -> list[RunnerView]:
+        """Browse mDNS for `wait_s` (if any interface), then check every known runner.
+
+        A recorded conflict lasts only while its claim is heard, so with one on record
+        the browse happens even when `wait_s` is 0."""
+        if wait_s <= 0 and has_conflicts(self.store):
+            wait_s = CONFLICT_BROWSE_S
+        if wait_s > 0:
+            # zeroconf is imported only when browsing: it is heavy for short CLI calls.
+            from app.discovery import browse_interfaces, discover
+
+            interfaces = browse_interfaces() if interfaces is None else interfaces
+            if interfaces:
+                started = time.time()
+                adverts = await discover(interfaces, wait_s)
+                await fold_browse(self.store, self.client_key, adverts, started, wait_s)
+        await asyncio.gather(*(self.probe(row) for row in self.store.runners()))
+        return views(self.store)
+
+    async def choose_runner(self, spec: str | None, need: Need, run_name: str, job_id: str, workflow: str,
+                            say: Callable[[str], None]) -> tuple[str, int]:
+        """Where the run goes: `spec` if it is an address, else the best-fitting runner of the
+        pool (`spec` pins a known name). While nothing fits, the job is QUEUED and we wait."""
+        if self.names_an_address(spec):
+            return parse_address(spec, DEFAULT_PORT)  # by address: the user's act, pinned by connect
+        return (await self.choose_runners(spec, need, 1, run_name, job_id, workflow, say))[0]
+
+    async def choose_runners(self, spec: str | None, need: Need, nodes: int, run_name: str, job_id: str,
+                             workflow: str, say: Callable[[str], None]) -> list[tuple[str, int]]:
+        """`nodes` distinct runners with room, all at once (gang placement), node 0 first."""
+        last = ""
+        told: set[str] = set()
+        try:
+            while True:
+                views = await self.refresh(wait_s=0 if self.store.runners() else DISCOVERY_WAIT_S)
+                for view in views:
+                    if view.problem and view.name == spec:
+                        raise UnreadableHostKey(view.problem)
+                    if view.problem and view.problem not in told:  # once, not every poll
+                        say(view.problem)
+                        told.add(view.problem)
+                decision = place(need, [v.capacity() for v in views], nodes=nodes, pinned=spec)
+                if decision.runners:
+                    rows = [self.store.runner(name) for name in decision.runners]
+                    return [(row["host"], row["port"]) for row in rows]
+                if decision.rejected:
+                    raise UsageError(f"cannot run {workflow}: {decision.rejected}")
+                if decision.queued != last:
+                    say(f"queued: {decision.queued} (Ctrl-C cancels)")
+                    self.store.queue_job(job_id, run_name, workflow, decision.queued)
+                    last = decision.queued
+                await asyncio.sleep(QUEUE_POLL_S)
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            if last:
+                self.store.set_job_status(job_id, JobState.ABORTED, "cancelled while queued",
+                                          finished_at=time.time(), synced=1)
+            raise
+
+    async def pair(self, target: str, code: str, label: str = "") -> str:
+        """Pair with a runner (a known NAME or HOST[:PORT]) using the code it shows; returns its name."""
+        row = self.store.runner(target)
+        if row is not None:
+            host, port, expected = row["host"], row["port"], pinned_key(row)
+            if row.get("conflict_key"):
+                raise UsageError(f"runner {target!r} is in conflict (two host keys advertised): "
+                                 f"`app headless runners remove {target}`, then pair by address")
+        else:
+            host, port = parse_address(target, DEFAULT_PORT)
+            expected = None  # first contact by address: the key seen now is pinned
+        if not code.strip(" -"):
+            raise UsageError("no pairing code given: `app agent status` on the runner shows it (like ABCD-EFGH)")
+        session = await RunnerSession.open(host, port, self.client_key, expected, pairing=True)
+        try:
+            public = self.client_key.export_public_key().decode().strip()
+            name = await session.pair(code, public, label)
+        finally:
+            session.close()
+        # The PAKE bound the code to the host key seen on this connection: that key is pinned,
+        # and pairing is the user's act of trust.
+        self.store.upsert_runner(name, host, port, session.host_key, source=row["source"] if row else "manual",
+                                trusted=True)
+        self.store.set_runner(name, paired=1, trusted=1, state=RunnerState.LIVE, last_ok=time.time())
+        return name

@@ -105,7 +105,7 @@ def test_lines_for_another_job_or_node_are_dropped_with_one_warning(hostile, ctl
         LogChunk("victim", 1, "out", b"INJECTED after\n"),
         LogChunk("mine", 5, "out", b"INJECTED as node 3\n", node=3),
     ]))
-    with caplog.at_level(logging.WARNING, logger="app.multinode"):
+    with caplog.at_level(logging.WARNING, logger="app.runner_output"):
         job = _follow(ctl, "mine")
     assert job.state is JobState.DONE
     assert _log(ctl, "victim") == b"the victim's own line\n"

@@ -43,6 +43,24 @@ def test_imports_point_one_way(package):
     assert not bad, bad
 
 
+# Front ends (and the TUI's background feeds) use the Controller; nothing it is made of uses it back.
+FRONT_ENDS = ("app/cli/", "app/tui/", "app/live.py")
+
+
+def test_the_controller_is_imported_only_by_front_ends():
+    bad = []
+    for path in sorted((REPO / "app").rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        if rel.startswith(FRONT_ENDS) or rel == "app/controller.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), rel)):  # function-level imports too
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n == "app.controller" or n.startswith(("app.cli", "app.tui")) for n in names):
+                bad.append(f"{rel} imports {names}")
+    assert not bad, bad
+
+
 def test_only_app_tui_imports_textual():
     bad = [path.relative_to(REPO).as_posix() for package in ALLOWED for path in sorted((REPO / package).rglob("*.py"))
            if "textual" in _third_party(path) and not path.relative_to(REPO).as_posix().startswith("app/tui/")]

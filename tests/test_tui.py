@@ -20,7 +20,6 @@ from textual import events  # noqa: E402
 from textual.widgets import DataTable, Input, Label, Select  # noqa: E402
 
 from app.controller import Controller  # noqa: E402
-from app.pool import probe  # noqa: E402
 from app.tui.app import LOG_WINDOW, LanpoolApp  # noqa: E402
 from app.tui.dialogs.run_dialog import RunDialog  # noqa: E402
 from app.tui.dialogs.simple import ConfirmDialog, FormDialog  # noqa: E402
@@ -199,7 +198,7 @@ async def known_runner(agent) -> None:
     ctl = Controller()
     try:
         name = await ctl.add_runner(agent.host, agent.port)  # trusted: accepting our key is not enough
-        assert await probe(ctl, ctl.store.runner(name)) == "LIVE"
+        assert await ctl.pool.probe(ctl.store.runner(name)) == "LIVE"
     finally:
         ctl.close()
 

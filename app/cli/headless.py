@@ -12,7 +12,6 @@ import socket
 import sys
 from pathlib import Path
 
-from app import pool
 from app.cli import render
 from app.controller import Controller, parse_address
 from app.errors import ExitCode, LanpoolError, UsageError
@@ -346,7 +345,7 @@ async def _runners(ctl: Controller, args) -> int:
         _say(f"forgot runner {args.name}")
         return ExitCode.OK
     if args.runners_verb == "pair":
-        name = await pool.pair(ctl, args.name, args.code, label=socket.gethostname())
+        name = await ctl.pool.pair(args.name, args.code, label=socket.gethostname())
         _say(f"paired with runner {name}: it accepts this controller's key from now on")
         return ExitCode.OK
     if args.runners_verb == "add":
@@ -354,7 +353,7 @@ async def _runners(ctl: Controller, args) -> int:
         name = await ctl.add_runner(host, port)
         _say(f"added runner {name} at {host}:{port}: its host key is pinned and it takes jobs from now on")
         return ExitCode.OK
-    views = await pool.refresh_pool(ctl, wait_s=max(0.0, args.wait))
+    views = await ctl.pool.refresh(wait_s=max(0.0, args.wait))
     for view in views:
         if view.problem:  # one line each; the other runners are listed as usual
             _say(f"app: {view.problem}")

@@ -111,8 +111,17 @@ def _m006_trust(db: "sqlite_utils.Database") -> None:
     db.execute("UPDATE runners SET trusted = 0 WHERE trusted IS NULL")
 
 
+def _m007_every_job_has_nodes(db: "sqlite_utils.Database") -> None:
+    # Every job is a gang of N >= 1 nodes (app/remote_job.py): a single-node job has its one
+    # job_nodes row too. Jobs sent before this had none: node 0 is the jobs row's runner.
+    db.execute("""INSERT INTO job_nodes (job_id, node, runner, host, port, status, exit_code, error)
+                  SELECT id, 0, runner, host, port, status, exit_code, COALESCE(error, '') FROM jobs
+                  WHERE runner != '' AND id NOT IN (SELECT job_id FROM job_nodes)""")
+
+
 MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [_m001_initial, _m002_cache, _m003_pool, _m004_nodes,
-                                                             _m005_stream_index, _m006_trust]
+                                                             _m005_stream_index, _m006_trust,
+                                                             _m007_every_job_has_nodes]
 
 
 def migrate(conn: sqlite3.Connection) -> None:

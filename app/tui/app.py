@@ -19,7 +19,7 @@ from textual.screen import Screen
 from textual.widgets import Header, Input, Label, ProgressBar, Select, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from app import overview, pool
+from app import overview
 from app.cli.render import duration, size
 from app.controller import Controller
 from app.errors import LanpoolError
@@ -203,7 +203,7 @@ class LanpoolApp(App):
 
     def show_runners(self) -> None:
         self._runners_dirty = False
-        views = pool.views(self.ctl.store)
+        views = self.ctl.pool.views()
         self.query_one("#runners-table", RunnersTable).show_runners(views, self.clock())
         live = sum(1 for v in views if v.state in ("LIVE", "BUSY"))
         gpus = sum(v.gpus_free for v in views if v.state in ("LIVE", "BUSY"))
@@ -606,7 +606,7 @@ class LanpoolApp(App):
     async def _pair(self, target: str, code: str) -> None:
         import socket
 
-        name = await pool.pair(self.ctl, target, code, label=socket.gethostname())
+        name = await self.ctl.pool.pair(target, code, label=socket.gethostname())
         self.notify(f"paired with runner {name}")
         self.show_runners()
 

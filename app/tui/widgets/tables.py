@@ -8,7 +8,7 @@ from textual.widgets import DataTable
 
 from app.cli.render import ago, duration
 from app.overview import JobLine
-from app.pool import RunnerView
+from app.runner_views import RunnerView
 
 STATUS_STYLE = {
     "QUEUED": "yellow", "SUBMITTED": "cyan", "RUNNING": "bold cyan", "DONE": "green", "FAILED": "bold red",

@@ -1,0 +1,377 @@
+"""One job on its runners: a gang of N >= 1 nodes, node k on runner k.
+
+Every job is one: a single-node job is a gang of one, with one job_nodes row.
+`RemoteJob` submits, follows, stops and brings back the artifacts of 1..N nodes,
+so a fix lands once. What the size changes is said here, once:
+- env: a gang of N > 1 is wired for torch.distributed (app/multinode.py);
+- status: a gang of one's status is its node's, recorded as the runner says
+  it; a bigger gang is RUNNING once every node accepted, and ends as one (DONE,
+  the first node's failure, or STOPPED/ABORTED when each unfinished node was
+  stopped on request);
+- a runner lost while followed: a gang of one waits for it to come back (the job
+  may still run there); in a bigger gang the others cannot go on without it
+  (collectives block), so the job fails and the other nodes are stopped.
+
+A job with no job_nodes row yet (between its jobs row and its runner accepting
+it, or seeded by a test) is node 0 on the jobs row's runner.
+"""
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import asyncssh
+
+from app.errors import HostKeyMismatch, LanpoolError, NotFoundError, RunnerError, RunnerProtocolError, \
+    RunnerRefused, UsageError
+from app.job_artifacts import Artifacts
+from app.multinode import node_env, prefix_node
+from app.runner_client import RunnerSession
+from app.runner_output import OwnOutput
+from app.snapshot import Snapshot
+from app.store import JobRow, Store
+from app.workflows.resolve import ResolvedJob
+from protocol import JobState, JobStatus, SubmitJob
+
+log = logging.getLogger(__name__)
+
+RECONNECT_S = 2.0  # how often a followed job's offline runner is tried again
+
+Connect = Callable[[str, int], Awaitable[RunnerSession]]  # a session with a trusted runner
+LogSink = Callable[[str, str, bytes], None]  # (job_id, stream, data) for each chunk of new log lines
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class JobServices:
+    """What a RemoteJob works with: the store, the artifacts, a way to reach a trusted runner,
+    and a way to record a runner's liveness (the pool's)."""
+
+    store: Store
+    artifacts: Artifacts
+    connect: Connect
+    runner_seen: Callable[[str, bool], None]  # (runner, answers): LIVE again or OFFLINE
+
+
+@dataclass(frozen=True)
+class NodeAt:
+    node: int
+    runner: str
+    host: str
+    port: int
+
+    def row(self) -> dict:
+        return {"name": self.runner, "host": self.host, "port": self.port}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What a job is submitted with."""
+
+    job_id: str
+    run_name: str
+    job: ResolvedJob
+    snapshot: Snapshot
+    cache_key: str | None = None
+    cache_inputs: dict | None = None
+
+
+def _cause(status: JobStatus) -> str:
+    """Why a node's part did not succeed ("" when it did, or has not ended)."""
+    if status.state == JobState.DONE or not JobState(status.state).is_terminal():
+        return ""
+    return status.error or f"{status.state.lower()} with exit code {status.exit_code}"
+
+
+class RemoteJob:
+    """A job on its N >= 1 nodes; see the module docstring."""
+
+    def __init__(self, jobs: JobServices, job_id: str, nodes: list[NodeAt] | None = None) -> None:
+        self.jobs = jobs
+        self.store = jobs.store
+        self.job_id = job_id
+        job = self.store.job(job_id)
+        self.size = max(1, int(json.loads(job.spec or "{}").get("nodes") or 1))
+        self.nodes = nodes if nodes is not None else self._recorded_nodes(job)
+        self.size = max(self.size, len(self.nodes))
+        self.say: Say = lambda _text: None  # the follower's, for what a user should hear
+
+    def _recorded_nodes(self, job: JobRow) -> list[NodeAt]:
+        rows = self.store.nodes(self.job_id)
+        if not rows and self.size == 1 and job.runner:
+            return [NodeAt(0, job.runner, job.host, job.port)]
+        return [NodeAt(r["node"], r["runner"], r["host"], r["port"]) for r in rows]
+
+    def shown(self, node: int, stream: str, data: bytes) -> bytes:
+        """Log bytes as a front end shows them: a bigger gang's tagged `[node K]` (metrics are data)."""
+        return data if self.size == 1 or stream == "met" else prefix_node(node, data)
+
+    # -- submit ---------------------------------------------------------------------
+
+    @classmethod
+    async def submit(cls, jobs: JobServices, launch: Launch, sessions: list[RunnerSession], addresses: list[str],
+                     inputs_of: Callable[[RunnerSession], Awaitable[list[str]]],
+                     say: Say) -> tuple["RemoteJob", JobStatus]:
+        """Submit the job to every session (node k = sessions[k]); returns it and node 0's status.
+        The job is in the store before it is sent, so a crash here loses nothing."""
+        job, job_id, store = launch.job, launch.job_id, jobs.store
+        runners = [store.runner(s.hello.name) for s in sessions]
+        spec = {"commands": job.commands, "env": job.env, "artifacts": job.artifacts, "image": job.image,
+                "working_dir": job.working_dir, "snapshot": launch.snapshot.sha256, "resources": job.resources,
+                "nodes": len(sessions), "runners": [r["name"] for r in runners]}
+        store.create_job(job_id, launch.run_name, job.workflow, runners[0], spec, launch.cache_key,
+                         launch.cache_inputs)
+        gang = cls(jobs, job_id, [NodeAt(k, r["name"], r["host"], r["port"]) for k, r in enumerate(runners)])
+        first: JobStatus | None = None
+        master_port = 0
+        try:
+            for node, session in enumerate(sessions):
+                env = dict(job.env) if gang.size == 1 else node_env(job, node, addresses)
+                if node:
+                    env["MASTER_PORT"] = str(master_port)
+                remote = f"snapshots/{launch.snapshot.name}"
+                await session.upload(launch.snapshot.data, remote)
+                accepted, status = await session.submit_accepted(SubmitJob(
+                    job_id=job_id, run_name=launch.run_name, workflow=job.workflow, commands=job.commands, env=env,
+                    artifacts=(job.artifacts if node == 0 else []) + job.artifacts_all_nodes,
+                    snapshot=remote, working_dir=job.working_dir, inputs=await inputs_of(session), image=job.image,
+                    pull=job.pull, resources=job.resources, executor=job.executor,
+                    pick_master_port=(node == 0 and gang.size > 1)))
+                if accepted.job_id != job_id or status.job_id != job_id:
+                    raise RunnerProtocolError(f"runner {runners[node]['name']} answered for job {status.job_id!r} "
+                                              f"when sent job {job_id}")
+                if node == 0:
+                    first, master_port = status, accepted.master_port
+                gang._note(node, status)
+                if gang.size > 1:
+                    say(f"node {node}: runner {runners[node]['name']} ({addresses[node]})"
+                        + (f", MASTER_PORT {master_port}" if node == 0 else ""))
+        except (LanpoolError, OSError, asyncssh.Error) as exc:
+            message = getattr(exc, "message", None) or str(exc)
+            for session in sessions:  # whatever started must not run alone
+                try:
+                    await session.stop(job_id, abort=True, grace_s=None)
+                except LanpoolError:
+                    pass
+            # synced: nothing more will come from the runners for this job
+            store.set_job_status(job_id, JobState.FAILED, f"submit failed: {message}", error=message,
+                                 finished_at=time.time(), synced=1)
+            where = sessions[0].where if gang.size == 1 else f"all {gang.size} nodes"
+            raise RunnerError(f"could not submit to {where}: {message}") from None
+        if gang.size > 1:
+            store.set_job_status(job_id, JobState.RUNNING, f"on {gang.size} nodes", started_at=time.time())
+        assert first is not None
+        return gang, first
+
+    # -- status ---------------------------------------------------------------------------
+
+    def _note(self, node: int, status: JobStatus | None, cause: str = "") -> None:
+        """Record node `node`'s status (None: lost, with `cause`); a gang of one's is the job's status."""
+        if status is not None and self.size == 1:
+            self._record_status(status)
+        at = self.nodes[node]
+        if status is None:
+            self.store.set_node(self.job_id, node, at.row(), JobState.LOST, None, cause)
+            return
+        known = next((r for r in self.store.nodes(self.job_id) if r["node"] == node), None)
+        if known and JobState(known["status"]).is_terminal() and not JobState(status.state).is_terminal():
+            return  # a stale "still running" after the end was recorded: the end stands
+        self.store.set_node(self.job_id, node, at.row(), status.state, status.exit_code, _cause(status))
+
+    def _record_status(self, status: JobStatus) -> None:
+        if status.job_id != self.job_id:  # a runner writes only the state of the job it was asked about
+            raise RunnerProtocolError(f"a runner answered with the status of job {status.job_id!r} "
+                                      f"for job {self.job_id}: not recorded")
+        if not JobState(status.state).is_terminal() and self.store.job(self.job_id).state.is_terminal():
+            # A stale "still running" (e.g. stop's immediate reply, processed late) arriving
+            # after a follower recorded the end: the end stands. Checking the state, not only
+            # `synced`, closes the window between recording the end and pulling artifacts.
+            return
+        fields = {"exit_code": status.exit_code, "started_at": status.started_at,
+                  "finished_at": status.finished_at, "artifacts_archive": status.artifacts_archive or None}
+        if status.error:
+            fields["error"] = status.error
+        self.store.set_job_status(self.job_id, status.state, **fields)
+
+    # -- follow -------------------------------------------------------------------------------
+
+    async def _wait_for_nodes(self, follow: bool) -> None:
+        """A gang still being submitted (by the run that started it) gets its nodes' rows one by one."""
+        while len(self.nodes) < self.size and follow and not self.store.job(self.job_id).state.is_terminal():
+            await asyncio.sleep(0.5)
+            self.nodes = self._recorded_nodes(self.store.job(self.job_id))
+        if not self.nodes or [n.node for n in self.nodes] != list(range(len(self.nodes))):
+            raise RunnerError(f"job {self.job_id} has no complete record of its nodes: "
+                              "it did not start on all of them")
+
+    async def follow(self, sink: LogSink | None, say: Say, *, follow: bool = True, only_node: int | None = None,
+                     starts: dict[int, int] | None = None, sessions: list[RunnerSession] | None = None) -> JobRow:
+        """Store, show and (for a bigger gang) tag every node's log from `starts` (node -> seq;
+        a node not in it from its first line; None: from where the store ends). With follow:
+        until every node ended, then bring back the artifacts and record the end. Without:
+        bring the logs and statuses up to date, and finish the job if every node has ended.
+        `sessions` (node k's at k) are used and left open; those opened here are closed."""
+        self.say = say
+        await self._wait_for_nodes(follow)
+        if only_node is not None and not 0 <= only_node < len(self.nodes):
+            raise UsageError(f"job {self.job_id} has nodes 0 to {len(self.nodes) - 1}, not {only_node}")
+        live: dict[int, RunnerSession] = dict(enumerate(sessions or []))
+        given = set(live.values())
+        try:
+            if not live and not (follow and self.size == 1):  # one not reachable now: said, the job left as is
+                for at in self.nodes:
+                    live[at.node] = await self.jobs.connect(at.host, at.port)
+            followers = [self._follow_node(at, live, sink, None if starts is None else starts.get(at.node, 0),
+                                           follow, only_node in (None, at.node)) for at in self.nodes]
+            if follow:
+                return await self._follow_all(followers, live)
+            finals: dict[int, JobStatus | None] = {}
+            for at, follower in zip(self.nodes, followers):
+                finals[at.node] = await follower
+            if not all(s is not None and JobState(s.state).is_terminal() for s in finals.values()):
+                return self.store.job(self.job_id)
+            return await self._finish(live, finals, self._failure(finals))
+        finally:
+            for session in live.values():
+                if session not in given:
+                    session.close()
+
+    async def _follow_all(self, followers: list, live: dict[int, RunnerSession]) -> JobRow:
+        """Follow every node to its end; the first to fail stops the others."""
+        tasks = {asyncio.ensure_future(f): at for f, at in zip(followers, self.nodes)}
+        finals: dict[int, JobStatus | None] = {}
+        failure = ""
+        pending = set(tasks)
+        try:
+            while pending:
+                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                for task in done:
+                    at = tasks[task]
+                    try:
+                        status, cause = task.result(), ""
+                    except RunnerProtocolError as exc:  # it answered, with something unusable
+                        if self.size == 1:
+                            state = self.store.job(self.job_id).status
+                            raise RunnerProtocolError(f"{exc.message}; stopped following job {self.job_id} "
+                                                      f"(left {state} here)") from None
+                        status, cause = None, exc.message
+                    except LanpoolError as exc:
+                        if self.size == 1:
+                            raise
+                        status, cause = None, f"runner {at.runner} lost: {exc.message}"
+                    finals[at.node] = status
+                    if status is None:
+                        self._note(at.node, None, cause)
+                    cause = cause or _cause(status)
+                    if cause and not failure and self.size > 1:
+                        failure = f"node {at.node} ({at.runner}): {cause}"
+                        self.say(f"{failure}; stopping the other nodes")
+                        for other in pending:
+                            k = tasks[other].node
+                            try:
+                                await live[k].stop(self.job_id, abort=False, grace_s=None)
+                            except LanpoolError as exc:
+                                self.say(f"could not stop node {k}: {exc.message}")
+        finally:
+            for task in pending:  # interrupted (Ctrl-C): the nodes keep running on their runners
+                task.cancel()
+        return await self._finish(live, finals, failure)
+
+    async def _follow_node(self, at: NodeAt, live: dict[int, RunnerSession], sink: LogSink | None,
+                           start: int | None, follow: bool, shown: bool) -> JobStatus:
+        """Store node `at`'s log from `start` (default: where the store ends) and pass it to
+        `sink` (when `shown`); returns its final status (with follow=False: its status now).
+        A gang of one rides out its runner's outages (OFFLINE, then re-attach): the session
+        it reconnects with goes into `live`."""
+        position = self.store.log_end(self.job_id, at.node) if start is None else start
+        offline_since = None
+        session = live.get(at.node)
+        while True:
+            try:
+                if session is None:
+                    session = live[at.node] = await self.jobs.connect(at.host, at.port)
+                    if offline_since is not None:
+                        self.say(f"runner {at.runner} is back after {time.time() - offline_since:.0f}s: "
+                                 "re-attached")
+                        self.jobs.runner_seen(at.runner, True)
+                own = OwnOutput(self.job_id, at.node, session.where)
+                async for batch in session.attach(self.job_id, position, follow=follow):
+                    rows, final = own.take(batch)
+                    if rows:
+                        position = max(position, max(r[2] + r[3] for r in rows))
+                        self.store.add_log_chunks(rows)
+                        if sink and shown:
+                            for row in rows:
+                                sink(self.job_id, row[4], self.shown(at.node, row[4], row[5]))
+                    if final is not None:
+                        self._note(at.node, final)
+                        if not follow or JobState(final.state).is_terminal():
+                            return final
+                raise RunnerError(f"node {at.node}: the log stream ended before the job")
+            except (RunnerRefused, HostKeyMismatch, NotFoundError, RunnerProtocolError):
+                raise  # the runner answered: asking again gets the same answer
+            except RunnerError as exc:
+                if not (follow and self.size == 1):
+                    raise
+                session = None
+                if offline_since is None:
+                    offline_since = time.time()
+                    self.jobs.runner_seen(at.runner, False)
+                    self.say(f"runner {at.runner} went offline ({exc.message}); waiting for it to come back "
+                             "(the job may still run there; Ctrl-C detaches)")
+                await asyncio.sleep(RECONNECT_S)
+
+    def _failure(self, finals: dict[int, JobStatus | None]) -> str:
+        failed = [(k, s) for k, s in sorted(finals.items()) if s is not None and _cause(s)]
+        if not failed or self.size == 1:
+            return ""
+        k, s = failed[0]
+        return f"node {k} ({self.nodes[k].runner}): {_cause(s)}"
+
+    async def _finish(self, live: dict[int, RunnerSession], finals: dict[int, JobStatus | None],
+                      failure: str) -> JobRow:
+        """Every node ended: artifacts (node 0's, and each other node's under node-K/), the end."""
+        ended = [(k, s) for k, s in sorted(finals.items()) if s is not None]
+        refused = await self.jobs.artifacts.pull(self.job_id, [(k, live[k], s) for k, s in ended])
+        if self.size == 1:  # its status is its node's, recorded as it came: a refusal fails a DONE job
+            if refused:
+                job = self.store.job(self.job_id)
+                self.store.set_job_status(self.job_id, JobState.FAILED if job.state is JobState.DONE else job.state,
+                                          refused, error=job.error or refused)
+            self.store.update_job(self.job_id, synced=1)
+            return self.store.job(self.job_id)
+        failure = failure or refused  # what the job declared did not arrive
+        codes = [s.exit_code for s in finals.values() if s is not None and s.exit_code]  # first to end first
+        state = JobState.FAILED if failure else JobState.DONE
+        unfinished = [s for s in finals.values() if s is None or s.state != JobState.DONE]
+        if failure and unfinished and all(s is not None and s.state in (JobState.STOPPED, JobState.ABORTED)
+                                          for s in unfinished):
+            # Every node that did not finish was stopped on request (`stop`), none failed.
+            state = JobState.ABORTED if any(s.state == JobState.ABORTED for s in unfinished) else JobState.STOPPED
+        self.store.set_job_status(self.job_id, state, failure, error=failure or None,
+                                  exit_code=(codes[0] if codes else (1 if failure else 0)),
+                                  finished_at=time.time(), synced=1)
+        return self.store.job(self.job_id)
+
+    # -- stop ------------------------------------------------------------------------------
+
+    async def stop(self, abort: bool, grace_s: float | None) -> list[str]:
+        """Ask every node's runner to stop its part of the job, all at once; returns the
+        problems (a node whose runner cannot be reached is left to the failure handling).
+        When no runner could be asked, the first problem is raised."""
+        async def one(at: NodeAt) -> LanpoolError | None:
+            try:
+                async with await self.jobs.connect(at.host, at.port) as session:
+                    self._note(at.node, await session.stop(self.job_id, abort, grace_s))
+                return None
+            except LanpoolError as exc:
+                return exc
+
+        errors = await asyncio.gather(*(one(at) for at in self.nodes))
+        failed = [(at, e) for at, e in zip(self.nodes, errors) if e is not None]
+        if failed and len(failed) == len(self.nodes):
+            raise failed[0][1]
+        return [f"node {at.node} ({at.runner}): {e.message}" for at, e in failed]

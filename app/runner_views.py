@@ -1,0 +1,139 @@
+"""Runners as shown and scheduled: their states, resources and one view each.
+
+States (one enum, shown by `app headless runners` and the TUI):
+  LIVE      trusted, answers with its pinned key, accepts ours, has room
+  BUSY      the same, but every GPU is taken (or, without GPUs, jobs are running)
+  OFFLINE   did not answer the last check
+  UNPAIRED  not paired both ways: this controller does not trust it (only found
+            by mDNS, whatever it accepts or announces), or it does not accept our
+            key, or its pinned key in the store is unreadable. Never given a job.
+  CONFLICT  something claims this name with another host key right now (an
+            advert still heard, or another key at its address): never used; it
+            ends when the claim does, and the pinned key stays
+"""
+
+import json
+import logging
+from dataclasses import dataclass
+from enum import StrEnum
+
+from app.host_keys import host_key_or_none, unreadable_key_message
+from app.scheduler import Capacity
+from app.store import Store
+
+log = logging.getLogger(__name__)
+
+PROBE_TIMEOUT_S = 3.0
+# Resources come from adverts and Hellos, i.e. from peers: bounded before they are stored.
+MAX_PROPS = 32
+MAX_PROP_KEY = 32
+MAX_PROP_VALUE = 256
+_MAX_COUNT = 1 << 40  # no resource count is larger (memory in MB included)
+
+
+class RunnerState(StrEnum):
+    LIVE = "LIVE"
+    BUSY = "BUSY"
+    OFFLINE = "OFFLINE"
+    UNPAIRED = "UNPAIRED"
+    CONFLICT = "CONFLICT"
+
+
+@dataclass(frozen=True)
+class RunnerView:
+    name: str
+    host: str
+    port: int
+    source: str
+    state: str
+    props: dict
+    last_seen: float | None
+    running: int
+    trusted: bool = False
+    problem: str = ""  # one line for the user when something is wrong with its record
+
+    @property
+    def gpus(self) -> int:
+        return count(self.props, "gpus")
+
+    @property
+    def gpus_free(self) -> int:
+        return count(self.props, "gpus_free", self.gpus)
+
+    def capacity(self) -> Capacity:
+        p = self.props
+        usable = self.trusted and not self.problem and self.state in (RunnerState.LIVE, RunnerState.BUSY)
+        if usable:
+            why_not = ""
+        elif not self.trusted or self.problem:
+            why_not = "unpaired"  # never waited for: it takes no job until the user acts
+        else:
+            why_not = self.state.lower()
+        return Capacity(
+            name=self.name, usable=usable, gpus=self.gpus, gpus_free=self.gpus_free,
+            cpus=count(p, "cpus"), cpus_free=count(p, "cpus_free", count(p, "cpus")),
+            memory_mb=count(p, "memory_mb"), memory_free_mb=count(p, "memory_free_mb", count(p, "memory_mb")),
+            why_not=why_not,
+        )
+
+    def to_json(self) -> dict:
+        out = {"name": self.name, "address": f"{self.host}:{self.port}", "host": self.host, "port": self.port,
+               "source": self.source, "state": self.state, "trusted": self.trusted,
+               "gpus_free": self.gpus_free, "gpus": self.gpus, "gpu_name": self.props.get("gpu_name", ""),
+               "executor": self.props.get("executor", ""), "running_jobs": self.running,
+               "last_seen": self.last_seen}
+        if self.problem:
+            out["problem"] = self.problem
+        return out
+
+
+def count(props: dict, key: str, default: int = 0) -> int:
+    """A resource count from a peer's text: anything but a plain non-negative integer reads as `default`."""
+    value = props.get(key)
+    if value is None:
+        return default
+    text = str(value).strip()
+    if not text.isascii() or not text.isdigit() or len(text) > 15:
+        return default
+    return min(int(text), _MAX_COUNT)
+
+
+def bounded_props(props: object) -> dict[str, str]:
+    """A peer's properties as they may be stored: str to str, at most MAX_PROPS, each bounded."""
+    if not isinstance(props, dict):
+        return {}
+    out: dict[str, str] = {}
+    for key, value in props.items():
+        if len(out) >= MAX_PROPS:
+            log.info("dropped %d properties past the first %d", len(props) - MAX_PROPS, MAX_PROPS)
+            break
+        out[str(key)[:MAX_PROP_KEY]] = "" if value is None else str(value)[:MAX_PROP_VALUE]
+    return out
+
+
+def props_of(row: dict) -> dict[str, str]:
+    try:
+        return bounded_props(json.loads(row.get("props") or "{}"))
+    except ValueError:  # a damaged row shows no resources rather than breaking the list
+        return {}
+
+
+def views(store: Store) -> list[RunnerView]:
+    """The runners as shown and scheduled. The state is derived defensively: an untrusted
+    runner never shows LIVE or BUSY, whatever a stale row says."""
+    out = []
+    for row in store.runners():
+        trusted = bool(row.get("trusted"))
+        state = row["state"] or RunnerState.OFFLINE
+        problem = ""
+        if host_key_or_none(row["host_key"]) is None:
+            problem, state = unreadable_key_message(row["name"]), RunnerState.UNPAIRED
+        elif row.get("conflict_key"):
+            state = RunnerState.CONFLICT
+        elif not trusted and state in (RunnerState.LIVE, RunnerState.BUSY):
+            state = RunnerState.UNPAIRED
+        out.append(RunnerView(
+            name=row["name"], host=row["host"], port=row["port"], source=row["source"] or "manual",
+            state=state, props=props_of(row), last_seen=row["last_seen"],
+            running=len(store.running_jobs(row["name"])), trusted=trusted, problem=problem))
+    return out
