@@ -131,6 +131,7 @@ mark("interpreter_ready")
 import app.cli.headless as headless
 mark("imports_done")
 import app.controller as controller_mod
+import app.pool as pool_mod
 from app.cli import render
 from app.runner_client import RunnerSession
 
@@ -156,11 +157,11 @@ def wrap(owner, attr, name, is_async):
 
 wrap(controller_mod.Controller, "__init__", "controller_init", False)
 wrap(controller_mod.Controller, "load_project", "load_project", False)
-wrap(controller_mod, "load_or_create_client_key", "load_key", False)
+wrap(pool_mod, "load_or_create_client_key", "load_key", False)
 wrap(controller_mod, "build_snapshot", "build_snapshot", False)
 wrap(RunnerSession, "open", "ssh_connect", True)
 wrap(RunnerSession, "upload", "sftp_upload", True)
-wrap(RunnerSession, "submit", "submit", True)
+wrap(RunnerSession, "submit_accepted", "submit", True)
 wrap(RunnerSession, "__aexit__", "ssh_close", True)
 wrap(controller_mod.Controller, "follow", "follow", True)
 _print_log = render.LogPrinter.__call__

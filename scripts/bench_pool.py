@@ -12,7 +12,7 @@ exit code says only whether the benchmark could run.
 
 1. spawn -> LIVE: an agent (authorized beforehand) is spawned while an in-process
    controller browses (app.discovery.Browser), trusts (as a user adding it would) and
-   probes (app.pool.probe) each new advert at once; parts: spawn -> agent.json (listening), -> "mDNS: announced"
+   probes (Pool.probe) each new advert at once; parts: spawn -> agent.json (listening), -> "mDNS: announced"
    (agent stdout), -> advert seen by the browser, -> LIVE in the store.
 2. SIGKILL -> OFFLINE: a loop probes every known runner every --poll seconds (what a
    long-running controller does); the same browser is watched for a Removed event.
@@ -175,7 +175,7 @@ class Bench:
     # -- 1 and 2: one long-running in-process controller -----------------------------
 
     async def live_and_dead(self) -> None:
-        from app import adverts, pool
+        from app import adverts
         from app.controller import Controller
         from app.discovery import Browser
         from app.home import ControllerHome
@@ -202,7 +202,7 @@ class Bench:
 
         async def probe_timed(row: dict) -> str:
             t = now()
-            state = await pool.probe(ctl, row)
+            state = await ctl.pool.probe(row)
             end = now()
             probe_s[str(state)].append(end - t)
             name = row["name"]
