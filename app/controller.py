@@ -42,7 +42,7 @@ from app.snapshot import Snapshot, build_snapshot
 from app.store import ARTIFACTS_REFUSED, JobRow, Store
 from app.workflows import Project, load_workflows
 from app.workflows.resolve import ResolvedJob, resolve
-from protocol import JobState, JobStatus, SubmitJob
+from protocol import JobState, JobStatus, SubmitJob, wire
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def parse_address(spec: str, default_port: int) -> tuple[str, int]:
 
 
 class Controller:
-    DEFAULT_PORT = 7422
+    DEFAULT_PORT = wire.DEFAULT_PORT
 
     def __init__(self, home: ControllerHome | None = None) -> None:
         self.home = home or ControllerHome.default()
