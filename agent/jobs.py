@@ -205,13 +205,14 @@ class JobManager:
         """Agent exit: jobs whose executor cannot outlive the agent (processes) are stopped;
         the others (containers) keep running, and the next start re-adopts them."""
         running = [j for j in self.jobs.values() if not j.record.terminal and j.execution]
+        kept = [j for j in running if j.executor is not None and j.executor.outlives_agent]
         stopped = [j for j in running if j.executor is None or not j.executor.outlives_agent]
         for job in stopped:
             self.stop(job.record.job_id, abort=False, grace_s=grace_s)
         if stopped:
             await asyncio.wait([asyncio.ensure_future(j.wait_terminal()) for j in stopped], timeout=grace_s + 10)
-        for job in running:
-            if job not in stopped and job.execution is not None and not job.record.terminal:
+        for job in kept:
+            if job.execution is not None and not job.record.terminal:
                 log.info("job %s keeps running in %s", job.record.job_id, job.execution.describe())
                 await job.execution.detach()
 

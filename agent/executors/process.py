@@ -55,6 +55,7 @@ class ProcessExecutor:
 
 class ProcessExecution:
     def __init__(self, proc: asyncio.subprocess.Process, sink: OutputSink) -> None:
+        assert proc.stdout is not None and proc.stderr is not None  # both are PIPEs (ProcessExecutor.start)
         self._proc = proc
         self.pid = proc.pid
         self._pumps = [
