@@ -19,7 +19,7 @@ from agent.jobs import DEFAULT_GRACE_S
 from agent.journal import JobRecord
 from agent.keys import authorize_key
 from agent.pairing import Pairing
-from agent.server import DEFAULT_PORT
+from protocol import DEFAULT_PORT
 
 
 def default_data_dir() -> Path:

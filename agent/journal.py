@@ -44,6 +44,14 @@ class JobRecord:
     log_cuts: dict[str, int] = field(default_factory=dict)
     last_cut: list = field(default_factory=list)
 
+    def settle_last_cut(self, spool_size: int) -> None:
+        """Count the latest cut if its record reached the spool (`spool_size` bytes), then forget it."""
+        if self.last_cut:
+            stream, offset = self.last_cut
+            if offset < spool_size:
+                self.log_cuts[stream] = self.log_cuts.get(stream, 0) + 1
+            self.last_cut = []
+
     @property
     def terminal(self) -> bool:
         return JobState(self.state).is_terminal()

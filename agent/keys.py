@@ -6,11 +6,7 @@ from pathlib import Path
 import asyncssh
 
 from agent.errors import AgentError
-
-
-def key_text(key: str) -> str:
-    """An OpenSSH public key as "type base64": comments are not part of the key."""
-    return " ".join(key.split()[:2])
+from protocol import key_text
 
 
 def load_or_create_host_key(path: Path) -> asyncssh.SSHKey:

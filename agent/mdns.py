@@ -4,8 +4,9 @@ The TXT record carries what a controller needs before connecting: the name,
 versions, the full ed25519 host key (so the first connection can already check
 it) and the resources, including how many GPUs are free right now.
 
-Interfaces are always explicit: zeroconf's default "all interfaces" would send
-multicast out of every interface of the machine (FINDINGS.md).
+Interfaces are always explicit: zeroconf's default choice sends multicast out
+of every interface of the machine, the real LAN one included, even where only
+loopback or a test namespace was meant.
 """
 
 import logging

@@ -14,14 +14,14 @@ import weakref
 import asyncssh
 
 from agent import __version__
-from protocol import PROTOCOL_VERSION
+from protocol import ENCRYPTION_ALGS, PROTOCOL_VERSION, SUBSYSTEM, key_text
 from protocol.pairing import PAIRING_USER
 from agent.errors import AgentError
 from agent.executors import ExecutorChoice, ProcessExecutor
 from agent.gpus import GpuAllocator, detect_gpus
 from agent.home import AgentHome
 from agent.jobs import DEFAULT_GRACE_S, JobManager
-from agent.keys import add_authorized_key, key_text, load_or_create_host_key
+from agent.keys import add_authorized_key, load_or_create_host_key
 from agent.mdns import Advertiser, advertise_addresses, txt_record
 from agent.pairing import CODE_TTL_S, Lockout, Pairing, PairingGrant, PairingResponder, PairingState
 from agent.resources import detect_resources
@@ -30,10 +30,6 @@ from agent.sftp_root import ConfinedSFTPServer
 
 log = logging.getLogger(__name__)
 
-SUBSYSTEM = "lanpool"
-# aes128-gcm first: 2-2.4x faster streaming than chacha20 on these CPUs (FINDINGS.md).
-ENCRYPTION_ALGS = ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com", "aes128-ctr"]
-DEFAULT_PORT = 7422
 _SFTP_VERSION = 3
 
 

@@ -8,7 +8,9 @@ from collections.abc import Callable
 import asyncssh
 
 from agent import __version__
-from agent.jobs import Job, JobError, JobManager
+from agent.job import Job
+from agent.job_request import JobError
+from agent.jobs import JobManager
 from agent.pairing import PairingRefused, PairingResponder
 from protocol import (
     PROTOCOL_VERSION,

@@ -29,11 +29,11 @@ from app.runner_client import RunnerSession
 from app.runner_views import PROBE_TIMEOUT_S, RunnerState, RunnerView, bounded_props, count, props_of, views
 from app.scheduler import Need, place
 from app.store import Store
-from protocol import JobState
+from protocol import JobState, wire
 
 log = logging.getLogger(__name__)
 
-DEFAULT_PORT = 7422
+DEFAULT_PORT = wire.DEFAULT_PORT
 DISCOVERY_WAIT_S = 1.5  # mDNS browse when no runner is known yet
 QUEUE_POLL_S = 2.0  # how often a queued job looks for room again
 

@@ -36,22 +36,17 @@ from protocol import (
     decode_agent_message,
     encode_message,
 )
+from protocol.wire import ENCRYPTION_ALGS, SUBSYSTEM
+from protocol.wire import key_text as host_key_text
 
 log = logging.getLogger(__name__)
 
-SUBSYSTEM = "lanpool"
-ENCRYPTION_ALGS = ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com", "aes128-ctr"]
 CONNECT_TIMEOUT_S = 10.0
 REPLY_TIMEOUT_S = 60.0  # a submit extracts the snapshot before replying
 # A runner that vanishes without closing the connection (machine off, cable out)
 # is noticed after 3 unanswered keepalives: ~9-12 s.
 KEEPALIVE_S = 3.0
 _READ_SIZE = 1024 * 1024
-
-
-def host_key_text(key: str) -> str:
-    """An OpenSSH public key as "type base64": comments are not part of the key."""
-    return " ".join(key.split()[:2])
 
 
 class Channel:

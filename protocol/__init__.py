@@ -33,12 +33,16 @@ from protocol.messages import (
     encode_message,
 )
 from protocol.states import JobState
+from protocol.wire import DEFAULT_PORT, ENCRYPTION_ALGS, SUBSYSTEM, key_text
 
 __all__ = [
     "AGENT_MESSAGES",
     "CLIENT_MESSAGES",
+    "DEFAULT_PORT",
+    "ENCRYPTION_ALGS",
     "MAX_FRAME_BYTES",
     "PROTOCOL_VERSION",
+    "SUBSYSTEM",
     "ArtifactFile",
     "Attach",
     "ClientHello",
@@ -64,5 +68,6 @@ __all__ = [
     "decode_client_message",
     "encode_frame",
     "encode_message",
+    "key_text",
     "unpack_body",
 ]

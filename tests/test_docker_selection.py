@@ -12,11 +12,13 @@ import pytest
 
 from agent.executors import ExecutorChoice, ExecutorError, ProcessExecutor
 from agent.gpus import GpuAllocator, GpuError, detect_gpus, gpu_env
-from agent.jobs import JobError, JobResources, _settle_last_cut, _spooled_bytes
+from agent.job_request import JobError, parse_resources
 from agent.journal import JobRecord
+from agent.recovery import spooled_bytes
 from agent.spool import LogSpool
 from app.errors import RunnerError
 from protocol import JobState
+from protocol.resources import Resources
 from tests.harness import lanpool_env, start_docker_agent
 from tests.test_docker_executor import _hello, _lines, _stop, follow, submit, wait_for_line
 
@@ -86,12 +88,12 @@ def test_fake_gpus_and_gpu_env(monkeypatch):
 
 
 def test_job_resources_are_checked():
-    assert JobResources.parse({}) == JobResources()
-    assert JobResources.parse({"gpu": 2, "memory_mb": "512", "cpu": "1.5", "shm_size": "8g"}) == JobResources(
-        2, 512, 1.5, "8g")
+    assert parse_resources({}) == Resources()
+    assert parse_resources({"gpu": 2, "memory_mb": "512", "cpu": "1.5", "shm_size": "8g"}) == Resources(
+        gpu=2, memory_mb=512, cpu=1.5, shm_size="8g")
     for bad in ({"gpu": -1}, {"gpu": "two"}, {"memory_mb": 0}, {"cpu": "x"}, {"shm_size": "8 gigs"}):
         with pytest.raises(JobError):
-            JobResources.parse(bad)
+            parse_resources(bad)
 
 
 def test_spooled_bytes_take_off_the_newlines_the_agent_added(tmp_path):
@@ -99,7 +101,7 @@ def test_spooled_bytes_take_off_the_newlines_the_agent_added(tmp_path):
     spool = LogSpool(tmp_path / "log.spool")
 
     def note_cut(stream: str) -> None:  # what the job manager's sink does before writing a cut line
-        _settle_last_cut(record, spool.size)
+        record.settle_last_cut(spool.size)
         record.last_cut = [stream, spool.size]
 
     spool.append("out", b"a\nbb\n")
@@ -107,10 +109,10 @@ def test_spooled_bytes_take_off_the_newlines_the_agent_added(tmp_path):
     spool.append("out", b"x" * 10 + b"\n")  # the job printed 10 bytes, no newline
     spool.append("sys", b"lanpool: something\n")
     note_cut("err")  # ... and the agent died before writing that line
-    _settle_last_cut(record, spool.size)  # the next start
+    record.settle_last_cut(spool.size)  # the next start
     assert record.log_cuts == {"out": 1} and record.last_cut == []
     spool.append("err", b"e\n")
-    assert _spooled_bytes(spool, record.log_cuts) == {"out": 5 + 10, "err": 2}
+    assert spooled_bytes(spool, record.log_cuts) == {"out": 5 + 10, "err": 2}
 
 
 # -- real agents without an engine --------------------------------------------------------------------

@@ -18,7 +18,8 @@ import pytest
 import agent.artifacts as artifacts_mod
 from agent.artifacts import pack_artifacts
 from agent.home import AgentHome
-from agent.jobs import JobError, _extract
+from agent.job_request import JobError
+from agent.staging import extract_tar
 from agent.workspace_files import NotARegularFile, open_regular
 from app.home import ControllerHome
 from app.keys import load_or_create_client_key
@@ -295,7 +296,7 @@ def _unpack(home: AgentHome, data: bytes, links: bool, name: str = "x.tar") -> P
     (where / name).write_bytes(data)
     ws = home.root / "ws"
     ws.mkdir(exist_ok=True)
-    _extract(home, f"{where.name}/{name}", (where,), ws, links)
+    extract_tar(home, f"{where.name}/{name}", (where,), ws, links)
     return ws
 
 
@@ -358,7 +359,7 @@ def test_a_tar_that_is_not_a_regular_file_is_not_opened(home):
 
     def run():
         with pytest.raises(JobError, match="not uploaded"):
-            _extract(home, "snapshots/f.tar", (home.snapshots,), ws, True)
+            extract_tar(home, "snapshots/f.tar", (home.snapshots,), ws, True)
         done.set()
 
     threading.Thread(target=run, daemon=True).start()

@@ -15,7 +15,8 @@ import pytest
 from app.errors import RunnerError, RunnerRefused
 from app.home import ControllerHome
 from app.keys import load_or_create_client_key
-from app.runner_client import RunnerSession, host_key_text
+from app.runner_client import RunnerSession
+from protocol import key_text as host_key_text
 from protocol import (
     PROTOCOL_VERSION,
     ClientHello,

@@ -20,7 +20,8 @@ EPOCH_LINE = re.compile(
     r"^epoch (\d+) train_loss (\d+\.\d{4}) val_loss (\d+\.\d{4})$", re.MULTILINE
 )
 # Set by a surrounding distributed launcher, they would make Lightning join
-# that run instead of starting its own processes (../shared/FINDINGS.md).
+# that run instead of starting its own processes (with LOCAL_RANK set it starts
+# no others and waits for them until it times out).
 LAUNCHER_VARS = (
     "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE",
     "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "LANPOOL_NUM_NODES",

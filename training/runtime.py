@@ -4,8 +4,10 @@ On every node of a multi-node job the agent sets MASTER_ADDR, MASTER_PORT and
 NODE_RANK (read by Lightning itself), LANPOOL_NUM_NODES (the default of each
 recipe's --num-nodes) and LANPOOL_DDP_TIMEOUT (seconds a rank waits for a
 missing or frozen peer before failing). It never sets LOCAL_RANK, WORLD_SIZE or
-TORCHELASTIC_RUN_ID: Lightning would wait for processes nobody starts
-(../shared/FINDINGS.md). LANPOOL_DATA_DIR, if a workflow sets it, is where
+TORCHELASTIC_RUN_ID: with LOCAL_RANK set Lightning does not start its local
+processes and waits until it times out, it ignores WORLD_SIZE (the world is
+num_nodes x devices), and TORCHELASTIC_RUN_ID switches it to another cluster
+environment. LANPOOL_DATA_DIR, if a workflow sets it, is where
 scripts/fetch-data put the corpora (`data` without it).
 """
 
@@ -79,8 +81,8 @@ def build_strategy(strategy: str, accelerator: str, devices: int, num_nodes: int
 
 
 def default_torch_threads(devices: int) -> None:
-    # Processes sharing a machine each take every core by default and then run
-    # ~8x slower (../shared/FINDINGS.md). An explicit OMP_NUM_THREADS wins: the
+    # Processes sharing a machine each take every core by default: two DDP
+    # "nodes" on one 2-core machine trained ~8x slower so. An explicit OMP_NUM_THREADS wins: the
     # agent sets it when several nodes share one machine.
     if "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, devices)))

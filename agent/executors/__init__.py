@@ -5,9 +5,9 @@
 is slow to import) runs them in a container. `ExecutorChoice` picks one per job.
 """
 
-from agent.executors.base import Execution, Executor, ExecutorError, Launch, OutputSink
+from agent.executors.base import Adoption, Execution, Executor, ExecutorError, Handle, Launch, Outcome, OutputSink
 from agent.executors.choice import MODES, ExecutorChoice
 from agent.executors.process import ProcessExecutor
 
-__all__ = ["MODES", "Execution", "Executor", "ExecutorChoice", "ExecutorError", "Launch", "OutputSink",
-           "ProcessExecutor"]
+__all__ = ["MODES", "Adoption", "Execution", "Executor", "ExecutorChoice", "ExecutorError", "Handle", "Launch",
+           "Outcome", "OutputSink", "ProcessExecutor"]

@@ -56,3 +56,14 @@ class ExecutorChoice:
             raise ExecutorError("the job names no image; this runner runs jobs in containers only "
                                 "(app agent serve --executor docker)")
         return self.process, ""
+
+    def all(self) -> list[Executor]:
+        return [self.process] if self.docker is None else [self.process, self.docker]
+
+    def for_journal(self, name: str) -> Executor:
+        """The executor that takes back a job the journal says ran with `name`; ExecutorError when there is none."""
+        if name != "docker":
+            return self.process
+        if self.docker is None:
+            raise ExecutorError("the agent restarted without a Docker engine; the job's container was not re-adopted")
+        return self.docker

@@ -22,7 +22,7 @@ import requests.exceptions
 from docker.models.containers import Container
 from docker.types import DeviceRequest, LogConfig, Mount
 
-from agent.executors.base import ExecutorError, Launch, OutputSink
+from agent.executors.base import Adoption, ExecutorError, Handle, Launch, Outcome, OutputSink
 from agent.executors.docker_logs import ContainerLog
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,9 @@ def parse_volume(spec: str) -> Mount:
 
 class DockerExecutor:
     name = "docker"
+    in_container = True
+    outlives_agent = True
+    cancellable_start = True
 
     def __init__(self, client: docker.DockerClient, agent_label: str, volumes: list[Mount] | None = None,
                  user: str | None = None) -> None:
@@ -236,24 +239,26 @@ class DockerExecutor:
             labels.append(f"{LABEL_JOB}={job_id}")
         return self.client.containers.list(all=True, filters={"label": labels}, ignore_removed=True)
 
-    async def adopt(self, job_id: str, sink: OutputSink, delivered: dict[str, int]) -> "DockerExecution | None":
-        """Re-attach to a job's container after an agent restart.
+    async def adopt(self, job: Adoption, sink: OutputSink) -> "DockerExecution":
+        """Re-attach to a job's container after an agent restart; streaming resumes
+        right after the bytes the spool holds (`job.delivered`).
 
-        `delivered` is how many bytes of each stream the spool already holds;
-        streaming resumes right after them. None when no container of the job
-        ever ran (one that was only created is removed).
+        ExecutorError when no container of the job ever ran (one that was only
+        created is removed) or the engine cannot be asked.
         """
         try:
-            found = await _in_thread(self.containers, job_id)
-            if not found:
-                return None
-            container = found[0]
-            if container.status == "created":  # the agent died between create and start
+            found = await _in_thread(self.containers, job.job_id)
+            container = found[0] if found else None
+            if container is not None and container.status == "created":  # the agent died between create and start
                 await _in_thread(_remove_quietly, container)
-                return None
+                container = None
         except _ERRORS as exc:
-            raise ExecutorError(_reason(exc)) from None
-        return DockerExecution(container, sink, delivered)
+            reason = _reason(exc)
+            raise ExecutorError(f"the agent restarted and could not re-adopt the job's container: {reason}") from None
+        if container is None:
+            raise ExecutorError("the agent restarted and the job's container was gone" if job.started
+                                else "the agent restarted before the job's container started")
+        return DockerExecution(container, sink, dict(job.delivered))
 
     def leftovers(self, active: set[str]) -> list[Container]:
         """This agent's containers that no running job of `active` is using (blocking)."""
@@ -277,35 +282,33 @@ class DockerExecutor:
 
 
 class DockerExecution:
-    """A started (or re-adopted) container: its output, its exit, signals."""
-
-    pid = None  # no host process group: signals go through Docker
+    """A started (or re-adopted) container: its output, its exit, signals (through Docker: no host process group)."""
 
     def __init__(self, container: Container, sink: OutputSink, delivered: dict[str, int] | None = None) -> None:
         self.container = container
         self.container_id = container.id
         self.log = ContainerLog(container, sink, delivered)
-        self.oom_killed = False
-        self.memory_limit = 0  # bytes; 0 = none
         self._exit = _in_thread(self._wait_exit)
         self._live = asyncio.create_task(self.log.follow(self._exit.done))
 
-    async def wait(self) -> int:
+    def describe(self) -> Handle:
+        return Handle(container_id=self.container_id)
+
+    async def wait(self) -> Outcome:
         code = await self._exit
         # The live streams end by themselves soon after the exit; one more
-        # read of the whole log then delivers what they missed (a last line
-        # without a newline can be lost by a following stream: FINDINGS.md).
+        # read of the whole log then delivers what they missed (dockerd 20.10
+        # was seen to drop a last line without a newline from a following stream).
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._live), _STREAMS_END_S)
         await self.detach()
         await self.log.catch_up()
         try:
-            state = await _in_thread(self._state)
+            state, memory_limit = await _in_thread(self._state)
         except _ERRORS as exc:
             log.warning("container %s: cannot read its final state: %s", self.container_id[:12], _reason(exc))
-        else:
-            self.oom_killed = bool(state.get("OOMKilled"))
-        return code
+            return Outcome(code)
+        return Outcome(code, bool(state.get("OOMKilled")), memory_limit)
 
     def send_signal(self, sig: int) -> None:
         name = signal.Signals(sig).name
@@ -343,10 +346,11 @@ class DockerExecution:
                 log.warning("container %s: waiting failed (%s); retrying", self.container_id[:12], _reason(exc))
                 time.sleep(2)
 
-    def _state(self) -> dict:
+    def _state(self) -> tuple[dict, int]:
+        """The container's final State, and its memory limit in bytes (0: none)."""
         self.container.reload()
-        self.memory_limit = int(self.container.attrs.get("HostConfig", {}).get("Memory") or 0)
-        return self.container.attrs.get("State", {})
+        return (self.container.attrs.get("State", {}),
+                int(self.container.attrs.get("HostConfig", {}).get("Memory") or 0))
 
 
 def _in_thread(fn: Callable, *args) -> asyncio.Future:

@@ -6,7 +6,7 @@ import os
 import signal
 import sys
 
-from agent.executors.base import Launch, OutputSink
+from agent.executors.base import Adoption, ExecutorError, Handle, Launch, Outcome, OutputSink
 
 _READ_SIZE = 64 * 1024
 # A line longer than this is cut, so one runaway line cannot hold memory.
@@ -19,6 +19,9 @@ _DRAIN_TIMEOUT_S = 5.0
 
 class ProcessExecutor:
     name = "process"
+    in_container = False
+    outlives_agent = False  # its pipes die with the agent
+    cancellable_start = False  # a process starts at once: a stop signals it once started
 
     async def start(self, launch: Launch, sink: OutputSink) -> "ProcessExecution":
         env = dict(os.environ)
@@ -39,9 +42,20 @@ class ProcessExecutor:
         )
         return ProcessExecution(proc, sink)
 
+    async def adopt(self, job: Adoption, sink: OutputSink) -> "ProcessExecution":
+        """Never: the job's pipes died with the agent. Its process group is killed rather than left running unseen."""
+        if job.pid:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(job.pid, signal.SIGKILL)
+        raise ExecutorError("the agent restarted while the job ran; the job was ended")
+
+    async def remove_leftovers(self, active: set[str]) -> list[str]:
+        return []  # a process leaves nothing behind but its workspace, which is the job's
+
 
 class ProcessExecution:
     def __init__(self, proc: asyncio.subprocess.Process, sink: OutputSink) -> None:
+        assert proc.stdout is not None and proc.stderr is not None  # both are PIPEs (ProcessExecutor.start)
         self._proc = proc
         self.pid = proc.pid
         self._pumps = [
@@ -50,7 +64,10 @@ class ProcessExecution:
         ]
         self._stopping = False
 
-    async def wait(self) -> int:
+    def describe(self) -> Handle:
+        return Handle(pid=self.pid)
+
+    async def wait(self) -> Outcome:
         """The job ends when bash has exited and its children are gone.
 
         On SIGTERM bash itself dies at once while e.g. python may still be
@@ -66,12 +83,18 @@ class ProcessExecution:
             for task in pending:
                 task.cancel()
         self._killpg(signal.SIGKILL)  # stragglers that closed their pipes
-        return 128 - code if code < 0 else code
+        return Outcome(128 - code if code < 0 else code)
 
     def send_signal(self, sig: int) -> None:
         if sig == signal.SIGTERM:
             self._stopping = True
         self._killpg(sig)
+
+    async def detach(self) -> None:
+        pass  # nothing to let go of: a process job is stopped before the agent exits
+
+    async def remove(self) -> None:
+        pass  # the process group is gone once wait() returned
 
     def _killpg(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):

@@ -1,0 +1,61 @@
+"""One job on this runner: its journal record, its log spool, and what runs it."""
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agent.executors import Execution, Executor, OutputSink
+from agent.journal import JobRecord
+from agent.metrics_tail import MetricsTail
+from agent.spool import LogSpool
+from protocol import JobStatus
+
+
+@dataclass
+class Job:
+    record: JobRecord
+    dir: Path
+    spool: LogSpool
+    executor: Executor | None = None  # once started or re-adopted
+    execution: Execution | None = None
+    starting: asyncio.Task | None = None  # until started: pulling the image, creating the container
+    metrics: MetricsTail | None = None
+    metrics_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Replaced after each set(): waiters take the current one, then re-check.
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def notify(self) -> None:
+        self.changed.set()
+        self.changed = asyncio.Event()
+
+    def status(self) -> JobStatus:
+        return self.record.to_status(self.spool.next_seq)
+
+    async def wait_terminal(self) -> None:
+        while not self.record.terminal:
+            await self.changed.wait()
+
+    def output(self, stream: str, data: bytes) -> None:
+        if self.record.terminal:  # a late line (from a pull thread) after the spool was closed
+            return
+        self.spool.append(stream, data)
+        self.notify()
+
+    def system_line(self, text: str) -> None:
+        """One of the agent's own lines in the job's log ("sys")."""
+        self.output("sys", text.encode(errors="replace") + b"\n")
+
+    def sink(self) -> OutputSink:
+        """Where the executor delivers the job's output."""
+
+        def sink(stream: str, data: bytes, cut: bool = False) -> None:
+            record = self.record
+            if cut and not record.terminal:
+                # Noted before the record is written (see JobRecord.log_cuts);
+                # the previous one's record was written, so it counts for sure.
+                record.settle_last_cut(self.spool.size)
+                record.last_cut = [stream, self.spool.size]
+                record.save(self.dir)
+            self.output(stream, data)
+
+        return sink

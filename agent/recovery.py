@@ -1,0 +1,45 @@
+"""After a restart: the journal's jobs read back, and what an executor needs to take one back.
+
+Which jobs can be taken back is the executor's to say (Executor.adopt): a
+container outlives the agent, a process's pipes do not.
+"""
+
+import asyncio
+
+from agent.executors import Adoption
+from agent.home import AgentHome
+from agent.job import Job
+from agent.journal import JobRecord
+from agent.spool import LogSpool
+from protocol import JobState
+
+
+def read_journal(home: AgentHome) -> list[Job]:
+    """Every job on disk, in job-id order; the spools of ended jobs are opened read-only."""
+    jobs = []
+    for job_dir in sorted(home.jobs.iterdir()):
+        if not (job_dir / "job.json").exists():
+            continue
+        record = JobRecord.load(job_dir)
+        jobs.append(Job(record, job_dir, LogSpool(job_dir / "log.spool", writable=not record.terminal)))
+    return jobs
+
+
+async def adoption_of(job: Job, resumes_output: bool) -> Adoption:
+    """What the journal kept of an unfinished job; with `resumes_output`, the bytes of output it already holds."""
+    record = job.record
+    record.settle_last_cut(job.spool.size)
+    delivered = await asyncio.to_thread(spooled_bytes, job.spool, record.log_cuts) if resumes_output else {}
+    return Adoption(record.job_id, record.pid, started=record.state != JobState.SUBMITTED, delivered=delivered)
+
+
+def spooled_bytes(spool: LogSpool, cuts: dict[str, int]) -> dict[str, int]:
+    """Bytes of each job stream the spool holds, as the job printed them (the `cuts` newlines taken off)."""
+    counts = {"out": 0, "err": 0}
+    seq = 0
+    while records := spool.read(seq, 4 * 1024 * 1024):
+        for rec in records:
+            if rec.stream in counts:
+                counts[rec.stream] += len(rec.data)
+            seq = rec.seq + rec.n_lines
+    return {stream: n - cuts.get(stream, 0) for stream, n in counts.items()}
