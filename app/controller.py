@@ -22,13 +22,14 @@ from app.home import ControllerHome
 from app.job_artifacts import Artifacts
 from app.names import new_run_name
 from app.overview import MetricsReader
-from app.planning import Plan, make_plan
+from app.planning import Plan, known_variables, make_plan
 from app.pool import DEFAULT_PORT, Pool, RunnerState, parse_address
 from app.remote_job import JobServices, Launch, LogSink, RemoteJob
+from app.runs import Runs
 from app.runner_client import RunnerSession
 from app.scheduler import Need
 from app.snapshot import Snapshot, build_snapshot
-from app.store import JobRow, Store
+from app.store import ARTIFACTS_REFUSED, JobRow, Store
 from app.resume import Resumes
 from app.workflows import Project, load_workflows
 from app.workflows.resolve import ResolvedJob, resolve
@@ -36,7 +37,8 @@ from protocol import JobState, JobStatus
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Controller", "LogSink", "RunOutcome", "Submitted", "parse_address"]
+# Front ends import these from here (the Controller is their one door: never app.store).
+__all__ = ["ARTIFACTS_REFUSED", "Controller", "JobRow", "LogSink", "RunOutcome", "Submitted", "parse_address"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class Controller:
         self.home.create()
         self.store = Store(self.home.db)
         self.pool = Pool(self.store, self.home)
+        self.runs = Runs(self.store, self.home)
         self.artifacts = Artifacts(self.store, self.home)
         self.resumes = Resumes(self.store, self.home)
         self.jobs = JobServices(self.store, self.artifacts, self.pool.connect, self.pool.runner_seen)
@@ -97,6 +100,17 @@ class Controller:
         """What a run would do: each job of the DAG, run or reused, and why."""
         project.get(workflow_name)
         return make_plan(project, self.store, self.home, workflow_name, overrides or {}, no_cache, reuse)
+
+    def plan_in_thread(self, project: Project, workflow_name: str, overrides: dict[str, str] | None = None,
+                       no_cache: bool = False, reuse: bool = False) -> Plan:
+        """`plan` for a worker thread (hashing the project's files can take a while): on its own connection."""
+        project.get(workflow_name)
+        return self.runs.in_own_store(
+            lambda store: make_plan(project, store, self.home, workflow_name, overrides or {}, no_cache, reuse))
+
+    def variables(self, project: Project, workflow_name: str) -> dict[str, object]:
+        """Every variable a run of the workflow takes (its DAG's), with its default."""
+        return known_variables(project, workflow_name)
 
     async def run(self, project: Project, workflow_name: str, runner_spec: str | None = None,
                   overrides: dict[str, str] | None = None, *, sink: LogSink | None = None,

@@ -134,6 +134,18 @@ class Pool:
     def views(self) -> list[RunnerView]:
         return views(self.store)
 
+    def names(self) -> list[str]:
+        return [r["name"] for r in self.store.runners()]
+
+    def state_of(self, name: str) -> str | None:
+        """A known runner's state (LIVE, OFFLINE, ...); None for a name not known."""
+        row = self.store.runner(name)
+        return row["state"] if row else None
+
+    def forget(self, name: str) -> bool:
+        """Forget a runner and its pinned host key; False if no runner has that name."""
+        return self.store.remove_runner(name)
+
     async def probe(self, row: dict) -> str:
         """Check one runner now; records and returns its state. A runner this controller does
         not trust is at best UNPAIRED, whatever it accepts."""

@@ -61,6 +61,34 @@ def test_the_controller_is_imported_only_by_front_ends():
     assert not bad, bad
 
 
+def _imported_modules(path: Path) -> set[str]:
+    """Every module a file imports, at module level or inside functions ("from app import store" counts as app.store)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module)
+            found.update(f"{node.module}.{alias.name}" for alias in node.names)
+    return found
+
+
+# The Controller (and the services it owns: ctl.runs, ctl.pool) is the front ends' one door:
+# they never reach the store or planning past it, and the TUI shares app/formatting.py, not the CLI's code.
+FORBIDDEN = {"app/cli/": ("app.store", "app.planning"), "app/tui/": ("app.store", "app.planning", "app.cli")}
+
+
+def test_front_ends_go_through_the_controller():
+    bad = []
+    for folder, forbidden in FORBIDDEN.items():
+        for path in sorted((REPO / folder).rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            for name in _imported_modules(path):
+                if any(name == f or name.startswith(f + ".") for f in forbidden):
+                    bad.append(f"{rel} imports {name}")
+    assert not bad, bad
+
+
 def test_only_app_tui_imports_textual():
     bad = [path.relative_to(REPO).as_posix() for package in ALLOWED for path in sorted((REPO / package).rglob("*.py"))
            if "textual" in _third_party(path) and not path.relative_to(REPO).as_posix().startswith("app/tui/")]

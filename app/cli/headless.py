@@ -13,14 +13,12 @@ import sys
 from pathlib import Path
 
 from app.cli import render
-from app.controller import Controller, parse_address
+from app.controller import ARTIFACTS_REFUSED, Controller, JobRow, parse_address
 from app.errors import ExitCode, LanpoolError, UsageError
-from app.store import ARTIFACTS_REFUSED, JobRow
+from app.formatting import RUNNER_HEADERS, ago, duration, runner_cells, size, status_text
 from app.terminal_text import safe_text
-from app.planning import known_variables
 from app.workflows import Project, find_project
 from app.workflows.loader import MAX_NODES
-from protocol import JobState
 from app.workflows.resolve import render_value
 
 
@@ -189,12 +187,12 @@ def _project(ctl: Controller, args) -> Project:
     return ctl.load_project(root)
 
 
-def _workflow_help(project: Project, name: str, verb: str) -> None:
+def _workflow_help(ctl: Controller, project: Project, name: str, verb: str) -> None:
     wf = project.get(name)
     print(f"usage: app headless {verb} {name} [--VARIABLE VALUE ...] [options]")
     if wf.help:
         print(f"\n{wf.help}")
-    variables = known_variables(project, name)
+    variables = ctl.variables(project, name)
     if variables:
         print("\nvariables (defaults from variables.yaml):")
         width = max(len(v) for v in variables) + 2
@@ -218,13 +216,13 @@ async def _run(ctl: Controller, args) -> int:
             print(f"  {wf.name.ljust(width)}  {wf.help}".rstrip())
         return ExitCode.OK
     if args.help:
-        _workflow_help(project, args.workflow, "run")
+        _workflow_help(ctl, project, args.workflow, "run")
         return ExitCode.OK
     submitted: list = []
 
     def announce(sub) -> None:
         submitted.append(sub)
-        _say(f"run {sub.run_name}: job {sub.job_id} ({ctl.store.job(sub.job_id).workflow}) on runner {sub.runner}")
+        _say(f"run {sub.run_name}: job {sub.job_id} ({ctl.runs.job(sub.job_id).workflow}) on runner {sub.runner}")
         if args.detach:
             _say(f"detached: `app headless logs -f {sub.run_name}` follows it, `app headless stop {sub.run_name}` stops it")
 
@@ -253,7 +251,7 @@ async def _run(ctl: Controller, args) -> int:
 async def _plan(ctl: Controller, args) -> int:
     project = _project(ctl, args)
     if args.help:
-        _workflow_help(project, args.workflow, "plan")
+        _workflow_help(ctl, project, args.workflow, "plan")
         return ExitCode.OK
     plan = ctl.plan(project, args.workflow, args.overrides, args.no_cache, args.reuse)
     if args.json:
@@ -267,11 +265,11 @@ async def _plan(ctl: Controller, args) -> int:
 
 
 async def _status(ctl: Controller, args) -> int:
-    runs = ctl.store.recent_runs(args.limit)
-    jobs = {r.name: ctl.store.jobs_of_run(r.name) for r in runs}
+    runs = ctl.runs.recent(args.limit)
+    jobs = {r.name: ctl.runs.jobs_of(r.name) for r in runs}
     if not args.no_refresh:
         await ctl.refresh([j for js in jobs.values() for j in js])
-        jobs = {r.name: ctl.store.jobs_of_run(r.name) for r in runs}
+        jobs = {r.name: ctl.runs.jobs_of(r.name) for r in runs}
     if args.json:
         out = [{"run": r.name, "workflow": r.workflow, "created_at": r.created_at,
                 "jobs": [_job_json(ctl, j) for j in jobs[r.name]]} for r in runs]
@@ -283,17 +281,17 @@ async def _status(ctl: Controller, args) -> int:
     rows = []
     for r in runs:
         for j in jobs[r.name]:
-            n_art = len(ctl.store.artifacts(j.id))
-            runner = ctl.store.runner(j.runner) if j.runner else None
-            rows.append([r.name, j.id, j.workflow, j.runner or "-", _status_text(j, runner and runner["state"]),
-                         render.ago(j.submitted_at),
-                         render.duration(j.started_at, j.finished_at), str(n_art) if n_art else "-"])
+            n_art = len(ctl.runs.artifacts(j.id))
+            runner_state = ctl.pool.state_of(j.runner) if j.runner else None
+            rows.append([r.name, j.id, j.workflow, j.runner or "-", status_text(j, runner_state),
+                         ago(j.submitted_at),
+                         duration(j.started_at, j.finished_at), str(n_art) if n_art else "-"])
     print(render.table(["RUN", "JOB", "WORKFLOW", "RUNNER", "STATUS", "SUBMITTED", "DURATION", "ARTIFACTS"], rows))
     return ExitCode.OK
 
 
 async def _logs(ctl: Controller, args) -> int:
-    jobs = ctl.store.resolve_jobs(args.ref)
+    jobs = ctl.runs.resolve(args.ref)
     if args.node is not None and len(jobs) > 1:  # a run's jobs: those that have that node
         jobs = [j for j in jobs if ctl.node_count(j.id) > args.node] or jobs[-1:]
     printer = render.LogPrinter(raw=args.raw)
@@ -309,38 +307,38 @@ async def _logs(ctl: Controller, args) -> int:
 
 
 async def _stop(ctl: Controller, args) -> int:
-    for job in ctl.store.resolve_jobs(args.ref):
+    for job in ctl.runs.resolve(args.ref):
         if job.state.is_terminal():
             _say(f"job {job.id} already ended: {job.status}")
             continue
         job = await ctl.stop(job.id, abort=args.abort, grace_s=args.grace)
-        _say(f"job {job.id}: {_status_text(job)}")
+        _say(f"job {job.id}: {status_text(job)}")
     return ExitCode.OK
 
 
 async def _artifacts(ctl: Controller, args) -> int:
-    jobs = ctl.store.resolve_jobs(args.ref)
+    jobs = ctl.runs.resolve(args.ref)
     if args.art_verb == "list":
         await ctl.refresh(jobs)
-        listing = {j.id: ctl.store.artifacts(j.id) for j in jobs}
+        listing = {j.id: ctl.runs.artifacts(j.id) for j in jobs}
         if args.json:
             print(json.dumps([{"job": jid, "path": p, "size": s} for jid, files in listing.items() for p, s in files], indent=2))
         else:
             for jid, files in listing.items():
-                for path, size in files:
-                    print(f"{render.size(size):>10}  {jid}  {path}" if args.long else path)
+                for path, n in files:
+                    print(f"{size(n):>10}  {jid}  {path}" if args.long else path)
         return ExitCode.OK
     for job in jobs:
         output = args.output or Path.cwd() / job.run_name
         files = await ctl.download_artifacts(job.id, output)
         total = sum(s for _, s in files)
-        _say(f"job {job.id}: {len(files)} file(s), {render.size(total)} -> {output}")
+        _say(f"job {job.id}: {len(files)} file(s), {size(total)} -> {output}")
     return ExitCode.OK
 
 
 async def _runners(ctl: Controller, args) -> int:
     if args.runners_verb == "remove":
-        if not ctl.store.remove_runner(args.name):
+        if not ctl.pool.forget(args.name):
             raise UsageError(f"no runner named {args.name!r}: `app headless runners` lists them")
         _say(f"forgot runner {args.name}")
         return ExitCode.OK
@@ -362,14 +360,12 @@ async def _runners(ctl: Controller, args) -> int:
     elif not views:
         print("no runners found: start `app agent serve` on a GPU machine, or `app headless runners add HOST[:PORT]`")
     else:
-        rows = [[v.name, f"{v.host}:{v.port}", v.state, f"{v.gpus_free}/{v.gpus}" + (f" {v.props['gpu_name']}" if v.props.get("gpu_name") else ""),
-                 str(v.running), v.props.get("executor", "-"), v.source, render.ago(v.last_seen)] for v in views]
-        print(render.table(["NAME", "ADDRESS", "STATE", "GPUS FREE", "JOBS", "EXECUTOR", "SOURCE", "LAST SEEN"], rows))
+        print(render.table(RUNNER_HEADERS, [runner_cells(v) for v in views]))
     return ExitCode.OK
 
 
 async def _metrics(ctl: Controller, args) -> int:
-    jobs = ctl.store.resolve_jobs(args.ref)
+    jobs = ctl.runs.resolve(args.ref)
     await ctl.refresh(jobs)
     points = [p for j in jobs for p in ctl.metrics(j.id) if not args.name or p["name"] in args.name]
     if args.json:
@@ -404,19 +400,11 @@ def _say(text: str) -> None:
     print(safe_text(text), file=sys.stderr, flush=True)
 
 
-def _status_text(job: JobRow, runner_state: str | None = None) -> str:
-    if job.exit_code is not None and job.state.is_terminal():
-        return f"{job.status} ({job.exit_code})"
-    if runner_state == "OFFLINE" and not job.state.is_terminal() and job.state is not JobState.QUEUED:
-        return f"{job.status} (runner offline)"
-    return job.status
-
-
 def _summary(ctl: Controller, job: JobRow) -> str:
-    text = f"run {job.run_name}: {_status_text(job)} in {render.duration(job.started_at, job.finished_at)}"
+    text = f"run {job.run_name}: {status_text(job)} in {duration(job.started_at, job.finished_at)}"
     if job.error:
         text += f": {job.error}"
-    files = ctl.store.artifacts(job.id)
+    files = ctl.runs.artifacts(job.id)
     if files:
         text += f"; {len(files)} artifact file(s): `app headless artifacts download {job.run_name}`"
     return text
@@ -425,4 +413,4 @@ def _summary(ctl: Controller, job: JobRow) -> str:
 def _job_json(ctl: Controller, j: JobRow) -> dict:
     return {"job": j.id, "workflow": j.workflow, "runner": j.runner, "status": j.status, "exit_code": j.exit_code,
             "error": j.error, "submitted_at": j.submitted_at, "started_at": j.started_at, "finished_at": j.finished_at,
-            "artifacts": [{"path": p, "size": s} for p, s in ctl.store.artifacts(j.id)]}
+            "artifacts": [{"path": p, "size": s} for p, s in ctl.runs.artifacts(j.id)]}

@@ -20,13 +20,11 @@ from textual.widgets import Header, Input, Label, ProgressBar, Select, TabbedCon
 from textual.worker import Worker, WorkerState
 
 from app import overview
-from app.cli.render import duration, size
 from app.controller import Controller
 from app.errors import LanpoolError
+from app.formatting import duration, size, status_text
 from app.live import LiveFeeds
 from app.overview import LogLine, MetricsReader
-from app.planning import make_plan
-from app.store import Store
 from app.tui.dialogs.run_dialog import RunDialog, RunRequest
 from app.tui.dialogs.simple import ConfirmDialog, Field, FormDialog, HelpScreen
 from app.tui.widgets.artifacts_list import ArtifactsList
@@ -191,14 +189,14 @@ class LanpoolApp(App):
     async def _sync_jobs(self) -> None:
         """Unfinished jobs not followed here (started by another controller, or before
         this app started) are asked for their news now and then."""
-        pending = [line.job for line in overview.job_lines(self.ctl.store, limit=RUNS_LIMIT)
+        pending = [line.job for line in self.ctl.runs.job_lines(limit=RUNS_LIMIT)
                    if not line.job.synced and line.job.id not in self.feeds.following
                    and line.job.state is not JobState.QUEUED]
         if pending:
             await self.ctl.refresh(pending)
 
     def show_runs(self) -> None:
-        lines = overview.job_lines(self.ctl.store, self.runs_filter, self.runs_status, RUNS_LIMIT)
+        lines = self.ctl.runs.job_lines(self.runs_filter, self.runs_status, RUNS_LIMIT)
         self.query_one("#runs-table", RunsTable).show_jobs(lines, self.clock())
 
     def show_runners(self) -> None:
@@ -241,13 +239,13 @@ class LanpoolApp(App):
         if self.query_one("#tabs", TabbedContent).active == "metrics":
             self.show_metrics(force=True)
         self.show_artifacts()
-        job = self.ctl.store.job(job_id)
+        job = self.ctl.runs.job(job_id)
         if not job.synced and job.state is not JobState.QUEUED:
             # From the line after the window just read: every line shown once.
-            self.feeds.follow(job_id, self.ctl.store.log_end(job_id))
+            self.feeds.follow(job_id, self.ctl.runs.log_end(job_id))
 
     def _load_log(self) -> None:
-        window = overview.log_window(self.ctl.store, self.job_id, LOG_WINDOW, self.node)
+        window = self.ctl.runs.log_window(self.job_id, LOG_WINDOW, self.node)
         self.query_one(LogView).set_lines(window.lines, window.at_start)
         self._oldest = window.oldest
         self._show_job_header()
@@ -265,20 +263,19 @@ class LanpoolApp(App):
             return
         before = self._oldest
         if before is None:  # trimmed while following: the view starts that many lines before the stored end
-            before = overview.log_window(self.ctl.store, self.job_id, len(event.view.lines) + len(self._pending),
+            before = self.ctl.runs.log_window(self.job_id, len(event.view.lines) + len(self._pending),
                                          self.node).oldest
-        window = overview.log_window(self.ctl.store, self.job_id, LOG_WINDOW // 4, self.node, before=before)
+        window = self.ctl.runs.log_window(self.job_id, LOG_WINDOW // 4, self.node, before=before)
         self._oldest = window.oldest
         event.view.prepend(window.lines, window.at_start)
 
     def _show_job_header(self) -> None:
         if not self.job_id:
             return
-        job = self.ctl.store.job(self.job_id)
-        nodes = self.ctl.store.nodes(self.job_id)
+        job = self.ctl.runs.job(self.job_id)
+        nodes = self.ctl.runs.nodes(self.job_id)
         where = ", ".join(n["runner"] for n in nodes) if nodes else (job.runner or "-")
-        status = f"{job.status} ({job.exit_code})" if job.exit_code is not None and job.state.is_terminal() \
-            else job.status
+        status = status_text(job)
         view = self.query_one(LogView)
         parts = [f"run {job.run_name}", f"job {job.id}", job.workflow, f"on {where}", status,
                  duration(job.started_at, job.finished_at, self.clock())]
@@ -324,7 +321,7 @@ class LanpoolApp(App):
             self.show_metrics()
 
     def _job_ended(self, job_id: str) -> None:
-        job = self.ctl.store.job(job_id)
+        job = self.ctl.runs.job(job_id)
         severity = "information" if job.state is JobState.DONE else "warning"
         self.notify(f"run {job.run_name} ({job.workflow}): {job.status}"
                     + (f" ({job.exit_code})" if job.exit_code is not None else ""), severity=severity)
@@ -342,10 +339,10 @@ class LanpoolApp(App):
     def show_metrics(self, force: bool = False) -> None:
         if self._metrics is None:
             return
-        changed = self._metrics.update(self.ctl.store)
+        changed = self.ctl.runs.read_metrics(self._metrics)
         self._metrics_dirty = False
         if changed or force:
-            job = self.ctl.store.job(self._metrics.job_id)
+            job = self.ctl.runs.job(self._metrics.job_id)
             series = overview.metric_series(self._metrics.points)
             title = f"{job.workflow} · run {job.run_name}" + ("" if series else ": no metrics yet")
             self.query_one(MetricsChart).show_series(series, title)
@@ -353,8 +350,8 @@ class LanpoolApp(App):
     def show_artifacts(self) -> None:
         if not self.job_id:
             return
-        job = self.ctl.store.job(self.job_id)
-        files = self.ctl.store.artifacts(self.job_id)
+        job = self.ctl.runs.job(self.job_id)
+        files = self.ctl.runs.artifacts(self.job_id)
         total = sum(n for _, n in files)
         if files:
             text = f"run {job.run_name} · job {job.id}: {len(files)} file(s), {size(total)}.  d: download"
@@ -418,23 +415,15 @@ class LanpoolApp(App):
 
     @work(group="search", exclusive=True, exit_on_error=False)
     async def _search_older(self, job_id: str, text: str) -> None:
-        found = await asyncio.to_thread(self._in_own_store, overview.search_log, job_id, text, 100)
+        found = await asyncio.to_thread(self.ctl.runs.search_log, job_id, text, 100)  # its own connection
         self.notify(f"{text!r}: not in the lines shown" +
                     (f"; {len(found)}{'+' if len(found) == 100 else ''} match(es) in older lines: g pages them in"
                      if found else ", nor in the stored log"))
 
-    def _in_own_store(self, fn, *args):
-        """Run a long read in a worker thread on its own SQLite connection (the app's is the loop's)."""
-        store = Store(self.ctl.home.db)
-        try:
-            return fn(store, *args)
-        finally:
-            store.close()
-
     def action_node(self, step: int) -> None:
         if not self.job_id:
             return
-        nodes = [n["node"] for n in self.ctl.store.nodes(self.job_id)]
+        nodes = [n["node"] for n in self.ctl.runs.nodes(self.job_id)]
         if len(nodes) < 2:
             self.notify("this job runs on one node")
             return
@@ -454,7 +443,7 @@ class LanpoolApp(App):
         if not job_id:
             self.notify("select a job in Runs first")
             return
-        job = self.ctl.store.job(job_id)
+        job = self.ctl.runs.job(job_id)
         if job.state.is_terminal():
             self.notify(f"job {job_id} already ended: {job.status}")
             return
@@ -481,8 +470,8 @@ class LanpoolApp(App):
         if not self.project.workflows:
             self.notify("the project has no workflows", severity="error")
             return
-        runners = [r["name"] for r in self.ctl.store.runners()]
-        self.push_screen(RunDialog(self.project, runners), self._submit)
+        runners = self.ctl.pool.names()
+        self.push_screen(RunDialog(self.project, runners, self.ctl.variables), self._submit)
 
     @on(RunDialog.PlanWanted)
     def _plan_wanted(self, event: RunDialog.PlanWanted) -> None:
@@ -493,7 +482,8 @@ class LanpoolApp(App):
         await asyncio.sleep(0.2)  # typing: plan once the keys stop
         try:
             # Hashing the project's files can take a while: a thread, with its own connection.
-            plan = await asyncio.to_thread(self._in_own_store, self._plan_on, request)
+            plan = await asyncio.to_thread(self.ctl.plan_in_thread, self.project, request.workflow, request.overrides,
+                                           request.no_cache, False)
         except LanpoolError as exc:
             dialog.show_plan(f"[red]{exc.message}[/red]")
             return
@@ -501,11 +491,6 @@ class LanpoolApp(App):
                 + (f"  ← {', '.join(j.deps)}" if j.deps else "") + (f"  ({j.reason})" if j.reason else "")
                 for j in plan.jobs]
         dialog.show_plan("\n".join(rows))
-
-    def _plan_on(self, store: Store, request: RunRequest):
-        self.project.get(request.workflow)
-        return make_plan(self.project, store, self.ctl.home, request.workflow, request.overrides, request.no_cache,
-                         False)
 
     def _submit(self, request: RunRequest | None) -> None:
         if request is not None:
@@ -551,7 +536,7 @@ class LanpoolApp(App):
         if not job_id:
             self.notify("select a job in Runs first")
             return
-        job = self.ctl.store.job(job_id)
+        job = self.ctl.runs.job(job_id)
         default = str(Path.cwd() / job.run_name)
         self.push_screen(FormDialog(f"Download the artifacts of job {job_id} (run {job.run_name})",
                                     [Field("dir", "to directory", default)], ok="Download"),
@@ -580,7 +565,7 @@ class LanpoolApp(App):
         if not self.job_id:
             self.notify("select a job in Runs first")
             return
-        job = self.ctl.store.job(self.job_id)
+        job = self.ctl.runs.job(self.job_id)
         default = str(Path.cwd() / f"{job.run_name}-{job.id}.log")
         self.push_screen(FormDialog("Save the whole log (from the store)", [Field("path", "file", default)],
                                     ok="Save"),
@@ -588,7 +573,7 @@ class LanpoolApp(App):
 
     @work(group="save", exit_on_error=False)
     async def _save_log(self, job_id: str, path: Path) -> None:
-        count = await asyncio.to_thread(self._in_own_store, overview.save_log, job_id, path, self.node)
+        count = await asyncio.to_thread(self.ctl.runs.save_log, job_id, path, self.node)  # its own connection
         self.notify(f"{count} line(s) -> {path}")
 
     def action_copy_log(self) -> None:
@@ -634,7 +619,7 @@ class LanpoolApp(App):
                          lambda yes: yes and self._remove_runner(name))
 
     def _remove_runner(self, name: str) -> None:
-        self.ctl.store.remove_runner(name)
+        self.ctl.pool.forget(name)
         self.notify(f"forgot runner {name}")
         self.show_runners()
 

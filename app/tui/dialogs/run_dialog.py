@@ -2,9 +2,11 @@
 
 The dialog checks values itself (types come from the variables' defaults);
 the plan is I/O (store, file hashes), so it asks the app with `PlanWanted`
-and the app answers with `show_plan`.
+and the app answers with `show_plan`. A workflow's variables come from the
+controller (`variables`), like everything the dialog does not decide itself.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from textual import on
@@ -17,7 +19,6 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from app.errors import LanpoolError
-from app.planning import known_variables
 from app.workflows import Project
 from app.workflows.resolve import coerce_override, render_value
 
@@ -39,10 +40,12 @@ class RunDialog(ModalScreen[RunRequest | None]):
         dialog: "RunDialog"
         request: RunRequest
 
-    def __init__(self, project: Project, runners: list[str], workflow: str | None = None) -> None:
+    def __init__(self, project: Project, runners: list[str],
+                 variables: Callable[[Project, str], dict[str, object]], workflow: str | None = None) -> None:
         super().__init__()
         self.project = project
         self.runners = runners
+        self._variables_of = variables
         names = list(project.workflows)
         self.workflow = workflow if workflow in project.workflows else names[0]
         self._defaults: dict[str, object] = {}
@@ -81,7 +84,7 @@ class RunDialog(ModalScreen[RunRequest | None]):
         self.query_one("#workflow-help", Static).update(wf.help or "")
         box = self.query_one("#variables", VerticalScroll)
         await box.remove_children()
-        self._defaults = known_variables(self.project, self.workflow)
+        self._defaults = self._variables_of(self.project, self.workflow)
         rows = []
         for name, default in sorted(self._defaults.items()):
             kind = type(default).__name__ if default is not None else "str"

@@ -3,7 +3,7 @@
 from rich.text import Text
 from textual.widgets import DataTable
 
-from app.cli.render import size
+from app.formatting import size
 
 
 class ArtifactsList(DataTable):

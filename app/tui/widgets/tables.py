@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from rich.text import Text
 from textual.widgets import DataTable
 
-from app.cli.render import ago, duration
+from app.formatting import ago, duration, runner_cells
 from app.overview import JobLine
 from app.runner_views import RunnerView
 
@@ -90,10 +90,8 @@ class RunnersTable(LiveTable):
     def show_runners(self, runners: list[RunnerView], now: float) -> None:
         rows = []
         for v in runners:
-            gpu_name = v.props.get("gpu_name", "")
-            rows.append((v.name, [
-                v.name, f"{v.host}:{v.port}", status_cell(v.state),
-                f"{v.gpus_free}/{v.gpus}" + (f" {gpu_name}" if gpu_name else ""), str(v.running),
-                v.props.get("executor", "-") or "-", v.source, ago(v.last_seen, now)]))
+            cells: list = runner_cells(v, now)  # the same row as `app headless runners`, its state in colour
+            cells[2] = status_cell(v.state)
+            rows.append((v.name, cells))
         self.show(rows)
 

@@ -1,0 +1,64 @@
+"""Display text both front ends share: times, sizes, job status, runner rows.
+
+Pure functions of plain values (no textual, no terminal): `app headless` prints
+them in its tables (app/cli/render.py), the TUI puts them in its widgets.
+"""
+
+import time
+
+from app.runner_views import RunnerView
+from app.store import JobRow
+from protocol import JobState
+
+RUNNER_HEADERS = ("NAME", "ADDRESS", "STATE", "GPUS FREE", "JOBS", "EXECUTOR", "SOURCE", "LAST SEEN")
+
+
+def ago(ts: float | None, now: float | None = None) -> str:
+    if not ts:
+        return "-"
+    secs = (now or time.time()) - ts
+    if secs < 60:
+        return f"{int(secs)}s ago"
+    if secs < 3600:
+        return f"{int(secs // 60)}m ago"
+    if secs < 86400:
+        return f"{int(secs // 3600)}h ago"
+    return time.strftime("%Y-%m-%d", time.localtime(ts))
+
+
+def duration(start: float | None, end: float | None, now: float | None = None) -> str:
+    if not start:
+        return "-"
+    secs = (end or now or time.time()) - start
+    if secs < 60:
+        return f"{secs:.1f}s"
+    minutes, secs = divmod(int(secs), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{n} B"
+
+
+def status_text(job: JobRow, runner_state: str | None = None) -> str:
+    """A job's status, with its exit code once it ended (and why a live one may be stale)."""
+    if job.exit_code is not None and job.state.is_terminal():
+        return f"{job.status} ({job.exit_code})"
+    if runner_state == "OFFLINE" and not job.state.is_terminal() and job.state is not JobState.QUEUED:
+        return f"{job.status} (runner offline)"
+    return job.status
+
+
+def runner_cells(v: RunnerView, now: float | None = None) -> list[str]:
+    """One runner's row, in RUNNER_HEADERS order."""
+    gpu_name = v.props.get("gpu_name", "")
+    return [v.name, f"{v.host}:{v.port}", v.state, f"{v.gpus_free}/{v.gpus}" + (f" {gpu_name}" if gpu_name else ""),
+            str(v.running), v.props.get("executor", "-") or "-", v.source, ago(v.last_seen, now)]

@@ -1,0 +1,79 @@
+"""Runs and jobs as the front ends see them: lookup, listings, logs and metrics.
+
+The Controller owns one `Runs` (`ctl.runs`); `app headless` and the TUI read the
+store only through it (shaped by the read models of app/overview.py). Reads that
+may take long (a whole log) open their own SQLite connection, so a worker thread
+never shares the event loop's.
+"""
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+from app import overview
+from app.home import ControllerHome
+from app.overview import JobLine, LogWindow, MetricsReader
+from app.store import JobRow, RunRow, Store
+
+T = TypeVar("T")
+
+
+class Runs:
+    def __init__(self, store: Store, home: ControllerHome) -> None:
+        self.store = store
+        self.home = home
+
+    # -- lookup ------------------------------------------------------------------------
+
+    def job(self, job_id: str) -> JobRow:
+        return self.store.job(job_id)
+
+    def resolve(self, ref: str) -> list[JobRow]:
+        """Jobs named by a run name or a job id (a unique prefix of one works too)."""
+        return self.store.resolve_jobs(ref)
+
+    def recent(self, limit: int = 50) -> list[RunRow]:
+        return self.store.recent_runs(limit)
+
+    def jobs_of(self, run_name: str) -> list[JobRow]:
+        return self.store.jobs_of_run(run_name)
+
+    def nodes(self, job_id: str) -> list[dict]:
+        """The job's nodes (runner, status per node); empty for a job not yet placed."""
+        return self.store.nodes(job_id)
+
+    def artifacts(self, job_id: str) -> list[tuple[str, int]]:
+        return self.store.artifacts(job_id)
+
+    def log_end(self, job_id: str) -> int:
+        """Where node 0's stored log ends: a live follow starts there."""
+        return self.store.log_end(job_id)
+
+    # -- read models (app/overview.py) ----------------------------------------------------
+
+    def job_lines(self, text: str = "", status: str = "", limit: int = 500) -> list[JobLine]:
+        return overview.job_lines(self.store, text, status, limit)
+
+    def log_window(self, job_id: str, max_lines: int, node: int | None = None,
+                   before: dict[int, int] | None = None) -> LogWindow:
+        return overview.log_window(self.store, job_id, max_lines, node, before=before)
+
+    def read_metrics(self, reader: MetricsReader) -> bool:
+        """New metric points into `reader`; True if there were any."""
+        return reader.update(self.store)
+
+    # -- long reads, for worker threads: each on its own connection ---------------------------
+
+    def search_log(self, job_id: str, needle: str, limit: int = 1000) -> list[str]:
+        return self.in_own_store(lambda store: overview.search_log(store, job_id, needle, limit))
+
+    def save_log(self, job_id: str, path: Path, node: int | None = None) -> int:
+        return self.in_own_store(lambda store: overview.save_log(store, job_id, path, node))
+
+    def in_own_store(self, fn: Callable[[Store], T]) -> T:
+        """Run `fn` on a connection of its own (the Controller's belongs to the event loop's thread)."""
+        store = Store(self.home.db)
+        try:
+            return fn(store)
+        finally:
+            store.close()
