@@ -19,8 +19,8 @@ log = logging.getLogger(__name__)
 
 
 class ConfinedSFTPServer(asyncssh.SFTPServer):
-    def __init__(self, chan: asyncssh.SSHServerChannel, root: str) -> None:
-        super().__init__(chan, chroot=root)
+    def __init__(self, chan: asyncssh.SSHServerChannel[bytes], root: str) -> None:
+        super().__init__(chan, chroot=os.fsencode(root))
         self._root = os.fsencode(os.path.realpath(root))
         peer = chan.get_connection().get_extra_info("peername")
         self._peer = peer[0] if peer else "?"
