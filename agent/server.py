@@ -297,7 +297,6 @@ class Agent:
 
     def _sftp(self, chan: SSHChannel[bytes]) -> asyncssh.SFTPServer:
         # transfer/ only: snapshots in, packed artifacts out, nothing else.
-        assert isinstance(chan, asyncssh.SSHServerChannel)  # asyncssh types the factory's channel loosely
         return ConfinedSFTPServer(chan, str(self.home.transfer))
 
     async def _process(self, process: asyncssh.SSHServerProcess) -> None:
