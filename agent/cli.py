@@ -2,13 +2,13 @@
 
 import argparse
 import asyncio
-import functools
 import json
 import logging
 import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 
@@ -27,11 +27,17 @@ def default_data_dir() -> Path:
     return Path(env) if env else Path(platformdirs.user_data_dir("lanpool")) / "agent"
 
 
+class _NoAbbrevParser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+
 def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
     # allow_abbrev=False everywhere: a prefix (`--na`) must not silently pick an option.
     parser = argparse.ArgumentParser(prog=prog, description="Run and manage a lanpool runner agent.", allow_abbrev=False)
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB",
-                                parser_class=functools.partial(argparse.ArgumentParser, allow_abbrev=False))
+                                parser_class=_NoAbbrevParser)
 
     serve = sub.add_parser("serve", help="run the agent (SSH server) in the foreground")
     serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: all IPv4)")

@@ -12,6 +12,7 @@ import time
 import weakref
 
 import asyncssh
+from asyncssh.channel import SSHChannel
 
 from agent import __version__
 from protocol import ENCRYPTION_ALGS, PROTOCOL_VERSION, SUBSYSTEM, key_text
@@ -138,6 +139,7 @@ class _AgentSSHServer(asyncssh.SSHServer):
             self._conn.close()
 
     def session_requested(self) -> asyncssh.SSHServerSession:
+        assert self._conn is not None, "sessions come after connection_made"
         return self._agent.new_session(self._conn)
 
     # Every other channel type and global request: refused, and logged.
@@ -293,7 +295,7 @@ class Agent:
         sftp = None if conn in self.pairing_grants else self._sftp
         return _LanpoolSession(self._process, sftp, _SFTP_VERSION, False)
 
-    def _sftp(self, chan: asyncssh.SSHServerChannel) -> asyncssh.SFTPServer:
+    def _sftp(self, chan: SSHChannel[bytes]) -> asyncssh.SFTPServer:
         # transfer/ only: snapshots in, packed artifacts out, nothing else.
         return ConfinedSFTPServer(chan, str(self.home.transfer))
 
@@ -310,6 +312,7 @@ class Agent:
                 exchange = PairingResponder(self.pairing, self.lockout, grant, self._host_key_text, self.name,
                                             self._authorize)
                 self._pairing_exchanges[conn] = exchange
+        assert self.manager is not None, "channels are served only after start()"
         await ChannelSession(process, self.manager, self.name, self.resources_now, exchange).run()
 
     async def close(self, grace_s: float) -> None:

@@ -13,14 +13,17 @@ import os
 import stat
 
 import asyncssh
+from asyncssh.channel import SSHChannel
 from asyncssh.constants import FXF_APPEND, FXF_CREAT, FXF_EXCL, FXF_READ, FXF_TRUNC, FXF_WRITE
 
 log = logging.getLogger(__name__)
 
 
 class ConfinedSFTPServer(asyncssh.SFTPServer):
-    def __init__(self, chan: asyncssh.SSHServerChannel, root: str) -> None:
-        super().__init__(chan, chroot=root)
+    def __init__(self, chan: SSHChannel[bytes], root: str) -> None:
+        # asyncssh hands the SFTP factory a channel it types as SSHChannel (not always an
+        # SSHServerChannel at run time), while SFTPServer.__init__ is typed for SSHServerChannel.
+        super().__init__(chan, chroot=os.fsencode(root))  # type: ignore[arg-type]
         self._root = os.fsencode(os.path.realpath(root))
         peer = chan.get_connection().get_extra_info("peername")
         self._peer = peer[0] if peer else "?"

@@ -23,6 +23,7 @@ import json
 import logging
 import re
 import time
+from typing import TYPE_CHECKING
 
 import asyncssh
 
@@ -31,6 +32,9 @@ from app.host_keys import host_key_or_none
 from app.runner_views import PROBE_TIMEOUT_S, RunnerState, bounded_props
 from app.runner_client import RunnerSession
 from app.store import Store
+
+if TYPE_CHECKING:  # app.discovery imports zeroconf, which only browsing needs
+    from app.discovery import Advert
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +47,7 @@ MIN_CLEARING_BROWSE_S = 1.0
 CONFLICT_BROWSE_S = 1.5
 
 
-def record_advert(store, advert) -> tuple[str, int] | None:
+def record_advert(store: Store, advert: "Advert") -> tuple[str, int] | None:
     """Fold one advert into the store, with no network. Returns the new address a known
     runner announced: `fold_advert` stores it once the pinned key answered there."""
     name = advert.name if isinstance(advert.name, str) else ""
@@ -94,7 +98,7 @@ async def answers_with_key(client_key: asyncssh.SSHKey, host: str, port: int, ke
     return True
 
 
-async def fold_advert(store: Store, client_key: asyncssh.SSHKey, advert) -> None:
+async def fold_advert(store: Store, client_key: asyncssh.SSHKey, advert: "Advert") -> None:
     """`record_advert`, then a new address of a known runner checked against its pinned key."""
     moved = record_advert(store, advert)
     if moved is None:
@@ -102,7 +106,7 @@ async def fold_advert(store: Store, client_key: asyncssh.SSHKey, advert) -> None
     host, port = moved
     row = store.runner(advert.name)
     key = host_key_or_none(row["host_key"]) if row else None
-    if key is None:
+    if row is None or key is None:
         return
     if not await answers_with_key(client_key, host, port, key):
         log.warning("runner %s was announced at %s:%d, where its pinned key does not answer: its address "
@@ -113,7 +117,7 @@ async def fold_advert(store: Store, client_key: asyncssh.SSHKey, advert) -> None
                      last_seen=time.time())
 
 
-async def fold_browse(store: Store, client_key: asyncssh.SSHKey, adverts: list, started_at: float, browsed_s: float) -> None:
+async def fold_browse(store: Store, client_key: asyncssh.SSHKey, adverts: list["Advert"], started_at: float, browsed_s: float) -> None:
     """Everything one browse heard (from `started_at`, for `browsed_s` seconds): the
     adverts, then the conflicts whose claim it no longer heard are over."""
     heard: dict[str, set[str]] = {}
@@ -126,10 +130,10 @@ async def fold_browse(store: Store, client_key: asyncssh.SSHKey, adverts: list, 
         if row is None or row.get("trusted") or host_key_or_none(row["host_key"]) in keys:
             continue
         # An untrusted runner's key is only a hint, and nobody announces it any more.
-        advert = min((a for a in adverts if a.name == name and host_key_or_none(a.host_key)),
-                     key=lambda a: str(a.service))
+        advert, advert_key = min(((a, k) for a in adverts if a.name == name and (k := host_key_or_none(a.host_key))),
+                                 key=lambda ak: str(ak[0].service))
         log.info("runner %s (not paired) is now announced with another host key: following it", name)
-        store.upsert_runner(name, advert.host, advert.port, host_key_or_none(advert.host_key))
+        store.upsert_runner(name, advert.host, advert.port, advert_key)
         clear_conflict(store, name)
     await asyncio.gather(*(fold_advert(store, client_key, a) for a in adverts))
     if browsed_s < MIN_CLEARING_BROWSE_S:
@@ -140,12 +144,12 @@ async def fold_browse(store: Store, client_key: asyncssh.SSHKey, adverts: list, 
             clear_conflict(store, row["name"])
 
 
-def clear_conflict(store, name: str) -> None:
+def clear_conflict(store: Store, name: str) -> None:
     """The claim is gone; the state is the next probe's to say."""
     store.set_runner(name, conflict_key=None, conflict_service=None, conflict_seen=None)
 
 
-def forget_claims(store, service: str) -> list[str]:
+def forget_claims(store: Store, service: str) -> list[str]:
     """A service said goodbye: the conflicts it made are over. Returns those runners' names."""
     names = [r["name"] for r in store.runners() if r["conflict_key"] and r["conflict_service"] == service]
     for name in names:
@@ -153,5 +157,5 @@ def forget_claims(store, service: str) -> list[str]:
     return names
 
 
-def has_conflicts(store) -> bool:
+def has_conflicts(store: Store) -> bool:
     return any(r["conflict_key"] for r in store.runners())

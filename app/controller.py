@@ -144,6 +144,7 @@ class Controller:
             say(f"tag {tag!r} moved from run {previous} to run {outcome.run_name}")
         if not plan.to_run:
             for planned in plan.jobs:
+                assert planned.reuse is not None  # nothing to run: every job is reused
                 say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
             return outcome
         placement = _Placement(self.pool, runner_spec, outcome.run_name, say,
@@ -170,7 +171,8 @@ class Controller:
                         f" (run {resume_job.run_name})")
                 sessions, addresses = await placement.sessions_for(job, job_id)
                 # The snapshot once the run has a runner: a queued run sends the files as they are then.
-                snapshot = snapshot or await asyncio.to_thread(build_snapshot, project.root)
+                if snapshot is None:
+                    snapshot = await asyncio.to_thread(build_snapshot, project.root)
                 inputs = [done[d] for d in planned.deps] + planned.tagged
 
                 async def inputs_of(session: RunnerSession, inputs: list[JobRow] = inputs) -> list[str]:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import ifaddr
-from zeroconf import IPVersion, ServiceStateChange
+from zeroconf import IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
 from app.runner_views import bounded_props
@@ -62,7 +62,7 @@ class Browser:
     `on_gone(service_name)` when one unregisters."""
 
     def __init__(self, interfaces: list[str], on_seen: Callable[[Advert], None],
-                 on_gone: Callable[[str], None] | None = None) -> None:
+                 on_gone: Callable[[str], object] | None = None) -> None:
         self.interfaces = interfaces
         self._on_seen = on_seen
         self._on_gone = on_gone or (lambda _name: None)
@@ -77,7 +77,7 @@ class Browser:
         self._zc = AsyncZeroconf(interfaces=self.interfaces, ip_version=IPVersion.V4Only)
         self._browser = AsyncServiceBrowser(self._zc.zeroconf, [SERVICE_TYPE], handlers=[self._on_change])
 
-    def _on_change(self, zeroconf, service_type: str, name: str, state_change: ServiceStateChange) -> None:
+    def _on_change(self, zeroconf: Zeroconf, service_type: str, name: str, state_change: ServiceStateChange) -> None:
         if state_change is ServiceStateChange.Removed:
             self._on_gone(name)
             return

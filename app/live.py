@@ -8,11 +8,15 @@ messages. No textual here.
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any
 
 from app.adverts import CONFLICT_BROWSE_S, fold_advert, fold_browse, forget_claims, has_conflicts, record_advert
 from app.controller import Controller, LogSink
 from app.errors import LanpoolError
+
+if TYPE_CHECKING:  # app.discovery imports zeroconf, which only browsing needs
+    from app.discovery import Advert, Browser
 
 log = logging.getLogger(__name__)
 
@@ -32,11 +36,11 @@ class LiveFeeds:
         self._on_job_ended = on_job_ended
         self._on_error = on_error
         self._interfaces = interfaces
-        self._browser = None
-        self._claims: dict = {}  # mDNS service -> the last advert heard from it (what is announced now)
+        self._browser: Browser | None = None
+        self._claims: dict[str, Advert] = {}  # mDNS service -> the last advert heard from it (what is announced now)
         self._last_sweep = 0.0
-        self._tasks: set[asyncio.Task] = set()
-        self.following: dict[str, asyncio.Task] = {}  # job id -> the task bringing its log in
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self.following: dict[str, asyncio.Task[Any]] = {}  # job id -> the task bringing its log in
 
     async def start(self, discover: bool = True, probe_every_s: float = PROBE_EVERY_S) -> None:
         if discover:
@@ -44,20 +48,20 @@ class LiveFeeds:
             from app.discovery import Browser, browse_interfaces
 
             interfaces = browse_interfaces() if self._interfaces is None else self._interfaces
-            self._browser = Browser(interfaces, self._seen, self._gone)
+            browser = self._browser = Browser(interfaces, self._seen, self._gone)
             try:
-                await self._browser.start()
+                await browser.start()
             except OSError as exc:
                 self._on_error(f"mDNS discovery is off: {exc}")
                 self._browser = None
         if probe_every_s > 0:
             self._spawn(self._probe_loop(probe_every_s))
 
-    def _seen(self, advert) -> None:
+    def _seen(self, advert: "Advert") -> None:
         self._claims[advert.service] = advert
         self._spawn(self._fold(advert))
 
-    async def _fold(self, advert) -> None:
+    async def _fold(self, advert: "Advert") -> None:
         try:
             await fold_advert(self.ctl.store, self.ctl.client_key, advert)  # a new address is checked before it is stored
         except LanpoolError as exc:
@@ -94,7 +98,7 @@ class LiveFeeds:
         self._claims = {service: a for service, a in self._claims.items() if service in heard}
         await fold_browse(self.ctl.store, self.ctl.client_key, adverts, started, CONFLICT_BROWSE_S)
 
-    def _spawn(self, coro) -> asyncio.Task:
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -123,12 +127,13 @@ class LiveFeeds:
         self.following[job_id] = self._spawn(self._follow(job_id, start))
         return True
 
-    def adopt(self, job_id: str, task: asyncio.Task | None = None) -> None:
+    def adopt(self, job_id: str, task: asyncio.Task[Any] | None = None) -> None:
         """A job whose log some other task (a run started here) already brings in."""
         task = task or asyncio.current_task()
+        assert task is not None, "adopt() is called from the task that follows the job"
         self.following[job_id] = task
 
-        def over(done: asyncio.Task) -> None:  # then nobody follows it: the app's sync may refresh it
+        def over(done: asyncio.Task[Any]) -> None:  # then nobody follows it: the app's sync may refresh it
             if self.following.get(job_id) is done:
                 del self.following[job_id]
 

@@ -15,6 +15,7 @@ import asyncio
 import json
 import logging
 import time
+from typing import TypeGuard
 from collections.abc import Callable
 from pathlib import Path
 
@@ -98,14 +99,13 @@ class Pool:
                               "or pair it (`app headless runners pair NAME CODE`)")
         session = await RunnerSession.open(host, port, self.client_key, pinned_key(known) if known else None)
         try:
-            assert session.hello is not None
             name = session.hello.name
             named = self.store.runner(name)
             if named is not None and named.get("trusted") and pinned_key(named) != session.host_key:
                 raise RunnerError(
                     f"runner {name!r} at {host}:{port} has a different host key than the one pinned for that "
                     f"name: if it was reinstalled, `app headless runners remove {name}` first")
-            if trust or known["name"] != name:
+            if trust or (known is not None and known["name"] != name):  # known is None only when trusting
                 self.store.upsert_runner(name, host, port, session.host_key, trusted=True)
             if known is not None and known["name"] != name:
                 # Its pinned key answered under a new name: the same machine, renamed.
@@ -120,9 +120,9 @@ class Pool:
         async with await self.connect(host, port, trust=True) as session:
             return session.hello.name
 
-    def names_an_address(self, spec: str | None) -> bool:
+    def names_an_address(self, spec: str | None) -> TypeGuard[str]:
         """Whether `--runner SPEC` is an address (HOST[:PORT]) rather than a known runner's name."""
-        return bool(spec) and self.store.runner(spec) is None
+        return spec is not None and spec != "" and self.store.runner(spec) is None
 
     def runner_seen(self, name: str, answers: bool) -> None:
         """A followed job's runner went away (OFFLINE) or answers again (LIVE)."""
@@ -157,6 +157,7 @@ class Pool:
         if pinned is None:  # `views` says what to do about it; the other runners go on
             self.store.set_runner(name, state=RunnerState.UNPAIRED)
             return RunnerState.UNPAIRED
+        fields: dict[str, object]
         try:
             session = await RunnerSession.open(row["host"], row["port"], self.client_key, pinned,
                                                timeout=PROBE_TIMEOUT_S)
@@ -167,7 +168,7 @@ class Pool:
         except LanpoolError:
             state, fields = RunnerState.OFFLINE, {}
         else:
-            resources = bounded_props(dict(session.hello.resources) if session.hello else {})
+            resources = bounded_props(dict(session.hello.resources))
             session.close()
             now = time.time()
             if not row.get("trusted"):
@@ -225,7 +226,7 @@ class Pool:
                         told.add(view.problem)
                 decision = place(need, [v.capacity() for v in views], nodes=nodes, pinned=spec)
                 if decision.runners:
-                    rows = [self.store.runner(name) for name in decision.runners]
+                    rows = [self.store.known_runner(name) for name in decision.runners]
                     return [(row["host"], row["port"]) for row in rows]
                 if decision.rejected:
                     raise UsageError(f"cannot run {workflow}: {decision.rejected}")

@@ -118,7 +118,7 @@ class RemoteJob:
         """Submit the job to every session (node k = sessions[k]); returns it and node 0's status.
         The job is in the store before it is sent, so a crash here loses nothing."""
         job, job_id, store = launch.job, launch.job_id, jobs.store
-        runners = [store.runner(s.hello.name) for s in sessions]
+        runners = [store.known_runner(s.hello.name) for s in sessions]
         spec = {"commands": job.commands, "env": job.env, "artifacts": job.artifacts, "image": job.image,
                 "working_dir": job.working_dir, "snapshot": launch.snapshot.sha256, "resources": job.resources,
                 "nodes": len(sessions), "runners": [r["name"] for r in runners]}
@@ -190,11 +190,11 @@ class RemoteJob:
             # after a follower recorded the end: the end stands. Checking the state, not only
             # `synced`, closes the window between recording the end and pulling artifacts.
             return
-        fields = {"exit_code": status.exit_code, "started_at": status.started_at,
+        fields: dict[str, object] = {"exit_code": status.exit_code, "started_at": status.started_at,
                   "finished_at": status.finished_at, "artifacts_archive": status.artifacts_archive or None}
         if status.error:
             fields["error"] = status.error
-        self.store.set_job_status(self.job_id, status.state, **fields)
+        self.store.set_job_status(self.job_id, status.state, detail="", **fields)
 
     # -- follow -------------------------------------------------------------------------------
 
@@ -347,10 +347,10 @@ class RemoteJob:
         codes = [s.exit_code for s in finals.values() if s is not None and s.exit_code]  # first to end first
         state = JobState.FAILED if failure else JobState.DONE
         unfinished = [s for s in finals.values() if s is None or s.state != JobState.DONE]
-        if failure and unfinished and all(s is not None and s.state in (JobState.STOPPED, JobState.ABORTED)
-                                          for s in unfinished):
+        stopped = [s for s in unfinished if s is not None and s.state in (JobState.STOPPED, JobState.ABORTED)]
+        if failure and unfinished and len(stopped) == len(unfinished):
             # Every node that did not finish was stopped on request (`stop`), none failed.
-            state = JobState.ABORTED if any(s.state == JobState.ABORTED for s in unfinished) else JobState.STOPPED
+            state = JobState.ABORTED if any(s.state == JobState.ABORTED for s in stopped) else JobState.STOPPED
         self.store.set_job_status(self.job_id, state, failure, error=failure or None,
                                   exit_code=(codes[0] if codes else (1 if failure else 0)),
                                   finished_at=time.time(), synced=1)

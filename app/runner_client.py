@@ -8,6 +8,7 @@ import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator
+from typing import TypeVar
 from pathlib import Path
 
 import asyncssh
@@ -36,6 +37,7 @@ from protocol import (
     decode_agent_message,
     encode_message,
 )
+from protocol.messages import AgentMessage, ClientMessage
 from protocol.wire import ENCRYPTION_ALGS, SUBSYSTEM
 from protocol.wire import key_text as host_key_text
 
@@ -48,17 +50,18 @@ REPLY_TIMEOUT_S = 60.0  # a submit extracts the snapshot before replying
 KEEPALIVE_S = 3.0
 _READ_SIZE = 1024 * 1024
 
+_Reply = TypeVar("_Reply", bound=AgentMessage)
+
 
 class Channel:
     """One lanpool subsystem channel: typed send, typed receive."""
 
-    def __init__(self, process: asyncssh.SSHClientProcess, where: str) -> None:
+    def __init__(self, process: asyncssh.SSHClientProcess[bytes], where: str) -> None:
         self._proc = process
         self._reader = FrameReader()
-        self._messages: list = []
+        self._messages: list[AgentMessage] = []
         self._unreadable: RunnerProtocolError | None = None  # raised once the messages before it are taken
         self._where = where
-        self.hello: Hello | None = None
 
     async def start(self) -> Hello:
         msg = await self.recv(CONNECT_TIMEOUT_S)
@@ -68,11 +71,10 @@ class Channel:
             raise RunnerError(
                 f"{self._where} speaks lanpool protocol {msg.protocol_version}, this controller {PROTOCOL_VERSION}: "
                 "install the same lanpool version on both")
-        self.hello = msg
         await self.send(ClientHello(PROTOCOL_VERSION, __version__))
         return msg
 
-    async def send(self, msg) -> None:
+    async def send(self, msg: ClientMessage) -> None:
         try:
             self._proc.stdin.write(encode_message(msg))
             await self._proc.stdin.drain()
@@ -98,13 +100,13 @@ class Channel:
                 self._unreadable = RunnerProtocolError(f"{self._where} sent a message this controller cannot "
                                                        f"read: {_clip(exc.message)}")
 
-    async def recv_many(self, timeout: float | None = None) -> list:
+    async def recv_many(self, timeout: float | None = None) -> list[AgentMessage]:
         """Every whole message that has arrived (at least one); raises at end of stream."""
         await self._fill(timeout)
         batch, self._messages = self._messages, []
         return batch
 
-    async def recv(self, timeout: float | None = None):
+    async def recv(self, timeout: float | None = None) -> AgentMessage:
         await self._fill(timeout)
         return self._messages.pop(0)
 
@@ -113,15 +115,28 @@ class Channel:
 
 
 
+async def _open_channel(conn: asyncssh.SSHClientConnection, where: str) -> tuple[Channel, Hello]:
+    """A new lanpool subsystem channel, past the runner's greeting."""
+    try:
+        proc = await conn.create_process(subsystem=SUBSYSTEM, encoding=None)
+    except asyncssh.ChannelOpenError as exc:
+        raise RunnerError(f"{where} refused the lanpool channel: {exc.reason}") from None
+    except (OSError, asyncssh.Error) as exc:
+        raise RunnerError(f"{where} refused the lanpool channel: {exc}") from None
+    channel = Channel(proc, where)
+    return channel, await channel.start()
+
+
 class RunnerSession:
     """A connection to one runner, opened with the controller key and a pinned host key."""
 
-    def __init__(self, conn: asyncssh.SSHClientConnection, where: str, host_key: str) -> None:
+    def __init__(self, conn: asyncssh.SSHClientConnection, where: str, host_key: str, control: Channel,
+                 hello: Hello) -> None:
         self.conn = conn
         self.where = where
         self.host_key = host_key
-        self.hello: Hello | None = None
-        self._control: Channel | None = None
+        self.hello = hello  # what the runner said on the request channel
+        self._control = control
 
     @classmethod
     async def open(cls, host: str, port: int, client_key: asyncssh.SSHKey, pinned_host_key: str | None,
@@ -130,7 +145,8 @@ class RunnerSession:
         user: the runner accepts any key for it while it shows a code, and the
         connection can then only run pair()."""
         where = f"runner {host}:{port}"
-        known_hosts = None  # first contact: trust on first use (pairing proves the key), then pinned by the caller
+        known_hosts: tuple[list[asyncssh.SSHKey], list[asyncssh.SSHKey], list[asyncssh.SSHKey]] | None = None
+        # None: first contact: trust on first use (pairing proves the key), then pinned by the caller
         if pinned_host_key:
             known_hosts = ([asyncssh.import_public_key(pinned_host_key)], [], [])
         try:
@@ -157,29 +173,22 @@ class RunnerSession:
             reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc) or type(exc).__name__
             raise RunnerError(f"cannot reach {where}: {reason}; is `app agent serve` running there?") from None
         key = conn.get_server_host_key()
-        session = cls(conn, where, host_key_text(key.export_public_key().decode()) if key else "")
         try:
-            session._control = await session.open_channel()
+            control, hello = await _open_channel(conn, where)
         except BaseException:
             conn.close()
             raise
-        session.hello = session._control.hello
-        return session
+        return cls(conn, where, host_key_text(key.export_public_key().decode()) if key else "", control, hello)
 
     async def open_channel(self) -> Channel:
-        try:
-            proc = await self.conn.create_process(subsystem=SUBSYSTEM, encoding=None)
-        except asyncssh.ChannelOpenError as exc:
-            raise RunnerError(f"{self.where} refused the lanpool channel: {exc.reason}") from None
-        except (OSError, asyncssh.Error) as exc:
-            raise RunnerError(f"{self.where} refused the lanpool channel: {exc}") from None
-        channel = Channel(proc, self.where)
-        await channel.start()
-        return channel
+        return (await _open_channel(self.conn, self.where))[0]
 
-    async def _request(self, msg, expect: type):
-        assert self._control is not None
+    async def _request(self, msg: ClientMessage, expect: type[_Reply]) -> _Reply:
         await self._control.send(msg)
+        return await self._reply(msg, expect)
+
+    async def _reply(self, msg: ClientMessage, expect: type[_Reply]) -> _Reply:
+        """The next reply on the request channel, which must be an `expect` (`msg` is what it answers)."""
         reply = await self._control.recv(REPLY_TIMEOUT_S)
         if isinstance(reply, Error):
             raise _error_from(reply, self.where)
@@ -192,13 +201,12 @@ class RunnerSession:
 
     async def submit_accepted(self, req: SubmitJob) -> tuple[JobAccepted, JobStatus]:
         accepted = await self._request(req, JobAccepted)
-        return accepted, await self._control.recv(REPLY_TIMEOUT_S)
+        return accepted, await self._reply(req, JobStatus)
 
     async def pair(self, code: str, public_key: str, label: str) -> str:
         """Run the pairing PAKE (protocol/pairing.py) on a pairing connection; returns the
         runner's name. The runner proves the code first: to one that cannot, this sends
         nothing more (not even `label`)."""
-        assert self._control is not None
         pake = ControllerPake(code, public_key, self.host_key)
         await self._control.send(PairStart(pake.message, host_key_text(public_key)))
         reply = await self._control.recv(REPLY_TIMEOUT_S)
@@ -220,7 +228,7 @@ class RunnerSession:
     async def status(self, job_id: str) -> JobStatus:
         return await self._request(GetStatus(job_id), JobStatus)
 
-    async def attach(self, job_id: str, from_seq: int, follow: bool = True) -> AsyncIterator[list]:
+    async def attach(self, job_id: str, from_seq: int, follow: bool = True) -> AsyncIterator[list[AgentMessage]]:
         """Batches of LogChunk messages; the last batch ends with the job's JobStatus."""
         channel = await self.open_channel()
         try:
@@ -297,7 +305,7 @@ class RunnerSession:
     async def __aenter__(self) -> "RunnerSession":
         return self
 
-    async def __aexit__(self, *exc) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self.close()
         await self.conn.wait_closed()
 

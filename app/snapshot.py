@@ -43,7 +43,7 @@ def list_project_files(root: Path) -> list[str]:
 
 
 def _walk(root: Path) -> list[str]:
-    names = []
+    names: list[str] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS]
         rel = Path(dirpath).relative_to(root)

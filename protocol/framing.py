@@ -24,6 +24,7 @@ type or a non-finite float. The limits, and why they fit real messages:
 
 import math
 import struct
+from typing import Any
 
 import msgpack
 
@@ -43,9 +44,9 @@ _EXT = frozenset((0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8))
 _FLOAT = {0xCA: struct.Struct(">f"), 0xCB: struct.Struct(">d")}
 
 
-def encode_frame(body: dict) -> bytes:
+def encode_frame(body: dict[str, Any]) -> bytes:
     """Pack one message map into a frame."""
-    payload = msgpack.packb(body, use_bin_type=True)
+    payload: bytes = msgpack.packb(body, use_bin_type=True)
     if len(payload) > MAX_FRAME_BYTES:
         raise ProtocolError(ErrorCode.FRAME_TOO_LARGE, f"message of {len(payload)} bytes exceeds {MAX_FRAME_BYTES}")
     return _HEADER.pack(len(payload)) + payload
@@ -158,7 +159,7 @@ def check_structure(body: bytes, max_elements: int = MAX_ELEMENTS, max_depth: in
         raise _bad(f"{size - pos} bytes after the message")
 
 
-def unpack_body(body: bytes) -> dict:
+def unpack_body(body: bytes) -> dict[str, Any]:
     """The message map in one frame body."""
     check_structure(body)
     try:

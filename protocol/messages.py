@@ -217,32 +217,33 @@ CLIENT_MESSAGES: dict[str, type] = {c.TAG: c for c in (ClientHello, SubmitJob, S
                                                         PairConfirm, Ping)}
 
 
-def to_wire(msg: Any) -> dict:
+def to_wire(msg: Any) -> dict[str, Any]:
     """The map that goes into a frame: the fields plus the tag under "t"."""
     body = dataclasses.asdict(msg)
     body["t"] = msg.TAG
     return body
 
 
-def decode_agent_message(body: dict | bytes) -> AgentMessage:
+def decode_agent_message(body: dict[str, Any] | bytes) -> AgentMessage:
     """A message from an agent: a frame body (bytes) or its unpacked map."""
-    return _decode(unpack_body(body) if isinstance(body, bytes) else body, AGENT_MESSAGES)
+    msg: AgentMessage = _decode(unpack_body(body) if isinstance(body, bytes) else body, AGENT_MESSAGES)
+    return msg
 
 
-def decode_client_message(body: dict | bytes) -> ClientMessage:
+def decode_client_message(body: dict[str, Any] | bytes) -> ClientMessage:
     """A message from a controller: a frame body (bytes) or its unpacked map."""
-    return _decode(unpack_body(body) if isinstance(body, bytes) else body, CLIENT_MESSAGES)
+    msg: ClientMessage = _decode(unpack_body(body) if isinstance(body, bytes) else body, CLIENT_MESSAGES)
+    return msg
 
 
-def _decode(body: dict, registry: dict[str, type]) -> Any:
+def _decode(body: dict[str, Any], registry: dict[str, type]) -> Any:
     tag = body.get("t")
-    cls = registry.get(tag) if isinstance(tag, str) else None
-    if cls is None:
+    if not isinstance(tag, str) or tag not in registry:
         raise ProtocolError(ErrorCode.UNKNOWN_MESSAGE, f"unknown message type {clip(repr(tag), 64)}")
-    return _build(cls, body, tag)
+    return _build(registry[tag], body, tag)
 
 
-def _build(cls: type, body: dict, where: str) -> Any:
+def _build(cls: type, body: dict[str, Any], where: str) -> Any:
     hints = _hints(cls)
     kwargs = {}
     for f in dataclasses.fields(cls):
@@ -274,7 +275,7 @@ class _Bound:
 
     max_len: int | None = None  # characters of a str, bytes of a bytes
     text: bool = False  # no control characters: the value is printed, or becomes an env value or a label
-    pattern: re.Pattern | None = None  # a str must match (the empty str always may: "not set")
+    pattern: re.Pattern[str] | None = None  # a str must match (the empty str always may: "not set")
     lo: int | float = INT64_MIN
     hi: int | float = INT64_MAX
 
@@ -360,7 +361,7 @@ def _check(value: Any, tp: Any, where: str, bound: _Bound = _DEFAULT_BOUND) -> A
         key_tp, val_tp = typing.get_args(tp)
         return {_check(k, key_tp, where, bound): _check(v, val_tp, f"{where}[{clip(repr(k), 40)}]", bound)
                 for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a nested message struct (hints are classes)
         if not isinstance(value, dict):
             raise _mistyped(where, tp, value)
         return _build(tp, value, where)

@@ -71,7 +71,7 @@ def key_identity(public_key: str) -> bytes:
 
 
 class _Side:
-    def __init__(self, spake, controller_key: str, runner_key: str) -> None:
+    def __init__(self, spake: SPAKE2_A | SPAKE2_B, controller_key: str, runner_key: str) -> None:
         self._spake = spake
         self._ids = _lp(key_identity(controller_key)) + _lp(key_identity(runner_key))
         self._key: bytes | None = None

@@ -123,9 +123,9 @@ class _LogReader(threading.Thread):
 
     def run(self) -> None:
         try:
-            self._source = self._container.logs(stream=True, follow=self._follow,
-                                                stdout=self._stream == "out", stderr=self._stream == "err")
-            for chunk in self._source:
+            source = self._source = self._container.logs(stream=True, follow=self._follow,
+                                                         stdout=self._stream == "out", stderr=self._stream == "err")
+            for chunk in source:
                 if self._closed:
                     break
                 self._put(chunk)

@@ -14,15 +14,15 @@ if TYPE_CHECKING:
 
 
 def _m001_initial(db: "sqlite_utils.Database") -> None:
-    db["runners"].create(
+    db.table("runners").create(
         {"name": str, "host": str, "port": int, "host_key": str, "source": str, "added_at": float, "last_seen": float},
         pk="name",
     )
-    db["runs"].create(
+    db.table("runs").create(
         {"name": str, "workflow": str, "project_dir": str, "created_at": float, "tag": str},
         pk="name",
     )
-    db["jobs"].create(
+    db.table("jobs").create(
         {
             "id": str, "run_name": str, "workflow": str, "runner": str, "host": str, "port": int,
             "status": str, "exit_code": int, "error": str,
@@ -34,13 +34,13 @@ def _m001_initial(db: "sqlite_utils.Database") -> None:
         pk="id",
         foreign_keys=[("run_name", "runs", "name")],
     )
-    db["jobs"].create_index(["run_name"])
-    db["jobs"].create_index(["submitted_at"])
-    db["job_events"].create(
+    db.table("jobs").create_index(["run_name"])
+    db.table("jobs").create_index(["submitted_at"])
+    db.table("job_events").create(
         {"job_id": str, "at": float, "status": str, "detail": str},
         foreign_keys=[("job_id", "jobs", "id")],
     )
-    db["job_events"].create_index(["job_id"])
+    db.table("job_events").create_index(["job_id"])
     # Logs are stored as the chunks they arrive in (many lines each): one row per
     # line would cap ingestion far below a fast job's output rate.
     db.execute(
@@ -54,7 +54,7 @@ def _m001_initial(db: "sqlite_utils.Database") -> None:
             PRIMARY KEY (job_id, node, seq)
         ) WITHOUT ROWID"""
     )
-    db["artifacts"].create(
+    db.table("artifacts").create(
         {"job_id": str, "path": str, "size": int},
         pk=("job_id", "path"),
         foreign_keys=[("job_id", "jobs", "id")],
@@ -63,15 +63,15 @@ def _m001_initial(db: "sqlite_utils.Database") -> None:
 
 def _m002_cache(db: "sqlite_utils.Database") -> None:
     # cache_key: hash of a job's inputs; cache_inputs: their parts, to explain a re-run
-    db["jobs"].add_column("cache_key", str)
-    db["jobs"].add_column("cache_inputs", str)
-    db["jobs"].create_index(["cache_key"])
-    db["runs"].add_column("variables", str)  # JSON: the run's resolved variables
-    db["runs"].create_index(["tag"])
+    db.table("jobs").add_column("cache_key", str)
+    db.table("jobs").add_column("cache_inputs", str)
+    db.table("jobs").create_index(["cache_key"])
+    db.table("runs").add_column("variables", str)  # JSON: the run's resolved variables
+    db.table("runs").create_index(["tag"])
 
 
 def _m003_pool(db: "sqlite_utils.Database") -> None:
-    runners = db["runners"]
+    runners = db.table("runners")
     runners.add_column("state", str)  # LIVE, BUSY, OFFLINE, UNPAIRED, CONFLICT (see app/pool.py)
     runners.add_column("paired", int)  # 1 once this controller's key was accepted
     runners.add_column("props", str)  # JSON: resources from Hello / the mDNS TXT record
@@ -81,7 +81,7 @@ def _m003_pool(db: "sqlite_utils.Database") -> None:
 
 def _m004_nodes(db: "sqlite_utils.Database") -> None:
     # One row per node of a multi-node job (the jobs row holds the job as a whole).
-    db["job_nodes"].create(
+    db.table("job_nodes").create(
         {"job_id": str, "node": int, "runner": str, "host": str, "port": int, "status": str,
          "exit_code": int, "error": str},
         pk=("job_id", "node"),
@@ -99,7 +99,7 @@ def _m006_trust(db: "sqlite_utils.Database") -> None:
     # Trust is this controller's own record (app/pool.py): a runner gets jobs only after the
     # user paired it, added it by address or named it with `--runner HOST:PORT`. Accepting our
     # key proves nothing, so "paired" (it accepts us) is no longer enough.
-    runners = db["runners"]
+    runners = db.table("runners")
     runners.add_column("trusted", int)  # 1: paired, added or named by address by the user
     runners.add_column("trusted_at", float)
     runners.add_column("conflict_service", str)  # the mDNS service that claimed the name with conflict_key

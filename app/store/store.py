@@ -75,6 +75,13 @@ class Store:
         rows = self._dicts("SELECT * FROM runners WHERE name = ?", (name,))
         return rows[0] if rows else None
 
+    def known_runner(self, name: str) -> dict:
+        """The runner's row, which the caller knows is there (NotFoundError if it was removed meanwhile)."""
+        row = self.runner(name)
+        if row is None:
+            raise NotFoundError(f"no runner {name!r}: `app headless runners` lists them")
+        return row
+
     def runner_by_address(self, host: str, port: int) -> dict | None:
         """The runner at an address, a trusted one first: an advert may put another name there."""
         rows = self._dicts("SELECT * FROM runners WHERE host = ? AND port = ? "
@@ -84,7 +91,7 @@ class Store:
     def runners(self) -> list[dict]:
         return self._dicts("SELECT * FROM runners ORDER BY name")
 
-    def set_runner(self, name: str, **fields) -> None:
+    def set_runner(self, name: str, **fields: object) -> None:
         """Update runner columns (state, paired, trusted, props, conflict_*, last_ok, last_seen, host, port).
 
         `trusted=1` is the user's act (pairing, `runners add`, `--runner HOST:PORT`): it also
@@ -205,7 +212,7 @@ class Store:
             self.conn.execute("INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
                               (job_id, time.time(), str(JobState.QUEUED), reason))
 
-    def set_job_status(self, job_id: str, status: str, detail: str = "", **fields) -> None:
+    def set_job_status(self, job_id: str, status: str, detail: str = "", **fields: object) -> None:
         """Record a status (and other job fields); a transition is also logged as an event."""
         with atomic(self.conn):
             old = self.conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
@@ -223,7 +230,7 @@ class Store:
                 self.conn.execute("INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
                                   (job_id, time.time(), str(status), detail))
 
-    def update_job(self, job_id: str, **fields) -> None:
+    def update_job(self, job_id: str, **fields: object) -> None:
         """Set job fields other than its status (status changes go through set_job_status)."""
         assert "status" not in fields and all(f in _JOB_FIELDS for f in fields), fields
         with atomic(self.conn):
@@ -364,7 +371,8 @@ class Store:
 
     def log_nodes(self, job_id: str) -> list[int]:
         """Nodes with log lines; one index seek per node, not a scan of the log."""
-        nodes, after = [], -1
+        nodes: list[int] = []
+        after = -1
         while True:
             row = self.conn.execute("SELECT MIN(node) FROM log_chunks WHERE job_id = ? AND node > ?",
                                     (job_id, after)).fetchone()

@@ -1,6 +1,7 @@
 """Reading `.lanpool/` (or `.dstack/`) workflow and variable files, with line numbers for errors."""
 
 import difflib
+from typing import Any
 from pathlib import Path, PurePosixPath
 
 import yaml
@@ -20,12 +21,12 @@ BUILTINS = ("run_name", "job_id", "variables_as_args")
 MAX_NODES = 1024  # a gang larger than any LAN: a typo, not a plan
 
 
-class _Map(dict):
+class _Map(dict[Any, Any]):
     """A YAML mapping that remembers where it and each of its keys were written."""
 
     line: int = 1
-    key_lines: dict
-    scalar_text: dict  # each scalar value as written: `3.10` would otherwise read as the float 3.1
+    key_lines: dict[Any, int]
+    scalar_text: dict[Any, Any]  # each scalar value as written: `3.10` would otherwise read as the float 3.1
 
     def line_of(self, key: str) -> int:
         return self.key_lines.get(key, self.line)
@@ -64,7 +65,7 @@ def load_workflows(root: Path) -> Project:
     if data is None:
         data = _Map()
         data.key_lines = {}
-    if not isinstance(data, dict) or not isinstance(data.get("workflows"), list):
+    if not isinstance(data, _Map) or not isinstance(data.get("workflows"), list):
         raise WorkflowError("expected a top-level 'workflows:' list", path, getattr(data, "line", 1))
     workflows: dict[str, Workflow] = {}
     for item in data["workflows"]:
@@ -106,7 +107,7 @@ def _scalar_text(value) -> str:
 
 
 def _parse_workflow(item, path: Path, parent_line: int) -> Workflow:
-    if not isinstance(item, dict):
+    if not isinstance(item, _Map):  # every YAML mapping loads as a _Map
         raise WorkflowError("each entry of 'workflows' must be a mapping with a 'name'", path, parent_line)
     for key in item:
         if key not in WORKFLOW_KEYS:
@@ -162,7 +163,7 @@ def _parse_workflow(item, path: Path, parent_line: int) -> Workflow:
     )
 
 
-def _parse_env(item: dict, err) -> dict[str, str]:
+def _parse_env(item: _Map, err) -> dict[str, str]:
     if "environment" in item and "env" in item:
         raise err("has both 'env' and 'environment': keep one", "env")
     key = "environment" if "environment" in item else "env"
@@ -188,7 +189,7 @@ def _parse_env(item: dict, err) -> dict[str, str]:
     return env
 
 
-def _parse_artifacts(item: dict, err) -> list[ArtifactSpec]:
+def _parse_artifacts(item: _Map, err) -> list[ArtifactSpec]:
     raw = item.get("artifacts", []) or []
     if not isinstance(raw, list):
         raise err("'artifacts' must be a list of paths", "artifacts")
@@ -218,9 +219,9 @@ def check_artifact_path(path: str, err) -> None:
         raise err(f"artifact path {path!r} must stay inside the workspace (relative, no '..')", "artifacts")
 
 
-def _parse_resources(item: dict, err) -> dict:
-    raw = item.get("resources", {}) or {}
-    if not isinstance(raw, dict):
+def _parse_resources(item: _Map, err) -> dict:
+    raw = item.get("resources") or _Map()
+    if not isinstance(raw, _Map):
         raise err("'resources' must be a mapping (gpu, cpu, memory, shm_size)", "resources")
     for key in raw:
         if key not in RESOURCE_KEYS:
@@ -238,12 +239,14 @@ def _parse_resources(item: dict, err) -> dict:
 
     for key, value in raw.items():
         if "$" not in str(value):  # point at the resource's own line, not at `resources:`
-            check_resources({key: value}, lambda msg, key=key: WorkflowError(
-                f"workflow {item['name']!r}: {msg}", err("", "resources").file, raw.line_of(key)))
+            def at_key(msg: str, key: Any = key) -> WorkflowError:
+                return WorkflowError(f"workflow {item['name']!r}: {msg}", err("", "resources").file, raw.line_of(key))
+
+            check_resources({key: value}, at_key)
     return dict(raw)
 
 
-def _parse_nodes(item: dict, err) -> int | str:
+def _parse_nodes(item: _Map, err) -> int | str:
     nodes = item.get("nodes", 1)
     if isinstance(nodes, str) and "$" in nodes:
         return nodes
@@ -252,7 +255,7 @@ def _parse_nodes(item: dict, err) -> int | str:
     return nodes
 
 
-def _parse_resume_from(item: dict, err) -> str:
+def _parse_resume_from(item: _Map, err) -> str:
     """`resume-from: RUN|JOB|WORKFLOW:TAG` (variables allowed): what `run --resume` takes."""
     if "resume-from" not in item or item["resume-from"] is None:
         return ""
@@ -268,7 +271,7 @@ def _parse_resume_from(item: dict, err) -> str:
     return text
 
 
-def _parse_depends_on(item: dict, err) -> tuple[list[Dependency], list[str] | None]:
+def _parse_depends_on(item: _Map, err) -> tuple[list[Dependency], list[str] | None]:
     raw = item.get("depends-on")
     if raw is None:
         return [], None
@@ -298,10 +301,10 @@ def _load_variables(path: Path, workflows: dict[str, Workflow]) -> dict[str, dic
     data = _read_yaml(path)
     if data is None:
         return {}
-    if not isinstance(data, dict) or set(data) - {"variables"}:
+    if not isinstance(data, _Map) or set(data) - {"variables"}:
         raise WorkflowError("expected a top-level 'variables:' mapping", path, getattr(data, "line", 1))
-    sections = data.get("variables") or {}
-    if not isinstance(sections, dict):
+    sections = data.get("variables") or _Map()
+    if not isinstance(sections, _Map):
         raise WorkflowError("'variables' must map 'global' and workflow names to variables", path, data.line_of("variables"))
     out: dict[str, dict] = {}
     for section, values in sections.items():
@@ -310,7 +313,7 @@ def _load_variables(path: Path, workflows: dict[str, Workflow]) -> dict[str, dic
             close = difflib.get_close_matches(str(section), [*workflows, "global"], n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise WorkflowError(f"variables for unknown workflow {section!r}{hint}", path, line)
-        if not isinstance(values, dict):
+        if not isinstance(values, _Map):
             raise WorkflowError(f"variables of {section!r} must be a mapping of names to values", path, line)
         for name, value in values.items():
             if not isinstance(name, str) or not name.isidentifier():

@@ -92,7 +92,8 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         commands = substitute_commands(_commands_of(wf), {**values, **builtins}, {"variables_as_args": as_args}, ints,
                                        env_copies)
         env = {k: substitute_text(v, text_values) for k, v in wf.env.items()}
-        artifacts, artifacts_all = [], []
+        artifacts: list[str] = []
+        artifacts_all: list[str] = []
         for spec in wf.artifacts:
             path = substitute_text(spec.path, text_values)
             check_artifact_path(path, err)
