@@ -35,27 +35,52 @@ class _NoAbbrevParser(argparse.ArgumentParser):
 
 def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
     # allow_abbrev=False everywhere: a prefix (`--na`) must not silently pick an option.
-    parser = argparse.ArgumentParser(prog=prog, description="Run and manage a lanpool runner agent.", allow_abbrev=False)
-    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB",
-                                parser_class=_NoAbbrevParser)
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Run and manage a lanpool runner agent.", allow_abbrev=False
+    )
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=_NoAbbrevParser)
 
     serve = sub.add_parser("serve", help="run the agent (SSH server) in the foreground")
     serve.add_argument("--host", default="0.0.0.0", help="address to listen on (default: all IPv4)")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port, 0 for any free one (default {DEFAULT_PORT})")
+    serve.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"TCP port, 0 for any free one (default {DEFAULT_PORT})"
+    )
     serve.add_argument("--name", help="runner name shown to controllers (default: host name)")
-    serve.add_argument("--data-dir", type=Path, default=None, help="keys, jobs and logs (default: $LANPOOL_AGENT_HOME or the user data dir)")
-    serve.add_argument("--grace", type=float, default=DEFAULT_GRACE_S, help="seconds between SIGTERM and SIGKILL on stop (default 10)")
-    serve.add_argument("--executor", choices=MODES, default="auto",
-                       help="how jobs run: docker (containers only), process (plain processes only), or auto "
-                            "(default: jobs with an image run in a container when a Docker engine answers)")
-    serve.add_argument("--docker-volume", action="append", default=[], metavar="HOST:CONTAINER[:ro]",
-                       help="bind-mount a host path into every job container (repeatable)")
-    serve.add_argument("--mdns-interface", action="append", default=[], metavar="IP",
-                       help="announce on the interface with this IPv4 address (repeatable; default: the --host "
-                            "address, or every LAN interface when listening on all)")
+    serve.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="keys, jobs and logs (default: $LANPOOL_AGENT_HOME or the user data dir)",
+    )
+    serve.add_argument(
+        "--grace", type=float, default=DEFAULT_GRACE_S, help="seconds between SIGTERM and SIGKILL on stop (default 10)"
+    )
+    serve.add_argument(
+        "--executor",
+        choices=MODES,
+        default="auto",
+        help="how jobs run: docker (containers only), process (plain processes only), or auto "
+        "(default: jobs with an image run in a container when a Docker engine answers)",
+    )
+    serve.add_argument(
+        "--docker-volume",
+        action="append",
+        default=[],
+        metavar="HOST:CONTAINER[:ro]",
+        help="bind-mount a host path into every job container (repeatable)",
+    )
+    serve.add_argument(
+        "--mdns-interface",
+        action="append",
+        default=[],
+        metavar="IP",
+        help="announce on the interface with this IPv4 address (repeatable; default: the --host "
+        "address, or every LAN interface when listening on all)",
+    )
     serve.add_argument("--no-mdns", action="store_true", help="do not announce on the LAN (add by address instead)")
-    serve.add_argument("--pairing-ttl", type=float, default=15.0, metavar="MIN",
-                       help="minutes a pairing code stays valid (default 15)")
+    serve.add_argument(
+        "--pairing-ttl", type=float, default=15.0, metavar="MIN", help="minutes a pairing code stays valid (default 15)"
+    )
     serve.add_argument("-v", "--verbose", action="store_true", help="log every connection and job")
 
     auth = sub.add_parser("authorize", help="allow a controller's public key to connect")
@@ -96,13 +121,18 @@ def main(argv: list[str] | None = None) -> int:
         elif args.verb == "pair":
             home.create()
             state = Pairing(home.root / "pairing.json", args.ttl * 60).issue()
-            print(f"pairing code: {state.code} (valid {args.ttl:g} min): on the controller run "
-                  f"`app headless runners pair NAME {state.code}`")
+            print(
+                f"pairing code: {state.code} (valid {args.ttl:g} min): on the controller run "
+                f"`app headless runners pair NAME {state.code}`"
+            )
     except AgentError as exc:
         print(f"app agent: error: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:
-        print(f"app agent: error: {exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}".rstrip(": "), file=sys.stderr)
+        print(
+            f"app agent: error: {exc.strerror or exc}: {getattr(exc, 'filename', '') or ''}".rstrip(": "),
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         return 130
@@ -112,9 +142,18 @@ def main(argv: list[str] | None = None) -> int:
 async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
     from agent.server import serve
 
-    await serve(home, args.name, args.host, args.port, args.grace, args.executor, args.docker_volume,
-                mdns=not args.no_mdns, mdns_interfaces=args.mdns_interface or None,
-                pairing_ttl_s=args.pairing_ttl * 60)
+    await serve(
+        home,
+        args.name,
+        args.host,
+        args.port,
+        args.grace,
+        args.executor,
+        args.docker_volume,
+        mdns=not args.no_mdns,
+        mdns_interfaces=args.mdns_interface or None,
+        pairing_ttl_s=args.pairing_ttl * 60,
+    )
 
 
 def _status(home: AgentHome, as_json: bool) -> int:
@@ -130,14 +169,17 @@ def _status(home: AgentHome, as_json: bool) -> int:
                 continue
             jobs.append({"job": data.get("job_id"), "run": data.get("run_name"), "state": data.get("state")})
     out = {
-        "running": info is not None, "data_dir": str(home.root),
+        "running": info is not None,
+        "data_dir": str(home.root),
         "name": info.get("name") if info else None,
-        "address": f"{info['host']}:{info['port']}" if info else None, "pid": info.get("pid") if info else None,
+        "address": f"{info['host']}:{info['port']}" if info else None,
+        "pid": info.get("pid") if info else None,
         "mdns": info.get("mdns", []) if info else [],
         "pairing_code": pairing.code if pairing else None,
         "pairing_expires_at": pairing.expires_at if pairing else None,
         "authorized_controllers": len([k for k in keys if k.strip()]),
-        "jobs_running": sum(j["state"] in ("SUBMITTED", "RUNNING") for j in jobs), "jobs_total": len(jobs),
+        "jobs_running": sum(j["state"] in ("SUBMITTED", "RUNNING") for j in jobs),
+        "jobs_total": len(jobs),
     }
     if as_json:
         print(json.dumps(out, indent=2))
@@ -193,6 +235,8 @@ def _gc(home: AgentHome) -> None:
         raise AgentError(str(exc)) from None
     for container in leftovers:
         docker.remove(container)
-        print(f"removed container {container.short_id} (job {container.labels.get('lanpool.job', '?')}, "
-              f"{container.status})")
+        print(
+            f"removed container {container.short_id} (job {container.labels.get('lanpool.job', '?')}, "
+            f"{container.status})"
+        )
     print(f"{len(leftovers)} leftover container(s) removed; {len(active)} unfinished job(s) in {home.root}")

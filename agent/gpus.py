@@ -39,7 +39,10 @@ def detect_gpus() -> list[Gpu]:
     try:
         out = subprocess.run(
             ["nvidia-smi", "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True, timeout=10, check=True,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
         ).stdout
     except (OSError, subprocess.SubprocessError):
         return []
@@ -92,7 +95,8 @@ class GpuAllocator:
         if count > len(free):
             raise GpuError(
                 f"the job needs {count} GPU{'s' if count > 1 else ''}; {len(free)} of this runner's "
-                f"{len(self.indices)} {'is' if len(free) == 1 else 'are'} free now")
+                f"{len(self.indices)} {'is' if len(free) == 1 else 'are'} free now"
+            )
         self._held[job_id] = free[:count]
         return free[:count]
 

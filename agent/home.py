@@ -1,15 +1,15 @@
 """Layout of an agent's data dir.
 
-    data_dir/
-      host_key            ed25519 host key (created on first start)
-      host_key.pub
-      authorized_keys     controller keys allowed in
-      agent.json          pid, name, address of the running agent
-      jobs/<id>/          job.json (journal), log.spool, workspace/
-      transfer/           the SFTP root: nothing else is reachable over SFTP
-        snapshots/<sha256>.tar   code snapshots uploaded by controllers
-        artifacts/<id>.tar       packed artifacts of jobs that ran here
-        inputs/<id>.tar          artifacts of jobs that ran elsewhere, uploaded as inputs
+data_dir/
+  host_key            ed25519 host key (created on first start)
+  host_key.pub
+  authorized_keys     controller keys allowed in
+  agent.json          pid, name, address of the running agent
+  jobs/<id>/          job.json (journal), log.spool, workspace/
+  transfer/           the SFTP root: nothing else is reachable over SFTP
+    snapshots/<sha256>.tar   code snapshots uploaded by controllers
+    artifacts/<id>.tar       packed artifacts of jobs that ran here
+    inputs/<id>.tar          artifacts of jobs that ran elsewhere, uploaded as inputs
 """
 
 import json

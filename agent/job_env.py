@@ -13,12 +13,17 @@ from agent.metrics_tail import METRICS_REL, metrics_env
 from protocol import SubmitJob
 
 
-def job_env(req: SubmitJob, workspace: Path, in_container: bool, gpus: list[int], asked_gpus: bool,
-            master_port: int = 0) -> dict[str, str]:
+def job_env(
+    req: SubmitJob, workspace: Path, in_container: bool, gpus: list[int], asked_gpus: bool, master_port: int = 0
+) -> dict[str, str]:
     """The job's env; `master_port` (when not 0) is its MASTER_PORT. Creates the metrics file's directory."""
     (workspace / METRICS_REL).parent.mkdir(parents=True, exist_ok=True)
-    env = {**metrics_env(workspace, in_container), **req.env,
-           "LANPOOL_RUN_NAME": req.run_name, "LANPOOL_JOB_ID": req.job_id}
+    env = {
+        **metrics_env(workspace, in_container),
+        **req.env,
+        "LANPOOL_RUN_NAME": req.run_name,
+        "LANPOOL_JOB_ID": req.job_id,
+    }
     if master_port:
         env["MASTER_PORT"] = str(master_port)
     env.update(_socket_ifname_env(env))

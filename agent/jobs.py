@@ -46,8 +46,13 @@ START_WAIT_S = 20.0
 
 
 class JobManager:
-    def __init__(self, home: AgentHome, executors: ExecutorChoice | Executor, grace_s: float = DEFAULT_GRACE_S,
-                 gpus: GpuAllocator | None = None) -> None:
+    def __init__(
+        self,
+        home: AgentHome,
+        executors: ExecutorChoice | Executor,
+        grace_s: float = DEFAULT_GRACE_S,
+        gpus: GpuAllocator | None = None,
+    ) -> None:
         self.home = home
         if not isinstance(executors, ExecutorChoice):
             executors = ExecutorChoice("process", executors)
@@ -151,11 +156,19 @@ class JobManager:
             self.gpus.release(req.job_id)
             raise
         record = JobRecord(
-            job_id=req.job_id, run_name=req.run_name, workflow=req.workflow,
-            commands=list(req.commands), env=dict(req.env), artifacts=list(req.artifacts),
-            working_dir=req.working_dir, submitted_at=time.time(),
-            executor=executor.name, image=req.image if executor.in_container else "", gpus=gpus,
-            cpus=resources.cpu or 0.0, memory_mb=resources.memory_mb or 0,
+            job_id=req.job_id,
+            run_name=req.run_name,
+            workflow=req.workflow,
+            commands=list(req.commands),
+            env=dict(req.env),
+            artifacts=list(req.artifacts),
+            working_dir=req.working_dir,
+            submitted_at=time.time(),
+            executor=executor.name,
+            image=req.image if executor.in_container else "",
+            gpus=gpus,
+            cpus=resources.cpu or 0.0,
+            memory_mb=resources.memory_mb or 0,
         )
         job = Job(record, job_dir, LogSpool(job_dir / "log.spool"), executor=executor)
         self.jobs[req.job_id] = job
@@ -173,9 +186,18 @@ class JobManager:
             record.save(job_dir)
         env = job_env(req, workspace, executor.in_container, gpus, resources.gpu is not None, record.master_port)
         launch = Launch(
-            req.job_id, list(req.commands), workspace, working_dir, env, run_name=req.run_name,
-            image=record.image, pull=req.pull, gpus=tuple(gpus),
-            memory_mb=resources.memory_mb, cpus=resources.cpu, shm_size=resources.shm_size,
+            req.job_id,
+            list(req.commands),
+            workspace,
+            working_dir,
+            env,
+            run_name=req.run_name,
+            image=record.image,
+            pull=req.pull,
+            gpus=tuple(gpus),
+            memory_mb=resources.memory_mb,
+            cpus=resources.cpu,
+            shm_size=resources.shm_size,
         )
         job.starting = self._spawn(self._start(job, executor, launch))
         await asyncio.wait([job.starting], timeout=START_WAIT_S)
@@ -306,9 +328,7 @@ class JobManager:
     async def _pack(self, job: Job) -> None:
         dest = self.home.artifacts / f"{job.record.job_id}.tar"
         try:
-            files, warnings = await asyncio.to_thread(
-                pack_artifacts, job.dir / "workspace", job.record.artifacts, dest
-            )
+            files, warnings = await asyncio.to_thread(pack_artifacts, job.dir / "workspace", job.record.artifacts, dest)
         except OSError as exc:
             job.system_line(f"lanpool: packing artifacts failed: {exc}")
             return

@@ -119,8 +119,9 @@ class Lockout:
         if n >= self.max_failures:
             self._locked_until[peer] = time.monotonic() + self.lockout_s
             self._failures[peer] = 0
-            log.warning("too many wrong pairing codes from %s: pairing locked for %.0fs for that address",
-                        peer, self.lockout_s)
+            log.warning(
+                "too many wrong pairing codes from %s: pairing locked for %.0fs for that address", peer, self.lockout_s
+            )
 
 
 @dataclass(frozen=True)
@@ -145,8 +146,15 @@ class PairingRefused(Exception):
 class PairingResponder:
     """The runner's side of the PAKE on one pairing-only connection (one attempt)."""
 
-    def __init__(self, pairing: Pairing, lockout: Lockout, grant: PairingGrant, host_key: str, name: str,
-                 authorize: Callable[[str, str], bool]) -> None:
+    def __init__(
+        self,
+        pairing: Pairing,
+        lockout: Lockout,
+        grant: PairingGrant,
+        host_key: str,
+        name: str,
+        authorize: Callable[[str, str], bool],
+    ) -> None:
         """`authorize(key, label)` adds the key to authorized_keys; False if it was there."""
         self._pairing = pairing
         self._lockout = lockout
@@ -160,9 +168,12 @@ class PairingResponder:
 
     def _check_code(self) -> None:
         if self._pairing.current() != self._grant.state:
-            raise PairingRefused(ErrorCode.NOT_PAIRED, "the pairing code this connection started with expired or "
-                                 "was replaced: get the current one with `app agent status` on the runner",
-                                 close=True)
+            raise PairingRefused(
+                ErrorCode.NOT_PAIRED,
+                "the pairing code this connection started with expired or "
+                "was replaced: get the current one with `app agent status` on the runner",
+                close=True,
+            )
 
     async def start(self, msg: PairStart) -> PairReply:
         peer = self._grant.peer
@@ -172,19 +183,26 @@ class PairingResponder:
         locked = self._lockout.locked_for(peer)
         if locked:
             log.warning("pairing attempt from %s refused: locked out for %.0fs more", peer, locked)
-            raise PairingRefused(ErrorCode.NOT_PAIRED, f"pairing from {peer} is locked for {locked:.0f}s more after "
-                                 "too many wrong codes", close=True)
+            raise PairingRefused(
+                ErrorCode.NOT_PAIRED,
+                f"pairing from {peer} is locked for {locked:.0f}s more after too many wrong codes",
+                close=True,
+            )
         if key_identity(msg.public_key) != key_identity(self._grant.client_key):
-            raise PairingRefused(ErrorCode.BAD_REQUEST, "pair_start.public_key is not the key this connection "
-                                 "authenticated with", close=True)
+            raise PairingRefused(
+                ErrorCode.BAD_REQUEST,
+                "pair_start.public_key is not the key this connection authenticated with",
+                close=True,
+            )
         self._attempted = True
         if self._lockout.begin(peer):
             await asyncio.sleep(RETRY_DELAY_S)  # each guess after a wrong one costs the guesser a second
             self._check_code()
         try:
             # Pure-Python curve arithmetic (~25 ms): off the loop that streams jobs' logs.
-            self._pake = await asyncio.to_thread(RunnerPake, self._grant.state.code, self._grant.client_key,
-                                                 self._host_key, msg.pake)
+            self._pake = await asyncio.to_thread(
+                RunnerPake, self._grant.state.code, self._grant.client_key, self._host_key, msg.pake
+            )
         except PairingFailed as exc:
             self.end()
             raise PairingRefused(ErrorCode.BAD_REQUEST, str(exc), close=True) from None

@@ -15,8 +15,6 @@ import asyncssh
 from asyncssh.channel import SSHChannel
 
 from agent import __version__
-from protocol import ENCRYPTION_ALGS, PROTOCOL_VERSION, SUBSYSTEM, key_text
-from protocol.pairing import PAIRING_USER
 from agent.errors import AgentError
 from agent.executors import ExecutorChoice, ProcessExecutor
 from agent.gpus import GpuAllocator, detect_gpus
@@ -28,6 +26,8 @@ from agent.pairing import CODE_TTL_S, Lockout, Pairing, PairingGrant, PairingRes
 from agent.resources import detect_resources
 from agent.session import ChannelSession
 from agent.sftp_root import ConfinedSFTPServer
+from protocol import ENCRYPTION_ALGS, PROTOCOL_VERSION, SUBSYSTEM, key_text
+from protocol.pairing import PAIRING_USER
 
 log = logging.getLogger(__name__)
 
@@ -193,9 +193,20 @@ def _engine_may_exist() -> bool:
 
 
 class Agent:
-    def __init__(self, home: AgentHome, name: str, host: str, port: int, grace_s: float = DEFAULT_GRACE_S,
-                 executor: str = "auto", docker_volumes: list[str] | None = None, *, mdns: bool = True,
-                 mdns_interfaces: list[str] | None = None, pairing_ttl_s: float = CODE_TTL_S) -> None:
+    def __init__(
+        self,
+        home: AgentHome,
+        name: str,
+        host: str,
+        port: int,
+        grace_s: float = DEFAULT_GRACE_S,
+        executor: str = "auto",
+        docker_volumes: list[str] | None = None,
+        *,
+        mdns: bool = True,
+        mdns_interfaces: list[str] | None = None,
+        pairing_ttl_s: float = CODE_TTL_S,
+    ) -> None:
         self.home = home
         self.name = name
         self.host = host
@@ -251,15 +262,23 @@ class Agent:
         self._host_key_text = key_text(host_key.export_public_key().decode())
         if not self.home.authorized_keys.read_text().strip() and not self.pairing.active:
             self.pairing.issue()
-        self.home.write_info({
-            "pid": os.getpid(), "name": self.name, "host": self.host, "port": self.port,
-            "version": __version__, "host_key": self._host_key_text, "mdns": self.mdns_addresses,
-        })
+        self.home.write_info(
+            {
+                "pid": os.getpid(),
+                "name": self.name,
+                "host": self.host,
+                "port": self.port,
+                "version": __version__,
+                "host_key": self._host_key_text,
+                "mdns": self.mdns_addresses,
+            }
+        )
         if self.mdns_addresses:
             self._advertiser = Advertiser(self.name, self.port, self.mdns_addresses)
             await self._advertiser.start(self._txt())
-        log.info("agent %s listening on %s:%d (executor %s)", self.name, self.host, self.port,
-                 self.resources.get("executor"))
+        log.info(
+            "agent %s listening on %s:%d (executor %s)", self.name, self.host, self.port, self.resources.get("executor")
+        )
 
     def resources_now(self) -> dict[str, int | str]:
         """What the machine has and, right now, what is free: for Hello and the TXT record."""
@@ -309,8 +328,9 @@ class Agent:
         if grant is not None:  # one pairing attempt per connection, whatever the channel
             exchange = self._pairing_exchanges.get(conn)
             if exchange is None:
-                exchange = PairingResponder(self.pairing, self.lockout, grant, self._host_key_text, self.name,
-                                            self._authorize)
+                exchange = PairingResponder(
+                    self.pairing, self.lockout, grant, self._host_key_text, self.name, self._authorize
+                )
                 self._pairing_exchanges[conn] = exchange
         assert self.manager is not None, "channels are served only after start()"
         await ChannelSession(process, self.manager, self.name, self.resources_now, exchange).run()
@@ -326,21 +346,46 @@ class Agent:
         self.home.info_file.unlink(missing_ok=True)
 
 
-async def serve(home: AgentHome, name: str | None, host: str, port: int, grace_s: float,
-                executor: str = "auto", docker_volumes: list[str] | None = None, *, mdns: bool = True,
-                mdns_interfaces: list[str] | None = None, pairing_ttl_s: float = CODE_TTL_S) -> None:
+async def serve(
+    home: AgentHome,
+    name: str | None,
+    host: str,
+    port: int,
+    grace_s: float,
+    executor: str = "auto",
+    docker_volumes: list[str] | None = None,
+    *,
+    mdns: bool = True,
+    mdns_interfaces: list[str] | None = None,
+    pairing_ttl_s: float = CODE_TTL_S,
+) -> None:
     """Run an agent until SIGINT/SIGTERM."""
-    agent = Agent(home, name or socket.gethostname(), host, port, grace_s, executor, docker_volumes,
-                  mdns=mdns, mdns_interfaces=mdns_interfaces, pairing_ttl_s=pairing_ttl_s)
+    agent = Agent(
+        home,
+        name or socket.gethostname(),
+        host,
+        port,
+        grace_s,
+        executor,
+        docker_volumes,
+        mdns=mdns,
+        mdns_interfaces=mdns_interfaces,
+        pairing_ttl_s=pairing_ttl_s,
+    )
     await agent.start()
-    print(f"lanpool agent {agent.name} listening on {agent.host}:{agent.port} (data dir {home.root}, "
-          f"jobs with an image run as {'containers' if agent.resources['executor'] == 'docker' else 'processes'})",
-          flush=True)
+    print(
+        f"lanpool agent {agent.name} listening on {agent.host}:{agent.port} (data dir {home.root}, "
+        f"jobs with an image run as {'containers' if agent.resources['executor'] == 'docker' else 'processes'})",
+        flush=True,
+    )
     print(f"mDNS: {'announced on ' + ', '.join(agent.mdns_addresses) if agent.mdns_addresses else 'off'}", flush=True)
     code = agent.pairing.current()
     if code is not None:
-        print(f"pairing code: {code.code} (valid {int(code.expires_at - time.time()) // 60} min): on the controller run "
-              f"`app headless runners pair {agent.name} {code.code}`", flush=True)
+        print(
+            f"pairing code: {code.code} (valid {int(code.expires_at - time.time()) // 60} min): on the controller run "
+            f"`app headless runners pair {agent.name} {code.code}`",
+            flush=True,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -46,8 +46,14 @@ _ERROR_CHARS = 1000  # of an Error reply's message
 class ChannelSession:
     """Serves one `lanpool` subsystem channel until the client closes it."""
 
-    def __init__(self, process: asyncssh.SSHServerProcess, manager: JobManager, name: str,
-                 resources: Callable[[], dict], pairing: PairingResponder | None = None) -> None:
+    def __init__(
+        self,
+        process: asyncssh.SSHServerProcess,
+        manager: JobManager,
+        name: str,
+        resources: Callable[[], dict],
+        pairing: PairingResponder | None = None,
+    ) -> None:
         """`pairing` is set on pairing-only connections: they may run the pairing
         exchange (and say hello, and ping), nothing else."""
         self._proc = process
@@ -99,22 +105,31 @@ class ChannelSession:
             raise
         except Exception as exc:  # a bug in one request must not end the channel
             log.exception("request %s failed", type(msg).__name__)
-            await self._send(Error(ErrorCode.INTERNAL, clip(f"the runner failed on this request: {exc}", _ERROR_CHARS),
-                                   clip(getattr(msg, "job_id", ""))))
+            await self._send(
+                Error(
+                    ErrorCode.INTERNAL,
+                    clip(f"the runner failed on this request: {exc}", _ERROR_CHARS),
+                    clip(getattr(msg, "job_id", "")),
+                )
+            )
 
     async def _dispatch(self, msg) -> None:
         if self._pairing is not None and not isinstance(msg, (ClientHello, PairStart, PairConfirm, Ping)):
-            raise JobError(ErrorCode.NOT_PAIRED, "this connection is for pairing only: pair first "
-                           "(`app headless runners pair NAME CODE`)")
+            raise JobError(
+                ErrorCode.NOT_PAIRED,
+                "this connection is for pairing only: pair first (`app headless runners pair NAME CODE`)",
+            )
         if isinstance(msg, (PairStart, PairConfirm)):
             await self._pair(msg)
         elif isinstance(msg, ClientHello):
             if msg.protocol_version != PROTOCOL_VERSION:
-                await self._send(Error(
-                    ErrorCode.VERSION_MISMATCH,
-                    f"runner speaks protocol {PROTOCOL_VERSION}, controller {msg.protocol_version}: "
-                    "install the same lanpool version on both",
-                ))
+                await self._send(
+                    Error(
+                        ErrorCode.VERSION_MISMATCH,
+                        f"runner speaks protocol {PROTOCOL_VERSION}, controller {msg.protocol_version}: "
+                        "install the same lanpool version on both",
+                    )
+                )
         elif isinstance(msg, SubmitJob):
             job = await self._manager.submit(msg)
             await self._send(JobAccepted(msg.job_id, str(job.dir / "workspace"), job.record.master_port))

@@ -43,8 +43,12 @@ class ConfinedSFTPServer(asyncssh.SFTPServer):
             flags, mode = os.O_WRONLY, "wb"
         else:
             flags, mode = os.O_RDONLY, "rb"
-        for bit, extra in ((FXF_APPEND, os.O_APPEND), (FXF_CREAT, os.O_CREAT), (FXF_TRUNC, os.O_TRUNC),
-                           (FXF_EXCL, os.O_EXCL)):
+        for bit, extra in (
+            (FXF_APPEND, os.O_APPEND),
+            (FXF_CREAT, os.O_CREAT),
+            (FXF_TRUNC, os.O_TRUNC),
+            (FXF_EXCL, os.O_EXCL),
+        ):
             if pflags & bit:
                 flags |= extra
         # O_NONBLOCK: a FIFO must not freeze the agent (it is refused below).

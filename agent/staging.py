@@ -66,10 +66,13 @@ def extract_tar(home: AgentHome, tar_path: str, allowed: tuple[Path, ...], works
                 elif member.issym() and links:
                     symlinks.append(member)
                 else:
-                    raise JobError(ErrorCode.BAD_REQUEST, f"{clip(repr(tar_path))}: {clip(repr(member.name))} is "
-                                                          f"{_member_kind(member)}: only files and directories"
-                                                          f"{' (and links inside the workspace)' if links else ''} "
-                                                          "are unpacked")
+                    raise JobError(
+                        ErrorCode.BAD_REQUEST,
+                        f"{clip(repr(tar_path))}: {clip(repr(member.name))} is "
+                        f"{_member_kind(member)}: only files and directories"
+                        f"{' (and links inside the workspace)' if links else ''} "
+                        "are unpacked",
+                    )
             tar.extractall(workspace, members=files, filter="data")  # 'data' refuses paths leaving the dir
             tar.extractall(workspace, members=symlinks, filter="data")
     root = workspace.resolve()
@@ -78,8 +81,9 @@ def extract_tar(home: AgentHome, tar_path: str, allowed: tuple[Path, ...], works
     for name in leaving:
         remove_entry(workspace, name)  # nothing later may follow it (its parents are not followed either)
     if leaving:
-        raise JobError(ErrorCode.BAD_REQUEST, f"{clip(repr(tar_path))}: link {clip(repr(leaving[0]))} "
-                                              "leads out of the workspace")
+        raise JobError(
+            ErrorCode.BAD_REQUEST, f"{clip(repr(tar_path))}: link {clip(repr(leaving[0]))} leads out of the workspace"
+        )
 
 
 def _member_kind(member: tarfile.TarInfo) -> str:

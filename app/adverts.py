@@ -29,8 +29,8 @@ import asyncssh
 
 from app.errors import HostKeyMismatch, LanpoolError, RunnerRefused
 from app.host_keys import host_key_or_none
-from app.runner_views import PROBE_TIMEOUT_S, RunnerState, bounded_props
 from app.runner_client import RunnerSession
+from app.runner_views import PROBE_TIMEOUT_S, RunnerState, bounded_props
 from app.store import Store
 
 if TYPE_CHECKING:  # app.discovery imports zeroconf, which only browsing needs
@@ -56,8 +56,9 @@ def record_advert(store: Store, advert: "Advert") -> tuple[str, int] | None:
         return None
     key = host_key_or_none(advert.host_key)
     if key is None:
-        log.warning("ignored the mDNS advert of %s from %s: its host key is not an ed25519 public key",
-                    name, advert.host)
+        log.warning(
+            "ignored the mDNS advert of %s from %s: its host key is not an ed25519 public key", name, advert.host
+        )
         return None
     if not isinstance(advert.port, int) or not 1 <= advert.port <= 65535:
         log.warning("ignored the mDNS advert of %s from %s: port %r", name, advert.host, advert.port)
@@ -74,10 +75,19 @@ def record_advert(store: Store, advert: "Advert") -> tuple[str, int] | None:
         return None  # a damaged store row: `runners` says what to do; no advert repairs it
     if key != pinned:
         if known["conflict_key"] != key:
-            log.warning("runner %s is claimed by an mDNS advert from %s with another host key: a conflict "
-                        "while that claim is heard; the pinned key stays", name, advert.host)
-        store.set_runner(name, conflict_key=key, conflict_service=str(advert.service)[:300], conflict_seen=now,
-                         state=RunnerState.CONFLICT)
+            log.warning(
+                "runner %s is claimed by an mDNS advert from %s with another host key: a conflict "
+                "while that claim is heard; the pinned key stays",
+                name,
+                advert.host,
+            )
+        store.set_runner(
+            name,
+            conflict_key=key,
+            conflict_service=str(advert.service)[:300],
+            conflict_seen=now,
+            state=RunnerState.CONFLICT,
+        )
         return None
     if (advert.host, advert.port) != (known["host"], known["port"]):
         return advert.host, advert.port  # nothing stored before the pinned key answers there
@@ -109,15 +119,24 @@ async def fold_advert(store: Store, client_key: asyncssh.SSHKey, advert: "Advert
     if row is None or key is None:
         return
     if not await answers_with_key(client_key, host, port, key):
-        log.warning("runner %s was announced at %s:%d, where its pinned key does not answer: its address "
-                    "stays %s:%d", advert.name, host, port, row["host"], row["port"])
+        log.warning(
+            "runner %s was announced at %s:%d, where its pinned key does not answer: its address stays %s:%d",
+            advert.name,
+            host,
+            port,
+            row["host"],
+            row["port"],
+        )
         return
     log.info("runner %s moved to %s:%d (its pinned key answered there)", advert.name, host, port)
-    store.set_runner(advert.name, host=host, port=port, props=json.dumps(bounded_props(advert.props)),
-                     last_seen=time.time())
+    store.set_runner(
+        advert.name, host=host, port=port, props=json.dumps(bounded_props(advert.props)), last_seen=time.time()
+    )
 
 
-async def fold_browse(store: Store, client_key: asyncssh.SSHKey, adverts: list["Advert"], started_at: float, browsed_s: float) -> None:
+async def fold_browse(
+    store: Store, client_key: asyncssh.SSHKey, adverts: list["Advert"], started_at: float, browsed_s: float
+) -> None:
     """Everything one browse heard (from `started_at`, for `browsed_s` seconds): the
     adverts, then the conflicts whose claim it no longer heard are over."""
     heard: dict[str, set[str]] = {}
@@ -130,8 +149,10 @@ async def fold_browse(store: Store, client_key: asyncssh.SSHKey, adverts: list["
         if row is None or row.get("trusted") or host_key_or_none(row["host_key"]) in keys:
             continue
         # An untrusted runner's key is only a hint, and nobody announces it any more.
-        advert, advert_key = min(((a, k) for a in adverts if a.name == name and (k := host_key_or_none(a.host_key))),
-                                 key=lambda ak: str(ak[0].service))
+        advert, advert_key = min(
+            ((a, k) for a in adverts if a.name == name and (k := host_key_or_none(a.host_key))),
+            key=lambda ak: str(ak[0].service),
+        )
         log.info("runner %s (not paired) is now announced with another host key: following it", name)
         store.upsert_runner(name, advert.host, advert.port, advert_key)
         clear_conflict(store, name)

@@ -82,8 +82,10 @@ def ensure_room(where: Path, declared: dict[str, int]) -> None:
     need = archive_limit(declared) + sum(declared.values())
     free = shutil.disk_usage(where).free
     if need > free - DISK_RESERVE_BYTES:
-        raise ArtifactsRefused(f"the artifacts declare {_mib(sum(declared.values()))}: with their archive they "
-                               f"do not fit in the {_mib(free)} free at {where}")
+        raise ArtifactsRefused(
+            f"the artifacts declare {_mib(sum(declared.values()))}: with their archive they "
+            f"do not fit in the {_mib(free)} free at {where}"
+        )
 
 
 def extract_archive(tar_path: Path, dest: Path, declared: dict[str, int]) -> None:
@@ -96,16 +98,18 @@ def extract_archive(tar_path: Path, dest: Path, declared: dict[str, int]) -> Non
             for member in _members(tar):
                 members += 1
                 if members > 2 * len(declared) + 1000:
-                    raise ArtifactsRefused(f"the archive holds far more entries than the {len(declared)} "
-                                           "files declared")
+                    raise ArtifactsRefused(
+                        f"the archive holds far more entries than the {len(declared)} files declared"
+                    )
                 _extract_member(tar, member, dest, declared, seen)
     except ArtifactsRefused:
         raise
     except tarfile.FilterError as exc:
         raise ArtifactsRefused(f"the archive has an entry the tar filter refuses: {str(exc)[:400]}") from None
     except (tarfile.TarError, EOFError) as exc:
-        raise ArtifactsRefused(f"the archive is not an uncompressed tar this controller reads: "
-                               f"{str(exc)[:400]}") from None
+        raise ArtifactsRefused(
+            f"the archive is not an uncompressed tar this controller reads: {str(exc)[:400]}"
+        ) from None
     missing = sorted(set(declared) - seen)
     if missing:
         raise ArtifactsRefused(f"the archive lacks {len(missing)} declared file(s), first {_q(missing[0])}")
@@ -120,8 +124,9 @@ def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
         yield member
 
 
-def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, declared: dict[str, int],
-                    seen: set[str]) -> None:
+def _extract_member(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, declared: dict[str, int], seen: set[str]
+) -> None:
     name = member.name.rstrip("/") if member.isdir() else member.name
     tarfile.data_filter(member, str(dest))  # the standard check first; ours is stricter
     parts = checked_path(name)
@@ -129,17 +134,26 @@ def _extract_member(tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, d
         os.close(make_dirs(dest, parts))
         return
     if member.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
-        kind = ("a symlink" if member.issym() else "a hard link" if member.islnk() else
-                "a device" if member.isdev() else "a FIFO" if member.isfifo() else
-                "a sparse file" if member.issparse() else f"type {member.type!r}")
+        kind = (
+            "a symlink"
+            if member.issym()
+            else "a hard link"
+            if member.islnk()
+            else "a device"
+            if member.isdev()
+            else "a FIFO"
+            if member.isfifo()
+            else "a sparse file"
+            if member.issparse()
+            else f"type {member.type!r}"
+        )
         raise ArtifactsRefused(f"artifact {_q(name)} is {kind}: only regular files are taken")
     if name not in declared:
         raise ArtifactsRefused(f"the archive holds {_q(name)}, which the runner did not declare")
     if name in seen:
         raise ArtifactsRefused(f"the archive holds {_q(name)} twice")
     if member.size != declared[name]:
-        raise ArtifactsRefused(f"artifact {_q(name)} is {member.size} bytes in the archive, "
-                               f"{declared[name]} declared")
+        raise ArtifactsRefused(f"artifact {_q(name)} is {member.size} bytes in the archive, {declared[name]} declared")
     seen.add(name)
     source = tar.extractfile(member)
     assert source is not None  # a regular member always has a file object
@@ -171,8 +185,10 @@ def make_dirs(root: Path, parts: list[str]) -> int:
             try:
                 sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
             except OSError:
-                raise ArtifactsRefused(f"{_q('/'.join(parts[:i + 1]))} under {root} is a symlink or not a "
-                                       "directory: not writing through it") from None
+                raise ArtifactsRefused(
+                    f"{_q('/'.join(parts[: i + 1]))} under {root} is a symlink or not a "
+                    "directory: not writing through it"
+                ) from None
             os.close(fd)
             fd = sub
     except BaseException:
@@ -181,8 +197,9 @@ def make_dirs(root: Path, parts: list[str]) -> int:
     return fd
 
 
-def write_file(root: Path, parts: list[str], chunks: Iterable[bytes], *, mtime: float | None = None,
-               replace: bool = True) -> int:
+def write_file(
+    root: Path, parts: list[str], chunks: Iterable[bytes], *, mtime: float | None = None, replace: bool = True
+) -> int:
     """Write root/parts... from `chunks`; returns the bytes written.
 
     replace=False: the file must not exist yet (O_EXCL). replace=True: written to a
@@ -234,8 +251,7 @@ def copy_file(src_root: Path, parts: list[str], dst_root: Path) -> int:
     try:
         fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
     except OSError as exc:
-        raise ArtifactsRefused(f"{_q('/'.join(parts))} in the artifact store cannot be read: "
-                               f"{exc.strerror}") from None
+        raise ArtifactsRefused(f"{_q('/'.join(parts))} in the artifact store cannot be read: {exc.strerror}") from None
     finally:
         os.close(dir_fd)
     with os.fdopen(fd, "rb") as fh:

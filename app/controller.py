@@ -25,12 +25,12 @@ from app.overview import MetricsReader
 from app.planning import Plan, known_variables, make_plan
 from app.pool import DEFAULT_PORT, Pool, RunnerState, parse_address
 from app.remote_job import JobServices, Launch, LogSink, RemoteJob
-from app.runs import Runs
+from app.resume import Resumes
 from app.runner_client import RunnerSession
+from app.runs import Runs
 from app.scheduler import Need
 from app.snapshot import Snapshot, build_snapshot
 from app.store import ARTIFACTS_REFUSED, JobRow, Store
-from app.resume import Resumes
 from app.workflows import Project, load_workflows
 from app.workflows.resolve import ResolvedJob, resolve
 from protocol import JobState, JobStatus
@@ -95,28 +95,53 @@ class Controller:
     def load_project(self, root: Path) -> Project:
         return load_workflows(root)
 
-    def plan(self, project: Project, workflow_name: str, overrides: dict[str, str] | None = None,
-             no_cache: bool = False, reuse: bool = False) -> Plan:
+    def plan(
+        self,
+        project: Project,
+        workflow_name: str,
+        overrides: dict[str, str] | None = None,
+        no_cache: bool = False,
+        reuse: bool = False,
+    ) -> Plan:
         """What a run would do: each job of the DAG, run or reused, and why."""
         project.get(workflow_name)
         return make_plan(project, self.store, self.home, workflow_name, overrides or {}, no_cache, reuse)
 
-    def plan_in_thread(self, project: Project, workflow_name: str, overrides: dict[str, str] | None = None,
-                       no_cache: bool = False, reuse: bool = False) -> Plan:
+    def plan_in_thread(
+        self,
+        project: Project,
+        workflow_name: str,
+        overrides: dict[str, str] | None = None,
+        no_cache: bool = False,
+        reuse: bool = False,
+    ) -> Plan:
         """`plan` for a worker thread (hashing the project's files can take a while): on its own connection."""
         project.get(workflow_name)
         return self.runs.in_own_store(
-            lambda store: make_plan(project, store, self.home, workflow_name, overrides or {}, no_cache, reuse))
+            lambda store: make_plan(project, store, self.home, workflow_name, overrides or {}, no_cache, reuse)
+        )
 
     def variables(self, project: Project, workflow_name: str) -> dict[str, object]:
         """Every variable a run of the workflow takes (its DAG's), with its default."""
         return known_variables(project, workflow_name)
 
-    async def run(self, project: Project, workflow_name: str, runner_spec: str | None = None,
-                  overrides: dict[str, str] | None = None, *, sink: LogSink | None = None,
-                  say: Callable[[str], None] | None = None, on_submitted: Callable[[Submitted], None] | None = None,
-                  follow: bool = True, no_cache: bool = False, reuse: bool = False, tag: str | None = None,
-                  nodes: int | None = None, resume: str | None = None) -> RunOutcome:
+    async def run(
+        self,
+        project: Project,
+        workflow_name: str,
+        runner_spec: str | None = None,
+        overrides: dict[str, str] | None = None,
+        *,
+        sink: LogSink | None = None,
+        say: Callable[[str], None] | None = None,
+        on_submitted: Callable[[Submitted], None] | None = None,
+        follow: bool = True,
+        no_cache: bool = False,
+        reuse: bool = False,
+        tag: str | None = None,
+        nodes: int | None = None,
+        resume: str | None = None,
+    ) -> RunOutcome:
         """Run a workflow's plan: reused jobs are skipped, the others run in order, each
         getting its dependencies' artifacts, each a gang of its nodes (app/remote_job.py).
 
@@ -134,12 +159,15 @@ class Controller:
             raise UsageError("--detach does not take multi-node jobs: the controller watches all nodes together")
         if not follow and len(plan.to_run) > 1:
             names = ", ".join(j.workflow for j in plan.to_run)
-            raise UsageError(f"--detach runs one job, and this plan runs {len(plan.to_run)} ({names}): "
-                             "run without --detach, or run the dependencies first")
+            raise UsageError(
+                f"--detach runs one job, and this plan runs {len(plan.to_run)} ({names}): "
+                "run without --detach, or run the dependencies first"
+            )
         outcome = RunOutcome(run_name=new_run_name(self.store.run_name_taken))
         job_ids = {p.workflow: secrets.token_hex(6) for p in plan.to_run}
-        previous = self.store.create_run(outcome.run_name, workflow_name, str(project.root), tag,
-                                         plan.jobs[-1].job.variables)
+        previous = self.store.create_run(
+            outcome.run_name, workflow_name, str(project.root), tag, plan.jobs[-1].job.variables
+        )
         if previous:
             say(f"tag {tag!r} moved from run {previous} to run {outcome.run_name}")
         if not plan.to_run:
@@ -147,8 +175,9 @@ class Controller:
                 assert planned.reuse is not None  # nothing to run: every job is reused
                 say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
             return outcome
-        placement = _Placement(self.pool, runner_spec, outcome.run_name, say,
-                               _largest_need([p.job.resources for p in plan.to_run]))
+        placement = _Placement(
+            self.pool, runner_spec, outcome.run_name, say, _largest_need([p.job.resources for p in plan.to_run])
+        )
         snapshot: Snapshot | None = None
         done: dict[str, JobRow] = {}
         try:
@@ -167,8 +196,10 @@ class Controller:
                     # Same explicit path on every node: never "last" without shared storage.
                     job = dataclasses.replace(job, env={**job.env, "LANPOOL_RESUME_CKPT": resume_ckpt})
                     planned.tagged.append(resume_job)  # its artifacts are placed like a dependency's
-                    say(f"{planned.workflow}: resuming from {resume_ckpt} of job {resume_job.id}"
-                        f" (run {resume_job.run_name})")
+                    say(
+                        f"{planned.workflow}: resuming from {resume_ckpt} of job {resume_job.id}"
+                        f" (run {resume_job.run_name})"
+                    )
                 sessions, addresses = await placement.sessions_for(job, job_id)
                 # The snapshot once the run has a runner: a queued run sends the files as they are then.
                 if snapshot is None:
@@ -180,8 +211,13 @@ class Controller:
                     return [i for i in found if i]
 
                 remote, status = await RemoteJob.submit(
-                    self.jobs, Launch(job_id, outcome.run_name, job, snapshot, planned.key, planned.inputs),
-                    sessions, addresses, inputs_of, say)
+                    self.jobs,
+                    Launch(job_id, outcome.run_name, job, snapshot, planned.key, planned.inputs),
+                    sessions,
+                    addresses,
+                    inputs_of,
+                    say,
+                )
                 submitted = Submitted(outcome.run_name, job_id, remote.nodes[0].runner, status)
                 outcome.submitted.append(submitted)
                 if on_submitted:
@@ -192,7 +228,7 @@ class Controller:
                 outcome.jobs.append(row)
                 done[planned.workflow] = row
                 if row.state is not JobState.DONE:
-                    rest = [j.workflow for j in plan.jobs[plan.jobs.index(planned) + 1:]]
+                    rest = [j.workflow for j in plan.jobs[plan.jobs.index(planned) + 1 :]]
                     if rest:
                         say(f"{planned.workflow} ended {row.status}: not running {', '.join(rest)}")
                     break
@@ -206,9 +242,16 @@ class Controller:
         """How many nodes the job runs on (1 for a single-node job)."""
         return RemoteJob(self.jobs, job_id).size
 
-    async def follow(self, job_id: str, sink: LogSink | None = None, follow: bool = True,
-                     say: Callable[[str], None] | None = None, node: int | None = None,
-                     from_store: bool = True, start: int | None = None) -> JobRow:
+    async def follow(
+        self,
+        job_id: str,
+        sink: LogSink | None = None,
+        follow: bool = True,
+        say: Callable[[str], None] | None = None,
+        node: int | None = None,
+        from_store: bool = True,
+        start: int | None = None,
+    ) -> JobRow:
         """Bring the job's log into the store from where it stopped, and its final status.
 
         `from_store=False`: the sink gets only new lines (the TUI reads the stored tail itself),
@@ -226,8 +269,11 @@ class Controller:
         if start is not None:
             starts[0] = start
         if node is not None and not 0 <= node < remote.size:
-            raise UsageError(f"job {job_id} runs on {remote.size} node(s): --node takes 0"
-                             + (f" to {remote.size - 1}" if remote.size > 1 else "") + f", not {node}")
+            raise UsageError(
+                f"job {job_id} runs on {remote.size} node(s): --node takes 0"
+                + (f" to {remote.size - 1}" if remote.size > 1 else "")
+                + f", not {node}"
+            )
         if sink and from_store:  # what is already stored first, then the rest from the runner
             for chunk_node, seq, stream, data in self.store.log_chunks(job_id):
                 if (node is not None and chunk_node != node) or seq >= starts.get(chunk_node, 0):
@@ -235,8 +281,9 @@ class Controller:
                 sink(job_id, stream, remote.shown(chunk_node, stream, data))
         if job.synced:
             return job
-        return await remote.follow(sink, say or (lambda _t: None), follow=follow, only_node=node,
-                                   starts=starts if sink else None)
+        return await remote.follow(
+            sink, say or (lambda _t: None), follow=follow, only_node=node, starts=starts if sink else None
+        )
 
     async def stop(self, job_id: str, abort: bool = False, grace_s: float | None = None) -> JobRow:
         """Stop every node of the job at once; it ends STOPPED/ABORTED as one."""
@@ -269,8 +316,9 @@ class Controller:
 
     # -- artifacts --------------------------------------------------------------------------
 
-    async def download_artifacts(self, job_id: str, output: Path,
-                                 progress: Callable[[int, int], None] | None = None) -> list[tuple[str, int]]:
+    async def download_artifacts(
+        self, job_id: str, output: Path, progress: Callable[[int, int], None] | None = None
+    ) -> list[tuple[str, int]]:
         """Copy a job's artifacts to `output`; `progress(done_bytes, total_bytes)` after each file."""
         job = self.store.job(job_id)
         if not job.artifacts_pulled:
@@ -302,13 +350,15 @@ class _Placement:
         trust = False
         if job.nodes == 1:
             if self.single is None:
-                self.single = await self.pool.choose_runner(self.spec, self.need, self.run_name, job_id,
-                                                            job.workflow, self.say)
+                self.single = await self.pool.choose_runner(
+                    self.spec, self.need, self.run_name, job_id, job.workflow, self.say
+                )
             hosts, trust = [self.single], self.pool.names_an_address(self.spec)
         else:
             pinned = self.spec if self.pool.store.runner(self.spec or "") else None
-            hosts = await self.pool.choose_runners(pinned, Need.of(job.resources), job.nodes, self.run_name, job_id,
-                                                   job.workflow, self.say)
+            hosts = await self.pool.choose_runners(
+                pinned, Need.of(job.resources), job.nodes, self.run_name, job_id, job.workflow, self.say
+            )
         for host, port in hosts:
             if (host, port) not in self.sessions:
                 self.sessions[host, port] = await self.pool.connect(host, port, trust=trust)

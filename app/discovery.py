@@ -53,16 +53,23 @@ def _advert(info: AsyncServiceInfo) -> Advert | None:
     if not addresses or not info.port or not props.get("hk"):
         log.info("ignored the incomplete mDNS advert %s", info.name[:200])
         return None
-    return Advert(name=props.get("name") or info.name.split(".")[0], host=addresses[0], port=info.port,
-                  host_key=props["hk"], props=props, service=info.name)
+    return Advert(
+        name=props.get("name") or info.name.split(".")[0],
+        host=addresses[0],
+        port=info.port,
+        host_key=props["hk"],
+        props=props,
+        service=info.name,
+    )
 
 
 class Browser:
     """Keeps browsing; calls `on_seen(advert)` for each new or updated runner and
     `on_gone(service_name)` when one unregisters."""
 
-    def __init__(self, interfaces: list[str], on_seen: Callable[[Advert], None],
-                 on_gone: Callable[[str], object] | None = None) -> None:
+    def __init__(
+        self, interfaces: list[str], on_seen: Callable[[Advert], None], on_gone: Callable[[str], object] | None = None
+    ) -> None:
         self.interfaces = interfaces
         self._on_seen = on_seen
         self._on_gone = on_gone or (lambda _name: None)

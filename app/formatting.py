@@ -60,5 +60,13 @@ def status_text(job: JobRow, runner_state: str | None = None) -> str:
 def runner_cells(v: RunnerView, now: float | None = None) -> list[str]:
     """One runner's row, in RUNNER_HEADERS order."""
     gpu_name = v.props.get("gpu_name", "")
-    return [v.name, f"{v.host}:{v.port}", v.state, f"{v.gpus_free}/{v.gpus}" + (f" {gpu_name}" if gpu_name else ""),
-            str(v.running), v.props.get("executor", "-") or "-", v.source, ago(v.last_seen, now)]
+    return [
+        v.name,
+        f"{v.host}:{v.port}",
+        v.state,
+        f"{v.gpus_free}/{v.gpus}" + (f" {gpu_name}" if gpu_name else ""),
+        str(v.running),
+        v.props.get("executor", "-") or "-",
+        v.source,
+        ago(v.last_seen, now),
+    ]

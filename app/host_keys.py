@@ -38,8 +38,9 @@ def host_key_or_none(text: object) -> str | None:
 
 
 def unreadable_key_message(name: str) -> str:
-    return (f"runner {name} has an unreadable pinned key: `app headless runners remove {name}`, "
-            "then add or pair it again")
+    return (
+        f"runner {name} has an unreadable pinned key: `app headless runners remove {name}`, then add or pair it again"
+    )
 
 
 def pinned_key(row: dict) -> str:

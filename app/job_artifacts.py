@@ -15,8 +15,15 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from app.artifact_files import ArtifactsRefused, archive_limit, checked_declared, checked_path, copy_file, \
-    ensure_room, extract_archive
+from app.artifact_files import (
+    ArtifactsRefused,
+    archive_limit,
+    checked_declared,
+    checked_path,
+    copy_file,
+    ensure_room,
+    extract_archive,
+)
 from app.errors import LanpoolError, NotFoundError, RunnerProtocolError, UsageError
 from app.home import ControllerHome
 from app.runner_client import RunnerSession
@@ -91,8 +98,9 @@ class Artifacts:
             self.store.refuse_artifacts(job_id)
             return line
         except OSError as exc:  # this machine's side (disk full, permissions): worth another try later
-            raise LanpoolError(f"could not write the artifacts of job {job_id} under {self.home.artifacts}: "
-                               f"{exc.strerror or exc}") from None
+            raise LanpoolError(
+                f"could not write the artifacts of job {job_id} under {self.home.artifacts}: {exc.strerror or exc}"
+            ) from None
         finally:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
@@ -101,8 +109,11 @@ class Artifacts:
         """Where the runner finds `dep`'s artifacts: its own copy if the job ran there, else an upload."""
         if not self.store.artifacts(dep.id):
             return None
-        if session.hello is not None and dep.runner == session.hello.name \
-                and await session.exists(f"artifacts/{dep.id}.tar"):
+        if (
+            session.hello is not None
+            and dep.runner == session.hello.name
+            and await session.exists(f"artifacts/{dep.id}.tar")
+        ):
             return f"artifacts/{dep.id}.tar"
         remote = f"inputs/{dep.id}.tar"
         if not await session.exists(remote):
@@ -112,11 +123,13 @@ class Artifacts:
 
     def refusal(self, job_id: str) -> str:
         """The stored line saying why the job's artifacts were refused."""
-        return next((d for _at, _s, d in reversed(self.store.job_events(job_id)) if d.startswith(REFUSED_LINE)),
-                    REFUSED_LINE)
+        return next(
+            (d for _at, _s, d in reversed(self.store.job_events(job_id)) if d.startswith(REFUSED_LINE)), REFUSED_LINE
+        )
 
-    async def copy_out(self, job: JobRow, output: Path,
-                       progress: Callable[[int, int], None] | None = None) -> list[tuple[str, int]]:
+    async def copy_out(
+        self, job: JobRow, output: Path, progress: Callable[[int, int], None] | None = None
+    ) -> list[tuple[str, int]]:
         """Copy a job's pulled artifacts to `output`; `progress(done_bytes, total_bytes)` after each file."""
         if job.artifacts_pulled == ARTIFACTS_REFUSED:
             raise ArtifactsRefused(f"job {job.id}: {self.refusal(job.id)}; nothing to download")

@@ -27,9 +27,15 @@ CONFLICT_SWEEP_S = 10.0
 
 
 class LiveFeeds:
-    def __init__(self, ctl: Controller, on_runners: Callable[[], None], on_log: LogSink,
-                 on_job_ended: Callable[[str], None], on_error: Callable[[str], None],
-                 interfaces: list[str] | None = None) -> None:
+    def __init__(
+        self,
+        ctl: Controller,
+        on_runners: Callable[[], None],
+        on_log: LogSink,
+        on_job_ended: Callable[[str], None],
+        on_error: Callable[[str], None],
+        interfaces: list[str] | None = None,
+    ) -> None:
         self.ctl = ctl
         self._on_runners = on_runners
         self._on_log = on_log
@@ -63,7 +69,9 @@ class LiveFeeds:
 
     async def _fold(self, advert: "Advert") -> None:
         try:
-            await fold_advert(self.ctl.store, self.ctl.client_key, advert)  # a new address is checked before it is stored
+            await fold_advert(
+                self.ctl.store, self.ctl.client_key, advert
+            )  # a new address is checked before it is stored
         except LanpoolError as exc:
             self._on_error(f"mDNS advert of {advert.name}: {exc.message}")
         self._on_runners()
@@ -141,8 +149,7 @@ class LiveFeeds:
 
     async def _follow(self, job_id: str, start: int | None) -> None:
         try:
-            await self.ctl.follow(job_id, self._on_log, follow=True, say=self._on_error, from_store=False,
-                                  start=start)
+            await self.ctl.follow(job_id, self._on_log, follow=True, say=self._on_error, from_store=False, start=start)
         except LanpoolError as exc:
             self._on_error(f"job {job_id}: {exc.message}")
         else:

@@ -84,8 +84,9 @@ def decode_lines(data: bytes, stream: str, node: int | None) -> list[LogLine]:
     return [LogLine(safe_line(t), stream) for t in data.decode("utf-8", "replace").splitlines()]
 
 
-def log_window(store: Store, job_id: str, max_lines: int, node: int | None = None,
-               before: dict[int, int] | None = None) -> LogWindow:
+def log_window(
+    store: Store, job_id: str, max_lines: int, node: int | None = None, before: dict[int, int] | None = None
+) -> LogWindow:
     """The last `max_lines` lines of a job's log (older than `before`, when paging back).
 
     Multi-node logs are merged by line number, so nodes' lines interleave
@@ -120,8 +121,9 @@ def log_window(store: Store, job_id: str, max_lines: int, node: int | None = Non
     return window
 
 
-def _node_lines(store: Store, job_id: str, node: int, limit: int | None, max_lines: int,
-                tag: int | None) -> tuple[list[LogLine], int]:
+def _node_lines(
+    store: Store, job_id: str, node: int, limit: int | None, max_lines: int, tag: int | None
+) -> tuple[list[LogLine], int]:
     """The last `max_lines` lines of one node before seq `limit`, and the seq of the first one
     (0 when there is none: the node's start). Same numbering as the merge in log_window."""
     if limit == 0:
@@ -130,7 +132,7 @@ def _node_lines(store: Store, job_id: str, node: int, limit: int | None, max_lin
     for seq, _n_lines, stream, data in store.node_tail(job_id, node, limit, max_lines, LOG_STREAMS):
         lines = decode_lines(data, stream, tag)
         if limit is not None and seq + len(lines) > limit:  # a chunk may straddle the page boundary
-            lines = lines[:max(0, limit - seq)]
+            lines = lines[: max(0, limit - seq)]
         parts.append((seq, lines))
     kept: list[list[LogLine]] = []
     first, room = 0, max_lines

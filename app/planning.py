@@ -46,11 +46,22 @@ class Plan:
         return [j for j in self.jobs if j.action == "run"]
 
     def to_json(self) -> dict:
-        return {"workflow": self.workflow, "jobs": [
-            {"workflow": j.workflow, "action": j.action, "reason": j.reason, "key": j.key,
-             "reuse_job": j.reuse.id if j.reuse else None, "depends_on": j.deps,
-             "tagged_inputs": [t.id for t in j.tagged], "variables": j.job.variables}
-            for j in self.jobs]}
+        return {
+            "workflow": self.workflow,
+            "jobs": [
+                {
+                    "workflow": j.workflow,
+                    "action": j.action,
+                    "reason": j.reason,
+                    "key": j.key,
+                    "reuse_job": j.reuse.id if j.reuse else None,
+                    "depends_on": j.deps,
+                    "tagged_inputs": [t.id for t in j.tagged],
+                    "variables": j.job.variables,
+                }
+                for j in self.jobs
+            ],
+        }
 
 
 def known_variables(project: Project, workflow: str) -> dict[str, object]:
@@ -86,8 +97,15 @@ def check_overrides(project: Project, workflow: str, overrides: dict[str, str]) 
             raise WorkflowError(f"unknown variable --{name} for {workflow!r}; valid: {valid}")
 
 
-def make_plan(project: Project, store: Store, home: ControllerHome, workflow: str, overrides: dict[str, str],
-              no_cache: bool = False, reuse_requested: bool = False) -> Plan:
+def make_plan(
+    project: Project,
+    store: Store,
+    home: ControllerHome,
+    workflow: str,
+    overrides: dict[str, str],
+    no_cache: bool = False,
+    reuse_requested: bool = False,
+) -> Plan:
     check_overrides(project, workflow, overrides)
     plan = Plan(workflow)
     keys: dict[str, str] = {}
@@ -105,24 +123,40 @@ def make_plan(project: Project, store: Store, home: ControllerHome, workflow: st
             if dep.tag:
                 found = store.tagged_job(dep.tag, dep.workflow)
                 if found is None:
-                    raise UsageError(f"workflow {name!r} depends on {dep.workflow}:{dep.tag}, but no run tagged "
-                                     f"{dep.tag!r} has a finished {dep.workflow!r} job: run it with --tag {dep.tag}")
+                    raise UsageError(
+                        f"workflow {name!r} depends on {dep.workflow}:{dep.tag}, but no run tagged "
+                        f"{dep.tag!r} has a finished {dep.workflow!r} job: run it with --tag {dep.tag}"
+                    )
                 tagged.append(found)
         deps = [d.workflow for d in wf.depends_on if not d.tag]
         inputs = _inputs(job, files, {d: keys[d] for d in deps}, {t.workflow: t.id for t in tagged})
         key = _digest(inputs)
         keys[name] = key
         planned = PlannedJob(name, job, deps, tagged, key, inputs)
-        _decide(planned, store, home, str(project.root), requested=(name == workflow),
-                no_cache=no_cache, reuse_requested=reuse_requested)
+        _decide(
+            planned,
+            store,
+            home,
+            str(project.root),
+            requested=(name == workflow),
+            no_cache=no_cache,
+            reuse_requested=reuse_requested,
+        )
         plan.jobs.append(planned)
     return plan
 
 
 def _inputs(job: ResolvedJob, files: dict[str, str], dep_keys: dict[str, str], tagged: dict[str, str]) -> dict:
-    spec = {"commands": job.commands, "env": job.env, "image": job.image, "artifacts": job.artifacts,
-            "artifacts_all_nodes": job.artifacts_all_nodes, "working_dir": job.working_dir, "nodes": job.nodes,
-            "gpu_name": job.resources.get("gpu_name", "")}
+    spec = {
+        "commands": job.commands,
+        "env": job.env,
+        "image": job.image,
+        "artifacts": job.artifacts,
+        "artifacts_all_nodes": job.artifacts_all_nodes,
+        "working_dir": job.working_dir,
+        "nodes": job.nodes,
+        "gpu_name": job.resources.get("gpu_name", ""),
+    }
     if job.resume_from:  # only when set: keys of jobs without it stay what they were
         spec["resume_from"] = job.resume_from
     files_digest = _digest(files)
@@ -142,8 +176,16 @@ def _digest(value) -> str:
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
-def _decide(job: PlannedJob, store: Store, home: ControllerHome, project_dir: str, *, requested: bool,
-            no_cache: bool, reuse_requested: bool) -> None:
+def _decide(
+    job: PlannedJob,
+    store: Store,
+    home: ControllerHome,
+    project_dir: str,
+    *,
+    requested: bool,
+    no_cache: bool,
+    reuse_requested: bool,
+) -> None:
     if no_cache:
         job.reason = "--no-cache"
         return
@@ -168,8 +210,11 @@ def explain_change(store: Store, project_dir: str, job: PlannedJob) -> str:
     for field_name in sorted(set(before.get("spec", {})) | set(now["spec"])):
         if before.get("spec", {}).get(field_name) != now["spec"].get(field_name):
             changed.append(field_name)
-    var_changes = sorted(k for k in set(before.get("variables", {})) | set(now["variables"])
-                         if before.get("variables", {}).get(k) != now["variables"].get(k))
+    var_changes = sorted(
+        k
+        for k in set(before.get("variables", {})) | set(now["variables"])
+        if before.get("variables", {}).get(k) != now["variables"].get(k)
+    )
     if var_changes:
         changed.append("variables " + ", ".join(var_changes))
     if before.get("files_digest") != now["files_digest"]:
@@ -180,8 +225,9 @@ def explain_change(store: Store, project_dir: str, job: PlannedJob) -> str:
             changed.append(f"files {shown}")
         else:
             changed.append("repo files")
-    dep_changes = sorted(k for k in set(before.get("deps", {})) | set(now["deps"])
-                         if before.get("deps", {}).get(k) != now["deps"].get(k))
+    dep_changes = sorted(
+        k for k in set(before.get("deps", {})) | set(now["deps"]) if before.get("deps", {}).get(k) != now["deps"].get(k)
+    )
     if dep_changes:
         changed.append("dependency " + ", ".join(dep_changes))
     if before.get("tagged") != now["tagged"]:
@@ -189,4 +235,3 @@ def explain_change(store: Store, project_dir: str, job: PlannedJob) -> str:
     if not changed:
         return f"job {last_id} had the same inputs but did not finish DONE (or its artifacts are gone)"
     return f"changed since job {last_id}: " + "; ".join(changed)
-

@@ -15,9 +15,9 @@ import asyncio
 import json
 import logging
 import time
-from typing import TypeGuard
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeGuard
 
 import asyncssh
 
@@ -94,9 +94,11 @@ class Pool:
         if known is not None and not known.get("trusted"):
             known = None  # an mDNS hint pins nothing and trusts nothing
         if known is None and not trust:
-            raise RunnerError(f"no runner this controller trusts is at {host}:{port}: "
-                              f"`app headless runners add {host}:{port}` trusts what answers there, "
-                              "or pair it (`app headless runners pair NAME CODE`)")
+            raise RunnerError(
+                f"no runner this controller trusts is at {host}:{port}: "
+                f"`app headless runners add {host}:{port}` trusts what answers there, "
+                "or pair it (`app headless runners pair NAME CODE`)"
+            )
         session = await RunnerSession.open(host, port, self.client_key, pinned_key(known) if known else None)
         try:
             name = session.hello.name
@@ -104,7 +106,8 @@ class Pool:
             if named is not None and named.get("trusted") and pinned_key(named) != session.host_key:
                 raise RunnerError(
                     f"runner {name!r} at {host}:{port} has a different host key than the one pinned for that "
-                    f"name: if it was reinstalled, `app headless runners remove {name}` first")
+                    f"name: if it was reinstalled, `app headless runners remove {name}` first"
+                )
             if trust or (known is not None and known["name"] != name):  # known is None only when trusting
                 self.store.upsert_runner(name, host, port, session.host_key, trusted=True)
             if known is not None and known["name"] != name:
@@ -159,8 +162,9 @@ class Pool:
             return RunnerState.UNPAIRED
         fields: dict[str, object]
         try:
-            session = await RunnerSession.open(row["host"], row["port"], self.client_key, pinned,
-                                               timeout=PROBE_TIMEOUT_S)
+            session = await RunnerSession.open(
+                row["host"], row["port"], self.client_key, pinned, timeout=PROBE_TIMEOUT_S
+            )
         except HostKeyMismatch:
             state, fields = RunnerState.CONFLICT, {}
         except RunnerRefused:
@@ -176,7 +180,9 @@ class Pool:
                 state, fields = RunnerState.UNPAIRED, {"paired": 1, "last_ok": now, "last_seen": now}
             else:
                 gpus = count(resources, "gpus")
-                busy = (gpus > 0 and count(resources, "gpus_free") == 0) or (not gpus and count(resources, "running") > 0)
+                busy = (gpus > 0 and count(resources, "gpus_free") == 0) or (
+                    not gpus and count(resources, "running") > 0
+                )
                 state = RunnerState.BUSY if busy else RunnerState.LIVE
                 props = bounded_props({**props_of(row), **resources})
                 fields = {"paired": 1, "last_ok": now, "last_seen": now, "props": json.dumps(props)}
@@ -202,16 +208,25 @@ class Pool:
         await asyncio.gather(*(self.probe(row) for row in self.store.runners()))
         return views(self.store)
 
-    async def choose_runner(self, spec: str | None, need: Need, run_name: str, job_id: str, workflow: str,
-                            say: Callable[[str], None]) -> tuple[str, int]:
+    async def choose_runner(
+        self, spec: str | None, need: Need, run_name: str, job_id: str, workflow: str, say: Callable[[str], None]
+    ) -> tuple[str, int]:
         """Where the run goes: `spec` if it is an address, else the best-fitting runner of the
         pool (`spec` pins a known name). While nothing fits, the job is QUEUED and we wait."""
         if self.names_an_address(spec):
             return parse_address(spec, DEFAULT_PORT)  # by address: the user's act, pinned by connect
         return (await self.choose_runners(spec, need, 1, run_name, job_id, workflow, say))[0]
 
-    async def choose_runners(self, spec: str | None, need: Need, nodes: int, run_name: str, job_id: str,
-                             workflow: str, say: Callable[[str], None]) -> list[tuple[str, int]]:
+    async def choose_runners(
+        self,
+        spec: str | None,
+        need: Need,
+        nodes: int,
+        run_name: str,
+        job_id: str,
+        workflow: str,
+        say: Callable[[str], None],
+    ) -> list[tuple[str, int]]:
         """`nodes` distinct runners with room, all at once (gang placement), node 0 first."""
         last = ""
         told: set[str] = set()
@@ -237,8 +252,9 @@ class Pool:
                 await asyncio.sleep(QUEUE_POLL_S)
         except (asyncio.CancelledError, KeyboardInterrupt):
             if last:
-                self.store.set_job_status(job_id, JobState.ABORTED, "cancelled while queued",
-                                          finished_at=time.time(), synced=1)
+                self.store.set_job_status(
+                    job_id, JobState.ABORTED, "cancelled while queued", finished_at=time.time(), synced=1
+                )
             raise
 
     async def pair(self, target: str, code: str, label: str = "") -> str:
@@ -247,8 +263,10 @@ class Pool:
         if row is not None:
             host, port, expected = row["host"], row["port"], pinned_key(row)
             if row.get("conflict_key"):
-                raise UsageError(f"runner {target!r} is in conflict (two host keys advertised): "
-                                 f"`app headless runners remove {target}`, then pair by address")
+                raise UsageError(
+                    f"runner {target!r} is in conflict (two host keys advertised): "
+                    f"`app headless runners remove {target}`, then pair by address"
+                )
         else:
             host, port = parse_address(target, DEFAULT_PORT)
             expected = None  # first contact by address: the key seen now is pinned
@@ -262,7 +280,8 @@ class Pool:
             session.close()
         # The PAKE bound the code to the host key seen on this connection: that key is pinned,
         # and pairing is the user's act of trust.
-        self.store.upsert_runner(name, host, port, session.host_key, source=row["source"] if row else "manual",
-                                trusted=True)
+        self.store.upsert_runner(
+            name, host, port, session.host_key, source=row["source"] if row else "manual", trusted=True
+        )
         self.store.set_runner(name, paired=1, trusted=1, state=RunnerState.LIVE, last_ok=time.time())
         return name

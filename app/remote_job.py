@@ -25,8 +25,15 @@ from dataclasses import dataclass
 
 import asyncssh
 
-from app.errors import HostKeyMismatch, LanpoolError, NotFoundError, RunnerError, RunnerProtocolError, \
-    RunnerRefused, UsageError
+from app.errors import (
+    HostKeyMismatch,
+    LanpoolError,
+    NotFoundError,
+    RunnerError,
+    RunnerProtocolError,
+    RunnerRefused,
+    UsageError,
+)
 from app.job_artifacts import Artifacts
 from app.multinode import node_env, prefix_node
 from app.runner_client import RunnerSession
@@ -112,18 +119,31 @@ class RemoteJob:
     # -- submit ---------------------------------------------------------------------
 
     @classmethod
-    async def submit(cls, jobs: JobServices, launch: Launch, sessions: list[RunnerSession], addresses: list[str],
-                     inputs_of: Callable[[RunnerSession], Awaitable[list[str]]],
-                     say: Say) -> tuple["RemoteJob", JobStatus]:
+    async def submit(
+        cls,
+        jobs: JobServices,
+        launch: Launch,
+        sessions: list[RunnerSession],
+        addresses: list[str],
+        inputs_of: Callable[[RunnerSession], Awaitable[list[str]]],
+        say: Say,
+    ) -> tuple["RemoteJob", JobStatus]:
         """Submit the job to every session (node k = sessions[k]); returns it and node 0's status.
         The job is in the store before it is sent, so a crash here loses nothing."""
         job, job_id, store = launch.job, launch.job_id, jobs.store
         runners = [store.known_runner(s.hello.name) for s in sessions]
-        spec = {"commands": job.commands, "env": job.env, "artifacts": job.artifacts, "image": job.image,
-                "working_dir": job.working_dir, "snapshot": launch.snapshot.sha256, "resources": job.resources,
-                "nodes": len(sessions), "runners": [r["name"] for r in runners]}
-        store.create_job(job_id, launch.run_name, job.workflow, runners[0], spec, launch.cache_key,
-                         launch.cache_inputs)
+        spec = {
+            "commands": job.commands,
+            "env": job.env,
+            "artifacts": job.artifacts,
+            "image": job.image,
+            "working_dir": job.working_dir,
+            "snapshot": launch.snapshot.sha256,
+            "resources": job.resources,
+            "nodes": len(sessions),
+            "runners": [r["name"] for r in runners],
+        }
+        store.create_job(job_id, launch.run_name, job.workflow, runners[0], spec, launch.cache_key, launch.cache_inputs)
         gang = cls(jobs, job_id, [NodeAt(k, r["name"], r["host"], r["port"]) for k, r in enumerate(runners)])
         first: JobStatus | None = None
         master_port = 0
@@ -134,21 +154,36 @@ class RemoteJob:
                     env["MASTER_PORT"] = str(master_port)
                 remote = f"snapshots/{launch.snapshot.name}"
                 await session.upload(launch.snapshot.data, remote)
-                accepted, status = await session.submit_accepted(SubmitJob(
-                    job_id=job_id, run_name=launch.run_name, workflow=job.workflow, commands=job.commands, env=env,
-                    artifacts=(job.artifacts if node == 0 else []) + job.artifacts_all_nodes,
-                    snapshot=remote, working_dir=job.working_dir, inputs=await inputs_of(session), image=job.image,
-                    pull=job.pull, resources=job.resources, executor=job.executor,
-                    pick_master_port=(node == 0 and gang.size > 1)))
+                accepted, status = await session.submit_accepted(
+                    SubmitJob(
+                        job_id=job_id,
+                        run_name=launch.run_name,
+                        workflow=job.workflow,
+                        commands=job.commands,
+                        env=env,
+                        artifacts=(job.artifacts if node == 0 else []) + job.artifacts_all_nodes,
+                        snapshot=remote,
+                        working_dir=job.working_dir,
+                        inputs=await inputs_of(session),
+                        image=job.image,
+                        pull=job.pull,
+                        resources=job.resources,
+                        executor=job.executor,
+                        pick_master_port=(node == 0 and gang.size > 1),
+                    )
+                )
                 if accepted.job_id != job_id or status.job_id != job_id:
-                    raise RunnerProtocolError(f"runner {runners[node]['name']} answered for job {status.job_id!r} "
-                                              f"when sent job {job_id}")
+                    raise RunnerProtocolError(
+                        f"runner {runners[node]['name']} answered for job {status.job_id!r} when sent job {job_id}"
+                    )
                 if node == 0:
                     first, master_port = status, accepted.master_port
                 gang._note(node, status)
                 if gang.size > 1:
-                    say(f"node {node}: runner {runners[node]['name']} ({addresses[node]})"
-                        + (f", MASTER_PORT {master_port}" if node == 0 else ""))
+                    say(
+                        f"node {node}: runner {runners[node]['name']} ({addresses[node]})"
+                        + (f", MASTER_PORT {master_port}" if node == 0 else "")
+                    )
         except (LanpoolError, OSError, asyncssh.Error) as exc:
             message = getattr(exc, "message", None) or str(exc)
             for session in sessions:  # whatever started must not run alone
@@ -157,8 +192,9 @@ class RemoteJob:
                 except LanpoolError:
                     pass
             # synced: nothing more will come from the runners for this job
-            store.set_job_status(job_id, JobState.FAILED, f"submit failed: {message}", error=message,
-                                 finished_at=time.time(), synced=1)
+            store.set_job_status(
+                job_id, JobState.FAILED, f"submit failed: {message}", error=message, finished_at=time.time(), synced=1
+            )
             where = sessions[0].where if gang.size == 1 else f"all {gang.size} nodes"
             raise RunnerError(f"could not submit to {where}: {message}") from None
         if gang.size > 1:
@@ -183,15 +219,20 @@ class RemoteJob:
 
     def _record_status(self, status: JobStatus) -> None:
         if status.job_id != self.job_id:  # a runner writes only the state of the job it was asked about
-            raise RunnerProtocolError(f"a runner answered with the status of job {status.job_id!r} "
-                                      f"for job {self.job_id}: not recorded")
+            raise RunnerProtocolError(
+                f"a runner answered with the status of job {status.job_id!r} for job {self.job_id}: not recorded"
+            )
         if not JobState(status.state).is_terminal() and self.store.job(self.job_id).state.is_terminal():
             # A stale "still running" (e.g. stop's immediate reply, processed late) arriving
             # after a follower recorded the end: the end stands. Checking the state, not only
             # `synced`, closes the window between recording the end and pulling artifacts.
             return
-        fields: dict[str, object] = {"exit_code": status.exit_code, "started_at": status.started_at,
-                  "finished_at": status.finished_at, "artifacts_archive": status.artifacts_archive or None}
+        fields: dict[str, object] = {
+            "exit_code": status.exit_code,
+            "started_at": status.started_at,
+            "finished_at": status.finished_at,
+            "artifacts_archive": status.artifacts_archive or None,
+        }
         if status.error:
             fields["error"] = status.error
         self.store.set_job_status(self.job_id, status.state, detail="", **fields)
@@ -204,11 +245,18 @@ class RemoteJob:
             await asyncio.sleep(0.5)
             self.nodes = self._recorded_nodes(self.store.job(self.job_id))
         if not self.nodes or [n.node for n in self.nodes] != list(range(len(self.nodes))):
-            raise RunnerError(f"job {self.job_id} has no complete record of its nodes: "
-                              "it did not start on all of them")
+            raise RunnerError(f"job {self.job_id} has no complete record of its nodes: it did not start on all of them")
 
-    async def follow(self, sink: LogSink | None, say: Say, *, follow: bool = True, only_node: int | None = None,
-                     starts: dict[int, int] | None = None, sessions: list[RunnerSession] | None = None) -> JobRow:
+    async def follow(
+        self,
+        sink: LogSink | None,
+        say: Say,
+        *,
+        follow: bool = True,
+        only_node: int | None = None,
+        starts: dict[int, int] | None = None,
+        sessions: list[RunnerSession] | None = None,
+    ) -> JobRow:
         """Store, show and (for a bigger gang) tag every node's log from `starts` (node -> seq;
         a node not in it from its first line; None: from where the store ends). With follow:
         until every node ended, then bring back the artifacts and record the end. Without:
@@ -224,12 +272,21 @@ class RemoteJob:
             if not live and not (follow and self.size == 1):  # one not reachable now: said, the job left as is
                 for at in self.nodes:
                     live[at.node] = await self.jobs.connect(at.host, at.port)
-            followers = [self._follow_node(at, live, sink, None if starts is None else starts.get(at.node, 0),
-                                           follow, only_node in (None, at.node)) for at in self.nodes]
+            followers = [
+                self._follow_node(
+                    at,
+                    live,
+                    sink,
+                    None if starts is None else starts.get(at.node, 0),
+                    follow,
+                    only_node in (None, at.node),
+                )
+                for at in self.nodes
+            ]
             if follow:
                 return await self._follow_all(followers, live)
             finals: dict[int, JobStatus | None] = {}
-            for at, follower in zip(self.nodes, followers):
+            for at, follower in zip(self.nodes, followers, strict=False):
                 finals[at.node] = await follower
             if not all(s is not None and JobState(s.state).is_terminal() for s in finals.values()):
                 return self.store.job(self.job_id)
@@ -241,7 +298,7 @@ class RemoteJob:
 
     async def _follow_all(self, followers: list, live: dict[int, RunnerSession]) -> JobRow:
         """Follow every node to its end; the first to fail stops the others."""
-        tasks = {asyncio.ensure_future(f): at for f, at in zip(followers, self.nodes)}
+        tasks = {asyncio.ensure_future(f): at for f, at in zip(followers, self.nodes, strict=False)}
         finals: dict[int, JobStatus | None] = {}
         failure = ""
         pending = set(tasks)
@@ -255,8 +312,9 @@ class RemoteJob:
                     except RunnerProtocolError as exc:  # it answered, with something unusable
                         if self.size == 1:
                             state = self.store.job(self.job_id).status
-                            raise RunnerProtocolError(f"{exc.message}; stopped following job {self.job_id} "
-                                                      f"(left {state} here)") from None
+                            raise RunnerProtocolError(
+                                f"{exc.message}; stopped following job {self.job_id} (left {state} here)"
+                            ) from None
                         status, cause = None, exc.message
                     except LanpoolError as exc:
                         if self.size == 1:
@@ -280,8 +338,15 @@ class RemoteJob:
                 task.cancel()
         return await self._finish(live, finals, failure)
 
-    async def _follow_node(self, at: NodeAt, live: dict[int, RunnerSession], sink: LogSink | None,
-                           start: int | None, follow: bool, shown: bool) -> JobStatus:
+    async def _follow_node(
+        self,
+        at: NodeAt,
+        live: dict[int, RunnerSession],
+        sink: LogSink | None,
+        start: int | None,
+        follow: bool,
+        shown: bool,
+    ) -> JobStatus:
         """Store node `at`'s log from `start` (default: where the store ends) and pass it to
         `sink` (when `shown`); returns its final status (with follow=False: its status now).
         A gang of one rides out its runner's outages (OFFLINE, then re-attach): the session
@@ -294,8 +359,7 @@ class RemoteJob:
                 if session is None:
                     session = live[at.node] = await self.jobs.connect(at.host, at.port)
                     if offline_since is not None:
-                        self.say(f"runner {at.runner} is back after {time.time() - offline_since:.0f}s: "
-                                 "re-attached")
+                        self.say(f"runner {at.runner} is back after {time.time() - offline_since:.0f}s: re-attached")
                         self.jobs.runner_seen(at.runner, True)
                 own = OwnOutput(self.job_id, at.node, session.where)
                 async for batch in session.attach(self.job_id, position, follow=follow):
@@ -320,8 +384,10 @@ class RemoteJob:
                 if offline_since is None:
                     offline_since = time.time()
                     self.jobs.runner_seen(at.runner, False)
-                    self.say(f"runner {at.runner} went offline ({exc.message}); waiting for it to come back "
-                             "(the job may still run there; Ctrl-C detaches)")
+                    self.say(
+                        f"runner {at.runner} went offline ({exc.message}); waiting for it to come back "
+                        "(the job may still run there; Ctrl-C detaches)"
+                    )
                 await asyncio.sleep(RECONNECT_S)
 
     def _failure(self, finals: dict[int, JobStatus | None]) -> str:
@@ -331,16 +397,21 @@ class RemoteJob:
         k, s = failed[0]
         return f"node {k} ({self.nodes[k].runner}): {_cause(s)}"
 
-    async def _finish(self, live: dict[int, RunnerSession], finals: dict[int, JobStatus | None],
-                      failure: str) -> JobRow:
+    async def _finish(
+        self, live: dict[int, RunnerSession], finals: dict[int, JobStatus | None], failure: str
+    ) -> JobRow:
         """Every node ended: artifacts (node 0's, and each other node's under node-K/), the end."""
         ended = [(k, s) for k, s in sorted(finals.items()) if s is not None]
         refused = await self.jobs.artifacts.pull(self.job_id, [(k, live[k], s) for k, s in ended])
         if self.size == 1:  # its status is its node's, recorded as it came: a refusal fails a DONE job
             if refused:
                 job = self.store.job(self.job_id)
-                self.store.set_job_status(self.job_id, JobState.FAILED if job.state is JobState.DONE else job.state,
-                                          refused, error=job.error or refused)
+                self.store.set_job_status(
+                    self.job_id,
+                    JobState.FAILED if job.state is JobState.DONE else job.state,
+                    refused,
+                    error=job.error or refused,
+                )
             self.store.update_job(self.job_id, synced=1)
             return self.store.job(self.job_id)
         failure = failure or refused  # what the job declared did not arrive
@@ -351,9 +422,15 @@ class RemoteJob:
         if failure and unfinished and len(stopped) == len(unfinished):
             # Every node that did not finish was stopped on request (`stop`), none failed.
             state = JobState.ABORTED if any(s.state == JobState.ABORTED for s in stopped) else JobState.STOPPED
-        self.store.set_job_status(self.job_id, state, failure, error=failure or None,
-                                  exit_code=(codes[0] if codes else (1 if failure else 0)),
-                                  finished_at=time.time(), synced=1)
+        self.store.set_job_status(
+            self.job_id,
+            state,
+            failure,
+            error=failure or None,
+            exit_code=(codes[0] if codes else (1 if failure else 0)),
+            finished_at=time.time(),
+            synced=1,
+        )
         return self.store.job(self.job_id)
 
     # -- stop ------------------------------------------------------------------------------
@@ -362,6 +439,7 @@ class RemoteJob:
         """Ask every node's runner to stop its part of the job, all at once; returns the
         problems (a node whose runner cannot be reached is left to the failure handling).
         When no runner could be asked, the first problem is raised."""
+
         async def one(at: NodeAt) -> LanpoolError | None:
             try:
                 async with await self.jobs.connect(at.host, at.port) as session:
@@ -371,7 +449,7 @@ class RemoteJob:
                 return exc
 
         errors = await asyncio.gather(*(one(at) for at in self.nodes))
-        failed = [(at, e) for at, e in zip(self.nodes, errors) if e is not None]
+        failed = [(at, e) for at, e in zip(self.nodes, errors, strict=False) if e is not None]
         if failed and len(failed) == len(self.nodes):
             raise failed[0][1]
         return [f"node {at.node} ({at.runner}): {e.message}" for at, e in failed]

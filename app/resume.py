@@ -18,8 +18,9 @@ class Resumes:
         self.store = store
         self.home = home
 
-    def of(self, project: Project, plan: Plan, workflow_name: str,
-           cli_resume: tuple[JobRow, str] | None) -> dict[str, tuple[JobRow, str]]:
+    def of(
+        self, project: Project, plan: Plan, workflow_name: str, cli_resume: tuple[JobRow, str] | None
+    ) -> dict[str, tuple[JobRow, str]]:
         """workflow -> (job, checkpoint) for each job to run that resumes: `--resume` for the
         requested workflow (it wins over its `resume-from`), `resume-from` for any workflow."""
         out = {}
@@ -45,16 +46,20 @@ class Resumes:
             workflow, _, tag = ref.partition(":")
             job = self.store.tagged_job(tag, workflow) if workflow and tag else None
             if job is None:
-                raise NotFoundError(f"no run tagged {tag!r} has a finished {workflow!r} job "
-                                    f"(WORKFLOW:TAG names a run made with `run {workflow or 'WORKFLOW'} --tag TAG`)")
+                raise NotFoundError(
+                    f"no run tagged {tag!r} has a finished {workflow!r} job "
+                    f"(WORKFLOW:TAG names a run made with `run {workflow or 'WORKFLOW'} --tag TAG`)"
+                )
         else:
             job = self.store.resolve_jobs(ref)[-1]
         ckpts = [(p, s) for p, s in self.store.artifacts(job.id) if p.endswith(".ckpt")]
         # Node 0's (global rank 0 writes checkpoints) before other nodes' copies (node-K/...).
         ckpts = [c for c in ckpts if not other_node_path(c[0])] or ckpts
         if not ckpts:
-            raise UsageError(f"job {job.id} brought back no .ckpt file to resume from "
-                             "(`app headless artifacts list` shows what it has)")
+            raise UsageError(
+                f"job {job.id} brought back no .ckpt file to resume from "
+                "(`app headless artifacts list` shows what it has)"
+            )
         local = self.home.job_artifacts(job.id)
         # The newest checkpoint the job wrote (snapshots rotate; the latest is what resumes).
         path = max(ckpts, key=lambda c: (local / c[0]).stat().st_mtime if (local / c[0]).exists() else 0)[0]

@@ -8,14 +8,13 @@ import asyncio
 import logging
 import os
 from collections.abc import AsyncIterator
-from typing import TypeVar
 from pathlib import Path
+from typing import TypeVar
 
 import asyncssh
 
 from app import __version__
 from app.errors import HostKeyMismatch, NotFoundError, RunnerError, RunnerProtocolError, RunnerRefused
-from protocol.pairing import PAIRING_USER, ControllerPake, PairingFailed, sanitize_label
 from protocol import (
     PROTOCOL_VERSION,
     Attach,
@@ -38,6 +37,7 @@ from protocol import (
     encode_message,
 )
 from protocol.messages import AgentMessage, ClientMessage
+from protocol.pairing import PAIRING_USER, ControllerPake, PairingFailed, sanitize_label
 from protocol.wire import ENCRYPTION_ALGS, SUBSYSTEM
 from protocol.wire import key_text as host_key_text
 
@@ -70,7 +70,8 @@ class Channel:
         if msg.protocol_version != PROTOCOL_VERSION:
             raise RunnerError(
                 f"{self._where} speaks lanpool protocol {msg.protocol_version}, this controller {PROTOCOL_VERSION}: "
-                "install the same lanpool version on both")
+                "install the same lanpool version on both"
+            )
         await self.send(ClientHello(PROTOCOL_VERSION, __version__))
         return msg
 
@@ -97,8 +98,9 @@ class Channel:
             except ProtocolError as exc:
                 # Not a lost connection: asking again would get the same, so it is never retried.
                 # The messages that came before it (log lines) are still delivered first.
-                self._unreadable = RunnerProtocolError(f"{self._where} sent a message this controller cannot "
-                                                       f"read: {_clip(exc.message)}")
+                self._unreadable = RunnerProtocolError(
+                    f"{self._where} sent a message this controller cannot read: {_clip(exc.message)}"
+                )
 
     async def recv_many(self, timeout: float | None = None) -> list[AgentMessage]:
         """Every whole message that has arrived (at least one); raises at end of stream."""
@@ -112,7 +114,6 @@ class Channel:
 
     def close(self) -> None:
         self._proc.close()
-
 
 
 async def _open_channel(conn: asyncssh.SSHClientConnection, where: str) -> tuple[Channel, Hello]:
@@ -130,8 +131,9 @@ async def _open_channel(conn: asyncssh.SSHClientConnection, where: str) -> tuple
 class RunnerSession:
     """A connection to one runner, opened with the controller key and a pinned host key."""
 
-    def __init__(self, conn: asyncssh.SSHClientConnection, where: str, host_key: str, control: Channel,
-                 hello: Hello) -> None:
+    def __init__(
+        self, conn: asyncssh.SSHClientConnection, where: str, host_key: str, control: Channel, hello: Hello
+    ) -> None:
         self.conn = conn
         self.where = where
         self.host_key = host_key
@@ -139,8 +141,16 @@ class RunnerSession:
         self._control = control
 
     @classmethod
-    async def open(cls, host: str, port: int, client_key: asyncssh.SSHKey, pinned_host_key: str | None,
-                   *, timeout: float = CONNECT_TIMEOUT_S, pairing: bool = False) -> "RunnerSession":
+    async def open(
+        cls,
+        host: str,
+        port: int,
+        client_key: asyncssh.SSHKey,
+        pinned_host_key: str | None,
+        *,
+        timeout: float = CONNECT_TIMEOUT_S,
+        pairing: bool = False,
+    ) -> "RunnerSession":
         """Connect and open the request channel. With `pairing`, connect as the pairing
         user: the runner accepts any key for it while it shows a code, and the
         connection can then only run pair()."""
@@ -150,25 +160,43 @@ class RunnerSession:
         if pinned_host_key:
             known_hosts = ([asyncssh.import_public_key(pinned_host_key)], [], [])
         try:
-            conn = await asyncio.wait_for(asyncssh.connect(
-                host, port, username=PAIRING_USER if pairing else "lanpool", known_hosts=known_hosts,
-                encryption_algs=ENCRYPTION_ALGS, agent_path=None, agent_forwarding=False, config=[],
-                connect_timeout=timeout, keepalive_interval=KEEPALIVE_S, keepalive_count_max=3,
-                client_keys=[client_key], preferred_auth=["publickey"], password=None, kbdint_auth=False,
-            ), timeout + 1)
+            conn = await asyncio.wait_for(
+                asyncssh.connect(
+                    host,
+                    port,
+                    username=PAIRING_USER if pairing else "lanpool",
+                    known_hosts=known_hosts,
+                    encryption_algs=ENCRYPTION_ALGS,
+                    agent_path=None,
+                    agent_forwarding=False,
+                    config=[],
+                    connect_timeout=timeout,
+                    keepalive_interval=KEEPALIVE_S,
+                    keepalive_count_max=3,
+                    client_keys=[client_key],
+                    preferred_auth=["publickey"],
+                    password=None,
+                    kbdint_auth=False,
+                ),
+                timeout + 1,
+            )
         except asyncssh.HostKeyNotVerifiable:
             raise HostKeyMismatch(
                 f"{where} presented a different host key than the one pinned for it. If the runner was "
                 "reinstalled, `app headless runners remove NAME` and connect again; otherwise someone may be "
-                "impersonating it") from None
+                "impersonating it"
+            ) from None
         except asyncssh.PermissionDenied:
             if pairing:
-                raise RunnerRefused(f"{where} refused to pair: it has no active pairing code (codes expire and are "
-                                    "used once): `app agent pair` on the runner shows a new one") from None
+                raise RunnerRefused(
+                    f"{where} refused to pair: it has no active pairing code (codes expire and are "
+                    "used once): `app agent pair` on the runner shows a new one"
+                ) from None
             raise RunnerRefused(
                 f"{where} refused this controller's key: pair with `app headless runners pair NAME CODE` "
                 f"(the code is in `app agent status` on the runner), or run `app agent authorize` there "
-                f"with {_pubkey_hint()}") from None
+                f"with {_pubkey_hint()}"
+            ) from None
         except (OSError, asyncssh.Error, TimeoutError) as exc:
             reason = getattr(exc, "strerror", None) or getattr(exc, "reason", None) or str(exc) or type(exc).__name__
             raise RunnerError(f"cannot reach {where}: {reason}; is `app agent serve` running there?") from None
@@ -217,8 +245,9 @@ class RunnerSession:
         try:
             proof = pake.check_runner(reply.pake, reply.confirm)
         except PairingFailed:
-            raise RunnerRefused(f"{self.where} could not prove the pairing code: wrong code, or someone in the "
-                                "middle") from None
+            raise RunnerRefused(
+                f"{self.where} could not prove the pairing code: wrong code, or someone in the middle"
+            ) from None
         paired = await self._request(PairConfirm(proof, sanitize_label(label)), Paired)
         return paired.name
 
@@ -284,7 +313,8 @@ class RunnerSession:
                             if max_bytes is not None and max(copied, offset + len(data)) > max_bytes:
                                 raise RunnerProtocolError(
                                     f"{self.where}: {_clip(remote)} is larger than the {max_bytes} bytes "
-                                    "its declared contents take: refused")
+                                    "its declared contents take: refused"
+                                )
                             os.pwrite(fd, data, offset)
                     finally:
                         os.close(fd)
@@ -292,11 +322,13 @@ class RunnerSession:
             if isinstance(exc, (asyncssh.SFTPConnectionLost, asyncssh.SFTPNoConnection)):
                 raise RunnerError(f"lost {self.where} while downloading {_clip(remote)}") from None
             # The runner answered (no such file, not a file...): asking again gets the same.
-            raise RunnerProtocolError(f"downloading {_clip(remote)} from {self.where} failed: "
-                                      f"{_clip(exc.reason)}") from None
+            raise RunnerProtocolError(
+                f"downloading {_clip(remote)} from {self.where} failed: {_clip(exc.reason)}"
+            ) from None
         except (OSError, asyncssh.Error) as exc:
-            raise RunnerError(f"downloading {_clip(remote)} from {self.where} failed: "
-                              f"{getattr(exc, 'reason', None) or exc}") from None
+            raise RunnerError(
+                f"downloading {_clip(remote)} from {self.where} failed: {getattr(exc, 'reason', None) or exc}"
+            ) from None
         return copied
 
     def close(self) -> None:
@@ -325,4 +357,3 @@ def _pubkey_hint() -> str:
     from app.home import ControllerHome
 
     return str(ControllerHome.default().key) + ".pub"
-

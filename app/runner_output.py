@@ -32,14 +32,21 @@ class OwnOutput:
                 continue
             if m.job_id != self.job_id or m.node not in (0, self.node):
                 if not self.dropped:
-                    log.warning("%s sent log lines for job %r node %d while followed for job %s node %d: "
-                                "dropped (a runner writes only its own job's log)", self.where, m.job_id[:64],
-                                m.node, self.job_id, self.node)
+                    log.warning(
+                        "%s sent log lines for job %r node %d while followed for job %s node %d: "
+                        "dropped (a runner writes only its own job's log)",
+                        self.where,
+                        m.job_id[:64],
+                        m.node,
+                        self.job_id,
+                        self.node,
+                    )
                 self.dropped += 1
                 continue
             rows.append((self.job_id, self.node, m.seq, m.n_lines, m.stream, m.data))
         final = batch[-1] if batch and isinstance(batch[-1], JobStatus) else None
         if final is not None and final.job_id != self.job_id:
-            raise RunnerProtocolError(f"{self.where} sent the status of job {final.job_id[:64]!r} while followed "
-                                      f"for job {self.job_id}")
+            raise RunnerProtocolError(
+                f"{self.where} sent the status of job {final.job_id[:64]!r} while followed for job {self.job_id}"
+            )
         return rows, final

@@ -70,18 +70,33 @@ class RunnerView:
         else:
             why_not = self.state.lower()
         return Capacity(
-            name=self.name, usable=usable, gpus=self.gpus, gpus_free=self.gpus_free,
-            cpus=count(p, "cpus"), cpus_free=count(p, "cpus_free", count(p, "cpus")),
-            memory_mb=count(p, "memory_mb"), memory_free_mb=count(p, "memory_free_mb", count(p, "memory_mb")),
+            name=self.name,
+            usable=usable,
+            gpus=self.gpus,
+            gpus_free=self.gpus_free,
+            cpus=count(p, "cpus"),
+            cpus_free=count(p, "cpus_free", count(p, "cpus")),
+            memory_mb=count(p, "memory_mb"),
+            memory_free_mb=count(p, "memory_free_mb", count(p, "memory_mb")),
             why_not=why_not,
         )
 
     def to_json(self) -> dict:
-        out = {"name": self.name, "address": f"{self.host}:{self.port}", "host": self.host, "port": self.port,
-               "source": self.source, "state": self.state, "trusted": self.trusted,
-               "gpus_free": self.gpus_free, "gpus": self.gpus, "gpu_name": self.props.get("gpu_name", ""),
-               "executor": self.props.get("executor", ""), "running_jobs": self.running,
-               "last_seen": self.last_seen}
+        out = {
+            "name": self.name,
+            "address": f"{self.host}:{self.port}",
+            "host": self.host,
+            "port": self.port,
+            "source": self.source,
+            "state": self.state,
+            "trusted": self.trusted,
+            "gpus_free": self.gpus_free,
+            "gpus": self.gpus,
+            "gpu_name": self.props.get("gpu_name", ""),
+            "executor": self.props.get("executor", ""),
+            "running_jobs": self.running,
+            "last_seen": self.last_seen,
+        }
         if self.problem:
             out["problem"] = self.problem
         return out
@@ -132,8 +147,18 @@ def views(store: Store) -> list[RunnerView]:
             state = RunnerState.CONFLICT
         elif not trusted and state in (RunnerState.LIVE, RunnerState.BUSY):
             state = RunnerState.UNPAIRED
-        out.append(RunnerView(
-            name=row["name"], host=row["host"], port=row["port"], source=row["source"] or "manual",
-            state=state, props=props_of(row), last_seen=row["last_seen"],
-            running=len(store.running_jobs(row["name"])), trusted=trusted, problem=problem))
+        out.append(
+            RunnerView(
+                name=row["name"],
+                host=row["host"],
+                port=row["port"],
+                source=row["source"] or "manual",
+                state=state,
+                props=props_of(row),
+                last_seen=row["last_seen"],
+                running=len(store.running_jobs(row["name"])),
+                trusted=trusted,
+                problem=problem,
+            )
+        )
     return out

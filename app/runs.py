@@ -54,8 +54,9 @@ class Runs:
     def job_lines(self, text: str = "", status: str = "", limit: int = 500) -> list[JobLine]:
         return overview.job_lines(self.store, text, status, limit)
 
-    def log_window(self, job_id: str, max_lines: int, node: int | None = None,
-                   before: dict[int, int] | None = None) -> LogWindow:
+    def log_window(
+        self, job_id: str, max_lines: int, node: int | None = None, before: dict[int, int] | None = None
+    ) -> LogWindow:
         return overview.log_window(self.store, job_id, max_lines, node, before=before)
 
     def read_metrics(self, reader: MetricsReader) -> bool:

@@ -18,12 +18,18 @@ class Need:
 
     @classmethod
     def of(cls, resources: dict) -> "Need":
-        return cls(int(resources.get("gpu", 0) or 0), int(resources.get("cpu", 0) or 0),
-                   int(resources.get("memory_mb", 0) or 0))
+        return cls(
+            int(resources.get("gpu", 0) or 0),
+            int(resources.get("cpu", 0) or 0),
+            int(resources.get("memory_mb", 0) or 0),
+        )
 
     def __str__(self) -> str:
-        parts = [f"{self.gpu} GPU" if self.gpu else "", f"{self.cpu} CPU" if self.cpu else "",
-                 f"{self.memory_mb} MB memory" if self.memory_mb else ""]
+        parts = [
+            f"{self.gpu} GPU" if self.gpu else "",
+            f"{self.cpu} CPU" if self.cpu else "",
+            f"{self.memory_mb} MB memory" if self.memory_mb else "",
+        ]
         return ", ".join(p for p in parts if p) or "no particular resources"
 
 
@@ -42,8 +48,12 @@ class Capacity:
     why_not: str = ""  # when not usable: offline, unpaired (not trusted: never waited for), conflict
 
     def fits_now(self, need: Need) -> bool:
-        return (self.usable and need.gpu <= self.gpus_free and need.cpu <= self.cpus_free
-                and need.memory_mb <= self.memory_free_mb)
+        return (
+            self.usable
+            and need.gpu <= self.gpus_free
+            and need.cpu <= self.cpus_free
+            and need.memory_mb <= self.memory_free_mb
+        )
 
     def fits_ever(self, need: Need) -> bool:
         return need.gpu <= self.gpus and need.cpu <= self.cpus and need.memory_mb <= self.memory_mb
@@ -81,8 +91,9 @@ def place(need: Need, pool: list[Capacity], nodes: int = 1, pinned: str | None =
     return Decision([], queued=_wait_reason(need, ever, nodes, len(now)))
 
 
-_TRUST_HINT = ("pair one with `app headless runners pair NAME CODE`, or add one with "
-               "`app headless runners add HOST[:PORT]`")
+_TRUST_HINT = (
+    "pair one with `app headless runners pair NAME CODE`, or add one with `app headless runners add HOST[:PORT]`"
+)
 
 
 def _never_reason(need: Need, pool: list[Capacity], candidates: list[Capacity], nodes: int) -> str:
@@ -95,8 +106,10 @@ def _never_reason(need: Need, pool: list[Capacity], candidates: list[Capacity], 
     biggest = max(pool, key=lambda c: (c.gpus, c.cpus, c.memory_mb))
     if nodes > 1:
         return f"needs {nodes} runners with {need} each; only {sum(c.fits_ever(need) for c in pool)} could ever fit it"
-    return (f"needs {need}; the largest runner ({biggest.name}) has {biggest.gpus} GPU, {biggest.cpus} CPU, "
-            f"{biggest.memory_mb} MB memory")
+    return (
+        f"needs {need}; the largest runner ({biggest.name}) has {biggest.gpus} GPU, {biggest.cpus} CPU, "
+        f"{biggest.memory_mb} MB memory"
+    )
 
 
 def _wait_reason(need: Need, ever: list[Capacity], nodes: int, free_now: int) -> str:

@@ -34,7 +34,9 @@ def list_project_files(root: Path) -> list[str]:
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            capture_output=True, check=True, timeout=60,
+            capture_output=True,
+            check=True,
+            timeout=60,
         ).stdout
         names = [n for n in out.decode("utf-8", "surrogateescape").split("\0") if n]
     except (OSError, subprocess.SubprocessError):

@@ -8,9 +8,9 @@ exchanged in the Hello messages.
 from protocol.errors import ErrorCode, ProtocolError
 from protocol.framing import MAX_FRAME_BYTES, FrameReader, encode_frame, unpack_body
 from protocol.messages import (
-    PROTOCOL_VERSION,
     AGENT_MESSAGES,
     CLIENT_MESSAGES,
+    PROTOCOL_VERSION,
     ArtifactFile,
     Attach,
     ClientHello,

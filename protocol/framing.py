@@ -165,9 +165,16 @@ def unpack_body(body: bytes) -> dict[str, Any]:
     try:
         # The walk above bounds every count; these options repeat the bounds
         # inside msgpack itself, so no container is pre-sized past them.
-        value = msgpack.unpackb(body, raw=False, strict_map_key=True, max_array_len=MAX_ELEMENTS,
-                                max_map_len=MAX_ELEMENTS, max_str_len=MAX_FRAME_BYTES,
-                                max_bin_len=MAX_FRAME_BYTES, max_ext_len=0)
+        value = msgpack.unpackb(
+            body,
+            raw=False,
+            strict_map_key=True,
+            max_array_len=MAX_ELEMENTS,
+            max_map_len=MAX_ELEMENTS,
+            max_str_len=MAX_FRAME_BYTES,
+            max_bin_len=MAX_FRAME_BYTES,
+            max_ext_len=0,
+        )
     except Exception as exc:  # msgpack raises several unrelated types
         raise _bad(f"frame is not valid MessagePack: {clip(str(exc))}") from None
     if not isinstance(value, dict) or not isinstance(value.get("t"), str):

@@ -211,10 +211,12 @@ class Ping:
 AgentMessage = Hello | JobAccepted | LogChunk | JobStatus | Error | PairReply | Paired | Pong
 ClientMessage = ClientHello | SubmitJob | StopJob | Attach | GetStatus | PairStart | PairConfirm | Ping
 
-AGENT_MESSAGES: dict[str, type] = {c.TAG: c for c in (Hello, JobAccepted, LogChunk, JobStatus, Error, PairReply, Paired,
-                                                       Pong)}
-CLIENT_MESSAGES: dict[str, type] = {c.TAG: c for c in (ClientHello, SubmitJob, StopJob, Attach, GetStatus, PairStart,
-                                                        PairConfirm, Ping)}
+AGENT_MESSAGES: dict[str, type] = {
+    c.TAG: c for c in (Hello, JobAccepted, LogChunk, JobStatus, Error, PairReply, Paired, Pong)
+}
+CLIENT_MESSAGES: dict[str, type] = {
+    c.TAG: c for c in (ClientHello, SubmitJob, StopJob, Attach, GetStatus, PairStart, PairConfirm, Ping)
+}
 
 
 def to_wire(msg: Any) -> dict[str, Any]:
@@ -359,8 +361,10 @@ def _check(value: Any, tp: Any, where: str, bound: _Bound = _DEFAULT_BOUND) -> A
         if not isinstance(value, dict):
             raise _mistyped(where, tp, value)
         key_tp, val_tp = typing.get_args(tp)
-        return {_check(k, key_tp, where, bound): _check(v, val_tp, f"{where}[{clip(repr(k), 40)}]", bound)
-                for k, v in value.items()}
+        return {
+            _check(k, key_tp, where, bound): _check(v, val_tp, f"{where}[{clip(repr(k), 40)}]", bound)
+            for k, v in value.items()
+        }
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a nested message struct (hints are classes)
         if not isinstance(value, dict):
             raise _mistyped(where, tp, value)

@@ -47,8 +47,9 @@ class Resources:
         return cls(gpu=gpu, cpu=cpu, memory_mb=memory_mb, shm_size=shm_size)
 
 
-def _number(res: Mapping[str, object], key: str, kind: Callable[[str | int | float], N], limit: int,
-            positive: bool = False) -> N | None:
+def _number(
+    res: Mapping[str, object], key: str, kind: Callable[[str | int | float], N], limit: int, positive: bool = False
+) -> N | None:
     value = res.get(key)
     if value is None:
         return None
@@ -60,8 +61,10 @@ def _number(res: Mapping[str, object], key: str, kind: Callable[[str | int | flo
             num = None
     if num is None or not math.isfinite(num) or num < 0 or (positive and num == 0) or num > limit:
         least = "more than 0" if positive else "0 or more"
-        raise ResourcesError(f"resources.{key}: {clip(repr(value), 40)} is not a valid number: "
-                             f"give a finite number, {least}, at most {limit}")
+        raise ResourcesError(
+            f"resources.{key}: {clip(repr(value), 40)} is not a valid number: "
+            f"give a finite number, {least}, at most {limit}"
+        )
     return num
 
 
@@ -70,6 +73,7 @@ def _shm_size(shm: object) -> str | None:
         return None
     m = _SIZE.match(str(shm).strip())
     if not m or int(m.group(1)) * _SIZE_UNITS[m.group(2).lower()] > MAX_SHM_BYTES:
-        raise ResourcesError(f"resources.shm_size: {clip(repr(shm), 40)} is not a size like 8g or 512m "
-                             f"(at most {MAX_SHM_BYTES >> 30}g)")
+        raise ResourcesError(
+            f"resources.shm_size: {clip(repr(shm), 40)} is not a size like 8g or 512m (at most {MAX_SHM_BYTES >> 30}g)"
+        )
     return m.group(0)

@@ -39,8 +39,7 @@ LINE_BYTES = 100
 
 def flood_command(n: int) -> str:
     # 100 bytes a line: 10-digit index, 89 x, newline. `\n` stays literal for bash inside "...".
-    return ("python -c \"import sys; w=sys.stdout.write; "
-            f"[w(f'{{i:010d}}' + 'x'*89 + '\\n') for i in range({n})]\"")
+    return f"python -c \"import sys; w=sys.stdout.write; [w(f'{{i:010d}}' + 'x'*89 + '\\n') for i in range({n})]\""
 
 
 # -- the baseline: a bare asyncssh server and client, written to the temp dir ---------
@@ -117,7 +116,7 @@ sys.exit(asyncio.run(main(*sys.argv[1:5])))
 
 # Runs `app headless run` in-process with marks around each step (monotonic clock, shared
 # with the bench process on Linux): where a dispatch spends its time.
-PROBE = r'''
+PROBE = r"""
 import json, os, sys, time
 T0 = float(os.environ["BENCH_T0"])
 marks = []
@@ -178,7 +177,7 @@ mark("main_returned")
 with open(os.environ["BENCH_PROBE_OUT"], "w") as fh:
     json.dump(marks, fh)
 sys.exit(rc)
-'''
+"""
 
 
 # -- timing subprocesses ------------------------------------------------------------
@@ -198,16 +197,30 @@ class Timed:
         return b"".join(line for _, line in self.stderr_lines).decode(errors="replace")
 
 
-def timed(argv: list[str], *, env: dict, cwd: Path | None = None, marker: bytes | None = None,
-          keep_stdout: bool = False, stdout_devnull: bool = False, timeout: float = 300, t0_env: bool = False) -> Timed:
+def timed(
+    argv: list[str],
+    *,
+    env: dict,
+    cwd: Path | None = None,
+    marker: bytes | None = None,
+    keep_stdout: bool = False,
+    stdout_devnull: bool = False,
+    timeout: float = 300,
+    t0_env: bool = False,
+) -> Timed:
     """Run argv; time from spawn to the first stdout line holding `marker` and to exit (wait4: peak RSS)."""
     stderr_lines: list[tuple[float, bytes]] = []
     if t0_env:  # the probe measures its marks from here (CLOCK_MONOTONIC, like perf_counter on Linux)
         env = dict(env, BENCH_T0=repr(time.monotonic()))
     t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL if stdout_devnull else subprocess.PIPE,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL if stdout_devnull else subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     _RUNNING.add(proc)
 
     def read_stderr() -> None:
@@ -234,8 +247,9 @@ def timed(argv: list[str], *, env: dict, cwd: Path | None = None, marker: bytes 
         killer.cancel()
         _RUNNING.discard(proc)
     reader.join(5)
-    return Timed(proc.returncode, exit_s, first, usage.ru_maxrss, usage.ru_utime + usage.ru_stime,
-                 b"".join(kept), stderr_lines)
+    return Timed(
+        proc.returncode, exit_s, first, usage.ru_maxrss, usage.ru_utime + usage.ru_stime, b"".join(kept), stderr_lines
+    )
 
 
 _RUNNING: set[subprocess.Popen] = set()
@@ -271,8 +285,15 @@ class Bench:
         self.runner = ""
         self.bare_port = 0
         self.key = ""
-        self.results: dict = {"config": {"lines": args.lines, "repeat": args.repeat, "flood_repeat": args.flood_repeat,
-                                         "python": PY, "cpus": os.cpu_count()}}
+        self.results: dict = {
+            "config": {
+                "lines": args.lines,
+                "repeat": args.repeat,
+                "flood_repeat": args.flood_repeat,
+                "python": PY,
+                "cpus": os.cpu_count(),
+            }
+        }
 
     # -- start / stop --
 
@@ -280,29 +301,46 @@ class Bench:
         pubkey = harness.controller_key(self.env, APP)
         self.key = pubkey.removesuffix(".pub")  # the bare client signs in with the same key
         harness.authorize_key(pubkey, self.agent_dir, self.env, APP)
-        self.agent = harness.start_agent(self.agent_dir, self.home, authorize=False, env=self.env, app=APP,
-                                         verbose=False, name="bench-runner", grace=3, new_session=True)
+        self.agent = harness.start_agent(
+            self.agent_dir,
+            self.home,
+            authorize=False,
+            env=self.env,
+            app=APP,
+            verbose=False,
+            name="bench-runner",
+            grace=3,
+            new_session=True,
+        )
         self.runner = self.agent.address
 
         (self.tmp / "bare_server.py").write_text(BARE_SERVER)
         (self.tmp / "bare_client.py").write_text(BARE_CLIENT)
         with open(self.tmp / "bare_server.log", "ab") as bare_log:
-            self.bare = subprocess.Popen([PY, str(self.tmp / "bare_server.py"), pubkey], env=self.env,
-                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=bare_log,
-                                         start_new_session=True)
+            self.bare = subprocess.Popen(
+                [PY, str(self.tmp / "bare_server.py"), pubkey],
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=bare_log,
+                start_new_session=True,
+            )
         line = self.bare.stdout.readline()
         if not line.strip().isdigit():
             raise BenchError(f"bare server did not start:\n{(self.tmp / 'bare_server.log').read_text()[-2000:]}")
         self.bare_port = int(line)
 
         # JSON strings are YAML strings: no quoting surprises in the flood command.
-        harness.write_project(self.project, f"""\
+        harness.write_project(
+            self.project,
+            f"""\
             workflows:
               - name: echo
                 commands: [{json.dumps(ECHO_CMD)}]
               - name: flood
                 commands: [{json.dumps(flood_command(self.args.lines))}]
-            """)
+            """,
+        )
 
     def stop(self) -> None:
         for proc in list(_RUNNING):
@@ -323,8 +361,12 @@ class Bench:
         return timed([*APP, "headless", "run", workflow, "--runner", self.runner], env=self.env, cwd=self.project, **kw)
 
     def bare_run(self, mode: str, command: str, **kw) -> Timed:
-        return timed([PY, str(self.tmp / "bare_client.py"), str(self.bare_port), self.key, mode, command],
-                     env=self.env, cwd=self.tmp, **kw)
+        return timed(
+            [PY, str(self.tmp / "bare_client.py"), str(self.bare_port), self.key, mode, command],
+            env=self.env,
+            cwd=self.tmp,
+            **kw,
+        )
 
     # -- 1. dispatch --
 
@@ -345,12 +387,16 @@ class Bench:
         def stats(ts: list[Timed]) -> dict:
             first = [t.first_s for t in ts]
             exit_ = [t.exit_s for t in ts]
-            return {"first_line_s": {"median": med(first), "min": min(first), "all": first},
-                    "exit_s": {"median": med(exit_), "min": min(exit_), "all": exit_},
-                    "peak_rss_mib": {"median": med([t.maxrss_kib / 1024 for t in ts])}}
+            return {
+                "first_line_s": {"median": med(first), "min": min(first), "all": first},
+                "exit_s": {"median": med(exit_), "min": min(exit_), "all": exit_},
+                "peak_rss_mib": {"median": med([t.maxrss_kib / 1024 for t in ts])},
+            }
 
         res = {"lanpool": stats(lp), "bare": stats(bare)}
-        res["ratio_first_line_median"] = res["lanpool"]["first_line_s"]["median"] / res["bare"]["first_line_s"]["median"]
+        res["ratio_first_line_median"] = (
+            res["lanpool"]["first_line_s"]["median"] / res["bare"]["first_line_s"]["median"]
+        )
         res["ratio_exit_median"] = res["lanpool"]["exit_s"]["median"] / res["bare"]["exit_s"]["median"]
         res["ratio_first_line_min"] = res["lanpool"]["first_line_s"]["min"] / res["bare"]["first_line_s"]["min"]
         res["ratio_exit_min"] = res["lanpool"]["exit_s"]["min"] / res["bare"]["exit_s"]["min"]
@@ -360,7 +406,7 @@ class Bench:
         if all(s is not None for s in submitted):
             res["lanpool_phases_median_s"] = {
                 "spawn_to_submitted": med(submitted),
-                "submitted_to_first_line": med([t.first_s - s for t, s in zip(lp, submitted)]),
+                "submitted_to_first_line": med([t.first_s - s for t, s in zip(lp, submitted, strict=False)]),
                 "first_line_to_exit": med([t.exit_s - t.first_s for t in lp]),
             }
         self.results["dispatch"] = res
@@ -374,8 +420,16 @@ class Bench:
         env = dict(self.env, BENCH_PROBE_OUT=str(out))
         runs = []
         for _ in range(k):
-            t = check(timed([PY, str(self.tmp / "probe.py"), "run", "echo", "--runner", self.runner],
-                            env=env, cwd=self.project, marker=MARKER, t0_env=True), "probe run")
+            t = check(
+                timed(
+                    [PY, str(self.tmp / "probe.py"), "run", "echo", "--runner", self.runner],
+                    env=env,
+                    cwd=self.project,
+                    marker=MARKER,
+                    t0_env=True,
+                ),
+                "probe run",
+            )
             marks = json.loads(out.read_text())
             marks.append(["process_exit", t.exit_s])
             runs.append(marks)
@@ -388,13 +442,18 @@ class Bench:
     def imports(self) -> None:
         """Python start-up + imports: what every `app` and every bare client pays before any network."""
         k = self.args.repeat
-        say(f"imports: {k} x python -c (pass | import asyncssh | import app.cli.headless, with/without teardown) interleaved")
+        say(
+            f"imports: {k} x python -c (pass | import asyncssh | import app.cli.headless, with/without teardown) interleaved"
+        )
         # Each is spawn -> exit, so it holds interpreter teardown too; the os._exit variants leave that out.
-        cases = {"python_bare_start": "pass", "import_asyncssh": "import asyncssh",
-                 "import_asyncssh_no_teardown": "import asyncssh, os; os._exit(0)",
-                 "import_app_cli_main": "import app.cli.main",
-                 "import_app_cli_headless": "import app.cli.headless",
-                 "import_app_cli_headless_no_teardown": "import app.cli.headless, os; os._exit(0)"}
+        cases = {
+            "python_bare_start": "pass",
+            "import_asyncssh": "import asyncssh",
+            "import_asyncssh_no_teardown": "import asyncssh, os; os._exit(0)",
+            "import_app_cli_main": "import app.cli.main",
+            "import_app_cli_headless": "import app.cli.headless",
+            "import_app_cli_headless_no_teardown": "import app.cli.headless, os; os._exit(0)",
+        }
         times: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(k):
             for name, code in cases.items():
@@ -409,7 +468,9 @@ class Bench:
             if m:
                 pkg = m.group(2).decode().split(".")[0]
                 top[pkg] = top.get(pkg, 0) + int(m.group(1))
-        res["importtime_self_ms_by_package"] = {k: round(v / 1000, 1) for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:8]}
+        res["importtime_self_ms_by_package"] = {
+            k: round(v / 1000, 1) for k, v in sorted(top.items(), key=lambda kv: -kv[1])[:8]
+        }
         self.results["imports"] = res
 
     # -- 2. log throughput --
@@ -417,8 +478,10 @@ class Bench:
     def producer(self) -> None:
         n = self.args.lines
         env = dict(self.env, PATH=os.path.dirname(PY) + os.pathsep + self.env.get("PATH", ""))
-        runs = [check(timed(["bash", "-c", flood_command(n)], env=env, cwd=self.tmp, stdout_devnull=True), "producer")
-                for _ in range(2)]
+        runs = [
+            check(timed(["bash", "-c", flood_command(n)], env=env, cwd=self.tmp, stdout_devnull=True), "producer")
+            for _ in range(2)
+        ]
         best = min(t.exit_s for t in runs)
         self.results["producer"] = {"to_devnull_s": best, "lines_per_s": n / best}
 
@@ -438,34 +501,63 @@ class Bench:
             verdict = self.verify(job, n)
             verdict["verify_s"] = time.perf_counter() - t_verify
             submitted = _stderr_at(t, SUBMITTED)
-            lp_runs.append({"job": job, "wall_s": t.exit_s, "lines_per_s": n / t.exit_s,
-                            "submitted_s": submitted,
-                            "lines_per_s_after_submit": n / (t.exit_s - submitted) if submitted else None,
-                            "controller_peak_rss_mib": t.maxrss_kib / 1024, "controller_cpu_s": t.cpu_s,
-                            "agent_cpu_s": a1[0] - a0[0], "job_cpu_s": a1[1] - a0[1], **verdict})
+            lp_runs.append(
+                {
+                    "job": job,
+                    "wall_s": t.exit_s,
+                    "lines_per_s": n / t.exit_s,
+                    "submitted_s": submitted,
+                    "lines_per_s_after_submit": n / (t.exit_s - submitted) if submitted else None,
+                    "controller_peak_rss_mib": t.maxrss_kib / 1024,
+                    "controller_cpu_s": t.cpu_s,
+                    "agent_cpu_s": a1[0] - a0[0],
+                    "job_cpu_s": a1[1] - a0[1],
+                    **verdict,
+                }
+            )
             say(f"  flood {i + 1}/{r}: bare ...")
             s0 = proc_cpu(self.bare.pid)
             b = check(self.bare_run("count", flood_command(n), keep_stdout=True, timeout=600), "bare flood client")
             s1 = proc_cpu(self.bare.pid)
             got = int(b.stdout.strip() or 0)
-            bare_runs.append({"wall_s": b.exit_s, "lines": got, "lines_per_s": n / b.exit_s,
-                              "client_peak_rss_mib": b.maxrss_kib / 1024, "client_cpu_s": b.cpu_s,
-                              "server_cpu_s": s1[0] - s0[0], "job_cpu_s": s1[1] - s0[1]})
+            bare_runs.append(
+                {
+                    "wall_s": b.exit_s,
+                    "lines": got,
+                    "lines_per_s": n / b.exit_s,
+                    "client_peak_rss_mib": b.maxrss_kib / 1024,
+                    "client_cpu_s": b.cpu_s,
+                    "server_cpu_s": s1[0] - s0[0],
+                    "job_cpu_s": s1[1] - s0[1],
+                }
+            )
         lp_wall = [x["wall_s"] for x in lp_runs]
         bare_wall = [x["wall_s"] for x in bare_runs]
         res = {
             "lines": n,
-            "lanpool": {"wall_s_median": med(lp_wall), "wall_s_min": min(lp_wall),
-                        "lines_per_s_median": n / med(lp_wall), "lines_per_s_best": n / min(lp_wall),
-                        "lost_max": max(x["lost"] for x in lp_runs), "duplicates_max": max(x["duplicates"] for x in lp_runs),
-                        "controller_peak_rss_mib_max": max(x["controller_peak_rss_mib"] for x in lp_runs),
-                        "runs": lp_runs},
-            "bare": {"wall_s_median": med(bare_wall), "wall_s_min": min(bare_wall),
-                     "lines_per_s_median": n / med(bare_wall), "lines_per_s_best": n / min(bare_wall),
-                     "lines_short_max": max(n - x["lines"] for x in bare_runs), "runs": bare_runs},
+            "lanpool": {
+                "wall_s_median": med(lp_wall),
+                "wall_s_min": min(lp_wall),
+                "lines_per_s_median": n / med(lp_wall),
+                "lines_per_s_best": n / min(lp_wall),
+                "lost_max": max(x["lost"] for x in lp_runs),
+                "duplicates_max": max(x["duplicates"] for x in lp_runs),
+                "controller_peak_rss_mib_max": max(x["controller_peak_rss_mib"] for x in lp_runs),
+                "runs": lp_runs,
+            },
+            "bare": {
+                "wall_s_median": med(bare_wall),
+                "wall_s_min": min(bare_wall),
+                "lines_per_s_median": n / med(bare_wall),
+                "lines_per_s_best": n / min(bare_wall),
+                "lines_short_max": max(n - x["lines"] for x in bare_runs),
+                "runs": bare_runs,
+            },
             "target_lines_per_s_min": THROUGHPUT_TARGET,
         }
-        res["ratio_lanpool_over_bare_lines_per_s"] = res["lanpool"]["lines_per_s_median"] / res["bare"]["lines_per_s_median"]
+        res["ratio_lanpool_over_bare_lines_per_s"] = (
+            res["lanpool"]["lines_per_s_median"] / res["bare"]["lines_per_s_median"]
+        )
         self.results["throughput"] = res
 
     def verify(self, job: str, n: int) -> dict:
@@ -475,8 +567,9 @@ class Bench:
             seen = bytearray(n)
             stored = lost = dups = bad = other_stream = gaps = chunks = 0
             expect_seq = 0
-            rows = conn.execute("SELECT seq, n_lines, stream, data FROM log_chunks WHERE job_id = ? ORDER BY node, seq",
-                                (job,))
+            rows = conn.execute(
+                "SELECT seq, n_lines, stream, data FROM log_chunks WHERE job_id = ? ORDER BY node, seq", (job,)
+            )
             for seq, n_lines, stream, data in rows:
                 chunks += 1
                 if seq != expect_seq:
@@ -505,8 +598,16 @@ class Bench:
             db_mib = sum(p.stat().st_size for p in self.home.glob("lanpool.db*")) / 2**20
         finally:
             conn.close()
-        return {"stored_lines": stored, "lost": lost, "duplicates": dups, "malformed": bad,
-                "other_stream_lines": other_stream, "chunks": chunks, "seq_gaps": gaps, "db_mib_after": db_mib}
+        return {
+            "stored_lines": stored,
+            "lost": lost,
+            "duplicates": dups,
+            "malformed": bad,
+            "other_stream_lines": other_stream,
+            "chunks": chunks,
+            "seq_gaps": gaps,
+            "db_mib_after": db_mib,
+        }
 
     def agent_rss(self) -> None:
         try:
@@ -529,12 +630,18 @@ def _phases(marks: list[list]) -> dict[str, float]:
         while f"{name}#{n}" in at:
             n += 1
         at[f"{name}#{n}"] = t
-    out = {"interpreter_start": at["interpreter_ready#1"],
-           "imports": at["imports_done#1"] - at["interpreter_ready#1"]}
-    labels = {"controller_init": "Controller() (sqlite open, migrate)", "load_project": "load workflows.yaml",
-              "build_snapshot": "build snapshot", "load_key": "load key", "ssh_connect#1": "ssh connect (submit)",
-              "sftp_upload": "sftp upload", "submit": "submit request", "ssh_close#1": "ssh close (submit)",
-              "ssh_connect#2": "ssh connect (follow)"}
+    out = {"interpreter_start": at["interpreter_ready#1"], "imports": at["imports_done#1"] - at["interpreter_ready#1"]}
+    labels = {
+        "controller_init": "Controller() (sqlite open, migrate)",
+        "load_project": "load workflows.yaml",
+        "build_snapshot": "build snapshot",
+        "load_key": "load key",
+        "ssh_connect#1": "ssh connect (submit)",
+        "sftp_upload": "sftp upload",
+        "submit": "submit request",
+        "ssh_close#1": "ssh close (submit)",
+        "ssh_connect#2": "ssh connect (follow)",
+    }
     for key, label in labels.items():
         name, _, n = key.partition("#")
         n = n or "1"
@@ -573,8 +680,10 @@ def report(res: dict, out) -> None:
 
     ms = lambda s: f"{s * 1000:7.1f} ms"  # noqa: E731
     cfg = res["config"]
-    p(f"lanpool bench: {cfg['lines']:,} lines, {cfg['repeat']} repeats ({cfg['flood_repeat']} for throughput), "
-      f"{cfg['cpus']} CPUs, {cfg['python']}")
+    p(
+        f"lanpool bench: {cfg['lines']:,} lines, {cfg['repeat']} repeats ({cfg['flood_repeat']} for throughput), "
+        f"{cfg['cpus']} CPUs, {cfg['python']}"
+    )
     d = res.get("dispatch")
     if d:
         p()
@@ -583,29 +692,43 @@ def report(res: dict, out) -> None:
         p(f"   {'':28} {'median':>10} {'min':>11}   {'median':>10} {'min':>11}")
         for name, label in (("lanpool", "app headless run echo"), ("bare", "bare asyncssh exec")):
             x = d[name]
-            p(f"   {label:28} {ms(x['first_line_s']['median'])} {ms(x['first_line_s']['min'])}   "
-              f"{ms(x['exit_s']['median'])} {ms(x['exit_s']['min'])}   (peak RSS {x['peak_rss_mib']['median']:.0f} MiB)")
+            p(
+                f"   {label:28} {ms(x['first_line_s']['median'])} {ms(x['first_line_s']['min'])}   "
+                f"{ms(x['exit_s']['median'])} {ms(x['exit_s']['min'])}   (peak RSS {x['peak_rss_mib']['median']:.0f} MiB)"
+            )
         verdict = "meets" if d["ratio_exit_median"] <= DISPATCH_TARGET else "MISSES"
-        p(f"   ratio lanpool/bare: first line {d['ratio_first_line_median']:.2f}x (min {d['ratio_first_line_min']:.2f}x), "
-          f"exit {d['ratio_exit_median']:.2f}x (min {d['ratio_exit_min']:.2f}x); target <= {DISPATCH_TARGET}x: {verdict}")
+        p(
+            f"   ratio lanpool/bare: first line {d['ratio_first_line_median']:.2f}x (min {d['ratio_first_line_min']:.2f}x), "
+            f"exit {d['ratio_exit_median']:.2f}x (min {d['ratio_exit_min']:.2f}x); target <= {DISPATCH_TARGET}x: {verdict}"
+        )
         ph = d.get("lanpool_phases_median_s")
         if ph:
-            p(f"   lanpool phases (median): spawn->submitted {ms(ph['spawn_to_submitted'])}, "
-              f"submitted->first line {ms(ph['submitted_to_first_line'])}, first line->exit {ms(ph['first_line_to_exit'])}")
+            p(
+                f"   lanpool phases (median): spawn->submitted {ms(ph['spawn_to_submitted'])}, "
+                f"submitted->first line {ms(ph['submitted_to_first_line'])}, first line->exit {ms(ph['first_line_to_exit'])}"
+            )
     phases = res.get("dispatch_phases_median_ms")
     if phases:
         p("   where `app headless run echo` spends its time (instrumented in-process, median ms):")
         items = list(phases.items())
         for i in range(0, len(items), 3):
-            p("     " + ";  ".join(f"{k} {v:.1f}" for k, v in items[i:i + 3]))
+            p("     " + ";  ".join(f"{k} {v:.1f}" for k, v in items[i : i + 3]))
     im = res.get("imports")
     if im:
         p("   python -c 'import X', spawn -> exit (median / min); no_teardown: ends with os._exit(0):")
-        for name in ("python_bare_start", "import_app_cli_main", "import_asyncssh", "import_asyncssh_no_teardown",
-                     "import_app_cli_headless", "import_app_cli_headless_no_teardown"):
+        for name in (
+            "python_bare_start",
+            "import_app_cli_main",
+            "import_asyncssh",
+            "import_asyncssh_no_teardown",
+            "import_app_cli_headless",
+            "import_app_cli_headless_no_teardown",
+        ):
             p(f"     {name:36} {ms(im[name]['median'])} {ms(im[name]['min'])}")
-        p("   import app.cli.headless by package (-X importtime, self time summed): "
-          + ", ".join(f"{k} {v:.0f} ms" for k, v in im["importtime_self_ms_by_package"].items()))
+        p(
+            "   import app.cli.headless by package (-X importtime, self time summed): "
+            + ", ".join(f"{k} {v:.0f} ms" for k, v in im["importtime_self_ms_by_package"].items())
+        )
     th = res.get("throughput")
     if th:
         n = th["lines"]
@@ -613,26 +736,38 @@ def report(res: dict, out) -> None:
         p(f"2. log throughput: {n:,} lines x {LINE_BYTES} B ({n * LINE_BYTES / 2**20:.0f} MiB), spawn -> exit")
         pr = res.get("producer")
         if pr:
-            p(f"   producer alone (python -c ... > /dev/null): {pr['to_devnull_s']:.2f} s = {pr['lines_per_s']:,.0f} lines/s")
+            p(
+                f"   producer alone (python -c ... > /dev/null): {pr['to_devnull_s']:.2f} s = {pr['lines_per_s']:,.0f} lines/s"
+            )
         lp, bare = th["lanpool"], th["bare"]
-        p(f"   lanpool run flood (stored in SQLite): median {lp['wall_s_median']:.2f} s = {lp['lines_per_s_median']:,.0f} lines/s "
-          f"(best {lp['lines_per_s_best']:,.0f}); lost {lp['lost_max']}, duplicates {lp['duplicates_max']}")
+        p(
+            f"   lanpool run flood (stored in SQLite): median {lp['wall_s_median']:.2f} s = {lp['lines_per_s_median']:,.0f} lines/s "
+            f"(best {lp['lines_per_s_best']:,.0f}); lost {lp['lost_max']}, duplicates {lp['duplicates_max']}"
+        )
         for i, r in enumerate(lp["runs"], 1):
             after = f"{r['lines_per_s_after_submit']:,.0f}" if r["lines_per_s_after_submit"] else "?"
-            p(f"     run {i}: {r['wall_s']:.2f} s, submitted at {r['submitted_s'] or float('nan'):.2f} s "
-              f"({after} lines/s after submit), stored {r['stored_lines']:,} in {r['chunks']} chunks, lost {r['lost']}, "
-              f"dup {r['duplicates']}, malformed {r['malformed']}, seq gaps {r['seq_gaps']}, "
-              f"controller peak RSS {r['controller_peak_rss_mib']:.0f} MiB, db {r['db_mib_after']:.0f} MiB; "
-              f"CPU s: controller {r['controller_cpu_s']:.2f}, agent {r['agent_cpu_s']:.2f}, job {r['job_cpu_s']:.2f}")
-        p(f"   bare asyncssh stream (count only):   median {bare['wall_s_median']:.2f} s = {bare['lines_per_s_median']:,.0f} lines/s "
-          f"(best {bare['lines_per_s_best']:,.0f}); lines short {bare['lines_short_max']}, "
-          f"client peak RSS {max(r['client_peak_rss_mib'] for r in bare['runs']):.0f} MiB")
+            p(
+                f"     run {i}: {r['wall_s']:.2f} s, submitted at {r['submitted_s'] or float('nan'):.2f} s "
+                f"({after} lines/s after submit), stored {r['stored_lines']:,} in {r['chunks']} chunks, lost {r['lost']}, "
+                f"dup {r['duplicates']}, malformed {r['malformed']}, seq gaps {r['seq_gaps']}, "
+                f"controller peak RSS {r['controller_peak_rss_mib']:.0f} MiB, db {r['db_mib_after']:.0f} MiB; "
+                f"CPU s: controller {r['controller_cpu_s']:.2f}, agent {r['agent_cpu_s']:.2f}, job {r['job_cpu_s']:.2f}"
+            )
+        p(
+            f"   bare asyncssh stream (count only):   median {bare['wall_s_median']:.2f} s = {bare['lines_per_s_median']:,.0f} lines/s "
+            f"(best {bare['lines_per_s_best']:,.0f}); lines short {bare['lines_short_max']}, "
+            f"client peak RSS {max(r['client_peak_rss_mib'] for r in bare['runs']):.0f} MiB"
+        )
         for i, r in enumerate(bare["runs"], 1):
-            p(f"     run {i}: {r['wall_s']:.2f} s, {r['lines']:,} lines; CPU s: client {r['client_cpu_s']:.2f}, "
-              f"server {r['server_cpu_s']:.2f}, job {r['job_cpu_s']:.2f}")
+            p(
+                f"     run {i}: {r['wall_s']:.2f} s, {r['lines']:,} lines; CPU s: client {r['client_cpu_s']:.2f}, "
+                f"server {r['server_cpu_s']:.2f}, job {r['job_cpu_s']:.2f}"
+            )
         verdict = "meets" if lp["lines_per_s_median"] >= THROUGHPUT_TARGET and lp["lost_max"] == 0 else "MISSES"
-        p(f"   ratio lanpool/bare lines/s: {th['ratio_lanpool_over_bare_lines_per_s']:.2f}; "
-          f"target >= {THROUGHPUT_TARGET:,} lines/s and 0 lost: {verdict}")
+        p(
+            f"   ratio lanpool/bare lines/s: {th['ratio_lanpool_over_bare_lines_per_s']:.2f}; "
+            f"target >= {THROUGHPUT_TARGET:,} lines/s and 0 lost: {verdict}"
+        )
     if res.get("agent_peak_rss_mib") is not None:
         p(f"   agent peak RSS (VmHWM, whole bench): {res['agent_peak_rss_mib']:.0f} MiB")
     if "bench_wall_s" in res:
@@ -642,13 +777,20 @@ def report(res: dict, out) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--lines", type=int, default=1_000_000, help="lines the flood workflow prints (default 1000000)")
+    parser.add_argument(
+        "--lines", type=int, default=1_000_000, help="lines the flood workflow prints (default 1000000)"
+    )
     parser.add_argument("--repeat", type=int, default=5, help="repeats of each dispatch measurement (default 5)")
-    parser.add_argument("--flood-repeat", type=int, default=None,
-                        help="repeats of each throughput measurement (default: --repeat)")
-    parser.add_argument("--json", action="store_true", help="also print one JSON object of all figures (stdout; table goes to stderr)")
+    parser.add_argument(
+        "--flood-repeat", type=int, default=None, help="repeats of each throughput measurement (default: --repeat)"
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="also print one JSON object of all figures (stdout; table goes to stderr)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (paths printed)")
-    parser.add_argument("--skip", choices=["dispatch", "throughput"], action="append", default=[], help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--skip", choices=["dispatch", "throughput"], action="append", default=[], help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     if args.lines < 1 or args.repeat < 1:
         parser.error("--lines and --repeat must be >= 1")

@@ -55,9 +55,11 @@ def say(text: str) -> None:
 
 def train_command(steps: int, corpus: str) -> str:
     # Validation and the snapshot happen once, after the last step: the timed window is training only.
-    return (f"python -m training.chargpt train --data {corpus} --out ck --max-steps {steps} --log-every 1"
-            f" --eval-every {steps} --eval-batches 2 --snapshot-every {steps} --block-size {BLOCK}"
-            f" --batch-size {BATCH} --accelerator cpu --devices 1")
+    return (
+        f"python -m training.chargpt train --data {corpus} --out ck --max-steps {steps} --log-every 1"
+        f" --eval-every {steps} --eval-batches 2 --snapshot-every {steps} --block-size {BLOCK}"
+        f" --batch-size {BATCH} --accelerator cpu --devices 1"
+    )
 
 
 def write_corpus(path: Path) -> str:
@@ -67,13 +69,17 @@ def write_corpus(path: Path) -> str:
         shutil.copy(real, path)
         return f"data/shakespeare.txt ({real.stat().st_size // 1024} KiB)"
     rng = random.Random(0)
-    words = ("the a my thy love night day sweet fair good lord lady heart star moon doth hath speak come go not"
-             " and of to in what shall be with his her").split()
+    words = (
+        "the a my thy love night day sweet fair good lord lady heart star moon doth hath speak come go not"
+        " and of to in what shall be with his her"
+    ).split()
     lines = []
     while sum(map(len, lines)) < 400_000:
         lines.append(rng.choice(["ROMEO", "JULIET", "NURSE", "FRIAR"]) + ":")
-        lines += [" ".join(rng.choice(words) for _ in range(rng.randint(4, 10))).capitalize() + "."
-                  for _ in range(rng.randint(1, 3))]
+        lines += [
+            " ".join(rng.choice(words) for _ in range(rng.randint(4, 10))).capitalize() + "."
+            for _ in range(rng.randint(1, 3))
+        ]
         lines.append("")
     path.write_text("\n".join(lines))
     return "generated text (400 KB; run scripts/fetch-data for the real corpus)"
@@ -104,8 +110,12 @@ def figures(points: list[dict], started: float, skip: int, nodes: int = 2) -> di
     a, b = points[skip], points[-1]
     steps, secs = b["step"] - a["step"], b["time"] - a["time"]
     samples = steps * BATCH * nodes / secs
-    return {"samples_per_s": samples, "tokens_per_s": samples * BLOCK, "steps_timed": steps,
-            "to_first_step_s": points[0]["time"] - started}
+    return {
+        "samples_per_s": samples,
+        "tokens_per_s": samples * BLOCK,
+        "steps_timed": steps,
+        "to_first_step_s": points[0]["time"] - started,
+    }
 
 
 class Bench:
@@ -125,19 +135,23 @@ class Bench:
         for k in range(2):  # both start at once, then each is waited for
             data = self.tmp / f"agent{k}"
             harness.authorize_key(key, data, self.env, APP)
-            self.agents.append(harness.spawn_agent(data, self.env, name=f"bench-ddp-{k}", extra_args=["--no-mdns"],
-                                                   grace=3, verbose=False, app=APP))
+            self.agents.append(
+                harness.spawn_agent(
+                    data, self.env, name=f"bench-ddp-{k}", extra_args=["--no-mdns"], grace=3, verbose=False, app=APP
+                )
+            )
         for agent in self.agents:
             agent.wait_listening()
-            subprocess.run([*APP, "headless", "runners", "add", agent.address], env=self.env,
-                           capture_output=True, check=True)
+            subprocess.run(
+                [*APP, "headless", "runners", "add", agent.address], env=self.env, capture_output=True, check=True
+            )
         (self.project / ".lanpool").mkdir(parents=True)
         shutil.copytree(REPO / "training", self.project / "training", ignore=shutil.ignore_patterns("__pycache__"))
         self.corpus = write_corpus(self.project / "corpus.txt")
         self.command = train_command(self.args.steps, "corpus.txt")
         (self.project / ".lanpool" / "workflows.yaml").write_text(
-            "workflows:\n  - name: chargpt\n    nodes: 2\n    commands:\n"
-            f"      - {self.command}\n    artifacts: [ck]\n")
+            f"workflows:\n  - name: chargpt\n    nodes: 2\n    commands:\n      - {self.command}\n    artifacts: [ck]\n"
+        )
 
     def stop(self) -> None:
         for proc in self.running:
@@ -161,25 +175,44 @@ class Bench:
         agents0 = [proc_cpu(a.proc.pid) for a in self.agents]
         ctl0 = children_cpu()
         started = time.time()
-        proc = subprocess.run([*APP, "headless", "run", "chargpt"], cwd=self.project, env=self.env,
-                              capture_output=True, text=True, timeout=self.args.timeout)
+        proc = subprocess.run(
+            [*APP, "headless", "run", "chargpt"],
+            cwd=self.project,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=self.args.timeout,
+        )
         wall = time.time() - started
         agents1 = [proc_cpu(a.proc.pid) for a in self.agents]
-        cpu = {"agents_cpu_s": sum(b[0] - a[0] for a, b in zip(agents0, agents1)),
-               "trainers_cpu_s": sum(b[1] - a[1] for a, b in zip(agents0, agents1)),
-               "controller_cpu_s": children_cpu() - ctl0}
+        cpu = {
+            "agents_cpu_s": sum(b[0] - a[0] for a, b in zip(agents0, agents1, strict=False)),
+            "trainers_cpu_s": sum(b[1] - a[1] for a, b in zip(agents0, agents1, strict=False)),
+            "controller_cpu_s": children_cpu() - ctl0,
+        }
         if proc.returncode != 0:
             raise BenchError(f"app headless run exited {proc.returncode}: {proc.stderr.strip()[-500:]}")
-        run = json.loads(subprocess.run([*APP, "headless", "status", "--json", "-n", "1", "--no-refresh"],
-                                        env=self.env, capture_output=True, text=True, check=True).stdout)[0]["run"]
-        metrics = subprocess.run([*APP, "headless", "metrics", run, "--json"], env=self.env,
-                                 capture_output=True, text=True, check=True).stdout
+        run = json.loads(
+            subprocess.run(
+                [*APP, "headless", "status", "--json", "-n", "1", "--no-refresh"],
+                env=self.env,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
+        )[0]["run"]
+        metrics = subprocess.run(
+            [*APP, "headless", "metrics", run, "--json"], env=self.env, capture_output=True, text=True, check=True
+        ).stdout
         points = [p for p in json.loads(metrics) if p["name"] == "train_loss"]
         tagged = all(f"[node {k}]" in proc.stdout + proc.stderr for k in (0,)) and "[node 0] step" in proc.stdout
         if not tagged:
             raise BenchError("the run's log lacks node 0's step lines")
-        return {**figures(sorted(points, key=lambda p: p["step"]), started, self.args.skip_steps), "wall_s": wall,
-                **cpu}
+        return {
+            **figures(sorted(points, key=lambda p: p["step"]), started, self.args.skip_steps),
+            "wall_s": wall,
+            **cpu,
+        }
 
     def by_hand(self, rep: int) -> dict:
         port = free_port()
@@ -189,18 +222,36 @@ class Bench:
             shutil.copytree(self.project, w, ignore=shutil.ignore_patterns(".lanpool"))
         started = time.time()
         for k, w in enumerate(workdirs):
-            env = dict(self.env, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), NODE_RANK=str(k),
-                       LANPOOL_NODE_RANK=str(k), LANPOOL_NUM_NODES="2", LANPOOL_NODES_IPS="127.0.0.1,127.0.0.1",
-                       LANPOOL_MASTER_ADDR="127.0.0.1", LANPOOL_NODE_ADDR="127.0.0.1", LANPOOL_GPUS_PER_NODE="0",
-                       GLOO_SOCKET_IFNAME="lo", NCCL_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
-                       LANPOOL_METRICS_FILE=str(w / "metrics.jsonl"),
-                       PATH=os.path.dirname(PY) + os.pathsep + os.environ.get("PATH", ""))
+            env = dict(
+                self.env,
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=str(port),
+                NODE_RANK=str(k),
+                LANPOOL_NODE_RANK=str(k),
+                LANPOOL_NUM_NODES="2",
+                LANPOOL_NODES_IPS="127.0.0.1,127.0.0.1",
+                LANPOOL_MASTER_ADDR="127.0.0.1",
+                LANPOOL_NODE_ADDR="127.0.0.1",
+                LANPOOL_GPUS_PER_NODE="0",
+                GLOO_SOCKET_IFNAME="lo",
+                NCCL_SOCKET_IFNAME="lo",
+                OMP_NUM_THREADS="1",
+                LANPOOL_METRICS_FILE=str(w / "metrics.jsonl"),
+                PATH=os.path.dirname(PY) + os.pathsep + os.environ.get("PATH", ""),
+            )
             for name in ("LOCAL_RANK", "WORLD_SIZE", "TORCHELASTIC_RUN_ID"):
                 env.pop(name, None)
             metrics.append(w / "metrics.jsonl")
-            procs.append(subprocess.Popen(["bash", "-c", f"set -e\n{self.command}"], cwd=w, env=env,
-                                          stdout=open(w / "out.log", "wb"), stderr=subprocess.STDOUT,
-                                          start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    ["bash", "-c", f"set -e\n{self.command}"],
+                    cwd=w,
+                    env=env,
+                    stdout=open(w / "out.log", "wb"),
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
         self.running = procs
         try:
             for proc in procs:
@@ -227,19 +278,30 @@ class Bench:
             for arm in order:
                 r = self.lanpool() if arm == "lanpool" else self.by_hand(rep)
                 rows[arm].append(r)
-                say(f"repeat {rep + 1}/{self.args.repeat} {arm:7}: {r['samples_per_s']:.1f} samples/s "
+                say(
+                    f"repeat {rep + 1}/{self.args.repeat} {arm:7}: {r['samples_per_s']:.1f} samples/s "
                     f"({r['tokens_per_s']:.0f} tokens/s), first step after {r['to_first_step_s']:.2f}s, "
-                    f"{r['wall_s']:.1f}s in all")
+                    f"{r['wall_s']:.1f}s in all"
+                )
         med = {arm: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for arm, rs in rows.items()}
         lp = med["lanpool"]
-        say(f"lanpool's own processes while training (medians): agents {lp['agents_cpu_s']:.2f} CPU-s, "
+        say(
+            f"lanpool's own processes while training (medians): agents {lp['agents_cpu_s']:.2f} CPU-s, "
             f"controller {lp['controller_cpu_s']:.2f} CPU-s, vs the trainers' {lp['trainers_cpu_s']:.1f} CPU-s "
-            f"({100 * (lp['agents_cpu_s'] + lp['controller_cpu_s']) / max(lp['trainers_cpu_s'], 1e-9):.1f}%)")
+            f"({100 * (lp['agents_cpu_s'] + lp['controller_cpu_s']) / max(lp['trainers_cpu_s'], 1e-9):.1f}%)"
+        )
         return {
-            "corpus": self.corpus, "command": self.command, "steps": self.args.steps,
-            "skip_steps": self.args.skip_steps, "repeat": self.args.repeat, "runs": rows, "median": med,
+            "corpus": self.corpus,
+            "command": self.command,
+            "steps": self.args.steps,
+            "skip_steps": self.args.skip_steps,
+            "repeat": self.args.repeat,
+            "runs": rows,
+            "median": med,
             "ratio_samples_per_s": med["lanpool"]["samples_per_s"] / med["hand"]["samples_per_s"],
-            "ratios_per_repeat": [a["samples_per_s"] / b["samples_per_s"] for a, b in zip(rows["lanpool"], rows["hand"])],
+            "ratios_per_repeat": [
+                a["samples_per_s"] / b["samples_per_s"] for a, b in zip(rows["lanpool"], rows["hand"], strict=False)
+            ],
             "first_step_extra_s": med["lanpool"]["to_first_step_s"] - med["hand"]["to_first_step_s"],
         }
 
@@ -251,14 +313,20 @@ def report(res: dict) -> None:
     lp, hand = res["median"]["lanpool"], res["median"]["hand"]
     p()
     p(f"char-GPT (4 layers x 128, batch {BATCH} x {BLOCK} chars a node), 2 nodes x 1 CPU process on 127.0.0.1,")
-    p(f"{res['steps']} steps, throughput over steps {res['skip_steps']}..{res['steps'] - 1}; corpus: {res['corpus']};"
-      f" median of {res['repeat']}")
+    p(
+        f"{res['steps']} steps, throughput over steps {res['skip_steps']}..{res['steps'] - 1}; corpus: {res['corpus']};"
+        f" median of {res['repeat']}"
+    )
     p(f"  {'':28} {'lanpool':>12} {'by hand':>12} {'ratio':>8}")
-    p(f"  {'samples/s':28} {lp['samples_per_s']:12.1f} {hand['samples_per_s']:12.1f}"
-      f" {res['ratio_samples_per_s']:8.3f}   (target >= {RATIO_TARGET})")
+    p(
+        f"  {'samples/s':28} {lp['samples_per_s']:12.1f} {hand['samples_per_s']:12.1f}"
+        f" {res['ratio_samples_per_s']:8.3f}   (target >= {RATIO_TARGET})"
+    )
     p(f"  {'tokens/s':28} {lp['tokens_per_s']:12.0f} {hand['tokens_per_s']:12.0f}")
-    p(f"  {'start -> first step (s)':28} {lp['to_first_step_s']:12.2f} {hand['to_first_step_s']:12.2f}"
-      f" {lp['to_first_step_s'] / hand['to_first_step_s']:8.2f}   (+{res['first_step_extra_s']:.2f}s)")
+    p(
+        f"  {'start -> first step (s)':28} {lp['to_first_step_s']:12.2f} {hand['to_first_step_s']:12.2f}"
+        f" {lp['to_first_step_s'] / hand['to_first_step_s']:8.2f}   (+{res['first_step_extra_s']:.2f}s)"
+    )
     p(f"  {'start -> end (s)':28} {lp['wall_s']:12.1f} {hand['wall_s']:12.1f}")
     p(f"  ratio per repeat: {', '.join(f'{r:.3f}' for r in res['ratios_per_repeat'])}")
     p(f"  command on each node: {res['command']}")
@@ -283,8 +351,9 @@ def main(argv: list[str] | None = None) -> int:
         return bench.run()
 
     # The table goes to stderr, --json or not.
-    return run_bench("bench-ddp", work, bench.stop, lambda res, _out: report(res), args.json,
-                     errors=(harness.AgentStartError,))
+    return run_bench(
+        "bench-ddp", work, bench.stop, lambda res, _out: report(res), args.json, errors=(harness.AgentStartError,)
+    )
 
 
 if __name__ == "__main__":

@@ -141,9 +141,18 @@ class Bench:
         self.args = args
         self.tmp = Path(tempfile.mkdtemp(prefix="lanpool-bench-pool-"))
         self.procs = Procs()
-        self.results: dict = {"config": {
-            "agents": args.agents, "repeat": args.repeat, "poll_s": args.poll, "mdns_watch_s": args.mdns_watch,
-            "batch": args.batch, "cpus": os.cpu_count(), "python": PY, "mdns_interface": MDNS_IFACE}}
+        self.results: dict = {
+            "config": {
+                "agents": args.agents,
+                "repeat": args.repeat,
+                "poll_s": args.poll,
+                "mdns_watch_s": args.mdns_watch,
+                "batch": args.batch,
+                "cpus": os.cpu_count(),
+                "python": PY,
+                "mdns_interface": MDNS_IFACE,
+            }
+        }
 
     def cli(self, *args: str, env: dict, timeout: float = 60) -> str:
         p = self.procs.spawn([*APP, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -158,8 +167,17 @@ class Bench:
         return out
 
     def spawn_agent(self, name: str, data_dir: Path, env: dict) -> harness.AgentProc:
-        agent = harness.spawn_agent(data_dir, env, name=name, host=MDNS_IFACE, grace=1, verbose=False, app=APP,
-                                    log_path=data_dir.parent / f"{name}.log", new_session=True)
+        agent = harness.spawn_agent(
+            data_dir,
+            env,
+            name=name,
+            host=MDNS_IFACE,
+            grace=1,
+            verbose=False,
+            app=APP,
+            log_path=data_dir.parent / f"{name}.log",
+            new_session=True,
+        )
         self.procs.procs.append(agent.proc)  # stopped by PID at the end, with the rest
         return agent
 
@@ -250,7 +268,9 @@ class Bench:
             # Fixed rate: a cycle starts every `poll` seconds and probes every known runner.
             while True:
                 start = now()
-                await asyncio.gather(*(probe_timed(row) for row in ctl.store.runners() if row["name"].startswith(PREFIX)))
+                await asyncio.gather(
+                    *(probe_timed(row) for row in ctl.store.runners() if row["name"].startswith(PREFIX))
+                )
                 cycles[0] += 1
                 await asyncio.sleep(max(0.0, args.poll - (now() - start)))
 
@@ -313,12 +333,20 @@ class Bench:
         watched = []
         for name, t in killed_at.items():
             service = service_of.get(name, "")
-            watched.append({"name": name, "watched_s": watch_end - t, "removed": service in gone_at,
-                            "removed_after_s": gone_at[service] - t if service in gone_at else None})
+            watched.append(
+                {
+                    "name": name,
+                    "watched_s": watch_end - t,
+                    "removed": service in gone_at,
+                    "removed_after_s": gone_at[service] - t if service in gone_at else None,
+                }
+            )
         self.results["spawn_to_live"] = {
             "runs": reps,
-            **{k: stats([r[k] for r in reps]) for k in ("listening_s", "announced_s", "advert_s", "live_s",
-                                                          "advert_to_live_s")},
+            **{
+                k: stats([r[k] for r in reps])
+                for k in ("listening_s", "announced_s", "advert_s", "live_s", "advert_to_live_s")
+            },
         }
         self.results["kill_to_offline"] = {
             "poll_s": args.poll,
@@ -349,8 +377,14 @@ class Bench:
                 raise BenchError(f"agent {name} exited {proc.returncode}:\n{tail(log)}")
             await asyncio.sleep(0.005)
         rel = lambda t: t - t0 if t is not None else None  # noqa: E731
-        rep = {"name": name, "listening_s": rel(marks.get("listening")), "announced_s": rel(marks.get("announced")),
-               "advert_s": rel(seen_at.get(name)), "live_s": rel(live_at.get(name)), "_proc": proc}
+        rep = {
+            "name": name,
+            "listening_s": rel(marks.get("listening")),
+            "announced_s": rel(marks.get("announced")),
+            "advert_s": rel(seen_at.get(name)),
+            "live_s": rel(live_at.get(name)),
+            "_proc": proc,
+        }
         rep["advert_to_live_s"] = (live_at[name] - seen_at[name]) if name in live_at and name in seen_at else None
         return rep
 
@@ -368,9 +402,15 @@ class Bench:
         t = now()
         width = max(2, 2 * (os.cpu_count() or 1))
         for i in range(0, n, width):
-            batch = [self.procs.spawn([*APP, "agent", "authorize", pub, "--data-dir", str(dirs[name])], env=env,
-                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                     for name in names[i:i + width]]
+            batch = [
+                self.procs.spawn(
+                    [*APP, "agent", "authorize", pub, "--data-dir", str(dirs[name])],
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.PIPE,
+                )
+                for name in names[i : i + width]
+            ]
             for p in batch:
                 _, err = p.communicate(timeout=60)
                 if p.returncode != 0:
@@ -382,7 +422,7 @@ class Bench:
         listening: dict[str, float] = {}
         t0 = now()
         for i in range(0, n, args.batch):
-            batch = names[i:i + args.batch]
+            batch = names[i : i + args.batch]
             for name in batch:
                 agents[name] = self.spawn_agent(name, dirs[name], env)
             deadline = now() + 60
@@ -391,8 +431,9 @@ class Bench:
                     if name not in listening and agents[name].listening():
                         listening[name] = now() - t0
                     if agents[name].proc.poll() is not None:
-                        raise BenchError(f"agent {name} exited {agents[name].proc.returncode}:\n"
-                                         f"{agents[name].log_tail(1500)}")
+                        raise BenchError(
+                            f"agent {name} exited {agents[name].proc.returncode}:\n{agents[name].log_tail(1500)}"
+                        )
                 if now() > deadline:
                     raise BenchError(f"agents of batch {batch[0]}.. did not listen within 60 s")
                 time.sleep(0.01)
@@ -430,15 +471,19 @@ class Bench:
         warm["note"] = "store filled by the run above; no browsing, probes only"
 
         self.results["many"] = {
-            "agents": n, "batch": args.batch, "authorize_all_s": authorize_s,
-            "all_listening_s": all_listening_s, "all_announced_s": all_announced_s,
+            "agents": n,
+            "batch": args.batch,
+            "authorize_all_s": authorize_s,
+            "all_listening_s": all_listening_s,
+            "all_announced_s": all_announced_s,
             "listening_s_per_agent": stats(list(listening.values())),
             "agents_startup_cpu_s": startup_cpu,
             "agents_idle_cpu_pct_of_one_core": 100 * idle_cpu / idle_window,
             "agents_rss_mib_sum": sum(m["rss"] for m in mem) / 1024,
             "agents_pss_mib_sum": sum(m["pss"] for m in mem) / 1024 if all(m["pss"] for m in mem) else None,
             "agents_rss_mib_each": stats([m["rss"] / 1024 for m in mem]),
-            "runners": runs, "runners_warm": warm,
+            "runners": runs,
+            "runners_warm": warm,
         }
 
     def timed_runners(self, env: dict, wait: float, agent_pids: list[int], names: list[str]) -> dict:
@@ -477,13 +522,18 @@ class Bench:
         ours = {r["name"]: r for r in rows if r["name"] in set(names)}
         foreign = [r["name"] for r in rows if r["name"] not in ours]
         return {
-            "wait_s": wait, "wall_s": wall, "found": len(ours),
+            "wait_s": wait,
+            "wall_s": wall,
+            "found": len(ours),
             "states": dict(collections.Counter(r["state"] for r in ours.values())),
             "missing": [name for name in names if name not in ours][:10],
             "other_runners_listed": len(foreign),
-            "controller_cpu_s": usage.ru_utime + usage.ru_stime, "controller_user_s": usage.ru_utime,
-            "controller_sys_s": usage.ru_stime, "controller_peak_rss_mib": usage.ru_maxrss / 1024,
-            "controller_vmhwm_polled_mib": hwm[0] / 1024, "agents_cpu_s_meanwhile": agents_cpu,
+            "controller_cpu_s": usage.ru_utime + usage.ru_stime,
+            "controller_user_s": usage.ru_utime,
+            "controller_sys_s": usage.ru_stime,
+            "controller_peak_rss_mib": usage.ru_maxrss / 1024,
+            "controller_vmhwm_polled_mib": hwm[0] / 1024,
+            "agents_cpu_s_meanwhile": agents_cpu,
         }
 
 
@@ -498,67 +548,99 @@ def report(res: dict, out) -> None:
         return "-" if x is None else f"{x:.2f}{unit}"
 
     cfg = res["config"]
-    p(f"lanpool pool bench: {cfg['repeat']} repeats, {cfg['agents']} agents, {cfg['cpus']} CPUs, mDNS on "
-      f"{cfg['mdns_interface']} only, {cfg['python']}")
+    p(
+        f"lanpool pool bench: {cfg['repeat']} repeats, {cfg['agents']} agents, {cfg['cpus']} CPUs, mDNS on "
+        f"{cfg['mdns_interface']} only, {cfg['python']}"
+    )
     sl = res.get("spawn_to_live")
     if sl:
         p()
         p("1. `app agent serve` spawn -> LIVE in the controller's store (Browser + probe on each new advert)")
         p(f"   {'':34} {'median':>8} {'min':>8} {'max':>8}")
-        for key, label in (("listening_s", "spawn -> agent.json (listening)"),
-                           ("announced_s", "spawn -> 'mDNS: announced' (agent)"),
-                           ("advert_s", "spawn -> advert seen (browser)"),
-                           ("live_s", "spawn -> LIVE"), ("advert_to_live_s", "advert seen -> LIVE (probe)")):
+        for key, label in (
+            ("listening_s", "spawn -> agent.json (listening)"),
+            ("announced_s", "spawn -> 'mDNS: announced' (agent)"),
+            ("advert_s", "spawn -> advert seen (browser)"),
+            ("live_s", "spawn -> LIVE"),
+            ("advert_to_live_s", "advert seen -> LIVE (probe)"),
+        ):
             x = sl[key]
             p(f"   {label:34} {s(x['median']):>8} {s(x['min']):>8} {s(x['max']):>8}")
         for r in sl["runs"]:
-            p(f"     {r['name']}: listening {s(r['listening_s'])}, announced {s(r['announced_s'])}, "
-              f"advert {s(r['advert_s'])}, LIVE {s(r['live_s'])}")
+            p(
+                f"     {r['name']}: listening {s(r['listening_s'])}, announced {s(r['announced_s'])}, "
+                f"advert {s(r['advert_s'])}, LIVE {s(r['live_s'])}"
+            )
         med = sl["live_s"]["median"]
-        p(f"   target <= {LIVE_TARGET_S:g} s (median): "
-          f"{'-' if med is None else ('within' if med <= LIVE_TARGET_S else 'OVER')}")
+        p(
+            f"   target <= {LIVE_TARGET_S:g} s (median): "
+            f"{'-' if med is None else ('within' if med <= LIVE_TARGET_S else 'OVER')}"
+        )
     kd = res.get("kill_to_offline")
     if kd:
         p()
-        p(f"2. SIGKILL of a LIVE agent -> OFFLINE (loop probing every known runner every {kd['poll_s']:g} s, "
-          f"killed at a random phase)")
+        p(
+            f"2. SIGKILL of a LIVE agent -> OFFLINE (loop probing every known runner every {kd['poll_s']:g} s, "
+            f"killed at a random phase)"
+        )
         x = kd["kill_to_offline_s"]
-        p(f"   kill -> OFFLINE: median {s(x['median'])}, min {s(x['min'])}, max {s(x['max'])} "
-          f"(worst case ~ poll interval + one probe); target <= {OFFLINE_TARGET_S:g} s: "
-          f"{'-' if x['max'] is None else ('within' if x['max'] <= OFFLINE_TARGET_S else 'OVER')}")
-        p("   one probe takes (median): " + ", ".join(
-            f"{k} {v['median'] * 1000:.0f} ms (n={v['n']})" for k, v in sorted(kd["probe_s_by_result"].items())))
+        p(
+            f"   kill -> OFFLINE: median {s(x['median'])}, min {s(x['min'])}, max {s(x['max'])} "
+            f"(worst case ~ poll interval + one probe); target <= {OFFLINE_TARGET_S:g} s: "
+            f"{'-' if x['max'] is None else ('within' if x['max'] <= OFFLINE_TARGET_S else 'OVER')}"
+        )
+        p(
+            "   one probe takes (median): "
+            + ", ".join(
+                f"{k} {v['median'] * 1000:.0f} ms (n={v['n']})" for k, v in sorted(kd["probe_s_by_result"].items())
+            )
+        )
         for w in kd["mdns_after_sigkill"]:
-            p(f"   mDNS browser alone, {w['name']}: watched {w['watched_s']:.1f} s after SIGKILL, Removed event: "
-              + (f"yes, after {w['removed_after_s']:.2f} s" if w["removed"] else "none"))
+            p(
+                f"   mDNS browser alone, {w['name']}: watched {w['watched_s']:.1f} s after SIGKILL, Removed event: "
+                + (f"yes, after {w['removed_after_s']:.2f} s" if w["removed"] else "none")
+            )
         c = kd["mdns_control_sigterm"]
         if c:
             gone = c.get("sigterm_to_removed_s")
-            p(f"   control, SIGTERM (the agent unregisters on the way out): Removed event "
-              + (f"after {gone:.2f} s" if gone is not None else f"none within {c.get('watched_s', 0):.0f} s"))
+            p(
+                "   control, SIGTERM (the agent unregisters on the way out): Removed event "
+                + (f"after {gone:.2f} s" if gone is not None else f"none within {c.get('watched_s', 0):.0f} s")
+            )
         if kd["foreign_runners_seen"]:
-            p(f"   (ignored {len(kd['foreign_runners_seen'])} runner(s) of other processes advertising on 127.0.0.1: "
-              f"{', '.join(kd['foreign_runners_seen'][:5])})")
+            p(
+                f"   (ignored {len(kd['foreign_runners_seen'])} runner(s) of other processes advertising on 127.0.0.1: "
+                f"{', '.join(kd['foreign_runners_seen'][:5])})"
+            )
     m = res.get("many")
     if m:
         p()
         p(f"3. {m['agents']} agents advertising at once on {cfg['mdns_interface']} (started {m['batch']} at a time)")
-        p(f"   authorize all (app agent authorize, {2 * (cfg['cpus'] or 1)} at a time): {m['authorize_all_s']:.1f} s; "
-          f"all listening after {m['all_listening_s']:.1f} s, all announced after {s(m['all_announced_s'])}")
-        p(f"   agents: RSS sum {m['agents_rss_mib_sum']:.0f} MiB (each median {m['agents_rss_mib_each']['median']:.1f} MiB), "
-          f"PSS sum {s(m['agents_pss_mib_sum'], ' MiB')}; startup CPU {m['agents_startup_cpu_s']:.1f} s in all; "
-          f"idle {m['agents_idle_cpu_pct_of_one_core']:.1f}% of one core in all")
+        p(
+            f"   authorize all (app agent authorize, {2 * (cfg['cpus'] or 1)} at a time): {m['authorize_all_s']:.1f} s; "
+            f"all listening after {m['all_listening_s']:.1f} s, all announced after {s(m['all_announced_s'])}"
+        )
+        p(
+            f"   agents: RSS sum {m['agents_rss_mib_sum']:.0f} MiB (each median {m['agents_rss_mib_each']['median']:.1f} MiB), "
+            f"PSS sum {s(m['agents_pss_mib_sum'], ' MiB')}; startup CPU {m['agents_startup_cpu_s']:.1f} s in all; "
+            f"idle {m['agents_idle_cpu_pct_of_one_core']:.1f}% of one core in all"
+        )
         for r in [*m["runners"], m["runners_warm"]]:
             states = ", ".join(f"{k} {v}" for k, v in sorted(r["states"].items())) or "none"
-            p(f"   app headless runners --json --wait {r['wait_s']:g}: found {r['found']}/{m['agents']} ({states}) "
-              f"in {r['wall_s']:.2f} s; controller CPU {r['controller_cpu_s']:.2f} s "
-              f"(user {r['controller_user_s']:.2f} + sys {r['controller_sys_s']:.2f}), peak RSS "
-              f"{r['controller_peak_rss_mib']:.0f} MiB (VmHWM polled {r['controller_vmhwm_polled_mib']:.0f} MiB); "
-              f"agents' CPU meanwhile {r['agents_cpu_s_meanwhile']:.2f} s"
-              + (f"; missing e.g. {', '.join(r['missing'])}" if r["missing"] else "")
-              + (f"; also listed {r['other_runners_listed']} runner(s) of other processes on 127.0.0.1"
-                 if r["other_runners_listed"] else "")
-              + (f"  [{r['note']}]" if r.get("note") else ""))
+            p(
+                f"   app headless runners --json --wait {r['wait_s']:g}: found {r['found']}/{m['agents']} ({states}) "
+                f"in {r['wall_s']:.2f} s; controller CPU {r['controller_cpu_s']:.2f} s "
+                f"(user {r['controller_user_s']:.2f} + sys {r['controller_sys_s']:.2f}), peak RSS "
+                f"{r['controller_peak_rss_mib']:.0f} MiB (VmHWM polled {r['controller_vmhwm_polled_mib']:.0f} MiB); "
+                f"agents' CPU meanwhile {r['agents_cpu_s_meanwhile']:.2f} s"
+                + (f"; missing e.g. {', '.join(r['missing'])}" if r["missing"] else "")
+                + (
+                    f"; also listed {r['other_runners_listed']} runner(s) of other processes on 127.0.0.1"
+                    if r["other_runners_listed"]
+                    else ""
+                )
+                + (f"  [{r['note']}]" if r.get("note") else "")
+            )
     if "bench_wall_s" in res:
         p()
         p(f"bench took {res['bench_wall_s']:.1f} s")
@@ -568,11 +650,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench-pool", description=__doc__.split("\n\n")[0])
     parser.add_argument("--agents", type=int, default=50, help="agents advertising at once in part 3 (default 50)")
     parser.add_argument("--repeat", type=int, default=3, help="repeats of parts 1 and 2 (default 3)")
-    parser.add_argument("--json", action="store_true", help="also print one JSON object of all figures (stdout; table goes to stderr)")
+    parser.add_argument(
+        "--json", action="store_true", help="also print one JSON object of all figures (stdout; table goes to stderr)"
+    )
     parser.add_argument("--poll", type=float, default=2.0, help="the liveness loop's interval in part 2 (default 2)")
-    parser.add_argument("--mdns-watch", type=float, default=15.0,
-                        help="seconds the browser is watched for a Removed event after the first SIGKILL (default 15)")
-    parser.add_argument("--batch", type=int, default=None, help="agents started at a time in part 3 (default 4 per CPU)")
+    parser.add_argument(
+        "--mdns-watch",
+        type=float,
+        default=15.0,
+        help="seconds the browser is watched for a Removed event after the first SIGKILL (default 15)",
+    )
+    parser.add_argument(
+        "--batch", type=int, default=None, help="agents started at a time in part 3 (default 4 per CPU)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (path printed)")
     args = parser.parse_args(argv)
     if args.agents < 1 or args.repeat < 1 or args.poll <= 0:

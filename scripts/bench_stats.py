@@ -66,15 +66,21 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_bench(prog: str, work: Callable[[], dict], stop: Callable[[], None],
-              report: Callable[[dict, TextIO], None], as_json: bool,
-              errors: tuple[type[BaseException], ...] = ()) -> int:
+def run_bench(
+    prog: str,
+    work: Callable[[], dict],
+    stop: Callable[[], None],
+    report: Callable[[dict, TextIO], None],
+    as_json: bool,
+    errors: tuple[type[BaseException], ...] = (),
+) -> int:
     """Run `work` (it returns the figures), always `stop` (processes, temp dir), then report.
 
     The table goes to stdout, or with --json to stderr while stdout gets one JSON object.
     Exit code: 0, 1 when it could not run (BenchError, a failed subprocess, OSError and
     `errors`: one line and the subprocess's stderr, no traceback), 130 when interrupted.
     """
+
     def on_term(signum, frame):
         raise SystemExit(128 + signum)  # `finally: stop()` still runs
 

@@ -58,8 +58,7 @@ KEY_TARGET_S = 0.100
 # -- a long-used controller home ------------------------------------------------------------
 
 PIPE_READ = 64 * 1024  # agent/executors/process.py reads a job's pipe in 64 KiB pieces
-STATUSES = [("DONE", 70), ("FAILED", 14), ("STOPPED", 6), ("ABORTED", 3), ("LOST", 5), ("QUEUED", 1),
-            ("RUNNING", 1)]
+STATUSES = [("DONE", 70), ("FAILED", 14), ("STOPPED", 6), ("ABORTED", 3), ("LOST", 5), ("QUEUED", 1), ("RUNNING", 1)]
 WORKFLOWS = ["train", "prepare", "eval", "train-2x", "finetune", "sample", "hello"]
 RUNNERS = [("gpu1", 1), ("gpu2", 2), ("gpu3", 3)]  # ports nothing listens on: they show OFFLINE
 
@@ -101,7 +100,7 @@ class LogWriter:
         i = 0
         while i < len(lines):
             n = rng.randint(1, most)
-            self.chunk(stream, lines[i:i + n])
+            self.chunk(stream, lines[i : i + n])
             i += n
 
 
@@ -116,12 +115,29 @@ def fill_home(home: Path, runs: int, lines: int, seed: int = 5) -> dict:
     conn = store.conn
     now = time.time()
     t0 = time.perf_counter()
-    props = json.dumps({"gpus": 2, "gpus_free": 2, "gpu_name": "A100", "cpus": 32, "memory_mb": 256000,
-                        "executor": "docker"})
+    props = json.dumps(
+        {"gpus": 2, "gpus_free": 2, "gpu_name": "A100", "cpus": 32, "memory_mb": 256000, "executor": "docker"}
+    )
     # Valid ed25519 keys (an unreadable one makes its runner unusable), added by the user: trusted.
-    runner_rows = [(name, "127.0.0.1", port, _host_key(), "manual", now - 86400 * 200, now - 3600, "OFFLINE", 1, props,
-                    None, now - 3600, 1, now - 86400 * 200)
-                   for name, port in RUNNERS]
+    runner_rows = [
+        (
+            name,
+            "127.0.0.1",
+            port,
+            _host_key(),
+            "manual",
+            now - 86400 * 200,
+            now - 3600,
+            "OFFLINE",
+            1,
+            props,
+            None,
+            now - 3600,
+            1,
+            now - 86400 * 200,
+        )
+        for name, port in RUNNERS
+    ]
     run_rows, job_rows, event_rows, node_rows, artifact_rows = [], [], [], [], []
     jobs = []  # (job_id, status, nodes), oldest first
     statuses = [s for s, w in STATUSES for _ in range(w)]
@@ -134,10 +150,14 @@ def fill_home(home: Path, runs: int, lines: int, seed: int = 5) -> dict:
                 break
         created = now - (runs - r) * 1800 - rng.random() * 600  # ~7 months of history, newest last
         workflow = rng.choice(WORKFLOWS)
-        variables = {"lr": rng.choice([0.001, 0.0003, 0.0001]), "epochs": rng.randint(1, 50),
-                     "model": rng.choice(["117M", "345M", "tiny"])}
-        run_rows.append((name, workflow, "/home/me/project", created, f"v{r}" if r % 250 == 0 else None,
-                         json.dumps(variables)))
+        variables = {
+            "lr": rng.choice([0.001, 0.0003, 0.0001]),
+            "epochs": rng.randint(1, 50),
+            "model": rng.choice(["117M", "345M", "tiny"]),
+        }
+        run_rows.append(
+            (name, workflow, "/home/me/project", created, f"v{r}" if r % 250 == 0 else None, json.dumps(variables))
+        )
         n_jobs = 1 if rng.random() < 0.8 else rng.randint(2, 3)  # depends-on: prepare -> ... -> workflow
         for k in range(n_jobs):
             job_id = secrets.token_hex(6)
@@ -151,20 +171,48 @@ def fill_home(home: Path, runs: int, lines: int, seed: int = 5) -> dict:
             end = start + rng.random() * 3600
             code = {"DONE": 0, "FAILED": rng.choice([1, 2, 137]), "STOPPED": 143, "ABORTED": 143}.get(status)
             nodes = 2 if workflow == "train-2x" and last else 1
-            spec = {"workflow": workflow, "commands": [f"python -m training.autoencoder --lr {variables['lr']}"],
-                    "artifacts": ["checkpoints"], "nodes": nodes}
+            spec = {
+                "workflow": workflow,
+                "commands": [f"python -m training.autoencoder --lr {variables['lr']}"],
+                "artifacts": ["checkpoints"],
+                "nodes": nodes,
+            }
             error = "killed: out of memory (limit 16000 MiB)" if code == 137 else None
-            job_rows.append([job_id, name, workflow if last else "prepare", runner, "127.0.0.1", port, status, code,
-                             error, sub, start, end, None, int(status == "DONE"), json.dumps(spec), 1,
-                             secrets.token_hex(16), None])
-            event_rows += [(job_id, sub, "SUBMITTED", f"to {runner}"), (job_id, start, "RUNNING", ""),
-                           (job_id, end, status, "")]
+            job_rows.append(
+                [
+                    job_id,
+                    name,
+                    workflow if last else "prepare",
+                    runner,
+                    "127.0.0.1",
+                    port,
+                    status,
+                    code,
+                    error,
+                    sub,
+                    start,
+                    end,
+                    None,
+                    int(status == "DONE"),
+                    json.dumps(spec),
+                    1,
+                    secrets.token_hex(16),
+                    None,
+                ]
+            )
+            event_rows += [
+                (job_id, sub, "SUBMITTED", f"to {runner}"),
+                (job_id, start, "RUNNING", ""),
+                (job_id, end, status, ""),
+            ]
             if nodes > 1:
-                node_rows += [(job_id, n, RUNNERS[n][0], "127.0.0.1", RUNNERS[n][1], status, code, None)
-                              for n in range(nodes)]
+                node_rows += [
+                    (job_id, n, RUNNERS[n][0], "127.0.0.1", RUNNERS[n][1], status, code, None) for n in range(nodes)
+                ]
             if status == "DONE":
-                artifact_rows += [(job_id, f"checkpoints/epoch-{e}.ckpt", rng.randint(10**6, 10**9))
-                                  for e in range(rng.randint(1, 3))]
+                artifact_rows += [
+                    (job_id, f"checkpoints/epoch-{e}.ckpt", rng.randint(10**6, 10**9)) for e in range(rng.randint(1, 3))
+                ]
             jobs.append([job_id, status, nodes])
     by_id = {row[0]: row for row in job_rows}
     big = jobs[-3][0]  # row 2 of the runs list: a long DONE training run
@@ -178,17 +226,25 @@ def fill_home(home: Path, runs: int, lines: int, seed: int = 5) -> dict:
         by_id[j[0]][15] = 0
         j[1] = "RUNNING"
     conn.execute("BEGIN")
-    conn.executemany("INSERT INTO runners (name, host, port, host_key, source, added_at, last_seen, state, paired, "
-                     "props, conflict_key, last_ok, trusted, trusted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                     runner_rows)
-    conn.executemany("INSERT INTO runs (name, workflow, project_dir, created_at, tag, variables) VALUES (?,?,?,?,?,?)",
-                     run_rows)
-    conn.executemany("INSERT INTO jobs (id, run_name, workflow, runner, host, port, status, exit_code, error, "
-                     "submitted_at, started_at, finished_at, artifacts_archive, artifacts_pulled, spec, synced, "
-                     "cache_key, cache_inputs) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", job_rows)
+    conn.executemany(
+        "INSERT INTO runners (name, host, port, host_key, source, added_at, last_seen, state, paired, "
+        "props, conflict_key, last_ok, trusted, trusted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        runner_rows,
+    )
+    conn.executemany(
+        "INSERT INTO runs (name, workflow, project_dir, created_at, tag, variables) VALUES (?,?,?,?,?,?)", run_rows
+    )
+    conn.executemany(
+        "INSERT INTO jobs (id, run_name, workflow, runner, host, port, status, exit_code, error, "
+        "submitted_at, started_at, finished_at, artifacts_archive, artifacts_pulled, spec, synced, "
+        "cache_key, cache_inputs) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        job_rows,
+    )
     conn.executemany("INSERT INTO job_events (job_id, at, status, detail) VALUES (?,?,?,?)", event_rows)
-    conn.executemany("INSERT INTO job_nodes (job_id, node, runner, host, port, status, exit_code, error) "
-                     "VALUES (?,?,?,?,?,?,?,?)", node_rows)
+    conn.executemany(
+        "INSERT INTO job_nodes (job_id, node, runner, host, port, status, exit_code, error) VALUES (?,?,?,?,?,?,?,?)",
+        node_rows,
+    )
     conn.executemany("INSERT INTO artifacts (job_id, path, size) VALUES (?,?,?)", artifact_rows)
 
     # Lines: half in the big job, a fifth in 5 medium jobs, the rest spread over the others.
@@ -200,7 +256,7 @@ def fill_home(home: Path, runs: int, lines: int, seed: int = 5) -> dict:
     small = [j for j in jobs if j[0] != big and j[0] not in medium]
     weights = [rng.uniform(0.2, 1.8) for _ in small]
     scale = small_budget / sum(weights)
-    sizes = {j[0]: [max(2, int(w * scale / j[2]))] * j[2] for j, w in zip(small, weights)}
+    sizes = {j[0]: [max(2, int(w * scale / j[2]))] * j[2] for j, w in zip(small, weights, strict=False)}
     sizes[small[0][0]][0] += max(0, small_budget - sum(sum(v) for v in sizes.values()))
     medium_sizes = {j: medium_lines // n_medium for j in medium}
     medium_sizes[min(medium)] += medium_lines % n_medium
@@ -210,24 +266,39 @@ def fill_home(home: Path, runs: int, lines: int, seed: int = 5) -> dict:
         w = LogWriter(job_id, node)
         w.chunk("sys", [b"lanpool: job started (process executor)\n"])
         n_err = n // 20_000 if shape == "big" else 0
-        body = [(f"epoch {i // 5000:3d} step {i:8d} loss={rng.random() * 3:.4f} lr=3.0e-04 "
-                 f"grad_norm={rng.random():.3f} {rng.random() * 90 + 10:5.1f} it/s job{j:05d}\n").encode()
-                for i in range(max(0, n - 2 - n_err))]  # ~100 bytes, like a training loop's progress line
+        body = [
+            (
+                f"epoch {i // 5000:3d} step {i:8d} loss={rng.random() * 3:.4f} lr=3.0e-04 "
+                f"grad_norm={rng.random():.3f} {rng.random() * 90 + 10:5.1f} it/s job{j:05d}\n"
+            ).encode()
+            for i in range(max(0, n - 2 - n_err))
+        ]  # ~100 bytes, like a training loop's progress line
         if shape == "big":  # 64 KiB reads, a stderr warning now and then
             for at in range(0, len(body), 20_000):
-                w.big_chunks("out", body[at:at + 20_000])
+                w.big_chunks("out", body[at : at + 20_000])
                 w.chunk("err", [b"UserWarning: the dataloader has few workers\n"])
         elif shape == "medium":  # fast, then slow
-            w.big_chunks("out", body[:len(body) // 2])
-            w.small_chunks("out", body[len(body) // 2:], rng, 20)
+            w.big_chunks("out", body[: len(body) // 2])
+            w.small_chunks("out", body[len(body) // 2 :], rng, 20)
         else:
             w.small_chunks("out", body, rng)
             if rng.random() < 0.2:  # metrics, shown as curves
-                w.small_chunks("met", [json.dumps({"step": s, "epoch": 0, "name": "train_loss", "value": 2 / (s + 1),
-                                                   "time": now}).encode() + b"\n" for s in range(0, 500, 50)], rng, 2)
+                w.small_chunks(
+                    "met",
+                    [
+                        json.dumps(
+                            {"step": s, "epoch": 0, "name": "train_loss", "value": 2 / (s + 1), "time": now}
+                        ).encode()
+                        + b"\n"
+                        for s in range(0, 500, 50)
+                    ],
+                    rng,
+                    2,
+                )
         w.chunk("sys", [b"lanpool: exit code 0\n"])
-        conn.executemany("INSERT INTO log_chunks (job_id, node, seq, n_lines, stream, data) VALUES (?,?,?,?,?,?)",
-                         w.rows)
+        conn.executemany(
+            "INSERT INTO log_chunks (job_id, node, seq, n_lines, stream, data) VALUES (?,?,?,?,?,?)", w.rows
+        )
         totals["lines"] += w.lines
         totals["chunks"] += len(w.rows)
 
@@ -242,20 +313,28 @@ def fill_home(home: Path, runs: int, lines: int, seed: int = 5) -> dict:
     conn.execute("COMMIT")
     conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     store.close()
-    return {"runs": len(run_rows), "jobs": len(job_rows), "log_lines": totals["lines"],
-            "log_chunks": totals["chunks"], "big_job": big, "big_job_lines": big_lines,
-            "newest_run": run_rows[-1][0],
-            "db_mib": sum(p.stat().st_size for p in home.glob("lanpool.db*")) / 2**20,
-            "fill_s": time.perf_counter() - t0}
+    return {
+        "runs": len(run_rows),
+        "jobs": len(job_rows),
+        "log_lines": totals["lines"],
+        "log_chunks": totals["chunks"],
+        "big_job": big,
+        "big_job_lines": big_lines,
+        "newest_run": run_rows[-1][0],
+        "db_mib": sum(p.stat().st_size for p in home.glob("lanpool.db*")) / 2**20,
+        "fill_s": time.perf_counter() - t0,
+    }
 
 
 def flood_command(rate: int, seconds: float) -> str:
     """rate/100 lines every 10 ms (paced, flushed), ~100 bytes a line, numbered."""
     per_tick, ticks = max(1, rate // 100), int(seconds * 100)
-    return ("python -c \"import sys,time; w=sys.stdout.write; f=sys.stdout.flush; t=time.time(); "
-            f"[(w(''.join('%010d step loss=0.%06d %s\\n' % (i*{per_tick}+k, (i*{per_tick}+k) % 999983, 'x'*65) "
-            f"for k in range({per_tick}))), f(), time.sleep(max(0, t+(i+1)*0.01-time.time()))) "
-            f"for i in range({ticks})]\"")
+    return (
+        'python -c "import sys,time; w=sys.stdout.write; f=sys.stdout.flush; t=time.time(); '
+        f"[(w(''.join('%010d step loss=0.%06d %s\\n' % (i*{per_tick}+k, (i*{per_tick}+k) % 999983, 'x'*65) "
+        f"for k in range({per_tick}))), f(), time.sleep(max(0, t+(i+1)*0.01-time.time()))) "
+        f'for i in range({ticks})]"'
+    )
 
 
 # -- the runs ---------------------------------------------------------------------------------------
@@ -266,29 +345,44 @@ class Bench:
         self.args = args
         self.tmp = Path(tempfile.mkdtemp(prefix="lanpool-bench-tui-"))
         self.project = self.tmp / "project"
-        self.homes = {"full": self.tmp / "home-full", "empty": self.tmp / "home-empty",
-                      "follow": self.tmp / "home-follow"}
+        self.homes = {
+            "full": self.tmp / "home-full",
+            "empty": self.tmp / "home-empty",
+            "follow": self.tmp / "home-follow",
+        }
         self.env = harness.lanpool_env(None)  # discovery on loopback only
         self.agent: harness.AgentProc | None = None
         self.runner = ""
         self.fill: dict = {}
-        self.results: dict = {"config": {"repeat": args.repeat, "runs": args.runs, "lines": args.lines,
-                                         "rate": args.rate, "seconds": args.seconds, "size": args.size,
-                                         "cpus": os.cpu_count(), "python": PY,
-                                         "loadavg_start": os.getloadavg()}}
+        self.results: dict = {
+            "config": {
+                "repeat": args.repeat,
+                "runs": args.runs,
+                "lines": args.lines,
+                "rate": args.rate,
+                "seconds": args.seconds,
+                "size": args.size,
+                "cpus": os.cpu_count(),
+                "python": PY,
+                "loadavg_start": os.getloadavg(),
+            }
+        }
 
     def home_env(self, home: str) -> dict:
         return dict(self.env, LANPOOL_HOME=str(self.homes[home]))
 
     def setup(self) -> None:
-        harness.write_project(self.project, f"""\
+        harness.write_project(
+            self.project,
+            f"""\
             workflows:
               - name: flood
                 help: prints {self.args.rate} lines/s for {self.args.seconds:g} s
                 commands: [{json.dumps(flood_command(self.args.rate, self.args.seconds))}]
               - name: hello
                 commands: ["echo hello"]
-            """)
+            """,
+        )
         for home in self.homes:  # every home has its key and a migrated, otherwise empty store
             harness.controller_key(self.home_env(home), APP)
         if "startup" in self.args.parts:
@@ -297,9 +391,17 @@ class Bench:
             self.results["store"] = self.fill
 
     def start_agent(self) -> None:
-        self.agent = harness.start_agent(self.tmp / "agent", self.homes["follow"], env=self.home_env("follow"),
-                                         app=APP, verbose=False, name="bench-runner", grace=3, new_session=True,
-                                         extra_args=["--no-mdns", "--executor", "process"])
+        self.agent = harness.start_agent(
+            self.tmp / "agent",
+            self.homes["follow"],
+            env=self.home_env("follow"),
+            app=APP,
+            verbose=False,
+            name="bench-runner",
+            grace=3,
+            new_session=True,
+            extra_args=["--no-mdns", "--executor", "process"],
+        )
         self.runner = self.agent.address
 
     def stop(self) -> None:
@@ -317,14 +419,22 @@ class Bench:
         log_path = self.tmp / "probe.log"
         with open(log_path, "wb") as log:
             env["BENCH_T0"] = repr(time.monotonic())  # the probe's times count from here
-            proc = subprocess.Popen([PY, PROBE, *argv, "--size", self.args.size], env=env, cwd=self.project,
-                                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [PY, PROBE, *argv, "--size", self.args.size],
+                env=env,
+                cwd=self.project,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
             try:
                 rc = proc.wait(timeout)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-                raise BenchError(f"probe {' '.join(argv)} ran over {timeout:.0f} s:\n{log_path.read_text()[-3000:]}")
+                raise BenchError(
+                    f"probe {' '.join(argv)} ran over {timeout:.0f} s:\n{log_path.read_text()[-3000:]}"
+                ) from None
         if rc != 0 or not out.exists():
             raise BenchError(f"probe {' '.join(argv)} exited {rc}:\n{log_path.read_text()[-3000:]}")
         return json.loads(out.read_text())
@@ -334,40 +444,61 @@ class Bench:
     def startup(self) -> None:
         k = self.args.repeat
         cases = {
-            "full": (["startup", "lanpool", str(self.project), "--big-job", self.fill["big_job"],
-                      "--expect", self.fill["newest_run"]], self.home_env("full")),
+            "full": (
+                [
+                    "startup",
+                    "lanpool",
+                    str(self.project),
+                    "--big-job",
+                    self.fill["big_job"],
+                    "--expect",
+                    self.fill["newest_run"],
+                ],
+                self.home_env("full"),
+            ),
             "empty": (["startup", "lanpool", str(self.project)], self.home_env("empty")),
             "minimal": (["startup", "minimal"], self.env),
         }
-        say(f"start-up: warm-up, then {k} x (lanpool on the big store, lanpool on an empty store, "
-            "minimal Textual app) interleaved")
+        say(
+            f"start-up: warm-up, then {k} x (lanpool on the big store, lanpool on an empty store, "
+            "minimal Textual app) interleaved"
+        )
         for argv, env in cases.values():
             self.probe(argv, env, 120)
         runs: dict[str, list[dict]] = {name: [] for name in cases}
         for i in range(k):
             for name, (argv, env) in cases.items():
                 runs[name].append(self.probe(argv, env, 120))
-            say(f"  {i + 1}/{k}: interactive at " + ", ".join(
-                f"{name} {runs[name][-1]['marks']['interactive'] * 1000:.0f} ms" for name in cases))
+            say(
+                f"  {i + 1}/{k}: interactive at "
+                + ", ".join(f"{name} {runs[name][-1]['marks']['interactive'] * 1000:.0f} ms" for name in cases)
+            )
         res: dict = {"runs": runs}
         for name, rs in runs.items():
             marks = {m: med([r["marks"].get(m) for r in rs]) for m in rs[0]["marks"]}
-            res[name] = {"marks_median_s": marks,
-                         "interactive_s": {"median": marks["interactive"],
-                                           "min": min(r["marks"]["interactive"] for r in rs),
-                                           "max": max(r["marks"]["interactive"] for r in rs)},
-                         "first_key_s_median": med([r["first_key_s"] for r in rs]),
-                         "cpu_s_median": med([r["cpu_s"] for r in rs]),
-                         "peak_rss_mib_median": med([r["peak_rss_mib"] for r in rs])}
+            res[name] = {
+                "marks_median_s": marks,
+                "interactive_s": {
+                    "median": marks["interactive"],
+                    "min": min(r["marks"]["interactive"] for r in rs),
+                    "max": max(r["marks"]["interactive"] for r in rs),
+                },
+                "first_key_s_median": med([r["first_key_s"] for r in rs]),
+                "cpu_s_median": med([r["cpu_s"] for r in rs]),
+                "peak_rss_mib_median": med([r["peak_rss_mib"] for r in rs]),
+            }
             for key in ("down_small_job_s", "down_big_job_s", "enter_log_s", "log_top_s", "log_end_s", "runs_tab_s"):
                 if key in rs[0]:
                     values = [r[key] for r in rs]
-                    res[name][key] = {"median": med(values), "max": max((v for v in values if v is not None),
-                                                                        default=None),
-                                      "missed": sum(v is None for v in values)}
+                    res[name][key] = {
+                        "median": med(values),
+                        "max": max((v for v in values if v is not None), default=None),
+                        "missed": sum(v is None for v in values),
+                    }
         res["ratio_full_over_empty"] = res["full"]["interactive_s"]["median"] / res["empty"]["interactive_s"]["median"]
-        res["ratio_full_over_minimal"] = (res["full"]["interactive_s"]["median"]
-                                          / res["minimal"]["interactive_s"]["median"])
+        res["ratio_full_over_minimal"] = (
+            res["full"]["interactive_s"]["median"] / res["minimal"]["interactive_s"]["median"]
+        )
         res["target_s"] = STARTUP_TARGET_S
         self.results["startup"] = res
 
@@ -375,17 +506,33 @@ class Bench:
 
     def following(self) -> None:
         k = self.args.follow_repeat
-        say(f"following: {k} x a job printing {self.args.rate:,} lines/s for {self.args.seconds:g} s on a real agent "
-            f"({self.runner}), keys 4 3 g G while it streams and after it ended")
+        say(
+            f"following: {k} x a job printing {self.args.rate:,} lines/s for {self.args.seconds:g} s on a real agent "
+            f"({self.runner}), keys 4 3 g G while it streams and after it ended"
+        )
         runs = []
         for i in range(k):
-            r = self.probe(["follow", str(self.project), "--runner", self.runner, "--workflow", "flood",
-                            "--gap", str(self.args.gap)], self.home_env("follow"), self.args.seconds * 4 + 120)
+            r = self.probe(
+                [
+                    "follow",
+                    str(self.project),
+                    "--runner",
+                    self.runner,
+                    "--workflow",
+                    "flood",
+                    "--gap",
+                    str(self.args.gap),
+                ],
+                self.home_env("follow"),
+                self.args.seconds * 4 + 120,
+            )
             runs.append(r)
             lat = {phase: [s["s"] for s in r["samples"] if s["phase"] == phase] for phase in ("traffic", "idle")}
-            say(f"  {i + 1}/{k}: key->frame median traffic {med(lat['traffic']) * 1000:.0f} ms, "
+            say(
+                f"  {i + 1}/{k}: key->frame median traffic {med(lat['traffic']) * 1000:.0f} ms, "
                 f"idle {med(lat['idle']) * 1000:.0f} ms; {r['received_lines_per_s']:,.0f} lines/s received; "
-                f"peak RSS {r['peak_rss_mib']:.0f} MiB")
+                f"peak RSS {r['peak_rss_mib']:.0f} MiB"
+            )
         res: dict = {"runs": runs}
         for phase in ("traffic", "idle"):
             samples = [s for r in runs for s in r["samples"] if s["phase"] == phase]
@@ -393,23 +540,38 @@ class Bench:
             by_key = {}
             for key in dict.fromkeys(s["key"] for s in samples):
                 kv = [s["s"] for s in samples if s["key"] == key]
-                by_key[key] = {"median": med(kv), "p95": pct(kv, 0.95), "max": max((v for v in kv if v is not None),
-                                                                                  default=None),
-                               "n": len(kv), "missed": sum(v is None for v in kv)}
-            res[phase] = {"median": med(values), "p95": pct(values, 0.95), "n": len(values),
-                          "missed": sum(v is None for v in values), "by_key": by_key,
-                          "loop_lag_ms_p95_median": med([r["loop_lag_ms"][phase]["p95"] for r in runs]),
-                          "frames_per_s_median": med([r[f"{phase}_frames_per_s"] for r in runs])}
-        res["gc"] = {phase: {"collections_per_s": med([r["gc"][phase]["collections"] / r[f"{phase}_s"] for r in runs]),
-                             "cpu_share": med([r["gc"][phase]["cpu_ms"] / 1000 / r[f"{phase}_s"] for r in runs]),
-                             "max_pause_ms": max(r["gc"][phase]["max_cpu_ms"] for r in runs),
-                             "full": sum(r["gc"][phase]["gen2"] for r in runs)} for phase in ("traffic", "idle")}
+                by_key[key] = {
+                    "median": med(kv),
+                    "p95": pct(kv, 0.95),
+                    "max": max((v for v in kv if v is not None), default=None),
+                    "n": len(kv),
+                    "missed": sum(v is None for v in kv),
+                }
+            res[phase] = {
+                "median": med(values),
+                "p95": pct(values, 0.95),
+                "n": len(values),
+                "missed": sum(v is None for v in values),
+                "by_key": by_key,
+                "loop_lag_ms_p95_median": med([r["loop_lag_ms"][phase]["p95"] for r in runs]),
+                "frames_per_s_median": med([r[f"{phase}_frames_per_s"] for r in runs]),
+            }
+        res["gc"] = {
+            phase: {
+                "collections_per_s": med([r["gc"][phase]["collections"] / r[f"{phase}_s"] for r in runs]),
+                "cpu_share": med([r["gc"][phase]["cpu_ms"] / 1000 / r[f"{phase}_s"] for r in runs]),
+                "max_pause_ms": max(r["gc"][phase]["max_cpu_ms"] for r in runs),
+                "full": sum(r["gc"][phase]["gen2"] for r in runs),
+            }
+            for phase in ("traffic", "idle")
+        }
         res["submit_to_first_line_s_median"] = med([r["submit_to_first_line_s"] for r in runs])
         res["received_lines_per_s_median"] = med([r["received_lines_per_s"] for r in runs])
         res["shown_lines_per_s_median"] = med([r["shown_lines_per_s"] for r in runs])
         res["behind_lines_median"] = med([r["behind_lines"]["median"] for r in runs])
-        res["behind_lines_max"] = max((r["behind_lines"]["max"] for r in runs if r["behind_lines"]["max"] is not None),
-                                      default=None)
+        res["behind_lines_max"] = max(
+            (r["behind_lines"]["max"] for r in runs if r["behind_lines"]["max"] is not None), default=None
+        )
         res["peak_rss_mib_max"] = max(r["peak_rss_mib"] for r in runs)
         res["view_lines_max"] = max(r["view_lines_max"] for r in runs)
         res["window"] = runs[0]["window"]
@@ -428,72 +590,107 @@ def report(res: dict, out) -> None:
         return "   -   " if s is None or s != s else f"{s * 1000:5.0f} ms"
 
     cfg = res["config"]
-    p(f"lanpool TUI bench: {cfg['repeat']} repeats, terminal {cfg['size']}, {cfg['cpus']} CPUs, "
-      f"load average {cfg['loadavg_start'][0]:.1f} at start / {res.get('loadavg_end', [0])[0]:.1f} at end")
+    p(
+        f"lanpool TUI bench: {cfg['repeat']} repeats, terminal {cfg['size']}, {cfg['cpus']} CPUs, "
+        f"load average {cfg['loadavg_start'][0]:.1f} at start / {res.get('loadavg_end', [0])[0]:.1f} at end"
+    )
     st = res.get("startup")
     if st:
         s = res["store"]
         p()
         p("1. start-up to an interactive first screen (spawn -> runs list drawn, app ready; medians)")
-        p(f"   big store: {s['runs']:,} runs, {s['jobs']:,} jobs, {s['log_lines']:,} log lines in "
-          f"{s['log_chunks']:,} chunks ({s['db_mib']:.0f} MiB; one job of {s['big_job_lines']:,} lines)")
-        p(f"   {'':34} {'interp.':>8} {'imports':>8} {'1st frame':>9} {'ready':>8} {'INTERACTIVE':>11} "
-          f"{'(min-max)':>15} {'1st key':>8} {'CPU':>7} {'RSS':>7}")
-        for name, label in (("full", "lanpool, 10k runs / 1M lines"), ("empty", "lanpool, empty store"),
-                            ("minimal", "minimal Textual app + DataTable")):
+        p(
+            f"   big store: {s['runs']:,} runs, {s['jobs']:,} jobs, {s['log_lines']:,} log lines in "
+            f"{s['log_chunks']:,} chunks ({s['db_mib']:.0f} MiB; one job of {s['big_job_lines']:,} lines)"
+        )
+        p(
+            f"   {'':34} {'interp.':>8} {'imports':>8} {'1st frame':>9} {'ready':>8} {'INTERACTIVE':>11} "
+            f"{'(min-max)':>15} {'1st key':>8} {'CPU':>7} {'RSS':>7}"
+        )
+        for name, label in (
+            ("full", "lanpool, 10k runs / 1M lines"),
+            ("empty", "lanpool, empty store"),
+            ("minimal", "minimal Textual app + DataTable"),
+        ):
             x = st[name]
             m = x["marks_median_s"]
-            p(f"   {label:34} {ms(m['interpreter'])} {ms(m['imports'])} {ms(m['first_frame']):>9} {ms(m['ready'])} "
-              f"{ms(x['interactive_s']['median']):>11} ({x['interactive_s']['min'] * 1000:4.0f}-"
-              f"{x['interactive_s']['max'] * 1000:4.0f} ms) {ms(x['first_key_s_median'])} "
-              f"{x['cpu_s_median']:5.2f} s {x['peak_rss_mib_median']:4.0f} MiB")
+            p(
+                f"   {label:34} {ms(m['interpreter'])} {ms(m['imports'])} {ms(m['first_frame']):>9} {ms(m['ready'])} "
+                f"{ms(x['interactive_s']['median']):>11} ({x['interactive_s']['min'] * 1000:4.0f}-"
+                f"{x['interactive_s']['max'] * 1000:4.0f} ms) {ms(x['first_key_s_median'])} "
+                f"{x['cpu_s_median']:5.2f} s {x['peak_rss_mib_median']:4.0f} MiB"
+            )
         verdict = "meets" if st["full"]["interactive_s"]["median"] < STARTUP_TARGET_S else "MISSES"
-        p(f"   ratios: big store / empty store {st['ratio_full_over_empty']:.2f}x, big store / minimal Textual "
-          f"{st['ratio_full_over_minimal']:.2f}x; target < {STARTUP_TARGET_S:.0f} s: {verdict}")
+        p(
+            f"   ratios: big store / empty store {st['ratio_full_over_empty']:.2f}x, big store / minimal Textual "
+            f"{st['ratio_full_over_minimal']:.2f}x; target < {STARTUP_TARGET_S:.0f} s: {verdict}"
+        )
         f = st["full"]
         p("   then, on the big store (key -> frame showing it, median / max of the repeats):")
-        for key, label in (("runs_tab_s", "1: back to the Runs tab"),
-                           ("down_small_job_s", "Down onto a small job"),
-                           ("down_big_job_s", f"Down onto the {s['big_job_lines']:,}-line job (loads its log window)"),
-                           ("enter_log_s", "Enter: Logs tab shows its last line"),
-                           ("log_top_s", "g: top of the window (older page from SQLite)"),
-                           ("log_end_s", "G: back to the end")):
+        for key, label in (
+            ("runs_tab_s", "1: back to the Runs tab"),
+            ("down_small_job_s", "Down onto a small job"),
+            ("down_big_job_s", f"Down onto the {s['big_job_lines']:,}-line job (loads its log window)"),
+            ("enter_log_s", "Enter: Logs tab shows its last line"),
+            ("log_top_s", "g: top of the window (older page from SQLite)"),
+            ("log_end_s", "G: back to the end"),
+        ):
             x = f[key]
             missed = f", {x['missed']} not seen in 5 s" if x["missed"] else ""
             p(f"     {label:62} {ms(x['median'])} / {ms(x['max'])}{missed}")
     fo = res.get("following")
     if fo:
         p()
-        p(f"2. following a job printing {cfg['rate']:,} lines/s for {cfg['seconds']:g} s on a real agent "
-          f"(loopback), Logs tab; key -> frame showing it")
+        p(
+            f"2. following a job printing {cfg['rate']:,} lines/s for {cfg['seconds']:g} s on a real agent "
+            f"(loopback), Logs tab; key -> frame showing it"
+        )
         p(f"   {'':30} {'median':>8} {'p95':>8} {'max':>8} {'n':>4}  {'frames/s':>8}  {'loop lag p95':>12}")
         for phase, label in (("traffic", "while the job streams"), ("idle", "after it ended (baseline)")):
             x = fo[phase]
             mx = max((v["max"] for v in x["by_key"].values() if v["max"] is not None), default=None)
             missed = f"  ({x['missed']} not seen in 5 s)" if x["missed"] else ""
-            p(f"   {label:30} {ms(x['median'])} {ms(x['p95'])} {ms(mx)} {x['n']:4d}  {x['frames_per_s_median']:8.0f}  "
-              f"{x['loop_lag_ms_p95_median']:9.1f} ms{missed}")
-            p("     " + ";  ".join(f"{k} {ms(v['median']).strip()} (p95 {ms(v['p95']).strip()})"
-                                   for k, v in x["by_key"].items()))
+            p(
+                f"   {label:30} {ms(x['median'])} {ms(x['p95'])} {ms(mx)} {x['n']:4d}  {x['frames_per_s_median']:8.0f}  "
+                f"{x['loop_lag_ms_p95_median']:9.1f} ms{missed}"
+            )
+            p(
+                "     "
+                + ";  ".join(
+                    f"{k} {ms(v['median']).strip()} (p95 {ms(v['p95']).strip()})" for k, v in x["by_key"].items()
+                )
+            )
         verdict = "meets" if fo["traffic"]["p95"] < KEY_TARGET_S and not fo["traffic"]["missed"] else "MISSES"
-        p(f"   ratio traffic / baseline (median): {fo['traffic']['median'] / fo['idle']['median']:.2f}x; "
-          f"target < {KEY_TARGET_S * 1000:.0f} ms while following (p95): {verdict}")
+        p(
+            f"   ratio traffic / baseline (median): {fo['traffic']['median'] / fo['idle']['median']:.2f}x; "
+            f"target < {KEY_TARGET_S * 1000:.0f} ms while following (p95): {verdict}"
+        )
         g = fo["gc"]
-        p("   garbage collector: " + "; ".join(
-            f"{label} {g[ph]['collections_per_s']:.0f} collections/s, {g[ph]['cpu_share'] * 100:.1f}% of the time, "
-            f"longest {g[ph]['max_pause_ms']:.0f} ms, {g[ph]['full']} full" for ph, label in
-            (("traffic", "streaming"), ("idle", "after"))))
+        p(
+            "   garbage collector: "
+            + "; ".join(
+                f"{label} {g[ph]['collections_per_s']:.0f} collections/s, {g[ph]['cpu_share'] * 100:.1f}% of the time, "
+                f"longest {g[ph]['max_pause_ms']:.0f} ms, {g[ph]['full']} full"
+                for ph, label in (("traffic", "streaming"), ("idle", "after"))
+            )
+        )
         r0 = fo["runs"][0]
-        p(f"   submit (Run dialog's worker) -> first line on screen: {fo['submit_to_first_line_s_median'] * 1000:.0f} ms")
-        p(f"   lines/s reaching the app {fo['received_lines_per_s_median']:,.0f} (job: {r0['stored_lines']:,} lines "
-          f"stored, {r0['job_status']} in {r0['job_run_s']:.1f} s); following, the view's newest line trails the "
-          f"newest received by {fo['behind_lines_median']:,.0f} lines (max {fo['behind_lines_max']:,}) = "
-          f"{fo['behind_lines_median'] / cfg['rate'] * 1000:.0f} ms (max {fo['behind_lines_max'] / cfg['rate'] * 1000:.0f} ms)")
+        p(
+            f"   submit (Run dialog's worker) -> first line on screen: {fo['submit_to_first_line_s_median'] * 1000:.0f} ms"
+        )
+        p(
+            f"   lines/s reaching the app {fo['received_lines_per_s_median']:,.0f} (job: {r0['stored_lines']:,} lines "
+            f"stored, {r0['job_status']} in {r0['job_run_s']:.1f} s); following, the view's newest line trails the "
+            f"newest received by {fo['behind_lines_median']:,.0f} lines (max {fo['behind_lines_max']:,}) = "
+            f"{fo['behind_lines_median'] / cfg['rate'] * 1000:.0f} ms (max {fo['behind_lines_max'] / cfg['rate'] * 1000:.0f} ms)"
+        )
         mem = r0["memory"]
         marks = [m for m in mem if m["t"] > 0][:: max(1, len(mem) // 6)]
-        p(f"   peak RSS {fo['peak_rss_mib_max']:.0f} MiB; log view holds at most {fo['view_lines_max']:,} lines "
-          f"(window {fo['window']:,}); RSS over run 1: "
-          + ", ".join(f"{m['rss_mib']:.0f} MiB ({m['view_lines']:,} lines)" for m in marks))
+        p(
+            f"   peak RSS {fo['peak_rss_mib_max']:.0f} MiB; log view holds at most {fo['view_lines_max']:,} lines "
+            f"(window {fo['window']:,}); RSS over run 1: "
+            + ", ".join(f"{m['rss_mib']:.0f} MiB ({m['view_lines']:,} lines)" for m in marks)
+        )
     if "bench_wall_s" in res:
         p()
         p(f"bench took {res['bench_wall_s']:.0f} s")
@@ -502,8 +699,7 @@ def report(res: dict, out) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="scripts/bench-tui", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="repeats of each measurement (default 3)")
-    parser.add_argument("--follow-repeat", type=int, default=None,
-                        help="jobs followed in part 2 (default: --repeat)")
+    parser.add_argument("--follow-repeat", type=int, default=None, help="jobs followed in part 2 (default: --repeat)")
     parser.add_argument("--runs", type=int, default=10_000, help="runs in the big store (default 10000)")
     parser.add_argument("--lines", type=int, default=1_000_000, help="log lines in the big store (default 1000000)")
     parser.add_argument("--rate", type=int, default=10_000, help="lines/s the followed job prints (default 10000)")

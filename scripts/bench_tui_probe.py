@@ -111,8 +111,15 @@ class Frames:
             if self.debug is not None:
                 text = frame_text(renderable)
                 rows = [line for line in text.split("\n") if line.strip()]
-                self.debug.append((round(done - T0, 3), self.state() if self.state else None,
-                                   type(renderable).__name__, len(rows), [r[:120] for r in rows[-2:]]))
+                self.debug.append(
+                    (
+                        round(done - T0, 3),
+                        self.state() if self.state else None,
+                        type(renderable).__name__,
+                        len(rows),
+                        [r[:120] for r in rows[-2:]],
+                    )
+                )
             if self.waiters:
                 text = frame_text(renderable)
                 for waiter in list(self.waiters):
@@ -130,7 +137,7 @@ class Frames:
         self.waiters.append(waiter)
         try:
             return await asyncio.wait_for(fut, timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return None
         finally:
             if waiter in self.waiters:
@@ -166,6 +173,7 @@ def import_app() -> type:
     off), then app.tui.load_app()."""
     gc.disable()
     import app.cli.main  # noqa: F401
+
     gc.freeze()
     gc.enable()
     import app.tui
@@ -175,8 +183,9 @@ def import_app() -> type:
 
 async def startup_lanpool(args) -> dict:
     LanpoolApp = import_app()
-    from app.tui.widgets.log_view import LogView
     from textual.widgets import DataTable, TabbedContent
+
+    from app.tui.widgets.log_view import LogView
 
     MARKS["imports"] = now()
     tui = LanpoolApp(Path(args.project).resolve())
@@ -196,12 +205,14 @@ async def startup_lanpool(args) -> dict:
         res["rows"] = table.row_count
         tabs = tui.query_one("#tabs", TabbedContent)
         # The user's first key, right away: Runners tab.
-        res["first_key_s"] = await key_latency(tui, frames, "2",
-                                               lambda text: tabs.active == "runners" and "LAST SEEN" in text)
+        res["first_key_s"] = await key_latency(
+            tui, frames, "2", lambda text: tabs.active == "runners" and "LAST SEEN" in text
+        )
         MARKS["first_key_answered"] = now()
         await pilot.pause(0.3)
-        res["runs_tab_s"] = await key_latency(tui, frames, "1",
-                                              lambda text: tabs.active == "runs" and "SUBMITTED" in text)
+        res["runs_tab_s"] = await key_latency(
+            tui, frames, "1", lambda text: tabs.active == "runs" and "SUBMITTED" in text
+        )
         if args.big_job and table.row_count > 2:
             await pilot.pause(0.3)
             from textual.coordinate import Coordinate
@@ -212,26 +223,29 @@ async def startup_lanpool(args) -> dict:
             table.move_cursor(row=0)
             await pilot.pause(0.3)
             res["down_small_job_s"] = await key_latency(
-                tui, frames, "down", lambda text: table.cursor_row == 1 and names[1] in text)
+                tui, frames, "down", lambda text: table.cursor_row == 1 and names[1] in text
+            )
             await pilot.pause(0.3)
             # Down onto the big job: highlighting a row loads its log window (LOG_WINDOW lines) from SQLite.
             res["down_big_job_s"] = await key_latency(
-                tui, frames, "down", lambda text: table.cursor_row == 2 and names[2] in text and tui.job_id == keys[2])
+                tui, frames, "down", lambda text: table.cursor_row == 2 and names[2] in text and tui.job_id == keys[2]
+            )
             await pilot.pause(0.3)
             view = tui.query_one(LogView)
             header = f"job {args.big_job}"
             last = view.lines[-1].text[:24] if view.lines else "?"
             res["enter_log_s"] = await key_latency(
-                tui, frames, "enter", lambda text: tabs.active == "logs" and header in text and last in text)
+                tui, frames, "enter", lambda text: tabs.active == "logs" and header in text and last in text
+            )
             res["log_window_lines"] = len(view.lines)
             await pilot.pause(0.3)
             top = [line.text[:24] for line in view.lines[:3]]
             res["log_top_s"] = await key_latency(
-                tui, frames, "g", lambda text: not view.following and any(t in text for t in top))
+                tui, frames, "g", lambda text: not view.following and any(t in text for t in top)
+            )
             await pilot.pause(0.5)  # the older page comes in from SQLite
             res["log_window_lines_after_g"] = len(view.lines)
-            res["log_end_s"] = await key_latency(
-                tui, frames, "G", lambda text: view.following and last in text)
+            res["log_end_s"] = await key_latency(tui, frames, "G", lambda text: view.following and last in text)
     res["frames"] = len(frames.times)
     return res
 
@@ -249,12 +263,30 @@ async def startup_minimal(args) -> dict:
         def on_mount(self) -> None:
             table = self.query_one(DataTable)
             table.cursor_type = "row"
-            for label in ("RUN", "JOB", "WORKFLOW", "VARIABLES", "RUNNER", "STATUS", "SUBMITTED", "DURATION",
-                          "ARTIFACTS"):
+            for label in (
+                "RUN",
+                "JOB",
+                "WORKFLOW",
+                "VARIABLES",
+                "RUNNER",
+                "STATUS",
+                "SUBMITTED",
+                "DURATION",
+                "ARTIFACTS",
+            ):
                 table.add_column(label)
             for i in range(args.rows):  # the shape of lanpool's runs list: RUNS_LIMIT rows, 9 columns
-                table.add_row(f"swift-fox-{i}", f"{i:012x}", "train", "epochs=10 lr=0.0003 model=117M",
-                              "gpu1", "DONE (0)", f"{i + 1}h ago", "12m 3s", "2")
+                table.add_row(
+                    f"swift-fox-{i}",
+                    f"{i:012x}",
+                    "train",
+                    "epochs=10 lr=0.0003 model=117M",
+                    "gpu1",
+                    "DONE (0)",
+                    f"{i + 1}h ago",
+                    "12m 3s",
+                    "2",
+                )
             table.focus()
 
     tui = Minimal()
@@ -271,8 +303,9 @@ async def startup_minimal(args) -> dict:
             MARKS["rows_frame"] = await frames.wait(lambda text: "swift-fox-0" in text, 10) or float("nan")
         MARKS["interactive"] = max(MARKS["ready"], MARKS["rows_frame"])
         res["rows"] = table.row_count
-        res["first_key_s"] = await key_latency(tui, frames, "down",
-                                               lambda text: table.cursor_row == 1 and "swift-fox-1" in text)
+        res["first_key_s"] = await key_latency(
+            tui, frames, "down", lambda text: table.cursor_row == 1 and "swift-fox-1" in text
+        )
         MARKS["first_key_answered"] = now()
     res["frames"] = len(frames.times)
     return res
@@ -283,9 +316,10 @@ async def startup_minimal(args) -> dict:
 
 async def follow(args) -> dict:
     LanpoolApp = import_app()
+    from textual.widgets import TabbedContent
+
     from app.tui.dialogs.run_dialog import RunRequest
     from app.tui.widgets.log_view import LogView
-    from textual.widgets import TabbedContent
 
     # mDNS browsing off: agents of other programs announcing on this machine's loopback would join the
     # pool; the bench's runner is known by address (the pool's probe loop still checks it every 3 s).
@@ -298,8 +332,14 @@ async def follow(args) -> dict:
         if phase == "start":
             gc_started[:] = time.monotonic(), time.thread_time()
         else:
-            gc_pauses.append((gc_started[0] - T0, info["generation"], time.monotonic() - gc_started[0],
-                              time.thread_time() - gc_started[1]))
+            gc_pauses.append(
+                (
+                    gc_started[0] - T0,
+                    info["generation"],
+                    time.monotonic() - gc_started[0],
+                    time.thread_time() - gc_started[1],
+                )
+            )
 
     gc.callbacks.append(on_gc)
     received = {"lines": 0, "chunks": 0, "first": None, "last": None}
@@ -313,7 +353,7 @@ async def follow(args) -> dict:
             received["chunks"] += 1
             received["first"] = received["first"] or t
             received["last"] = t
-            tail = data[data.rfind(b"\n", 0, len(data) - 1) + 1:][:10]
+            tail = data[data.rfind(b"\n", 0, len(data) - 1) + 1 :][:10]
             if tail.isdigit():  # the flood's lines start with their number
                 received["last_no"] = int(tail)
         on_log(job_id, stream, data)
@@ -330,8 +370,9 @@ async def follow(args) -> dict:
 
     async def sample_memory(view) -> None:
         while True:
-            memory.append({"t": now(), "rss_mib": rss_mib(), "view_lines": len(view.lines),
-                           "pending": len(tui._pending)})
+            memory.append(
+                {"t": now(), "rss_mib": rss_mib(), "view_lines": len(view.lines), "pending": len(tui._pending)}
+            )
             shown = view.lines[-1].text[:10] if view.lines else ""
             streaming = received["last"] is not None and now() - received["last"] < 0.2
             if view.following and streaming and shown.isdigit() and "last_no" in received:
@@ -375,13 +416,22 @@ async def follow(args) -> dict:
         before = tui.job_id  # the newest job of an earlier run may be highlighted
         tui._run(RunRequest(args.workflow, runner=args.runner, no_cache=True))  # what the Run dialog's submit starts
         # Following: the Logs tab shows the job's lines.
-        first_line = await frames.wait(lambda text: tui.job_id not in (None, before) and tabs.active == "logs"
-                                       and bool(view.lines) and view.lines[-1].text[:24] in text, 60)
+        first_line = await frames.wait(
+            lambda text: (
+                tui.job_id not in (None, before)
+                and tabs.active == "logs"
+                and bool(view.lines)
+                and view.lines[-1].text[:24] in text
+            ),
+            60,
+        )
         if first_line is None:
             notes = [n.message for n in tui._notifications]
-            raise SystemExit(f"the job's lines never showed up in the Logs tab; notifications: {notes}; "
-                             f"job {tui.job_id} (before: {before}), tab {tabs.active}, {len(view.lines)} lines, "
-                             f"received {received}; workers {[(w.name, w.state, w.error) for w in tui.workers]}")
+            raise SystemExit(
+                f"the job's lines never showed up in the Logs tab; notifications: {notes}; "
+                f"job {tui.job_id} (before: {before}), tab {tabs.active}, {len(view.lines)} lines, "
+                f"received {received}; workers {[(w.name, w.state, w.error) for w in tui.workers]}"
+            )
         job_id = tui.job_id
         res["job_id"] = job_id
         res["submit_to_first_line_s"] = first_line - submitted_at
@@ -390,8 +440,8 @@ async def follow(args) -> dict:
             return not tui.ctl.store.job(job_id).state.is_terminal()
 
         checks = {
-            "4 (Metrics tab)": lambda: (lambda text: tabs.active == "metrics" and "metrics" in text),
-            "3 (Logs tab)": lambda: (lambda text: tabs.active == "logs" and f"job {job_id}" in text),
+            "4 (Metrics tab)": lambda: lambda text: tabs.active == "metrics" and "metrics" in text,
+            "3 (Logs tab)": lambda: lambda text: tabs.active == "logs" and f"job {job_id}" in text,
             "g (top of log)": None,  # built at press time (the window's first lines)
             "G (follow)": None,
         }
@@ -401,8 +451,12 @@ async def follow(args) -> dict:
                 # at the window's top (or on the same line once the older page came in above it),
                 # that line drawn: with traffic the window's first line changes 20 times a second
                 page = tui.query_one(LogView).max_lines // 4
-                return lambda text: (not view.following and view.scroll_y <= page and bool(view.lines)
-                                     and view.lines[int(view.scroll_y)].text[:24] in text)
+                return lambda text: (
+                    not view.following
+                    and view.scroll_y <= page
+                    and bool(view.lines)
+                    and view.lines[int(view.scroll_y)].text[:24] in text
+                )
             if name == "G (follow)":
                 # the newest line held when the frame is drawn is on screen, and the view follows
                 return lambda text: view.following and bool(view.lines) and view.lines[-1].text[:24] in text
@@ -415,11 +469,25 @@ async def follow(args) -> dict:
                 await asyncio.sleep(rng.uniform(args.gap * 0.5, args.gap * 1.5))  # not in step with any timer
                 if os.environ.get("BENCH_DEBUG"):
                     frames.debug = []
-                    frames.state = lambda: (view.following, view.scroll_y, view.max_scroll_y, len(view.lines),
-                                            view.lines[-1].text[:12] if view.lines else "", view.scroll_x)
+                    frames.state = lambda: (
+                        view.following,
+                        view.scroll_y,
+                        view.max_scroll_y,
+                        len(view.lines),
+                        view.lines[-1].text[:12] if view.lines else "",
+                        view.scroll_x,
+                    )
                 s = await key_latency(tui, frames, key, pred_for(name), timeout=5.0)
-                samples.append({"phase": phase, "key": name, "s": s, "t": now(), "view_lines": len(view.lines),
-                                **({"debug": frames.debug[:12]} if frames.debug is not None else {})})
+                samples.append(
+                    {
+                        "phase": phase,
+                        "key": name,
+                        "s": s,
+                        "t": now(),
+                        "view_lines": len(view.lines),
+                        **({"debug": frames.debug[:12]} if frames.debug is not None else {}),
+                    }
+                )
 
         t_traffic = now()
         frames_before = len(frames.times)
@@ -449,8 +517,11 @@ async def follow(args) -> dict:
             from textual.timer import Timer
 
             def nodes() -> collections.Counter:
-                return collections.Counter(f"{type(o).__module__}.{type(o).__name__}" for o in gc.get_objects()
-                                           if isinstance(o, (DOMNode, Timer)))
+                return collections.Counter(
+                    f"{type(o).__module__}.{type(o).__name__}"
+                    for o in gc.get_objects()
+                    if isinstance(o, (DOMNode, Timer))
+                )
 
             idle_nodes = nodes()
         while sum(1 for s in samples if s["phase"] == "idle") < max(n_traffic, 12):
@@ -484,25 +555,40 @@ async def follow(args) -> dict:
     res["received_lines_per_s"] = received["lines"] / max(1e-9, (received["last"] or 0) - (received["first"] or 0))
     res["shown_lines_per_s"] = shown["lines"] / max(1e-9, (shown["last"] or 0) - (shown["first"] or 0))
     res["memory"] = memory
-    res["behind_lines"] = {"median": statistics.median(behind) if behind else None,
-                           "max": max(behind) if behind else None, "n": len(behind)}
+    res["behind_lines"] = {
+        "median": statistics.median(behind) if behind else None,
+        "max": max(behind) if behind else None,
+        "n": len(behind),
+    }
     res["view_lines_max"] = max((m["view_lines"] for m in memory), default=0)
     res["pending_max"] = max((m["pending"] for m in memory), default=0)
-    res["loop_lag_ms"] = {phase: {"median": 1000 * statistics.median(xs) if xs else None,
-                                  "p95": 1000 * pct(xs, 0.95) if xs else None, "max": 1000 * max(xs) if xs else None}
-                          for phase, xs in (("traffic", traffic_lag), ("idle", idle_lag))}
+    res["loop_lag_ms"] = {
+        phase: {
+            "median": 1000 * statistics.median(xs) if xs else None,
+            "p95": 1000 * pct(xs, 0.95) if xs else None,
+            "max": 1000 * max(xs) if xs else None,
+        }
+        for phase, xs in (("traffic", traffic_lag), ("idle", idle_lag))
+    }
     res["frames"] = len(frames.times)
     res["render_segments_s"] = frames.render_s
     res["spikes"] = spikes
     gc.callbacks.remove(on_gc)
     res["gc_objects_at_end"] = len(gc.get_objects())
-    res["gc"] = {phase: {"collections": len(ps), "total_ms": 1000 * sum(p[2] for p in ps),
-                         "max_ms": 1000 * max((p[2] for p in ps), default=0.0),
-                         "cpu_ms": 1000 * sum(p[3] for p in ps),
-                         "max_cpu_ms": 1000 * max((p[3] for p in ps), default=0.0),
-                         "gen2": sum(1 for p in ps if p[1] == 2)}
-                 for phase, ps in (("traffic", [p for p in gc_pauses if t_traffic <= p[0] <= t_end]),
-                                   ("idle", [p for p in gc_pauses if p[0] > t_idle]))}
+    res["gc"] = {
+        phase: {
+            "collections": len(ps),
+            "total_ms": 1000 * sum(p[2] for p in ps),
+            "max_ms": 1000 * max((p[2] for p in ps), default=0.0),
+            "cpu_ms": 1000 * sum(p[3] for p in ps),
+            "max_cpu_ms": 1000 * max((p[3] for p in ps), default=0.0),
+            "gen2": sum(1 for p in ps if p[1] == 2),
+        }
+        for phase, ps in (
+            ("traffic", [p for p in gc_pauses if t_traffic <= p[0] <= t_end]),
+            ("idle", [p for p in gc_pauses if p[0] > t_idle]),
+        )
+    }
     return res
 
 

@@ -47,8 +47,12 @@ async def shoot(out: Path, size: tuple[int, int], runner: str) -> list[Path]:
             if job.status != "DONE":
                 raise SystemExit(f"{workflow} ended {job.status}: see `app headless logs {job.id}`")
         await pilot.pause(1.5)  # the last flush, the header's final status, the artifacts
-        for tab, name in (("logs", "tui-logs.svg"), ("metrics", "tui-metrics.svg"), ("runs", "tui-runs.svg"),
-                          ("runners", "tui-runners.svg")):
+        for tab, name in (
+            ("logs", "tui-logs.svg"),
+            ("metrics", "tui-metrics.svg"),
+            ("runs", "tui-runs.svg"),
+            ("runners", "tui-runners.svg"),
+        ):
             tui.action_tab(tab)
             await pilot.pause(1.0)
             saved.append(Path(tui.save_screenshot(name, str(out))))
@@ -69,9 +73,17 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
         try:
-            agent = harness.start_agent(tmp / "agent", tmp / "controller", env=env, app=harness.venv_app(),
-                                        verbose=False, name="gpu-box-1", grace=10, new_session=True,
-                                        extra_args=["--no-mdns", "--executor", "process"])
+            agent = harness.start_agent(
+                tmp / "agent",
+                tmp / "controller",
+                env=env,
+                app=harness.venv_app(),
+                verbose=False,
+                name="gpu-box-1",
+                grace=10,
+                new_session=True,
+                extra_args=["--no-mdns", "--executor", "process"],
+            )
         except harness.AgentStartError as exc:
             raise SystemExit(str(exc)) from None
         for path in asyncio.run(shoot(args.out.resolve(), size, agent.address)):

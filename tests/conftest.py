@@ -41,19 +41,29 @@ def make_project(tmp_path: Path):
 def cli(controller_home: Path):
     """Run the real `app` CLI; returns the CompletedProcess (text mode)."""
 
-    def run(*args: str, cwd: Path | None = None, timeout: float = 120, check: bool = False) -> subprocess.CompletedProcess:
-        result = subprocess.run([*APP_MODULE, *args], cwd=cwd, env=lanpool_env(controller_home), capture_output=True,
-                                text=True, timeout=timeout)
+    def run(
+        *args: str, cwd: Path | None = None, timeout: float = 120, check: bool = False
+    ) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [*APP_MODULE, *args],
+            cwd=cwd,
+            env=lanpool_env(controller_home),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if check and result.returncode != 0:
             raise AssertionError(f"app {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
         return result
 
     run.popen = lambda *args, cwd=None, **kw: subprocess.Popen(  # type: ignore[attr-defined]
-        [*APP_MODULE, *args], cwd=cwd, env=lanpool_env(controller_home), **kw)
+        [*APP_MODULE, *args], cwd=cwd, env=lanpool_env(controller_home), **kw
+    )
     return run
 
 
 # -- Docker: a real engine, images made locally (tests/test_docker_*.py) -------------------
+
 
 @pytest.fixture(scope="session")
 def docker_client():
@@ -74,10 +84,17 @@ def docker_client():
         client.close()
         return
     if os.geteuid() != 0:
-        pytest.skip(f"no Docker engine answers at {host} ({reason}), and starting one needs root: "
-                    "run scripts/test as root, or `scripts/dockerd start` and export DOCKER_HOST")
-    started = subprocess.run([str(REPO / "scripts" / "dockerd"), "start"], capture_output=True, text=True,
-                             timeout=600, stdin=subprocess.DEVNULL)
+        pytest.skip(
+            f"no Docker engine answers at {host} ({reason}), and starting one needs root: "
+            "run scripts/test as root, or `scripts/dockerd start` and export DOCKER_HOST"
+        )
+    started = subprocess.run(
+        [str(REPO / "scripts" / "dockerd"), "start"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        stdin=subprocess.DEVNULL,
+    )
     if started.returncode != 0:
         pytest.fail(f"scripts/dockerd start failed: {started.stderr.strip()}")
     new_host = started.stdout.strip().rpartition("DOCKER_HOST=")[2]

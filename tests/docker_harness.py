@@ -31,6 +31,7 @@ def busybox_rootfs_tar(extra: dict[str, bytes] | None = None) -> bytes:
     applets = subprocess.run([str(busybox), "--list"], capture_output=True, text=True, check=True).stdout.split()
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
+
         def add_dir(name: str, mode: int = 0o755) -> None:
             info = tarfile.TarInfo(name)
             info.type, info.mode = tarfile.DIRTYPE, mode
@@ -60,8 +61,9 @@ def busybox_rootfs_tar(extra: dict[str, bytes] | None = None) -> bytes:
 def remove_agent_containers(client, data_dir: Path) -> None:
     import docker.errors
 
-    for container in client.containers.list(all=True, filters={"label": f"lanpool.agent={data_dir.resolve()}"},
-                                            ignore_removed=True):
+    for container in client.containers.list(
+        all=True, filters={"label": f"lanpool.agent={data_dir.resolve()}"}, ignore_removed=True
+    ):
         try:
             container.remove(force=True)
         except docker.errors.NotFound:

@@ -54,14 +54,14 @@ def lanpool_env(home: Path | None, **extra: str) -> dict[str, str]:
 
 def controller_key(env: dict[str, str], app: Sequence[str] = APP_MODULE) -> str:
     """`app headless key`: the controller's public key (made on first use), as `agent authorize` takes it."""
-    return subprocess.run([*app, "headless", "key"], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip()
+    return subprocess.run([*app, "headless", "key"], env=env, capture_output=True, text=True, check=True).stdout.strip()
 
 
 def authorize_key(key: str, data_dir: Path, env: dict[str, str], app: Sequence[str] = APP_MODULE) -> None:
     """`app agent authorize KEY`: the agent in `data_dir` will accept that controller."""
-    subprocess.run([*app, "agent", "authorize", key, "--data-dir", str(data_dir)], env=env, capture_output=True,
-                   check=True)
+    subprocess.run(
+        [*app, "agent", "authorize", key, "--data-dir", str(data_dir)], env=env, capture_output=True, check=True
+    )
 
 
 class AgentStartError(RuntimeError):
@@ -122,42 +122,94 @@ class AgentProc:
                 self.proc.wait()
 
 
-def spawn_agent(data_dir: Path, env: dict[str, str], *, name: str = "test-runner", host: str = LOOPBACK,
-                port: int = 0, grace: float = 3.0, extra_args: Sequence[str] = (), verbose: bool = True,
-                app: Sequence[str] = APP_MODULE, log_path: Path | None = None,
-                new_session: bool = False) -> AgentProc:
+def spawn_agent(
+    data_dir: Path,
+    env: dict[str, str],
+    *,
+    name: str = "test-runner",
+    host: str = LOOPBACK,
+    port: int = 0,
+    grace: float = 3.0,
+    extra_args: Sequence[str] = (),
+    verbose: bool = True,
+    app: Sequence[str] = APP_MODULE,
+    log_path: Path | None = None,
+    new_session: bool = False,
+) -> AgentProc:
     """Start `app agent serve` on `host` (port 0: any) without waiting; output goes to
     `log_path` (default: DATA_DIR.log beside `data_dir`). `new_session`: a Ctrl-C in the
     terminal reaches only the caller, which then stops the agent itself."""
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "agent.json").unlink(missing_ok=True)  # listening() must not read a previous agent's
     log_path = log_path or data_dir.parent / f"{data_dir.name}.log"
-    argv = [*app, "agent", "serve", "--host", host, "--port", str(port), "--data-dir", str(data_dir), "--name", name,
-            "--grace", f"{grace:g}", *(["-v"] if verbose else []), *extra_args]
+    argv = [
+        *app,
+        "agent",
+        "serve",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--data-dir",
+        str(data_dir),
+        "--name",
+        name,
+        "--grace",
+        f"{grace:g}",
+        *(["-v"] if verbose else []),
+        *extra_args,
+    ]
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=new_session)
+        proc = subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=new_session
+        )
     return AgentProc(proc, data_dir, host, 0, log_path, name)
 
 
-def start_agent(data_dir: Path, controller_home: Path | None, *, authorize: bool = True, grace: float = 3.0,
-                name: str = "test-runner", port: int = 0, extra_args: Sequence[str] = (),
-                extra_env: dict[str, str] | None = None, env: dict[str, str] | None = None,
-                app: Sequence[str] = APP_MODULE, verbose: bool = True, new_session: bool = False,
-                timeout: float = 30) -> AgentProc:
+def start_agent(
+    data_dir: Path,
+    controller_home: Path | None,
+    *,
+    authorize: bool = True,
+    grace: float = 3.0,
+    name: str = "test-runner",
+    port: int = 0,
+    extra_args: Sequence[str] = (),
+    extra_env: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    app: Sequence[str] = APP_MODULE,
+    verbose: bool = True,
+    new_session: bool = False,
+    timeout: float = 30,
+) -> AgentProc:
     """Start `app agent serve` on 127.0.0.1 and wait until it listens. `authorize`: it accepts
     the key of the controller at `controller_home` (made if need be). `env` replaces
     lanpool_env(controller_home); `extra_env` is added to either."""
     env = {**(env if env is not None else lanpool_env(controller_home)), **(extra_env or {})}
     if authorize:
         authorize_key(controller_key(env, app), data_dir, env, app)
-    agent = spawn_agent(data_dir, env, name=name, port=port, grace=grace, extra_args=extra_args, verbose=verbose,
-                        app=app, new_session=new_session)
+    agent = spawn_agent(
+        data_dir,
+        env,
+        name=name,
+        port=port,
+        grace=grace,
+        extra_args=extra_args,
+        verbose=verbose,
+        app=app,
+        new_session=new_session,
+    )
     return agent.wait_listening(timeout)
 
 
-def start_docker_agent(data_dir: Path, controller_home: Path, *extra_args: str, env: dict | None = None,
-                       grace: float = 2.0, name: str = "docker-runner") -> AgentProc:
+def start_docker_agent(
+    data_dir: Path,
+    controller_home: Path,
+    *extra_args: str,
+    env: dict | None = None,
+    grace: float = 2.0,
+    name: str = "docker-runner",
+) -> AgentProc:
     """start_agent with extra `app agent serve` arguments (--executor ...) and env."""
     return start_agent(data_dir, controller_home, grace=grace, name=name, extra_args=extra_args, extra_env=env)
 

@@ -110,8 +110,9 @@ class _LyingSFTP(asyncssh.SFTPServer):
 
 
 class HostileRunner:
-    def __init__(self, root: Path, controller_public_key: str | None, name: str = "hostile",
-                 accept_any_key: bool = False) -> None:
+    def __init__(
+        self, root: Path, controller_public_key: str | None, name: str = "hostile", accept_any_key: bool = False
+    ) -> None:
         self.root = root
         self.transfer = root / "transfer"
         for sub in ("snapshots", "artifacts", "inputs"):
@@ -144,9 +145,16 @@ class HostileRunner:
         self.host_key = " ".join(key.export_public_key().decode().split()[:2])
         authorized = asyncssh.import_authorized_keys(self._authorized) if self._authorized else None
         self._server = await asyncssh.create_server(
-            lambda: _Server(self), self.host, 0, server_host_keys=[key], authorized_client_keys=authorized,
-            process_factory=self._serve, encoding=None, allow_scp=False,
-            sftp_factory=lambda chan: _LyingSFTP(chan, self))
+            lambda: _Server(self),
+            self.host,
+            0,
+            server_host_keys=[key],
+            authorized_client_keys=authorized,
+            process_factory=self._serve,
+            encoding=None,
+            allow_scp=False,
+            sftp_factory=lambda chan: _LyingSFTP(chan, self),
+        )
         self.port = self._server.sockets[0].getsockname()[1]
 
     def stop(self) -> None:
@@ -182,12 +190,18 @@ class HostileRunner:
         if script.raw_status is not None and state is None:
             return encode_frame({"t": "job_status", "job_id": script.job_id, **script.raw_status})
         archive = f"artifacts/{script.job_id}.tar" if script.archive is not None else ""
-        return encode_message(JobStatus(
-            job_id=script.status_job_id or script.job_id, state=state or script.state,
-            exit_code=script.exit_code if state is None else None, started_at=1.0,
-            finished_at=2.0 if state is None else None, log_lines=script.log.count(b"\n"),
-            artifacts_archive=archive if state is None else "",
-            artifacts=[ArtifactFile(p, s) for p, s in script.declared] if state is None else []))
+        return encode_message(
+            JobStatus(
+                job_id=script.status_job_id or script.job_id,
+                state=state or script.state,
+                exit_code=script.exit_code if state is None else None,
+                started_at=1.0,
+                finished_at=2.0 if state is None else None,
+                log_lines=script.log.count(b"\n"),
+                artifacts_archive=archive if state is None else "",
+                artifacts=[ArtifactFile(p, s) for p, s in script.declared] if state is None else [],
+            )
+        )
 
     async def _serve(self, process: asyncssh.SSHServerProcess) -> None:
         if process.subsystem != "lanpool":
@@ -263,8 +277,16 @@ def trust(store, runner: HostileRunner) -> dict:
     return store.runner(runner.name)
 
 
-def seed_job(store, runner_row: dict, job_id: str, *, run_name: str | None = None, nodes: list[dict] | None = None,
-             state: str = "RUNNING", artifacts: list[str] | None = None) -> None:
+def seed_job(
+    store,
+    runner_row: dict,
+    job_id: str,
+    *,
+    run_name: str | None = None,
+    nodes: list[dict] | None = None,
+    state: str = "RUNNING",
+    artifacts: list[str] | None = None,
+) -> None:
     """A job this controller submitted to `runner_row` (or to `nodes`, one runner row per node)."""
     run_name = run_name or f"run-{job_id}"
     store.create_run(run_name, "wf", "/nowhere")

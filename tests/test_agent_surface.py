@@ -41,13 +41,25 @@ def _key() -> asyncssh.SSHKey:
 
 
 def _connect(agent, *, pairing: bool, key: asyncssh.SSHKey | None = None, **options):
-    return asyncssh.connect(agent.host, agent.port, username=PAIRING_USER if pairing else "lanpool",
-                            client_keys=[key or _key()], known_hosts=None, agent_path=None, config=[], **options)
+    return asyncssh.connect(
+        agent.host,
+        agent.port,
+        username=PAIRING_USER if pairing else "lanpool",
+        client_keys=[key or _key()],
+        known_hosts=None,
+        agent_path=None,
+        config=[],
+        **options,
+    )
 
 
 def _issue_code(agent) -> None:
-    subprocess.run([sys.executable, "-m", "app.cli.main", "agent", "pair", "--data-dir", str(agent.data_dir)],
-                   env=lanpool_env(ControllerHome.default().root), capture_output=True, check=True)
+    subprocess.run(
+        [sys.executable, "-m", "app.cli.main", "agent", "pair", "--data-dir", str(agent.data_dir)],
+        env=lanpool_env(ControllerHome.default().root),
+        capture_output=True,
+        check=True,
+    )
 
 
 async def _still_serves(agent) -> None:
@@ -61,8 +73,9 @@ async def _still_serves(agent) -> None:
 async def _refusals(agent, pairing: bool) -> list[str]:
     """Each request a client may make beyond the lanpool subsystem; returns those NOT refused."""
     accepted = []
-    async with _connect(agent, pairing=pairing, key=asyncssh.generate_private_key("ssh-ed25519") if pairing
-                        else None) as conn:
+    async with _connect(
+        agent, pairing=pairing, key=asyncssh.generate_private_key("ssh-ed25519") if pairing else None
+    ) as conn:
         attempts = {
             "exec": lambda: conn.run("cat /etc/hostname"),
             "shell": lambda: conn.create_process(),
@@ -87,8 +100,9 @@ async def _refusals(agent, pairing: bool) -> list[str]:
         proc = await conn.create_process(subsystem="lanpool", encoding=None)
         if await proc.channel._make_request(b"auth-agent-req@openssh.com"):
             accepted.append("agent forwarding")
-        if await proc.channel._make_request(b"x11-req", Boolean(False), String(b"MIT-MAGIC-COOKIE-1"),
-                                            String(b"00" * 16), UInt32(0)):
+        if await proc.channel._make_request(
+            b"x11-req", Boolean(False), String(b"MIT-MAGIC-COOKIE-1"), String(b"00" * 16), UInt32(0)
+        ):
             accepted.append("X11 forwarding")
     return accepted
 
@@ -120,8 +134,7 @@ async def _pairing_only(agent) -> None:
 
         assert isinstance(await recv(), Hello)
         proc.stdin.write(encode_message(ClientHello(PROTOCOL_VERSION, "test")))
-        for msg in (GetStatus("j-1"), StopJob("j-1"), Attach("j-1"),
-                    SubmitJob("j-2", "r", "w", ["cat /etc/hostname"])):
+        for msg in (GetStatus("j-1"), StopJob("j-1"), Attach("j-1"), SubmitJob("j-2", "r", "w", ["cat /etc/hostname"])):
             proc.stdin.write(encode_message(msg))
             reply = await recv()
             assert isinstance(reply, Error) and reply.code == ErrorCode.NOT_PAIRED, (msg, reply)

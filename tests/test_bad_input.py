@@ -98,8 +98,9 @@ def test_bad_cli_arguments_are_one_line(cli):
 
 async def _open_channel(agent):
     key = load_or_create_client_key(ControllerHome.default().key)
-    conn = await asyncssh.connect(agent.host, agent.port, username="x", client_keys=[key], known_hosts=None,
-                                  agent_path=None, config=[])
+    conn = await asyncssh.connect(
+        agent.host, agent.port, username="x", client_keys=[key], known_hosts=None, agent_path=None, config=[]
+    )
     proc = await conn.create_process(subsystem="lanpool", encoding=None)
     reader = FrameReader()
     return conn, proc, reader
@@ -170,8 +171,9 @@ def test_garbage_and_oversized_frames_get_error_replies(agent):
 
 async def _sftp_escape(agent) -> None:
     key = load_or_create_client_key(ControllerHome.default().key)
-    async with asyncssh.connect(agent.host, agent.port, username="x", client_keys=[key], known_hosts=None,
-                                agent_path=None, config=[]) as conn:
+    async with asyncssh.connect(
+        agent.host, agent.port, username="x", client_keys=[key], known_hosts=None, agent_path=None, config=[]
+    ) as conn:
         async with conn.start_sftp_client() as sftp:
             assert sorted(await sftp.listdir("/")) == [".", "..", "artifacts", "inputs", "snapshots"]
             # The agent's private key sits one level above the SFTP root.
@@ -192,12 +194,15 @@ def test_sftp_is_confined_to_the_transfer_dir(agent):
 # -- the TUI's entry (`app [PATH]`) ------------------------------------------------------
 
 
-@pytest.mark.parametrize(("args", "fragment"), [
-    (("--bogus",), "unknown option '--bogus'"),
-    (("/no/such/dir",), "is not a directory"),
-    (("one", "two"), "unexpected arguments"),
-    ((), "the TUI needs a terminal"),  # stdin/stdout are pipes here
-])
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("--bogus",), "unknown option '--bogus'"),
+        (("/no/such/dir",), "is not a directory"),
+        (("one", "two"), "unexpected arguments"),
+        ((), "the TUI needs a terminal"),  # stdin/stdout are pipes here
+    ],
+)
 def test_app_entry_bad_input_is_one_line(cli, args, fragment):
     _one_line_error(cli(*args), 2, fragment)
 
@@ -216,16 +221,23 @@ def _app(home, *args: str, cwd=None):
 
     from tests.harness import lanpool_env
 
-    return subprocess.run([sys.executable, "-m", "app.cli.main", *args], cwd=cwd, env=lanpool_env(home),
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "app.cli.main", *args],
+        cwd=cwd,
+        env=lanpool_env(home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_lanpool_home_that_is_a_file_is_one_line(tmp_path):
     home = tmp_path / "home-file"
     home.write_text("not a directory")
     for verb in (("headless", "status"), ("headless", "key"), ("headless", "runners", "--wait", "0")):
-        _one_line_error(_app(home, *verb), 2, f"LANPOOL_HOME={home} is a file, not a directory",
-                        "point LANPOOL_HOME at a directory")
+        _one_line_error(
+            _app(home, *verb), 2, f"LANPOOL_HOME={home} is a file, not a directory", "point LANPOOL_HOME at a directory"
+        )
     assert home.read_text() == "not a directory"
 
 
@@ -233,8 +245,9 @@ def test_lanpool_home_that_is_a_file_is_one_line(tmp_path):
 def test_lanpool_home_that_cannot_be_written_is_one_line(tmp_path, where):
     (tmp_path / "file").write_text("x")
     home = tmp_path / where if not where.startswith("/") else where  # /proc: a directory even root cannot write
-    _one_line_error(_app(home, "headless", "status"), 2, f"LANPOOL_HOME={home} cannot be used",
-                    "point LANPOOL_HOME at a directory")
+    _one_line_error(
+        _app(home, "headless", "status"), 2, f"LANPOOL_HOME={home} cannot be used", "point LANPOOL_HOME at a directory"
+    )
 
 
 @pytest.mark.parametrize("nodes", ["0", "-1", "many", "100000"])
@@ -244,10 +257,15 @@ def test_nodes_option_below_one_or_not_a_number_is_refused(cli, make_project, no
     _one_line_error(res, 2, "argument --nodes: expects a whole number of runners from 1 to", repr(nodes))
 
 
-@pytest.mark.parametrize(("nodes", "variables", "args"), [
-    ("0", None, ()), ("-2", None, ()), ("$k", "variables:\n  a:\n    k: 0\n", ()),
-    ("$k", "variables:\n  a:\n    k: 2\n", ("--k", "-1")),
-])
+@pytest.mark.parametrize(
+    ("nodes", "variables", "args"),
+    [
+        ("0", None, ()),
+        ("-2", None, ()),
+        ("$k", "variables:\n  a:\n    k: 0\n", ()),
+        ("$k", "variables:\n  a:\n    k: 2\n", ("--k", "-1")),
+    ],
+)
 def test_nodes_in_a_workflow_below_one_names_file_and_line(cli, make_project, nodes, variables, args):
     files = {".lanpool/variables.yaml": variables} if variables else None
     project = make_project(f"workflows:\n  - name: a\n    nodes: {nodes}\n    commands: [echo a]\n", files=files)
@@ -281,8 +299,12 @@ def test_a_string_variable_bash_would_evaluate_is_refused_before_running(cli, ma
     project = make_project(ARITH, files={".lanpool/variables.yaml": "variables:\n  count:\n    n: '3'\n"})
     for verb in ("run", "plan"):
         res = cli("headless", verb, "count", *(["--runner", "127.0.0.1:1"] if verb == "run" else []), cwd=project)
-        _one_line_error(res, 2, "workflows.yaml:4: workflow 'count': command 2: $n is a string used inside (( ))",
-                        "make n a whole number in variables.yaml (n: 5)")
+        _one_line_error(
+            res,
+            2,
+            "workflows.yaml:4: workflow 'count': command 2: $n is a string used inside (( ))",
+            "make n a whole number in variables.yaml (n: 5)",
+        )
 
 
 def test_case_inside_command_substitution_runs_a_hostile_value_as_text(agent, cli, make_project):

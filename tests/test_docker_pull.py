@@ -42,18 +42,33 @@ class _Registry(ThreadingHTTPServer):
         # A file of its own makes a layer that the engine does not have yet, so it is downloaded.
         rootfs = busybox_rootfs_tar({"etc/lanpool-registry": secrets.token_hex(16).encode()})
         layer = gzip.compress(rootfs, mtime=0)
-        config = json.dumps({
-            "architecture": "amd64", "os": "linux", "config": {},
-            "rootfs": {"type": "layers", "diff_ids": [_digest(rootfs)]},
-            "history": [{"created_by": "lanpool tests"}],
-        }).encode()
-        self.manifest = json.dumps({
-            "schemaVersion": 2, "mediaType": MANIFEST_TYPE,
-            "config": {"mediaType": "application/vnd.docker.container.image.v1+json", "size": len(config),
-                       "digest": _digest(config)},
-            "layers": [{"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": len(layer),
-                        "digest": _digest(layer)}],
-        }).encode()
+        config = json.dumps(
+            {
+                "architecture": "amd64",
+                "os": "linux",
+                "config": {},
+                "rootfs": {"type": "layers", "diff_ids": [_digest(rootfs)]},
+                "history": [{"created_by": "lanpool tests"}],
+            }
+        ).encode()
+        self.manifest = json.dumps(
+            {
+                "schemaVersion": 2,
+                "mediaType": MANIFEST_TYPE,
+                "config": {
+                    "mediaType": "application/vnd.docker.container.image.v1+json",
+                    "size": len(config),
+                    "digest": _digest(config),
+                },
+                "layers": [
+                    {
+                        "mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip",
+                        "size": len(layer),
+                        "digest": _digest(layer),
+                    }
+                ],
+            }
+        ).encode()
         self.blobs = {_digest(config): config, _digest(layer): layer}
         self.release = threading.Event()  # frees requests held by the "hang/" repository
         self.manifest_requests = 0
@@ -158,8 +173,11 @@ def test_stop_while_the_image_is_being_pulled(registry, docker_client, monkeypat
         home.create()
         manager = JobManager(home, ExecutorChoice("docker", ProcessExecutor(), DockerExecutor.connect(str(root))))
         await manager.load_journal()
-        job = await manager.submit(SubmitJob(job_id="slow1", run_name="r", workflow="w", commands=["echo never"],
-                                             image=image, artifacts=["out"]))
+        job = await manager.submit(
+            SubmitJob(
+                job_id="slow1", run_name="r", workflow="w", commands=["echo never"], image=image, artifacts=["out"]
+            )
+        )
         assert job.record.state == JobState.SUBMITTED
         manager.stop("slow1", abort=False, grace_s=5)
         await asyncio.wait_for(manager.wait_terminal(job), 10)

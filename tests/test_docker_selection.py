@@ -35,15 +35,19 @@ def test_executor_choice_table():
     assert auto.kind == "docker"
     assert auto.choose("img:1") == (docker, "")
     assert auto.choose("") == (process, "")
-    assert auto.choose("img:1", "process") == (process, "lanpool: image 'img:1' ignored: the job asks for the process executor")
+    assert auto.choose("img:1", "process") == (
+        process,
+        "lanpool: image 'img:1' ignored: the job asks for the process executor",
+    )
     with pytest.raises(ExecutorError, match="asks for the docker executor but names no image"):
         auto.choose("", "docker")
 
     auto_without = ExecutorChoice("auto", process, None)
     assert auto_without.kind == "process"
     executor, note = auto_without.choose("img:1")
-    assert executor is process and note == ("lanpool: no Docker engine on this runner: image 'img:1' ignored, "
-                                            "the commands run as plain processes")
+    assert executor is process and note == (
+        "lanpool: no Docker engine on this runner: image 'img:1' ignored, the commands run as plain processes"
+    )
     with pytest.raises(ExecutorError, match="no Docker engine answered when its agent started"):
         auto_without.choose("img:1", "docker")
 
@@ -83,14 +87,20 @@ def test_fake_gpus_and_gpu_env(monkeypatch):
     assert [g.index for g in detect_gpus()] == [0, 2]
     assert gpu_env([2], in_container=False) == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": "2"}
     assert gpu_env([2, 3], in_container=True) == {
-        "CUDA_DEVICE_ORDER": "PCI_BUS_ID", "NVIDIA_VISIBLE_DEVICES": "2,3", "CUDA_VISIBLE_DEVICES": "0,1"}
-    assert gpu_env([], in_container=True)["NVIDIA_VISIBLE_DEVICES"] == "void"  # no GPU, even on an nvidia default runtime
+        "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+        "NVIDIA_VISIBLE_DEVICES": "2,3",
+        "CUDA_VISIBLE_DEVICES": "0,1",
+    }
+    assert (
+        gpu_env([], in_container=True)["NVIDIA_VISIBLE_DEVICES"] == "void"
+    )  # no GPU, even on an nvidia default runtime
 
 
 def test_job_resources_are_checked():
     assert parse_resources({}) == Resources()
     assert parse_resources({"gpu": 2, "memory_mb": "512", "cpu": "1.5", "shm_size": "8g"}) == Resources(
-        gpu=2, memory_mb=512, cpu=1.5, shm_size="8g")
+        gpu=2, memory_mb=512, cpu=1.5, shm_size="8g"
+    )
     for bad in ({"gpu": -1}, {"gpu": "two"}, {"memory_mb": 0}, {"cpu": "x"}, {"shm_size": "8 gigs"}):
         with pytest.raises(JobError):
             parse_resources(bad)
@@ -125,8 +135,10 @@ def test_auto_without_engine_runs_image_jobs_as_processes(tmp_path, controller_h
         submit(agent, "p1", ["echo plain $LANPOOL_JOB_ID"], "lanpool-test/busybox:1")
         chunks, final = follow(agent, "p1")
         assert _lines(chunks, "out") == ["plain p1"] and final.state == JobState.DONE
-        assert _lines(chunks, "sys") == ["lanpool: no Docker engine on this runner: image 'lanpool-test/busybox:1' "
-                                         "ignored, the commands run as plain processes"]
+        assert _lines(chunks, "sys") == [
+            "lanpool: no Docker engine on this runner: image 'lanpool-test/busybox:1' "
+            "ignored, the commands run as plain processes"
+        ]
     finally:
         agent.stop()
 
@@ -139,32 +151,52 @@ def test_process_runner_refuses_image_jobs_and_docker_runner_needs_an_engine(tmp
     finally:
         agent.stop()
     res = subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "agent", "serve", "--port", "0", "--host", "127.0.0.1",
-         "--data-dir", str(tmp_path / "agent2"), "--executor", "docker"],
-        env={**lanpool_env(controller_home), **NO_ENGINE}, capture_output=True, text=True, timeout=60)
+        [
+            sys.executable,
+            "-m",
+            "app.cli.main",
+            "agent",
+            "serve",
+            "--port",
+            "0",
+            "--host",
+            "127.0.0.1",
+            "--data-dir",
+            str(tmp_path / "agent2"),
+            "--executor",
+            "docker",
+        ],
+        env={**lanpool_env(controller_home), **NO_ENGINE},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 1 and "Traceback" not in res.stderr
     [line] = res.stderr.strip().splitlines()
-    assert line.startswith("app agent: error: --executor docker: no Docker engine answers at "
-                           "unix:///nonexistent/lanpool-test-docker.sock")
+    assert line.startswith(
+        "app agent: error: --executor docker: no Docker engine answers at unix:///nonexistent/lanpool-test-docker.sock"
+    )
 
 
 def test_gpus_are_shared_out_between_running_process_jobs(tmp_path, controller_home):
-    agent = start_docker_agent(tmp_path / "agent", controller_home, "--executor", "process",
-                               env={"LANPOOL_FAKE_GPUS": "0,1"})
+    agent = start_docker_agent(
+        tmp_path / "agent", controller_home, "--executor", "process", env={"LANPOOL_FAKE_GPUS": "0,1"}
+    )
     try:
         assert asyncio.run(_hello(agent)).resources["gpus"] == 2
-        hold = ["echo \"gpus=$CUDA_VISIBLE_DEVICES\"", "sleep 30"]
+        hold = ['echo "gpus=$CUDA_VISIBLE_DEVICES"', "sleep 30"]
         for job_id in ("a", "b"):
             submit(agent, job_id, hold, "", resources={"gpu": 1})
             wait_for_line(agent, job_id, "gpus=")
         with pytest.raises(RunnerError, match="the job needs 1 GPU; 0 of this runner's 2 are free now"):
             submit(agent, "c", hold, "", resources={"gpu": 1})
-        submit(agent, "none", ["echo \"gpus=[$CUDA_VISIBLE_DEVICES]\""], "", resources={"gpu": 0})
+        submit(agent, "none", ['echo "gpus=[$CUDA_VISIBLE_DEVICES]"'], "", resources={"gpu": 0})
         asyncio.run(_stop(agent, "a", grace_s=0))
         follow(agent, "a")  # ended: its GPU is free again
-        submit(agent, "c", ["echo \"gpus=$CUDA_VISIBLE_DEVICES\""], "", resources={"gpu": 1})
-        seen = {job_id: _lines(follow(agent, job_id)[0] if job_id != "b" else [], "out")
-                for job_id in ("a", "c", "none")}
+        submit(agent, "c", ['echo "gpus=$CUDA_VISIBLE_DEVICES"'], "", resources={"gpu": 1})
+        seen = {
+            job_id: _lines(follow(agent, job_id)[0] if job_id != "b" else [], "out") for job_id in ("a", "c", "none")
+        }
         assert seen == {"a": ["gpus=0"], "c": ["gpus=0"], "none": ["gpus=[]"]}
         asyncio.run(_stop(agent, "b", grace_s=0))
         assert _lines(follow(agent, "b")[0], "out") == ["gpus=1"]

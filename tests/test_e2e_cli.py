@@ -138,10 +138,18 @@ def test_abort_brings_no_artifacts(agent, cli, make_project):
 
 def test_killed_controller_reattaches_and_loses_nothing(agent, cli, make_project, controller_home):
     project = make_project(WORKFLOWS)
-    proc = cli.popen("headless", "run", "numbered", "--runner", agent.address, cwd=project,
-                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = cli.popen(
+        "headless",
+        "run",
+        "numbered",
+        "--runner",
+        agent.address,
+        cwd=project,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     seen = 0
-    for line in proc.stdout:
+    for _line in proc.stdout:
         seen += 1
         if seen >= 200:
             break
@@ -185,11 +193,14 @@ def test_unknown_run_is_one_clear_line(cli, verb):
 
 
 def test_snapshot_carries_uncommitted_files(agent, cli, make_project):
-    project = make_project("""
+    project = make_project(
+        """
         workflows:
           - name: cat
             commands: [cat data/input.txt]
-        """, files={"data/input.txt": "from the snapshot\n"})
+        """,
+        files={"data/input.txt": "from the snapshot\n"},
+    )
     res = cli("headless", "run", "cat", "--runner", agent.address, cwd=project)
     assert res.returncode == 0 and res.stdout == "from the snapshot\n"
 
@@ -197,7 +208,13 @@ def test_snapshot_carries_uncommitted_files(agent, cli, make_project):
 def test_run_without_workflow_lists_them(cli, make_project):
     project = make_project(WORKFLOWS)
     res = cli("headless", "run", cwd=project, check=True)
-    assert [line.strip() for line in res.stdout.splitlines()[1:]] == ["make", "fail", "graceful", "stubborn", "numbered"]
+    assert [line.strip() for line in res.stdout.splitlines()[1:]] == [
+        "make",
+        "fail",
+        "graceful",
+        "stubborn",
+        "numbered",
+    ]
 
 
 def test_run_reaches_runner_by_name_after_first_contact(agent, cli, make_project):
@@ -208,4 +225,3 @@ def test_run_reaches_runner_by_name_after_first_contact(agent, cli, make_project
     # Pinned: a named runner and the default (the only known runner) both work.
     assert cli("headless", "run", "fail", "--runner", "test-runner", cwd=project).returncode == 3
     assert cli("headless", "run", "fail", cwd=project).returncode == 3
-

@@ -10,13 +10,13 @@ from tests.harness import REPO
 
 def test_metrics_lines_reach_the_store_and_stay_out_of_the_log(agent, cli, make_project):
     emit = (
-        'echo start\n'
-        'for i in 1 2 3; do\n'
+        "echo start\n"
+        "for i in 1 2 3; do\n"
         '  echo "{\\"step\\": $i, \\"name\\": \\"loss\\", \\"value\\": 0.$((9 - i))}" >> "$LANPOOL_METRICS_FILE"\n'
-        '  sleep 0.6\n'
-        'done\n'
+        "  sleep 0.6\n"
+        "done\n"
         'printf \'{"step": 4, "name": "acc", "value": 0.5}\' >> "$LANPOOL_METRICS_FILE"\n'
-        'echo end\n'
+        "echo end\n"
     )
     project = make_project("workflows:\n  - name: m\n    commands: [bash emit.sh]\n", files={"emit.sh": emit})
     res = cli("headless", "run", "m", "--runner", agent.address, cwd=project)
@@ -24,7 +24,11 @@ def test_metrics_lines_reach_the_store_and_stay_out_of_the_log(agent, cli, make_
     assert res.stdout == "start\nend\n"
     points = json.loads(cli("headless", "metrics", res.stderr.split()[1].rstrip(":"), "--json", check=True).stdout)
     assert [(p["step"], p["name"], p["value"]) for p in points] == [
-        (1, "loss", 0.8), (2, "loss", 0.7), (3, "loss", 0.6), (4, "acc", 0.5)]  # last line had no newline
+        (1, "loss", 0.8),
+        (2, "loss", 0.7),
+        (3, "loss", 0.6),
+        (4, "acc", 0.5),
+    ]  # last line had no newline
     table = cli("headless", "metrics", res.stderr.split()[1].rstrip(":"), "--name", "loss", check=True).stdout
     assert "loss" in table and "acc" not in table
 
@@ -36,7 +40,8 @@ def test_lightning_metrics_from_the_autoencoder(agent, cli, tmp_path):
     (project / ".lanpool").mkdir()
     (project / ".lanpool" / "workflows.yaml").write_text(
         "workflows:\n  - name: ae\n    commands:\n"
-        "      - python -m training.autoencoder --max-epochs 3 --devices 1 --out ck\n")
+        "      - python -m training.autoencoder --max-epochs 3 --devices 1 --out ck\n"
+    )
     res = cli("headless", "run", "ae", "--runner", agent.address, cwd=project, timeout=240)
     assert res.returncode == 0, res.stderr
     run = res.stderr.split()[1].rstrip(":")

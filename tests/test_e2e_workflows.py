@@ -53,8 +53,15 @@ variables:
 
 
 def _project(make_project):
-    return make_project(WORKFLOWS, files={".lanpool/variables.yaml": VARIABLES, "data/input.txt": "hello corpus\n",
-                                          "notes.md": "not an input\n", "train.sh": "echo train\n"})
+    return make_project(
+        WORKFLOWS,
+        files={
+            ".lanpool/variables.yaml": VARIABLES,
+            "data/input.txt": "hello corpus\n",
+            "notes.md": "not an input\n",
+            "train.sh": "echo train\n",
+        },
+    )
 
 
 def _plan(cli, project, *args) -> dict[str, dict]:
@@ -150,11 +157,8 @@ def test_dstack_2022_files_run_unchanged(agent, cli, tmp_path):
     project = tmp_path / "old"
     (project / ".dstack").mkdir(parents=True)
     (project / ".dstack" / "workflows.yaml").write_text(
-        "workflows:\n"
-        "  - name: hello\n"
-        "    provider: bash\n"
-        "    commands:\n"
-        "      - echo \"Hello, ${{ name }}\"\n")
+        'workflows:\n  - name: hello\n    provider: bash\n    commands:\n      - echo "Hello, ${{ name }}"\n'
+    )
     (project / ".dstack" / "variables.yaml").write_text("variables:\n  hello:\n    name: world\n")
     res = cli("headless", "run", "hello", "--runner", agent.address, "--name", "lanpool", cwd=project)
     assert res.returncode == 0, res.stderr
@@ -187,7 +191,9 @@ def test_resume_from_in_the_workflow_and_the_flag_that_overrides_it(agent, cli, 
     missing = cli("headless", "run", "cont", "--runner", agent.address, cwd=project)
     assert missing.returncode == 4, missing.stderr
     assert missing.stderr.count("\n") == 1 and "Traceback" not in missing.stderr
-    assert ".lanpool/workflows.yaml:10: workflow 'cont': resume-from 'first:base': no run tagged 'base'" in missing.stderr
+    assert (
+        ".lanpool/workflows.yaml:10: workflow 'cont': resume-from 'first:base': no run tagged 'base'" in missing.stderr
+    )
     cli("headless", "run", "--runner", agent.address, "first", "--tag", "base", cwd=project, check=True)
     base = json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["run"]
     cli("headless", "run", "--runner", agent.address, "first", cwd=project, check=True)
@@ -196,10 +202,14 @@ def test_resume_from_in_the_workflow_and_the_flag_that_overrides_it(agent, cli, 
     res = cli("headless", "run", "--runner", agent.address, "cont", cwd=project, check=True)
     assert res.stdout == f"resume=ck/model.ckpt has=weights of {base}\n"
     assert "cont: resuming from ck/model.ckpt of job" in res.stderr and f"(run {base})" in res.stderr
-    res = cli("headless", "run", "--runner", agent.address, "cont", "--resume", newer, cwd=project, check=True)  # the flag wins
+    res = cli(
+        "headless", "run", "--runner", agent.address, "cont", "--resume", newer, cwd=project, check=True
+    )  # the flag wins
     assert res.stdout == f"resume=ck/model.ckpt has=weights of {newer}\n"
 
-    assert cli("headless", "run", "--runner", agent.address, "maybe", cwd=project, check=True).stdout == "resume=[none]\n"
+    assert (
+        cli("headless", "run", "--runner", agent.address, "maybe", cwd=project, check=True).stdout == "resume=[none]\n"
+    )
     res = cli("headless", "run", "--runner", agent.address, "maybe", "--from", newer, cwd=project, check=True)
     assert res.stdout == "resume=[ck/model.ckpt]\n"
     bad = cli("headless", "run", "--runner", agent.address, "maybe", "--from", "no-such-run", cwd=project)

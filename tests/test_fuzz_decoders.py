@@ -34,8 +34,9 @@ FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCh
 
 # -- strategies ---------------------------------------------------------------------------
 
-_hostile_numbers = st.sampled_from([math.nan, math.inf, -math.inf, 1e308, -0.0, 2**63 - 1, 2**63, 2**64 - 1,
-                                    -(2**63), 2**31, -1, 0, 65536])
+_hostile_numbers = st.sampled_from(
+    [math.nan, math.inf, -math.inf, 1e308, -0.0, 2**63 - 1, 2**63, 2**64 - 1, -(2**63), 2**31, -1, 0, 65536]
+)
 _scalars = (
     st.none()
     | st.booleans()
@@ -107,18 +108,20 @@ def _mutated_body(draw, registry):
     return body
 
 
-_splices = st.sampled_from([
-    b"\xdd\xff\xff\xff\xff",  # array32 of 4 G items
-    b"\xdf\x7f\xff\xff\xff",  # map32 of 2 G pairs
-    b"\xdb\xff\xff\xff\xff",  # str32 of 4 GiB
-    b"\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00",  # NaN
-    b"\xca\x7f\x80\x00\x00",  # float32 inf
-    b"\xc7\x01\x05x",  # ext8
-    b"\xd6\xff\x00\x00\x00\x00",  # timestamp ext
-    b"\x91" * (MAX_DEPTH + 2),
-    b"\xc1",
-    b"\xcf\xff\xff\xff\xff\xff\xff\xff\xff",  # uint64 max
-])
+_splices = st.sampled_from(
+    [
+        b"\xdd\xff\xff\xff\xff",  # array32 of 4 G items
+        b"\xdf\x7f\xff\xff\xff",  # map32 of 2 G pairs
+        b"\xdb\xff\xff\xff\xff",  # str32 of 4 GiB
+        b"\xcb\x7f\xf8\x00\x00\x00\x00\x00\x00",  # NaN
+        b"\xca\x7f\x80\x00\x00",  # float32 inf
+        b"\xc7\x01\x05x",  # ext8
+        b"\xd6\xff\x00\x00\x00\x00",  # timestamp ext
+        b"\x91" * (MAX_DEPTH + 2),
+        b"\xc1",
+        b"\xcf\xff\xff\xff\xff\xff\xff\xff\xff",  # uint64 max
+    ]
+)
 
 
 @st.composite
@@ -179,7 +182,8 @@ def _sane(value, key: str = "") -> bool:
         return -(2**63) <= value < 2**63
     if isinstance(value, str):
         return key not in ("job_id", "name", "run_name", "workflow") or (
-            len(value) <= 256 and value.isprintable() and "/" not in value[:1] and ".." != value)
+            len(value) <= 256 and value.isprintable() and "/" not in value[:1] and ".." != value
+        )
     if isinstance(value, dict):
         return all(_sane(k, key) and _sane(v, k if not key else key) for k, v in value.items())
     return all(_sane(v, key) for v in value)
@@ -220,8 +224,10 @@ def test_the_walk_passes_exactly_the_trees_within_the_bounds(tree, elements_delt
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(n=st.integers(MAX_ELEMENTS - 10, MAX_FRAME_BYTES - 64) | st.integers(MAX_ELEMENTS - 10, MAX_ELEMENTS + 10),
-       item=st.sampled_from([b"\x80", b"\x90", b"\xc0", b"\xa0"]))
+@given(
+    n=st.integers(MAX_ELEMENTS - 10, MAX_FRAME_BYTES - 64) | st.integers(MAX_ELEMENTS - 10, MAX_ELEMENTS + 10),
+    item=st.sampled_from([b"\x80", b"\x90", b"\xc0", b"\xa0"]),
+)
 def test_a_frame_up_to_16mib_never_builds_more_than_the_bound(n, item):
     body = b"\x82\xa1t\xa4ping\xa1x\xdd" + n.to_bytes(4, "big") + item * n
     built = []
@@ -291,8 +297,9 @@ def test_valid_bodies_round_trip(side, data):
 
 
 @FAST
-@given(chunks=st.lists(st.binary(max_size=40) | st.integers(0, 2**32 - 1).map(lambda n: struct.pack(">I", n)),
-                       max_size=12))
+@given(
+    chunks=st.lists(st.binary(max_size=40) | st.integers(0, 2**32 - 1).map(lambda n: struct.pack(">I", n)), max_size=12)
+)
 def test_the_frame_reader_only_raises_fatal_frame_too_large(chunks):
     reader = FrameReader(max_frame=64)
     try:

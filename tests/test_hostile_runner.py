@@ -5,9 +5,9 @@ terminal as escapes, and no archive or path from a runner writes outside the
 controller's artifact dir or the chosen output dir."""
 
 import asyncio
-import logging
 import gzip
 import io
+import logging
 import lzma
 import os
 import pty
@@ -29,8 +29,10 @@ from protocol import JobState, LogChunk
 from tests.harness import REPO, lanpool_env
 from tests.hostile_runner import HostileRunner, Script, member, seed_job, tar_bytes, trust
 
-ESCAPES = (b"clip \x1b]52;c;cm0gLXJmIH4K\x07 title \x1b]0;pwned\x07 clear \x1b[2J "
-           b"hidden \x1b[8msecret\x1b[0m c1 \xc2\x9b31m over ok\rEVIL bs ab\x08\x08XY\n")
+ESCAPES = (
+    b"clip \x1b]52;c;cm0gLXJmIH4K\x07 title \x1b]0;pwned\x07 clear \x1b[2J "
+    b"hidden \x1b[8msecret\x1b[0m c1 \xc2\x9b31m over ok\rEVIL bs ab\x08\x08XY\n"
+)
 BASHRC = b"# the user's own .bashrc\n"
 
 
@@ -81,11 +83,15 @@ def _tree(root: Path) -> set[str]:
 
 def test_a_run_through_the_harness_streams_its_log_and_brings_back_artifacts(hostile, ctl, make_project):
     project = make_project("workflows:\n  - name: wf\n    commands: [echo hi]\n    artifacts: [out]\n")
-    hostile.default_script = Script(log=b"line 1\nline 2\n", archive=tar_bytes((member("out/a.txt"), b"hello")),
-                                    declared=[("out/a.txt", 5)])
+    hostile.default_script = Script(
+        log=b"line 1\nline 2\n", archive=tar_bytes((member("out/a.txt"), b"hello")), declared=[("out/a.txt", 5)]
+    )
     seen: list[bytes] = []
-    outcome = asyncio.run(asyncio.wait_for(ctl.run(ctl.load_project(project), "wf", hostile.address,
-                                                   sink=lambda _j, _s, d: seen.append(d)), 60))
+    outcome = asyncio.run(
+        asyncio.wait_for(
+            ctl.run(ctl.load_project(project), "wf", hostile.address, sink=lambda _j, _s, d: seen.append(d)), 60
+        )
+    )
     job = outcome.last
     assert job.state is JobState.DONE and job.artifacts_pulled == 1
     assert b"".join(seen) == b"line 1\nline 2\n" == _log(ctl, job.id)
@@ -100,11 +106,17 @@ def test_lines_for_another_job_or_node_are_dropped_with_one_warning(hostile, ctl
     seed_job(ctl.store, other_row, "victim")
     ctl.store.add_log_chunks([("victim", 0, 0, 1, "out", b"the victim's own line\n")])
     seed_job(ctl.store, other_row, "mine")
-    hostile.add(Script(job_id="mine", log=b"my line\n", extra_chunks=[
-        LogChunk("victim", 0, "out", b"INJECTED over line 0\n"),
-        LogChunk("victim", 1, "out", b"INJECTED after\n"),
-        LogChunk("mine", 5, "out", b"INJECTED as node 3\n", node=3),
-    ]))
+    hostile.add(
+        Script(
+            job_id="mine",
+            log=b"my line\n",
+            extra_chunks=[
+                LogChunk("victim", 0, "out", b"INJECTED over line 0\n"),
+                LogChunk("victim", 1, "out", b"INJECTED after\n"),
+                LogChunk("mine", 5, "out", b"INJECTED as node 3\n", node=3),
+            ],
+        )
+    )
     with caplog.at_level(logging.WARNING, logger="app.runner_output"):
         job = _follow(ctl, "mine")
     assert job.state is JobState.DONE
@@ -123,10 +135,16 @@ def test_a_gang_node_cannot_write_another_nodes_log(tmp_path, ctl):
         ctl.store.add_log_chunks([("victim", 0, 0, 1, "out", b"victim\n")])
         seed_job(ctl.store, rows[0], "gang", nodes=rows)
         r0.add(Script(job_id="gang", log=b"node zero says\n"))
-        r1.add(Script(job_id="gang", log=b"node one says\n", extra_chunks=[
-            LogChunk("gang", 1, "out", b"INJECTED as node 7\n", node=7),
-            LogChunk("victim", 1, "out", b"INJECTED into victim\n"),
-        ]))
+        r1.add(
+            Script(
+                job_id="gang",
+                log=b"node one says\n",
+                extra_chunks=[
+                    LogChunk("gang", 1, "out", b"INJECTED as node 7\n", node=7),
+                    LogChunk("victim", 1, "out", b"INJECTED into victim\n"),
+                ],
+            )
+        )
         job = _follow(ctl, "gang")
         assert job.state is JobState.DONE, job
         assert _log(ctl, "gang", 0) == b"node zero says\n"
@@ -165,7 +183,8 @@ def test_an_unknown_state_ends_the_follow_with_one_line_not_a_reconnect_loop(hos
     assert follow.returncode == 3, follow
     assert "Traceback" not in follow.stderr
     assert [line for line in follow.stderr.splitlines() if line.startswith("app: error:")] == [
-        follow.stderr.strip().splitlines()[-1]]
+        follow.stderr.strip().splitlines()[-1]
+    ]
     assert "unknown state 'EXPLODED'" in follow.stderr
     for args in (("status",), ("logs", "odd")):
         result = cli("headless", *args, timeout=30)
@@ -205,8 +224,9 @@ class _Stream:
         return self._tty
 
 
-@pytest.mark.parametrize(("tty", "raw", "neutralised"), [(True, False, True), (True, True, False),
-                                                           (False, False, False)])
+@pytest.mark.parametrize(
+    ("tty", "raw", "neutralised"), [(True, False, True), (True, True, False), (False, False, False)]
+)
 def test_log_printer_neutralises_what_goes_to_a_terminal(tty, raw, neutralised):
     out, err = _Stream(tty), _Stream(tty)
     printer = LogPrinter(raw=raw, stdout=out, stderr=err)
@@ -225,8 +245,14 @@ def test_log_printer_neutralises_what_goes_to_a_terminal(tty, raw, neutralised):
 def _pty_output(args: list[str], env: dict) -> bytes:
     """What `app` writes to a terminal: stdout and stderr on a pty."""
     primary, secondary = pty.openpty()
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli.main", *args], env=env, stdin=subprocess.DEVNULL,
-                            stdout=secondary, stderr=secondary, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "app.cli.main", *args],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=secondary,
+        stderr=secondary,
+        cwd=REPO,
+    )
     os.close(secondary)
     data = b""
     deadline = time.monotonic() + 60
@@ -263,8 +289,9 @@ def test_logs_on_a_terminal_are_neutralised_and_raw_keeps_the_bytes(hostile, ctl
     raw = _pty_output(["headless", "logs", "--raw", "loud"], env)
     assert b"\x1b]52;c;cm0gLXJmIH4K\x07" in raw and b"\x1b[8msecret" in raw
 
-    piped = subprocess.run([sys.executable, "-m", "app.cli.main", "headless", "logs", "loud"], env=env,
-                           capture_output=True, timeout=60)
+    piped = subprocess.run(
+        [sys.executable, "-m", "app.cli.main", "headless", "logs", "loud"], env=env, capture_output=True, timeout=60
+    )
     assert piped.returncode == 0 and piped.stdout == ESCAPES  # a pipe or file gets the bytes as stored
 
 
@@ -329,16 +356,31 @@ def _cases(home: Path) -> dict[str, tuple[bytes, list[tuple[str, int]], str]]:
     return {
         "dotdot": (tar_bytes(ok, (member("../escape.txt"), b"x")), [("ok.txt", 4)], "tar filter"),
         "absolute": (tar_bytes((member(str(home / ".bashrc")), b"pwned")), [("ok.txt", 4)], "is absolute"),
-        "symlink-up": (tar_bytes((member("d", tarfile.SYMTYPE, ".."), None), (member("d/../../.bashrc"), b"pwned")),
-                       [("ok.txt", 4)], "tar filter"),
-        "symlink-home": (tar_bytes((member("d", tarfile.SYMTYPE, str(home)), None), (member("d/.bashrc"), b"pwned")),
-                         [("d/.bashrc", 5)], "tar filter"),
-        "symlink-inside": (tar_bytes(ok, (member("link", tarfile.SYMTYPE, "ok.txt"), None)),
-                           [("ok.txt", 4), ("link", 0)], "a symlink"),
-        "hardlink": (tar_bytes(ok, (member("h", tarfile.LNKTYPE, "ok.txt"), None)), [("ok.txt", 4), ("h", 0)],
-                     "a hard link"),
-        "hardlink-out": (tar_bytes((member("h", tarfile.LNKTYPE, "../../home/.bashrc"), None)), [("h", 0)],
-                         "tar filter"),
+        "symlink-up": (
+            tar_bytes((member("d", tarfile.SYMTYPE, ".."), None), (member("d/../../.bashrc"), b"pwned")),
+            [("ok.txt", 4)],
+            "tar filter",
+        ),
+        "symlink-home": (
+            tar_bytes((member("d", tarfile.SYMTYPE, str(home)), None), (member("d/.bashrc"), b"pwned")),
+            [("d/.bashrc", 5)],
+            "tar filter",
+        ),
+        "symlink-inside": (
+            tar_bytes(ok, (member("link", tarfile.SYMTYPE, "ok.txt"), None)),
+            [("ok.txt", 4), ("link", 0)],
+            "a symlink",
+        ),
+        "hardlink": (
+            tar_bytes(ok, (member("h", tarfile.LNKTYPE, "ok.txt"), None)),
+            [("ok.txt", 4), ("h", 0)],
+            "a hard link",
+        ),
+        "hardlink-out": (
+            tar_bytes((member("h", tarfile.LNKTYPE, "../../home/.bashrc"), None)),
+            [("h", 0)],
+            "tar filter",
+        ),
         "device": (tar_bytes((member("dev", tarfile.CHRTYPE), None)), [("dev", 0)], "tar filter"),
         "fifo": (tar_bytes((member("fifo", tarfile.FIFOTYPE), None)), [("fifo", 0)], "tar filter"),
         "xz-bomb": (_bomb(lzma.compress), [("big.bin", 64 * 1024 * 1024)], "not an uncompressed tar"),
@@ -382,9 +424,15 @@ def test_after_a_refusal_every_verb_answers_without_a_traceback(hostile, ctl, ho
     hostile.add(Script(job_id="bomb", archive=_bomb(lzma.compress), declared=[("big.bin", 64 * 1024 * 1024)]))
     job = _follow(ctl, "bomb")
     assert job.state is JobState.FAILED
-    results = {args: cli("headless", *args, timeout=30) for args in (
-        ("status",), ("logs", "bomb"), ("artifacts", "list", "bomb"),
-        ("artifacts", "download", "bomb", "-o", str(tmp_path / "out")))}
+    results = {
+        args: cli("headless", *args, timeout=30)
+        for args in (
+            ("status",),
+            ("logs", "bomb"),
+            ("artifacts", "list", "bomb"),
+            ("artifacts", "download", "bomb", "-o", str(tmp_path / "out")),
+        )
+    }
     for args, result in results.items():
         assert "Traceback" not in result.stderr, (args, result.stderr)
     assert [r.returncode for r in results.values()] == [0, 0, 0, 1]
@@ -399,9 +447,13 @@ def test_a_gang_node_with_a_hostile_archive_fails_the_job_and_keeps_nothing(tmp_
         rows = [ctl.store.runner(r0.name), ctl.store.runner(r1.name)]
         seed_job(ctl.store, rows[0], "gang", nodes=rows)
         r0.add(Script(job_id="gang", archive=tar_bytes((member("a.txt"), b"a")), declared=[("a.txt", 1)]))
-        r1.add(Script(job_id="gang", archive=tar_bytes((member("d", tarfile.SYMTYPE, str(home)), None),
-                                                       (member("d/.bashrc"), b"pwned")),
-                      declared=[("d/.bashrc", 5)]))
+        r1.add(
+            Script(
+                job_id="gang",
+                archive=tar_bytes((member("d", tarfile.SYMTYPE, str(home)), None), (member("d/.bashrc"), b"pwned")),
+                declared=[("d/.bashrc", 5)],
+            )
+        )
         job = _follow(ctl, "gang")
         assert job.state is JobState.FAILED and job.artifacts_pulled == ARTIFACTS_REFUSED
         assert job.error.startswith("artifacts refused: node 1: "), job.error
@@ -414,8 +466,13 @@ def test_a_gang_node_with_a_hostile_archive_fails_the_job_and_keeps_nothing(tmp_
 
 def _pulled(hostile, ctl, job_id: str, files: dict[str, bytes]) -> None:
     seed_job(ctl.store, ctl.store.runner(hostile.name), job_id)
-    hostile.add(Script(job_id=job_id, archive=tar_bytes(*((member(p), d) for p, d in files.items())),
-                       declared=[(p, len(d)) for p, d in files.items()]))
+    hostile.add(
+        Script(
+            job_id=job_id,
+            archive=tar_bytes(*((member(p), d) for p, d in files.items())),
+            declared=[(p, len(d)) for p, d in files.items()],
+        )
+    )
     job = _follow(ctl, job_id)
     assert job.state is JobState.DONE and job.artifacts_pulled == 1, job
 

@@ -54,8 +54,13 @@ def test_the_controller_is_imported_only_by_front_ends():
         if rel.startswith(FRONT_ENDS) or rel == "app/controller.py":
             continue
         for node in ast.walk(ast.parse(path.read_text(), rel)):  # function-level imports too
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             if any(n == "app.controller" or n.startswith(("app.cli", "app.tui")) for n in names):
                 bad.append(f"{rel} imports {names}")
     assert not bad, bad
@@ -90,8 +95,12 @@ def test_front_ends_go_through_the_controller():
 
 
 def test_only_app_tui_imports_textual():
-    bad = [path.relative_to(REPO).as_posix() for package in ALLOWED for path in sorted((REPO / package).rglob("*.py"))
-           if "textual" in _third_party(path) and not path.relative_to(REPO).as_posix().startswith("app/tui/")]
+    bad = [
+        path.relative_to(REPO).as_posix()
+        for package in ALLOWED
+        for path in sorted((REPO / package).rglob("*.py"))
+        if "textual" in _third_party(path) and not path.relative_to(REPO).as_posix().startswith("app/tui/")
+    ]
     assert not bad, bad
 
 
@@ -106,14 +115,20 @@ def _third_party(path: Path) -> set[str]:
     return found
 
 
-@pytest.mark.parametrize(("modules", "heavy"), [
-    # Short CLI calls: no UI, no ML, no Docker SDK, and zeroconf only once a command browses.
-    ("app.cli.headless, app.controller, app.runner_client", ("textual", "torch", "lightning", "docker", "zeroconf")),
-    # The TUI's core (read models, background feeds) is plain controller code: textual stays in app/tui/.
-    ("app.overview, app.live", ("textual", "torch", "lightning", "docker")),
-    # The agent announces itself (zeroconf) but loads the Docker SDK only when an engine may exist.
-    ("agent.server", ("textual", "torch", "lightning")),
-])
+@pytest.mark.parametrize(
+    ("modules", "heavy"),
+    [
+        # Short CLI calls: no UI, no ML, no Docker SDK, and zeroconf only once a command browses.
+        (
+            "app.cli.headless, app.controller, app.runner_client",
+            ("textual", "torch", "lightning", "docker", "zeroconf"),
+        ),
+        # The TUI's core (read models, background feeds) is plain controller code: textual stays in app/tui/.
+        ("app.overview, app.live", ("textual", "torch", "lightning", "docker")),
+        # The agent announces itself (zeroconf) but loads the Docker SDK only when an engine may exist.
+        ("agent.server", ("textual", "torch", "lightning")),
+    ],
+)
 def test_short_paths_do_not_load_heavy_packages(modules, heavy):
     code = f"import sys, {modules}; print(','.join(m for m in {heavy!r} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout

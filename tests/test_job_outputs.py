@@ -64,8 +64,16 @@ def test_open_regular_refuses_links_fifos_and_dirs(tmp_path):
 
 async def _hello(agent, timeout: float) -> Hello:
     key = load_or_create_client_key(ControllerHome.default().key)
-    async with asyncssh.connect(agent.host, agent.port, username="x", client_keys=[key], known_hosts=None,
-                                agent_path=None, config=[], connect_timeout=timeout) as conn:
+    async with asyncssh.connect(
+        agent.host,
+        agent.port,
+        username="x",
+        client_keys=[key],
+        known_hosts=None,
+        agent_path=None,
+        config=[],
+        connect_timeout=timeout,
+    ) as conn:
         proc = await conn.create_process(subsystem="lanpool", encoding=None)
         reader = FrameReader()
         while True:
@@ -85,8 +93,9 @@ def _responsive(agent, within: float = 5.0) -> None:
 
 def _run_while_checking(cli, project, agent, workflow: str, seconds: float):
     """Run `workflow`, and while it runs check the agent greets other controllers."""
-    proc = cli.popen("headless", "run", workflow, "--runner", agent.address, cwd=project,
-                     stdout=-1, stderr=-1, text=True)
+    proc = cli.popen(
+        "headless", "run", workflow, "--runner", agent.address, cwd=project, stdout=-1, stderr=-1, text=True
+    )
     try:
         deadline = time.monotonic() + seconds
         checks = 0
@@ -154,9 +163,11 @@ def test_a_metrics_link_to_a_host_file_ships_nothing(agent, cli, make_project, t
 
 
 def test_metrics_still_flow_from_a_regular_file(agent, cli, make_project):
-    emit = ('echo \'{"step": 1, "name": "loss", "value": 0.5}\' >> "$LANPOOL_METRICS_FILE"\n'
-            'sleep 1\n'
-            'printf \'{"step": 2, "name": "loss", "value": 0.25}\' >> "$LANPOOL_METRICS_FILE"\n')
+    emit = (
+        'echo \'{"step": 1, "name": "loss", "value": 0.5}\' >> "$LANPOOL_METRICS_FILE"\n'
+        "sleep 1\n"
+        'printf \'{"step": 2, "name": "loss", "value": 0.25}\' >> "$LANPOOL_METRICS_FILE"\n'
+    )
     project = make_project("workflows:\n  - name: ok\n    commands: [sh emit.sh]\n", files={"emit.sh": emit})
     res = cli("headless", "run", "ok", "--runner", agent.address, cwd=project)
     assert res.returncode == 0, res.stderr
@@ -281,8 +292,13 @@ def _tar(members: list[tuple[str, str, bytes | str]], mode: str = "w") -> bytes:
                 info.size = len(data)
                 tar.addfile(info, io.BytesIO(data))
                 continue
-            info.type = {"dir": tarfile.DIRTYPE, "sym": tarfile.SYMTYPE, "hard": tarfile.LNKTYPE,
-                         "fifo": tarfile.FIFOTYPE, "chr": tarfile.CHRTYPE}[kind]
+            info.type = {
+                "dir": tarfile.DIRTYPE,
+                "sym": tarfile.SYMTYPE,
+                "hard": tarfile.LNKTYPE,
+                "fifo": tarfile.FIFOTYPE,
+                "chr": tarfile.CHRTYPE,
+            }[kind]
             if kind in ("sym", "hard"):
                 info.linkname = data
             if kind == "chr":
@@ -301,17 +317,30 @@ def _unpack(home: AgentHome, data: bytes, links: bool, name: str = "x.tar") -> P
 
 
 def test_a_snapshot_with_files_dirs_and_inside_links_unpacks(home):
-    ws = _unpack(home, _tar([("src", "dir", b""), ("src/a.py", "file", b"print(1)"),
-                             ("latest", "sym", "src"), ("src/b.py", "sym", "a.py")]), links=True)
+    ws = _unpack(
+        home,
+        _tar(
+            [
+                ("src", "dir", b""),
+                ("src/a.py", "file", b"print(1)"),
+                ("latest", "sym", "src"),
+                ("src/b.py", "sym", "a.py"),
+            ]
+        ),
+        links=True,
+    )
     assert (ws / "src" / "a.py").read_bytes() == b"print(1)"
     assert os.readlink(ws / "latest") == "src" and (ws / "src" / "b.py").read_bytes() == b"print(1)"
 
 
-@pytest.mark.parametrize(("members", "fragment"), [
-    ([("a", "file", b"x"), ("b", "hard", "a")], "hard link"),
-    ([("p", "fifo", b"")], "FIFO"),
-    ([("null", "chr", b"")], "device"),
-])
+@pytest.mark.parametrize(
+    ("members", "fragment"),
+    [
+        ([("a", "file", b"x"), ("b", "hard", "a")], "hard link"),
+        ([("p", "fifo", b"")], "FIFO"),
+        ([("null", "chr", b"")], "device"),
+    ],
+)
 def test_links_devices_and_fifos_in_a_tar_are_refused(home, members, fragment):
     for links in (True, False):
         with pytest.raises(JobError, match=fragment):
@@ -323,17 +352,22 @@ def test_an_input_tar_may_not_hold_symlinks(home):
         _unpack(home, _tar([("a", "file", b"x"), ("b", "sym", "a")]), links=False)
 
 
-@pytest.mark.parametrize("members", [
-    [("out", "sym", "/etc")],
-    [("out", "sym", "../../..")],
-    # Each link alone stays inside; together `d/e` resolves to the workspace's parent.
-    [("x", "dir", b""), ("x/e", "sym", "../d/.."), ("d", "sym", ".")],
-], ids=["absolute", "dotdot", "chain"])
+@pytest.mark.parametrize(
+    "members",
+    [
+        [("out", "sym", "/etc")],
+        [("out", "sym", "../../..")],
+        # Each link alone stays inside; together `d/e` resolves to the workspace's parent.
+        [("x", "dir", b""), ("x/e", "sym", "../d/.."), ("d", "sym", ".")],
+    ],
+    ids=["absolute", "dotdot", "chain"],
+)
 def test_snapshot_links_leading_out_are_refused(home, members):
     with pytest.raises((JobError, tarfile.TarError)):
         _unpack(home, _tar(members), links=True)
-    assert not (home.root / "ws" / "x" / "e").exists() or \
-        (home.root / "ws" / "x" / "e").resolve().is_relative_to((home.root / "ws").resolve())
+    assert not (home.root / "ws" / "x" / "e").exists() or (home.root / "ws" / "x" / "e").resolve().is_relative_to(
+        (home.root / "ws").resolve()
+    )
 
 
 def test_no_file_is_written_through_a_link_of_the_same_tar(home):
@@ -370,8 +404,9 @@ def test_a_tar_that_is_not_a_regular_file_is_not_opened(home):
 # -- Docker: a container job, and an agent restart while it runs ---------------------------------
 
 
-def test_container_metrics_fifo_and_link_do_nothing_also_after_a_restart(tmp_path, controller_home, cli,
-                                                                         make_project, docker_client, busybox_image):
+def test_container_metrics_fifo_and_link_do_nothing_also_after_a_restart(
+    tmp_path, controller_home, cli, make_project, docker_client, busybox_image
+):
     data_dir = tmp_path / "agent"
     agent = start_docker_agent(data_dir, controller_home, "--executor", "docker")
     try:
@@ -387,14 +422,22 @@ def test_container_metrics_fifo_and_link_do_nothing_also_after_a_restart(tmp_pat
                   - sleep 6
                   - echo done
             """)
-        proc = cli.popen("headless", "run", "c", "--runner", agent.address, cwd=project, stdout=-1, stderr=-1,
-                         text=True)
+        proc = cli.popen(
+            "headless", "run", "c", "--runner", agent.address, cwd=project, stdout=-1, stderr=-1, text=True
+        )
         try:
             time.sleep(4)  # the link was read (or not), the FIFO is in place
             _responsive(agent)
             agent.stop()  # the container keeps running; the next agent re-adopts it and tails its metrics
-            agent = start_agent(data_dir, controller_home, authorize=False, grace=2.0, name="docker-runner",
-                                port=agent.port, extra_args=("--executor", "docker"))
+            agent = start_agent(
+                data_dir,
+                controller_home,
+                authorize=False,
+                grace=2.0,
+                name="docker-runner",
+                port=agent.port,
+                extra_args=("--executor", "docker"),
+            )
             for _ in range(3):
                 _responsive(agent)
                 time.sleep(0.5)
@@ -414,8 +457,9 @@ def test_agent_restart_with_a_process_jobs_fifo_comes_back(tmp_path, controller_
     data_dir = tmp_path / "agent"
     agent = start_agent(data_dir, controller_home)
     project = make_project(_FIFO_JOB.replace("sleep 4", "sleep 30"))
-    proc = cli.popen("headless", "run", "fifo", "--runner", agent.address, "--detach", cwd=project,
-                     stdout=-1, stderr=-1, text=True)
+    proc = cli.popen(
+        "headless", "run", "fifo", "--runner", agent.address, "--detach", cwd=project, stdout=-1, stderr=-1, text=True
+    )
     try:
         proc.communicate(timeout=60)
         time.sleep(1)

@@ -42,8 +42,14 @@ async def forged(props: dict, port: int, address: str = "127.0.0.1"):
     then say goodbye. Only on 127.0.0.1 (or the address given): never every interface."""
     zc = AsyncZeroconf(interfaces=[address], ip_version=IPVersion.V4Only)
     label = f"forged-{secrets.token_hex(4)}"
-    info = AsyncServiceInfo(SERVICE_TYPE, f"{label}.{SERVICE_TYPE}", addresses=[socket.inet_aton(address)],
-                            port=port, properties=props, server=f"{label}.local.")
+    info = AsyncServiceInfo(
+        SERVICE_TYPE,
+        f"{label}.{SERVICE_TYPE}",
+        addresses=[socket.inet_aton(address)],
+        port=port,
+        properties=props,
+        server=f"{label}.local.",
+    )
     await zc.async_register_service(info, allow_name_change=True)
     try:
         yield info
@@ -139,7 +145,8 @@ def test_a_forger_killed_without_goodbye_leaves_no_conflict(added, controller_ho
 
 
 def test_known_key_at_another_address_changes_nothing_unless_the_key_answers_there(
-        added, tmp_path, controller_home, cli):
+    added, tmp_path, controller_home, cli
+):
     other = start_agent(tmp_path / "other", controller_home, name=f"other-{secrets.token_hex(3)}")
     pinned = _row(controller_home, added.name)
 
@@ -150,8 +157,11 @@ def test_known_key_at_another_address_changes_nothing_unless_the_key_answers_the
                 for _ in range(3):
                     await asyncio.to_thread(_runners, cli)
                 row = _row(controller_home, added.name)
-                assert (row["host"], row["port"], row["host_key"]) == (pinned["host"], pinned["port"],
-                                                                        pinned["host_key"])
+                assert (row["host"], row["port"], row["host_key"]) == (
+                    pinned["host"],
+                    pinned["port"],
+                    pinned["host_key"],
+                )
                 assert json.loads(row["props"] or "{}").get("gpus") != "8"
 
     try:
@@ -177,8 +187,10 @@ def test_other_name_at_a_known_address_keeps_the_known_runner(added, controller_
     intruders = {f"intruder-{secrets.token_hex(3)}": _new_key(), f"copycat-{secrets.token_hex(3)}": pinned["host_key"]}
 
     async def scenario() -> None:
-        async with forged({"name": list(intruders)[0], "hk": list(intruders.values())[0]}, added.port), \
-                forged({"name": list(intruders)[1], "hk": list(intruders.values())[1]}, added.port):
+        async with (
+            forged({"name": list(intruders)[0], "hk": list(intruders.values())[0]}, added.port),
+            forged({"name": list(intruders)[1], "hk": list(intruders.values())[1]}, added.port),
+        ):
             found = await asyncio.to_thread(_wait, cli, list(intruders)[1], lambda r: True, "listed")
             assert found["trusted"] is False and found["state"] in ("UNPAIRED", "CONFLICT")
             listing = await asyncio.to_thread(_runners, cli)
@@ -196,8 +208,8 @@ BAD_KEYS = {
     "garbage": "not a key at all",
     "wrong-type": "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAABAQDx",
     # An ECDSA key's blob under the ed25519 name.
-    "type-mismatch": "ssh-ed25519 " + asyncssh.generate_private_key("ecdsa-sha2-nistp256").export_public_key()
-    .decode().split()[1],
+    "type-mismatch": "ssh-ed25519 "
+    + asyncssh.generate_private_key("ecdsa-sha2-nistp256").export_public_key().decode().split()[1],
     "huge": "ssh-ed25519 " + "A" * 240,
     "private": "-----BEGIN OPENSSH PRIVATE KEY-----",
 }
@@ -227,7 +239,7 @@ def test_invalid_keys_and_oversized_records_are_ignored(added, controller_home, 
                 res = await asyncio.to_thread(cli, "headless", "run", "a", cwd=project)
                 assert res.returncode == 0 and res.stdout == "ran-a\n", res.stderr
             finally:
-                for b in reversed(blocks[:len(entered)]):
+                for b in reversed(blocks[: len(entered)]):
                     await b.__aexit__(None, None, None)
 
     asyncio.run(scenario())
@@ -244,8 +256,7 @@ def test_live_feeds_end_a_conflict_when_the_forger_says_goodbye(added, controlle
     async def scenario() -> None:
         ctl = Controller()
         errors: list[str] = []
-        feeds = LiveFeeds(ctl, lambda: None, lambda *a: None, lambda _j: None, errors.append,
-                          interfaces=["127.0.0.1"])
+        feeds = LiveFeeds(ctl, lambda: None, lambda *a: None, lambda _j: None, errors.append, interfaces=["127.0.0.1"])
 
         async def state_becomes(state: str, timeout: float = 20) -> None:
             deadline = time.time() + timeout
@@ -281,19 +292,50 @@ def test_hostile_peers_across_network_namespaces(tmp_path, controller_home, make
     project = make_project(ONE_JOB)
 
     def app(*args: str, ns: str = "lp-h2") -> subprocess.CompletedProcess:
-        return subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-m", "app.cli.main", *args], env=env,
-                              capture_output=True, text=True, cwd=project, timeout=120)
+        return subprocess.run(
+            ["ip", "netns", "exec", ns, sys.executable, "-m", "app.cli.main", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=project,
+            timeout=120,
+        )
 
     key = app("headless", "key").stdout.strip()
     data = tmp_path / "lab-agent"
-    subprocess.run([sys.executable, "-m", "app.cli.main", "agent", "authorize", key, "--data-dir", str(data)],
-                   env=env, check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "app.cli.main", "agent", "authorize", key, "--data-dir", str(data)],
+        env=env,
+        check=True,
+        capture_output=True,
+    )
     agent = subprocess.Popen(
-        ["ip", "netns", "exec", "lp-h1", sys.executable, "-m", "app.cli.main", "agent", "serve", "--host", "10.77.0.1",
-         "--port", "7422", "--name", "lab-gpu", "--data-dir", str(data)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            "ip",
+            "netns",
+            "exec",
+            "lp-h1",
+            sys.executable,
+            "-m",
+            "app.cli.main",
+            "agent",
+            "serve",
+            "--host",
+            "10.77.0.1",
+            "--port",
+            "7422",
+            "--name",
+            "lab-gpu",
+            "--data-dir",
+            str(data),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     forger = None
     try:
+
         def listing() -> dict:
             res = app("headless", "runners", "--json", "--wait", "2")
             assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
@@ -334,8 +376,9 @@ def test_hostile_peers_across_network_namespaces(tmp_path, controller_home, make
 
             asyncio.run(main())
         """)
-        forger = subprocess.Popen(["ip", "netns", "exec", "lp-h3", sys.executable, "-c", forge], env=env,
-                                  stdout=subprocess.PIPE, text=True)
+        forger = subprocess.Popen(
+            ["ip", "netns", "exec", "lp-h3", sys.executable, "-c", forge], env=env, stdout=subprocess.PIPE, text=True
+        )
         assert forger.stdout.readline().strip() == "up"
         seen = wait(lambda s: s.get("lab-gpu", {}).get("state") == "CONFLICT" and "evil" in s, "in conflict")
         assert seen["lab-gpu"]["address"] == "10.77.0.1:7422" and "junk" not in seen

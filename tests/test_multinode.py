@@ -43,7 +43,9 @@ def _running_run(cli, timeout: float = 30) -> str:
 
 @pytest.mark.slow
 def test_two_nodes_train_the_autoencoder(two_agents, cli, tmp_path):
-    project = _project(tmp_path, """
+    project = _project(
+        tmp_path,
+        """
 workflows:
   - name: ae
     nodes: 2
@@ -51,7 +53,8 @@ workflows:
       - echo "rank $NODE_RANK of $LANPOOL_NUM_NODES, master $MASTER_ADDR:$MASTER_PORT, if $GLOO_SOCKET_IFNAME"
       - python -m training.autoencoder --max-epochs 2 --devices 1 --out ck
     artifacts: [ck]
-""")
+""",
+    )
     res = cli("headless", "run", "ae", cwd=project, timeout=240)
     assert res.returncode == 0, res.stderr
     assert "[node 0] rank 0 of 2, master 127.0.0.1:" in res.stdout and "if lo" in res.stdout
@@ -62,13 +65,18 @@ workflows:
     assert job["status"] == "DONE" and [a["path"] for a in job["artifacts"]] == ["ck/autoencoder.ckpt"]
     node1 = cli("headless", "logs", run, "--node", "1", check=True).stdout
     assert "[node 1] rank 1 of 2" in node1 and "[node 0]" not in node1
-    val = [p["value"] for p in json.loads(cli("headless", "metrics", run, "--json", check=True).stdout)
-           if p["name"] == "val_loss"]
+    val = [
+        p["value"]
+        for p in json.loads(cli("headless", "metrics", run, "--json", check=True).stdout)
+        if p["name"] == "val_loss"
+    ]
     assert len(val) == 2 and val[1] < val[0]
 
 
 def test_a_failing_node_fails_the_job_and_stops_the_others(two_agents, cli, tmp_path):
-    project = _project(tmp_path, """
+    project = _project(
+        tmp_path,
+        """
 workflows:
   - name: bad
     nodes: 2
@@ -76,7 +84,8 @@ workflows:
       - if [ "$NODE_RANK" = 1 ]; then echo dying; exit 3; fi
       - trap '' TERM
       - echo waiting; sleep 120
-""")
+""",
+    )
     t0 = time.time()
     res = cli("headless", "run", "bad", cwd=project, timeout=120)
     took = time.time() - t0
@@ -112,21 +121,30 @@ def test_a_frozen_node_fails_the_job_within_a_minute(two_agents, cli, tmp_path):
     import signal
     import subprocess
 
-    project = _project(tmp_path, """
+    project = _project(
+        tmp_path,
+        """
 workflows:
   - name: long
     nodes: 2
     env: {LANPOOL_DDP_TIMEOUT: 15}
     commands:
       - python -m training.autoencoder --max-epochs 500 --devices 1 --out ck
-""")
-    proc = cli.popen("headless", "run", "long", cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                     text=True)
+""",
+    )
+    proc = cli.popen("headless", "run", "long", cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while time.time() < deadline:
-        if (proc.poll() is None and _pids_of_node(1)
-                and "epoch 2" in cli("headless", "logs", json.loads(
-                    cli("headless", "status", "--json", "--no-refresh", check=True).stdout)[0]["run"]).stdout):
+        if (
+            proc.poll() is None
+            and _pids_of_node(1)
+            and "epoch 2"
+            in cli(
+                "headless",
+                "logs",
+                json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout)[0]["run"],
+            ).stdout
+        ):
             break
         time.sleep(0.5)
     frozen = _pids_of_node(1)
@@ -151,14 +169,17 @@ workflows:
 
 @pytest.mark.slow
 def test_resume_puts_the_checkpoint_on_every_node(two_agents, cli, tmp_path):
-    project = _project(tmp_path, """
+    project = _project(
+        tmp_path,
+        """
 workflows:
   - name: ae
     nodes: 2
     commands:
       - python -m training.autoencoder --max-epochs ${{ epochs }} --devices 1 --out ck
     artifacts: [ck]
-""")
+""",
+    )
     (project / ".lanpool" / "variables.yaml").write_text("variables:\n  ae:\n    epochs: 2\n")
     first = cli("headless", "run", "ae", cwd=project, timeout=240)
     assert first.returncode == 0, first.stderr
@@ -173,7 +194,9 @@ workflows:
 
 
 def test_artifacts_of_every_node_come_back_under_node_k(two_agents, cli, tmp_path):
-    project = _project(tmp_path, """
+    project = _project(
+        tmp_path,
+        """
 workflows:
   - name: all
     nodes: 2
@@ -184,7 +207,8 @@ workflows:
     artifacts:
       - ck
       - {path: out, nodes: all}
-""")
+""",
+    )
     res = cli("headless", "run", "all", cwd=project, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "3 artifact file(s)" in res.stderr
@@ -207,7 +231,9 @@ def test_logs_follow_a_multinode_job_from_another_controller_process(two_agents,
     import signal
     import subprocess
 
-    project = _project(tmp_path, """
+    project = _project(
+        tmp_path,
+        """
 workflows:
   - name: slow
     nodes: 2
@@ -215,13 +241,15 @@ workflows:
       - for i in 1 2 3 4 5 6 7 8 9 10; do echo "line $i of node $NODE_RANK"; sleep 0.4; done
       - mkdir -p out && echo "n$NODE_RANK" > out/r.txt
     artifacts: [{path: out, nodes: all}]
-""")
+""",
+    )
     runner = cli.popen("headless", "run", "slow", cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         run = _running_run(cli)
         both = cli.popen("headless", "logs", "-f", run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        one = cli.popen("headless", "logs", "-f", run, "--node", "1", stdout=subprocess.PIPE,
-                        stderr=subprocess.PIPE, text=True)
+        one = cli.popen(
+            "headless", "logs", "-f", run, "--node", "1", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         time.sleep(1.5)
         runner.send_signal(signal.SIGKILL)  # the controller that started it is gone
         out_both, err_both = both.communicate(timeout=60)
@@ -250,15 +278,19 @@ workflows:
 def test_stop_stops_every_node_and_the_job_ends_stopped(two_agents, cli, tmp_path):
     """`stop RUN` of a 2-node job asks both runners at once; the job (and each node) ends
     STOPPED, not FAILED, and the `run` that followed it exits."""
-    project = _project(tmp_path, """
+    project = _project(
+        tmp_path,
+        """
 workflows:
   - name: long
     nodes: 2
     commands:
       - echo "node $NODE_RANK up"; sleep 120
-""")
-    runner = cli.popen("headless", "run", "long", cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                       text=True)
+""",
+    )
+    runner = cli.popen(
+        "headless", "run", "long", cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         run = _running_run(cli)
         t0 = time.time()
@@ -289,7 +321,9 @@ def test_two_nodes_train_the_char_gpt(two_agents, cli, tmp_path):
     SQLite), the snapshot comes back and samples text."""
     from tests.test_training_chargpt import write_corpus
 
-    project = _project(tmp_path, """
+    project = _project(
+        tmp_path,
+        """
 workflows:
   - name: gpt
     nodes: 2
@@ -298,7 +332,8 @@ workflows:
       - echo "node $NODE_RANK of $LANPOOL_NUM_NODES starts"
       - python -m training.chargpt train --data corpus.txt --out ck --max-steps 60 --log-every 10 --eval-every 30 --eval-batches 4 --snapshot-every 30 --block-size 32 --batch-size 16 --n-layer 2 --n-head 2 --n-embd 32 --lr 3e-3 --accelerator cpu --devices 1
     artifacts: [ck]
-""")
+""",
+    )
     write_corpus(project / "corpus.txt", 20_000)
     res = cli("headless", "run", "gpt", cwd=project, timeout=240)
     assert res.returncode == 0, res.stderr
@@ -313,8 +348,24 @@ workflows:
     loss = [p["value"] for p in sorted(points, key=lambda p: p["step"]) if p["name"] == "train_loss"]
     assert len(loss) >= 6 and sum(loss[-3:]) / 3 < sum(loss[:3]) / 3 - 0.3, loss
     cli("headless", "artifacts", "download", run, "-o", str(tmp_path / "got"), check=True)
-    sample = subprocess.run([sys.executable, "-m", "training.chargpt", "sample", "--ckpt",
-                             str(tmp_path / "got" / "ck" / "snapshot.ckpt"), "--prompt", "ROMEO:",
-                             "--max-new-tokens", "40", "--seed", "1"], cwd=REPO, capture_output=True, text=True,
-                            timeout=60)
+    sample = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.chargpt",
+            "sample",
+            "--ckpt",
+            str(tmp_path / "got" / "ck" / "snapshot.ckpt"),
+            "--prompt",
+            "ROMEO:",
+            "--max-new-tokens",
+            "40",
+            "--seed",
+            "1",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert sample.returncode == 0 and sample.stdout.startswith("ROMEO:") and len(sample.stdout) > 40, sample.stderr

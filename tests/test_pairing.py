@@ -7,7 +7,6 @@ import json
 import sqlite3
 import subprocess
 import time
-from pathlib import Path
 
 import asyncssh
 import pytest
@@ -16,7 +15,6 @@ from app.errors import RunnerError, RunnerRefused
 from app.home import ControllerHome
 from app.keys import load_or_create_client_key
 from app.runner_client import RunnerSession
-from protocol import key_text as host_key_text
 from protocol import (
     PROTOCOL_VERSION,
     ClientHello,
@@ -30,13 +28,19 @@ from protocol import (
     decode_client_message,
     encode_message,
 )
+from protocol import key_text as host_key_text
 from protocol.pairing import PAIRING_USER, ControllerPake, PairingFailed, RunnerPake, sanitize_label
 from tests.harness import APP_MODULE, lanpool_env, start_agent
 
 
 def _agent_cli(*args: str) -> str:
-    return subprocess.run([*APP_MODULE, "agent", *args], env=lanpool_env(ControllerHome.default().root),
-                          capture_output=True, text=True, check=True).stdout
+    return subprocess.run(
+        [*APP_MODULE, "agent", *args],
+        env=lanpool_env(ControllerHome.default().root),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def _status(agent) -> dict:
@@ -105,8 +109,10 @@ def test_mutual_pairing_authorizes_the_key_once_and_pins_the_runner(fresh_agent,
 
 def test_already_paired_controller_does_not_use_up_a_new_code(fresh_agent):
     key = _key()
-    assert asyncio.run(_pair(fresh_agent.host, fresh_agent.port, key, _status(fresh_agent)["pairing_code"])) \
+    assert (
+        asyncio.run(_pair(fresh_agent.host, fresh_agent.port, key, _status(fresh_agent)["pairing_code"]))
         == "pair-runner"
+    )
     code2 = _new_code(fresh_agent)
     assert asyncio.run(_pair(fresh_agent.host, fresh_agent.port, key, code2)) == "pair-runner"
     assert _status(fresh_agent)["pairing_code"] == code2  # still there for the controller it was meant for
@@ -126,8 +132,16 @@ def test_no_active_code_refuses_pairing_connections(fresh_agent):
 
 async def _raw_attempt(agent, key: asyncssh.SSHKey, code: str, local: str = "127.0.0.1", label: str = "raw") -> str:
     """A pairing attempt from the address `local`: 'paired', 'wrong' or the agent's refusal."""
-    async with asyncssh.connect(agent.host, agent.port, username=PAIRING_USER, client_keys=[key], known_hosts=None,
-                                agent_path=None, config=[], local_addr=(local, 0)) as conn:
+    async with asyncssh.connect(
+        agent.host,
+        agent.port,
+        username=PAIRING_USER,
+        client_keys=[key],
+        known_hosts=None,
+        agent_path=None,
+        config=[],
+        local_addr=(local, 0),
+    ) as conn:
         host_key = host_key_text(conn.get_server_host_key().export_public_key().decode())
         proc = await conn.create_process(subsystem="lanpool", encoding=None)
         reader, pending = FrameReader(), []
@@ -160,7 +174,8 @@ def test_wrong_code_is_one_line(fresh_agent, cli):
     assert res.returncode == 3
     assert res.stderr.strip().splitlines() == [
         f"app: error: runner {fresh_agent.address} could not prove the pairing code: wrong code, or someone in "
-        "the middle"]
+        "the middle"
+    ]
     assert _authorized(fresh_agent) == []
 
 
@@ -198,8 +213,9 @@ class _AnyKey(asyncssh.SSHServer):
 
 async def _serve(handler) -> tuple[asyncssh.SSHAcceptor, int, str]:
     host_key = asyncssh.generate_private_key("ssh-ed25519")
-    server = await asyncssh.create_server(_AnyKey, "127.0.0.1", 0, server_host_keys=[host_key], encoding=None,
-                                          process_factory=handler)
+    server = await asyncssh.create_server(
+        _AnyKey, "127.0.0.1", 0, server_host_keys=[host_key], encoding=None, process_factory=handler
+    )
     return server, server.sockets[0].getsockname()[1], host_key_text(host_key.export_public_key().decode())
 
 
@@ -247,9 +263,16 @@ async def _relay_session(agent, rewrite_key: bool) -> str:
     relay_key = asyncssh.generate_private_key("ssh-ed25519")
 
     async def handler(process: asyncssh.SSHServerProcess) -> None:
-        async with asyncssh.connect(agent.host, agent.port, username=PAIRING_USER, client_keys=[relay_key],
-                                    known_hosts=None, agent_path=None, config=[],
-                                    local_addr=("127.0.0.3", 0)) as up:
+        async with asyncssh.connect(
+            agent.host,
+            agent.port,
+            username=PAIRING_USER,
+            client_keys=[relay_key],
+            known_hosts=None,
+            agent_path=None,
+            config=[],
+            local_addr=("127.0.0.3", 0),
+        ) as up:
             upstream = await up.create_process(subsystem="lanpool", encoding=None)
 
             async def down() -> None:
@@ -340,7 +363,7 @@ def test_label_cannot_add_lines_to_authorized_keys(fresh_agent):
     assert "control characters" in refused
     assert _authorized(fresh_agent) == []
     # Line and paragraph separators, odd spaces, quotes: cleaned by the runner into one short comment.
-    label = f"laptop\u2028{evil}\u2029\u00a0command=\"sh\" {evil}"
+    label = f'laptop\u2028{evil}\u2029\u00a0command="sh" {evil}'
     assert asyncio.run(_raw_attempt(fresh_agent, _key(), code, label=label)) == "paired"
     (line,) = _authorized(fresh_agent)  # exactly one line
     assert line.startswith(host_key_text(_public(_key())) + " lanpool:laptop ssh-ed25519 ")
@@ -352,8 +375,9 @@ def test_label_cannot_add_lines_to_authorized_keys(fresh_agent):
 
 
 async def _hello_raw(agent, key: asyncssh.SSHKey) -> None:
-    async with asyncssh.connect(agent.host, agent.port, username="lanpool", client_keys=[key], known_hosts=None,
-                                agent_path=None, config=[]):
+    async with asyncssh.connect(
+        agent.host, agent.port, username="lanpool", client_keys=[key], known_hosts=None, agent_path=None, config=[]
+    ):
         pass
 
 

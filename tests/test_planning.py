@@ -64,8 +64,14 @@ variables:
     lr: 0.01
 """
 
-FILES = {"prepare.py": "print('prepare')\n", "encode.py": "print('encode')\n", "train.py": "print('train')\n",
-         "finetune.py": "print('finetune')\n", "data/x.txt": "one\n", "README.md": "# demo\n"}
+FILES = {
+    "prepare.py": "print('prepare')\n",
+    "encode.py": "print('encode')\n",
+    "train.py": "print('train')\n",
+    "finetune.py": "print('finetune')\n",
+    "data/x.txt": "one\n",
+    "README.md": "# demo\n",
+}
 
 DIAMOND = """\
 workflows:
@@ -111,13 +117,18 @@ def root(tmp_path: Path) -> Path:
     return root
 
 
-def _plan(root: Path, store: Store, home: ControllerHome, workflow: str, overrides: dict | None = None,
-          **kw) -> Plan:
+def _plan(root: Path, store: Store, home: ControllerHome, workflow: str, overrides: dict | None = None, **kw) -> Plan:
     return make_plan(load_workflows(root), store, home, workflow, overrides or {}, **kw)
 
 
-def _record_done(store: Store, home: ControllerHome, root: Path, planned: PlannedJob, tag: str | None = None,
-                 artifacts: dict[str, str] | None = None) -> JobRow:
+def _record_done(
+    store: Store,
+    home: ControllerHome,
+    root: Path,
+    planned: PlannedJob,
+    tag: str | None = None,
+    artifacts: dict[str, str] | None = None,
+) -> JobRow:
     """A finished job of `planned`, with its artifacts in the local store, as the controller leaves it."""
     run_name = f"run-{next(_runs)}"
     store.create_run(run_name, planned.workflow, str(root), tag)
@@ -135,8 +146,11 @@ def _record_done(store: Store, home: ControllerHome, root: Path, planned: Planne
 
 
 def _record_plan(store, home, root, plan: Plan) -> dict[str, JobRow]:
-    return {j.workflow: _record_done(store, home, root, j, artifacts={} if not j.job.artifacts else None)
-            for j in plan.jobs if j.action == "run"}
+    return {
+        j.workflow: _record_done(store, home, root, j, artifacts={} if not j.job.artifacts else None)
+        for j in plan.jobs
+        if j.action == "run"
+    }
 
 
 def _by_name(plan: Plan) -> dict[str, PlannedJob]:

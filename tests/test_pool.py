@@ -67,8 +67,9 @@ def test_discover_pair_and_run(tmp_path, controller_home, cli, make_project):
 
 
 def test_expired_code_is_refused(tmp_path, controller_home, cli):
-    a = start_agent(tmp_path / "a", controller_home, authorize=False, name="pool-exp",
-                    extra_args=("--pairing-ttl", "0.02"))  # 1.2 s
+    a = start_agent(
+        tmp_path / "a", controller_home, authorize=False, name="pool-exp", extra_args=("--pairing-ttl", "0.02")
+    )  # 1.2 s
     try:
         code = _agent_status(cli, a.data_dir)["pairing_code"]
         time.sleep(1.5)
@@ -188,8 +189,9 @@ def test_queue_until_room_and_reject_what_never_fits(tmp_path, controller_home, 
         assert huge.returncode == 2 and "needs 8 GPU" in huge.stderr and "has 1 GPU" in huge.stderr
 
         cli("headless", "run", "hold", "-d", cwd=project, check=True)
-        waiting = cli.popen("headless", "run", "next", cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+        waiting = cli.popen(
+            "headless", "run", "next", cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         deadline = time.time() + 10
         queued = False
         while time.time() < deadline and not queued:
@@ -210,16 +212,53 @@ def test_discovery_across_network_namespaces(tmp_path, controller_home):
     subprocess.run([lab, "up", "2"], check=True)
     env = {**lanpool_env(controller_home), "LANPOOL_MDNS_INTERFACES": "10.77.0.2"}
     agent = subprocess.Popen(
-        ["ip", "netns", "exec", "lp-h1", sys.executable, "-m", "app.cli.main", "agent", "serve", "--host", "10.77.0.1",
-         "--port", "7422", "--name", "lab-runner", "--data-dir", str(tmp_path / "lab-agent")],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        [
+            "ip",
+            "netns",
+            "exec",
+            "lp-h1",
+            sys.executable,
+            "-m",
+            "app.cli.main",
+            "agent",
+            "serve",
+            "--host",
+            "10.77.0.1",
+            "--port",
+            "7422",
+            "--name",
+            "lab-runner",
+            "--data-dir",
+            str(tmp_path / "lab-agent"),
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.time() + 20
         seen = {}
         while time.time() < deadline and "lab-runner" not in seen:
             out = subprocess.run(
-                ["ip", "netns", "exec", "lp-h2", sys.executable, "-m", "app.cli.main", "headless", "runners",
-                 "--json", "--wait", "2"], env=env, capture_output=True, text=True, check=True).stdout
+                [
+                    "ip",
+                    "netns",
+                    "exec",
+                    "lp-h2",
+                    sys.executable,
+                    "-m",
+                    "app.cli.main",
+                    "headless",
+                    "runners",
+                    "--json",
+                    "--wait",
+                    "2",
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             seen = {r["name"]: r for r in json.loads(out)}
         assert seen["lab-runner"]["address"] == "10.77.0.1:7422"
         assert seen["lab-runner"]["state"] == "UNPAIRED" and seen["lab-runner"]["source"] == "mdns"
@@ -234,10 +273,20 @@ def test_follow_rides_out_a_frozen_runner(tmp_path, controller_home, cli, make_p
     offline while followed, and the log is picked up where it stopped when it returns."""
     a = start_agent(tmp_path / "a", controller_home, name="pool-f")
     try:
-        project = make_project("workflows:\n  - name: slow\n    commands:\n"
-                               "      - for i in $(seq 1 30); do echo tick-$i; sleep 1; done\n")
-        follower = cli.popen("headless", "run", "slow", "--runner", a.address, cwd=project,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        project = make_project(
+            "workflows:\n  - name: slow\n    commands:\n      - for i in $(seq 1 30); do echo tick-$i; sleep 1; done\n"
+        )
+        follower = cli.popen(
+            "headless",
+            "run",
+            "slow",
+            "--runner",
+            a.address,
+            cwd=project,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         time.sleep(3)
         a.proc.send_signal(signal.SIGSTOP)
         t0 = time.time()

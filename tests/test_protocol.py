@@ -8,8 +8,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import app
 import agent
+import app
 from protocol import (
     AGENT_MESSAGES,
     CLIENT_MESSAGES,
@@ -43,13 +43,26 @@ from protocol import (
 )
 
 AGENT_SAMPLES = [
-    Hello(protocol_version=PROTOCOL_VERSION, agent_version="0.1.0", name="gpu-box",
-          resources={"gpus": 2, "gpu_name": "RTX 4090", "memory_mb": 64000}),
+    Hello(
+        protocol_version=PROTOCOL_VERSION,
+        agent_version="0.1.0",
+        name="gpu-box",
+        resources={"gpus": 2, "gpu_name": "RTX 4090", "memory_mb": 64000},
+    ),
     JobAccepted(job_id="j-1", workspace="/var/lib/lanpool/jobs/j-1/workspace"),
     LogChunk(job_id="j-1", seq=17, stream="err", data=b"line one\n\xff\x00binary\n", node=3),
-    JobStatus(job_id="j-1", state="DONE", exit_code=0, submitted_at=1.5, started_at=2.25, finished_at=3.0,
-              error="", log_lines=42, artifacts_archive="jobs/j-1/artifacts.tar",
-              artifacts=[ArtifactFile("model.ckpt", 1234), ArtifactFile("logs/metrics.csv", 0)]),
+    JobStatus(
+        job_id="j-1",
+        state="DONE",
+        exit_code=0,
+        submitted_at=1.5,
+        started_at=2.25,
+        finished_at=3.0,
+        error="",
+        log_lines=42,
+        artifacts_archive="jobs/j-1/artifacts.tar",
+        artifacts=[ArtifactFile("model.ckpt", 1234), ArtifactFile("logs/metrics.csv", 0)],
+    ),
     JobStatus(job_id="j-2", state="FAILED", exit_code=None, error="could not start: no such file"),
     Error(code=ErrorCode.UNKNOWN_JOB, message="no job j-9", job_id="j-9"),
     PairReply(pake=b"B" + bytes(32), confirm=bytes(range(32))),
@@ -59,9 +72,16 @@ AGENT_SAMPLES = [
 
 CLIENT_SAMPLES = [
     ClientHello(protocol_version=PROTOCOL_VERSION, client_version="0.1.0"),
-    SubmitJob(job_id="j-1", run_name="pink-fly-1", workflow="train", commands=["echo hi", "python train.py"],
-              env={"LR": "0.001", "DEBUG": "true"}, artifacts=["model.ckpt", "logs"],
-              snapshot="snapshots/abc.tar", working_dir="src"),
+    SubmitJob(
+        job_id="j-1",
+        run_name="pink-fly-1",
+        workflow="train",
+        commands=["echo hi", "python train.py"],
+        env={"LR": "0.001", "DEBUG": "true"},
+        artifacts=["model.ckpt", "logs"],
+        snapshot="snapshots/abc.tar",
+        working_dir="src",
+    ),
     StopJob(job_id="j-1", abort=True, grace_s=2.5),
     StopJob(job_id="j-1"),
     Attach(job_id="j-1", from_seq=100, follow=False),
@@ -179,7 +199,7 @@ def test_arbitrary_splits_yield_the_messages_in_order(picks, data):
     messages = [AGENT_SAMPLES[i] for i in picks]
     stream = b"".join(encode_message(m) for m in messages)
     cuts = sorted(data.draw(st.sets(st.integers(0, len(stream)), max_size=20)))
-    pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)])]
+    pieces = [stream[a:b] for a, b in zip([0, *cuts], [*cuts, len(stream)], strict=False)]
     assert b"".join(pieces) == stream
     reader = FrameReader()
     bodies = []
@@ -357,8 +377,9 @@ def test_unknown_extra_fields_are_ignored():
 
 
 def test_missing_fields_with_defaults_take_the_default():
-    minimal = decode_client_message({"t": "submit", "job_id": "j", "run_name": "r", "workflow": "w",
-                                     "commands": ["true"]})
+    minimal = decode_client_message(
+        {"t": "submit", "job_id": "j", "run_name": "r", "workflow": "w", "commands": ["true"]}
+    )
     assert minimal == SubmitJob("j", "r", "w", ["true"])
     assert minimal.env == {} and minimal.artifacts == [] and minimal.snapshot == "" and minimal.working_dir == ""
     attach = decode_client_message({"t": "attach", "job_id": "j"})
@@ -431,9 +452,15 @@ _values = st.recursive(
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12,
 )
-_field_names = st.sampled_from(sorted({f.name for cls in (*CLIENT_MESSAGES.values(), *AGENT_MESSAGES.values(),
-                                                                 ArtifactFile)
-                                         for f in dataclasses.fields(cls)})) | st.text(max_size=8)
+_field_names = st.sampled_from(
+    sorted(
+        {
+            f.name
+            for cls in (*CLIENT_MESSAGES.values(), *AGENT_MESSAGES.values(), ArtifactFile)
+            for f in dataclasses.fields(cls)
+        }
+    )
+) | st.text(max_size=8)
 
 
 @settings(max_examples=150, deadline=None)

@@ -60,8 +60,11 @@ def test_a_valid_frame_passes_the_walk():
     assert decode_client_message(body).env["K1999"] == "v"
 
 
-@pytest.mark.parametrize("item", [b"\x80", b"\x90", b"\xc0", b"\xa0", b"\x01"],
-                         ids=["empty-maps", "empty-lists", "nils", "empty-strs", "ints"])
+@pytest.mark.parametrize(
+    "item",
+    [b"\x80", b"\x90", b"\xc0", b"\xa0", b"\x01"],
+    ids=["empty-maps", "empty-lists", "nils", "empty-strs", "ints"],
+)
 def test_a_frame_of_16mib_tiny_values_is_refused_before_anything_is_built(item, monkeypatch):
     body = _ping_with(_array32(MAX_FRAME_BYTES - 32, item))
     assert len(body) <= MAX_FRAME_BYTES
@@ -88,8 +91,14 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)
 @pytest.mark.parametrize("n", [MAX_FRAME_BYTES - 32, MAX_ELEMENTS - 7], ids=["16MiB-refused", "at-the-bound"])
 def test_decoding_a_frame_of_empty_maps_costs_little_memory(n):
     """The issue's case: 16 MiB of empty maps raised RSS by ~1.2 GiB; the most the bound lets through is ~70 MiB."""
-    out = subprocess.run([sys.executable, "-c", _RSS_PROBE.replace("__N__", str(n))], capture_output=True, text=True,
-                         cwd=REPO, check=True, timeout=120).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", _RSS_PROBE.replace("__N__", str(n))],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=True,
+        timeout=120,
+    ).stdout
     assert int(out) < 128 * 1024, f"peak RSS grew by {int(out) // 1024} MiB"
 
 
@@ -123,25 +132,32 @@ def test_extension_types_are_refused():
     assert "extension" in _error(decode_client_message, body).message
 
 
-@pytest.mark.parametrize("payload", [
-    b"\x82\xa1t\xa4ping\xa5nonce",  # a map short of its last value
-    b"\x81\xa1t\xdb\xff\xff\xff\xff",  # a str32 longer than the frame
-    b"\x81\xa1t\xdd\xff\xff\xff\xff",  # an array32 claiming 4 G items
-    b"\x81\xa1t\xdf\x00\x00",  # a map16 header cut short
-    b"\x81\xa1t\xcb\x00",  # a float64 cut short
-], ids=["map", "str32", "array32", "map16", "float64"])
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"\x82\xa1t\xa4ping\xa5nonce",  # a map short of its last value
+        b"\x81\xa1t\xdb\xff\xff\xff\xff",  # a str32 longer than the frame
+        b"\x81\xa1t\xdd\xff\xff\xff\xff",  # an array32 claiming 4 G items
+        b"\x81\xa1t\xdf\x00\x00",  # a map16 header cut short
+        b"\x81\xa1t\xcb\x00",  # a float64 cut short
+    ],
+    ids=["map", "str32", "array32", "map16", "float64"],
+)
 def test_lengths_past_the_end_of_the_frame_are_refused(payload):
     assert _error(decode_client_message, payload).code == ErrorCode.BAD_FRAME
 
 
 def test_trailing_bytes_are_refused():
-    assert "after the message" in _error(decode_client_message, msgpack.packb({"t": "ping", "nonce": 1}) + b"\xc0").message
+    assert (
+        "after the message" in _error(decode_client_message, msgpack.packb({"t": "ping", "nonce": 1}) + b"\xc0").message
+    )
 
 
 def test_a_log_chunk_near_the_frame_limit_still_decodes():
     data = b"x" * (MAX_FRAME_BYTES - 100) + b"\n"
-    frame = _frame(msgpack.packb({"t": "log", "job_id": "j", "seq": 0, "stream": "out", "data": data},
-                                 use_bin_type=True))
+    frame = _frame(
+        msgpack.packb({"t": "log", "job_id": "j", "seq": 0, "stream": "out", "data": data}, use_bin_type=True)
+    )
     (body,) = FrameReader().feed(frame)
     assert decode_agent_message(body).data == data
 
@@ -149,46 +165,88 @@ def test_a_log_chunk_near_the_frame_limit_still_decodes():
 # -- types and ranges of fields -----------------------------------------------------------
 
 
-@pytest.mark.parametrize(("body", "fragment"), [
-    ({"t": "attach", "job_id": "j", "from_seq": 2**64 - 1}, "attach.from_seq: out of range"),
-    ({"t": "attach", "job_id": "j", "from_seq": -1}, "attach.from_seq: out of range"),
-    ({"t": "stop", "job_id": "j", "grace_s": 1e300}, "stop.grace_s: out of range"),
-    ({"t": "stop", "job_id": "j", "grace_s": -1.0}, "stop.grace_s: out of range"),
-    ({"t": "stop", "job_id": "j", "grace_s": float("nan")}, "stop.grace_s: must be a finite number"),
-    ({"t": "ping", "nonce": 2**63}, "ping.nonce: out of range"),
-    ({"t": "client_hello", "protocol_version": -1, "client_version": "x"}, "protocol_version: out of range"),
-    ({"t": "stop", "job_id": "../../host_key"}, "stop.job_id: must be letters"),
-    ({"t": "stop", "job_id": "a/b"}, "stop.job_id: must be letters"),
-    ({"t": "stop", "job_id": ".."}, "stop.job_id: must be letters"),
-    ({"t": "stop", "job_id": "j" * 129}, "stop.job_id: 129 characters, at most 128"),
-    ({"t": "submit", "job_id": "j", "run_name": "r\x1b]52;c;eA==\x07", "workflow": "w", "commands": ["x"]},
-     "submit.run_name: holds control characters"),
-    ({"t": "submit", "job_id": "j", "run_name": "r", "workflow": "w", "commands": ["x"],
-      "resources": {"cpu": -1}}, "submit.resources['cpu']: out of range"),
-    ({"t": "submit", "job_id": "j", "run_name": "r", "workflow": "w", "commands": ["x"],
-      "resources": {"cpu": 2**60}}, "submit.resources['cpu']: out of range"),
-    ({"t": "submit", "job_id": "j", "run_name": "r", "workflow": "w", "commands": ["x"],
-      "resources": {"cpu": float("inf")}}, "expected int | str, got float"),
-])
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"t": "attach", "job_id": "j", "from_seq": 2**64 - 1}, "attach.from_seq: out of range"),
+        ({"t": "attach", "job_id": "j", "from_seq": -1}, "attach.from_seq: out of range"),
+        ({"t": "stop", "job_id": "j", "grace_s": 1e300}, "stop.grace_s: out of range"),
+        ({"t": "stop", "job_id": "j", "grace_s": -1.0}, "stop.grace_s: out of range"),
+        ({"t": "stop", "job_id": "j", "grace_s": float("nan")}, "stop.grace_s: must be a finite number"),
+        ({"t": "ping", "nonce": 2**63}, "ping.nonce: out of range"),
+        ({"t": "client_hello", "protocol_version": -1, "client_version": "x"}, "protocol_version: out of range"),
+        ({"t": "stop", "job_id": "../../host_key"}, "stop.job_id: must be letters"),
+        ({"t": "stop", "job_id": "a/b"}, "stop.job_id: must be letters"),
+        ({"t": "stop", "job_id": ".."}, "stop.job_id: must be letters"),
+        ({"t": "stop", "job_id": "j" * 129}, "stop.job_id: 129 characters, at most 128"),
+        (
+            {"t": "submit", "job_id": "j", "run_name": "r\x1b]52;c;eA==\x07", "workflow": "w", "commands": ["x"]},
+            "submit.run_name: holds control characters",
+        ),
+        (
+            {
+                "t": "submit",
+                "job_id": "j",
+                "run_name": "r",
+                "workflow": "w",
+                "commands": ["x"],
+                "resources": {"cpu": -1},
+            },
+            "submit.resources['cpu']: out of range",
+        ),
+        (
+            {
+                "t": "submit",
+                "job_id": "j",
+                "run_name": "r",
+                "workflow": "w",
+                "commands": ["x"],
+                "resources": {"cpu": 2**60},
+            },
+            "submit.resources['cpu']: out of range",
+        ),
+        (
+            {
+                "t": "submit",
+                "job_id": "j",
+                "run_name": "r",
+                "workflow": "w",
+                "commands": ["x"],
+                "resources": {"cpu": float("inf")},
+            },
+            "expected int | str, got float",
+        ),
+    ],
+)
 def test_client_fields_out_of_range_are_invalid(body, fragment):
     err = _error(decode_client_message, body)
     assert err.code == ErrorCode.INVALID_MESSAGE
     assert fragment in err.message
 
 
-@pytest.mark.parametrize(("body", "fragment"), [
-    ({"t": "log", "job_id": "j", "seq": 2**64 - 1, "stream": "out", "data": b""}, "log.seq: out of range"),
-    ({"t": "log", "job_id": "j", "seq": 0, "stream": "out", "data": b"", "node": -1}, "log.node: out of range"),
-    ({"t": "job_status", "job_id": "j", "state": "DONE", "exit_code": 2**40}, "exit_code: out of range"),
-    ({"t": "job_status", "job_id": "j", "state": "DONE", "started_at": float("inf")}, "must be a finite number"),
-    ({"t": "job_status", "job_id": "j", "state": "DONE", "artifacts": [{"path": "a", "size": -5}]},
-     "artifacts[0].size: out of range"),
-    ({"t": "job_status", "job_id": "j", "state": "X" * 10**6}, "job_status.state: 1000000 characters"),
-    ({"t": "job_accepted", "job_id": "j", "workspace": "/w", "master_port": 70000}, "master_port: out of range"),
-    ({"t": "hello", "protocol_version": 2, "agent_version": "1", "name": "gpu\x1b[2J"}, "hello.name: holds control"),
-    ({"t": "hello", "protocol_version": 2, "agent_version": "1", "name": "n", "resources": {"gpus": -3}},
-     "hello.resources['gpus']: out of range"),
-])
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"t": "log", "job_id": "j", "seq": 2**64 - 1, "stream": "out", "data": b""}, "log.seq: out of range"),
+        ({"t": "log", "job_id": "j", "seq": 0, "stream": "out", "data": b"", "node": -1}, "log.node: out of range"),
+        ({"t": "job_status", "job_id": "j", "state": "DONE", "exit_code": 2**40}, "exit_code: out of range"),
+        ({"t": "job_status", "job_id": "j", "state": "DONE", "started_at": float("inf")}, "must be a finite number"),
+        (
+            {"t": "job_status", "job_id": "j", "state": "DONE", "artifacts": [{"path": "a", "size": -5}]},
+            "artifacts[0].size: out of range",
+        ),
+        ({"t": "job_status", "job_id": "j", "state": "X" * 10**6}, "job_status.state: 1000000 characters"),
+        ({"t": "job_accepted", "job_id": "j", "workspace": "/w", "master_port": 70000}, "master_port: out of range"),
+        (
+            {"t": "hello", "protocol_version": 2, "agent_version": "1", "name": "gpu\x1b[2J"},
+            "hello.name: holds control",
+        ),
+        (
+            {"t": "hello", "protocol_version": 2, "agent_version": "1", "name": "n", "resources": {"gpus": -3}},
+            "hello.resources['gpus']: out of range",
+        ),
+    ],
+)
 def test_agent_fields_out_of_range_are_invalid(body, fragment):
     err = _error(decode_agent_message, body)
     assert err.code == ErrorCode.INVALID_MESSAGE
@@ -203,13 +261,15 @@ def test_values_in_range_still_decode():
     assert decode_client_message({"t": "ping", "nonce": 2**63 - 1}).nonce == 2**63 - 1
 
 
-@pytest.mark.parametrize("body", [
-    {"t": "x" * 10**6},
-    {"t": "stop", "job_id": "x" * 10**6},
-    {"t": "job_status", "job_id": "j", "state": "Q" * 10**6},
-    {"t": "submit", "job_id": "j", "run_name": "r", "workflow": "w", "commands": ["x"],
-     "env": {"K" * 10**6: 5}},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"t": "x" * 10**6},
+        {"t": "stop", "job_id": "x" * 10**6},
+        {"t": "job_status", "job_id": "j", "state": "Q" * 10**6},
+        {"t": "submit", "job_id": "j", "run_name": "r", "workflow": "w", "commands": ["x"], "env": {"K" * 10**6: 5}},
+    ],
+)
 def test_error_messages_never_echo_a_long_value(body):
     for decode in (decode_client_message, decode_agent_message):
         with pytest.raises(ProtocolError) as exc:
@@ -228,8 +288,9 @@ def test_clip_bounds_and_says_how_long():
 
 async def _channel(agent):
     key = load_or_create_client_key(ControllerHome.default().key)
-    conn = await asyncssh.connect(agent.host, agent.port, username="x", client_keys=[key], known_hosts=None,
-                                  agent_path=None, config=[])
+    conn = await asyncssh.connect(
+        agent.host, agent.port, username="x", client_keys=[key], known_hosts=None, agent_path=None, config=[]
+    )
     proc = await conn.create_process(subsystem="lanpool", encoding=None)
     return conn, proc, FrameReader(), []
 
@@ -288,8 +349,11 @@ async def _huge_job_id(agent) -> None:
     chan = await _channel(agent)
     await _next(chan)
     huge = "j" * (MAX_FRAME_BYTES - 200)
-    for body in ({"t": "get_status", "job_id": huge}, {"t": "stop", "job_id": huge},
-                 {"t": "submit", "job_id": huge, "run_name": "r", "workflow": "w", "commands": ["x"]}):
+    for body in (
+        {"t": "get_status", "job_id": huge},
+        {"t": "stop", "job_id": huge},
+        {"t": "submit", "job_id": huge, "run_name": "r", "workflow": "w", "commands": ["x"]},
+    ):
         payload = msgpack.packb(body, use_bin_type=True)
         assert len(payload) <= MAX_FRAME_BYTES
         chan[1].stdin.write(_frame(payload))
@@ -333,8 +397,9 @@ async def _nan_resources(agent) -> None:
     assert accepted.job_id == "ok", accepted
     for _ in range(2):
         await _served(agent)
-    chan[1].stdin.write(encode_message(
-        decode_client_message({"t": "stop", "job_id": "ok", "abort": True, "grace_s": 0})))
+    chan[1].stdin.write(
+        encode_message(decode_client_message({"t": "stop", "job_id": "ok", "abort": True, "grace_s": 0}))
+    )
     chan[0].close()
 
 

@@ -4,8 +4,17 @@ from app.scheduler import Capacity, Need, place
 
 
 def runner(name, gpus=0, gpus_free=None, cpus=8, cpus_free=None, mem=32000, mem_free=None, usable=True, why=""):
-    return Capacity(name, usable, gpus, gpus if gpus_free is None else gpus_free, cpus,
-                    cpus if cpus_free is None else cpus_free, mem, mem if mem_free is None else mem_free, why)
+    return Capacity(
+        name,
+        usable,
+        gpus,
+        gpus if gpus_free is None else gpus_free,
+        cpus,
+        cpus if cpus_free is None else cpus_free,
+        mem,
+        mem if mem_free is None else mem_free,
+        why,
+    )
 
 
 def test_best_fit_prefers_the_runner_with_least_room_left():

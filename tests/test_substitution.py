@@ -45,8 +45,9 @@ def _bash(command: str, cwd: Path) -> str:
 # -- syntaxes ----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("template", ["$name", "${name}", "${{ name }}", "${{name}}", "${{ variables.name }}",
-                                      "${{variables.name}}"])
+@pytest.mark.parametrize(
+    "template", ["$name", "${name}", "${{ name }}", "${{name}}", "${{ variables.name }}", "${{variables.name}}"]
+)
 def test_every_syntax_substitutes(template):
     assert substitute_text(f"a/{template}/b", {"name": "gpt2"}) == "a/gpt2/b"
     assert substitute_command(f"echo {template}", {"name": "gpt2"}) == "echo gpt2"
@@ -150,8 +151,22 @@ def test_variables_as_args_are_the_workflows_own_escaped(project: Project, tmp_p
     line = job.commands[1]
     assert "--model" not in line and "--image" not in line  # global ones are not its own
     lines = _bash(line, tmp_path).splitlines()
-    assert lines == ["--lr", "0.001", "--amp", "true", "--steps", "100", "--gpus", "2", "--mem", "16GB",
-                     "--nodes", "1", "--msg", "it's a $(touch pwned) test"]
+    assert lines == [
+        "--lr",
+        "0.001",
+        "--amp",
+        "true",
+        "--steps",
+        "100",
+        "--gpus",
+        "2",
+        "--mem",
+        "16GB",
+        "--nodes",
+        "1",
+        "--msg",
+        "it's a $(touch pwned) test",
+    ]
     assert not (tmp_path / "pwned").exists()
 
 
@@ -217,9 +232,18 @@ def test_artifact_escaping_the_workspace_after_substitution(project: Project):
 @pytest.mark.parametrize(
     ("text", "default", "expected"),
     [
-        ("5", 3, 5), ("-2", 3, -2), ("0.5", 0.1, 0.5), ("3", 0.1, 3.0), ("1e-4", 0.1, 1e-4),
-        ("true", False, True), ("Yes", False, True), ("0", True, False), ("off", True, False),
-        ("345M", "117M", "345M"), ("", "x", ""), ("7", None, "7"),
+        ("5", 3, 5),
+        ("-2", 3, -2),
+        ("0.5", 0.1, 0.5),
+        ("3", 0.1, 3.0),
+        ("1e-4", 0.1, 1e-4),
+        ("true", False, True),
+        ("Yes", False, True),
+        ("0", True, False),
+        ("off", True, False),
+        ("345M", "117M", "345M"),
+        ("", "x", ""),
+        ("7", None, "7"),
     ],
 )
 def test_overrides_are_typed_by_the_default(text, default, expected):
@@ -229,8 +253,12 @@ def test_overrides_are_typed_by_the_default(text, default, expected):
 
 @pytest.mark.parametrize(
     ("name", "text", "default", "words"),
-    [("steps", "many", 100, ["--steps", "100", "'many'"]), ("lr", "fast", 0.001, ["--lr", "0.001", "'fast'"]),
-     ("amp", "maybe", True, ["--amp", "true", "'maybe'"]), ("steps", "1.5", 100, ["--steps", "100"])],
+    [
+        ("steps", "many", 100, ["--steps", "100", "'many'"]),
+        ("lr", "fast", 0.001, ["--lr", "0.001", "'fast'"]),
+        ("amp", "maybe", True, ["--amp", "true", "'maybe'"]),
+        ("steps", "1.5", 100, ["--steps", "100"]),
+    ],
 )
 def test_bad_override_names_the_variable_and_default(name, text, default, words):
     with pytest.raises(WorkflowError) as exc:
@@ -270,10 +298,40 @@ TEMPLATES = [
     ("printf '%s' \"`printf '%s' '$v'`\"", lambda v: v.rstrip("\n")),
     ("printf '%s' \"`printf '%s' \"$v\"`\"", lambda v: v.rstrip("\n")),
 ]
-NASTY = ["$(touch pwned)", "'; touch pwned; '", '"; touch pwned; "', "`touch pwned`", "\\", "\n\ntouch pwned",
-         "a b\tc", "", "-n", "$HOME", "${{ v }}", "$v", "'", '"', "\\'", "\\\"", "$(touch pwned)\n", "*", "~",
-         "!!", "#", "a\\\nb", "\\$(touch pwned)", ">pwned", "|touch pwned", ";touch pwned&", "$'\\x41'", "\x7f\x01",
-         "\ntouch pwned\n", "`touch$IFS./pwned`", "$(touch$IFS./pwned)", "\n`touch$IFS./pwned`\n"]
+NASTY = [
+    "$(touch pwned)",
+    "'; touch pwned; '",
+    '"; touch pwned; "',
+    "`touch pwned`",
+    "\\",
+    "\n\ntouch pwned",
+    "a b\tc",
+    "",
+    "-n",
+    "$HOME",
+    "${{ v }}",
+    "$v",
+    "'",
+    '"',
+    "\\'",
+    '\\"',
+    "$(touch pwned)\n",
+    "*",
+    "~",
+    "!!",
+    "#",
+    "a\\\nb",
+    "\\$(touch pwned)",
+    ">pwned",
+    "|touch pwned",
+    ";touch pwned&",
+    "$'\\x41'",
+    "\x7f\x01",
+    "\ntouch pwned\n",
+    "`touch$IFS./pwned`",
+    "$(touch$IFS./pwned)",
+    "\n`touch$IFS./pwned`\n",
+]
 
 
 @pytest.fixture(scope="module")
@@ -320,8 +378,9 @@ ARGS_TEMPLATES = [
 def args_project(tmp_path_factory) -> Project:
     root = tmp_path_factory.mktemp("args")
     (root / "cwd").mkdir()
-    workflows = "workflows:\n" + "".join(f"  - name: w{i}\n    commands:\n      - {json.dumps(t)}\n"
-                                          for i, t in enumerate(ARGS_TEMPLATES))
+    workflows = "workflows:\n" + "".join(
+        f"  - name: w{i}\n    commands:\n      - {json.dumps(t)}\n" for i, t in enumerate(ARGS_TEMPLATES)
+    )
     variables = "variables:\n" + "".join(f"  w{i}:\n    msg: x\n" for i in range(len(ARGS_TEMPLATES)))
     return _project(root, workflows, variables)
 
@@ -372,10 +431,29 @@ def test_variables_as_args_any_value(args_project: Project, i: int):
 # one line that says what to do.
 
 
-HOSTILE = ["a; touch pwned", "x[$(touch pwned)]", "`touch pwned`", "$(touch pwned)", "\ntouch pwned\n",
-           "'; touch pwned; '", '"; touch pwned; "', "a)\ntouch pwned\n(", ";; esac; touch pwned; case x in x)",
-           "}; touch pwned; {", "EOF", "x\nEOF\ntouch pwned", "]] || touch pwned; [[ 1", "1 )) || touch pwned; (( 1",
-           "-v", "a[$(touch pwned)]=1", "\\", "'", '"', ">pwned", "$'\\x27'; touch pwned"]
+HOSTILE = [
+    "a; touch pwned",
+    "x[$(touch pwned)]",
+    "`touch pwned`",
+    "$(touch pwned)",
+    "\ntouch pwned\n",
+    "'; touch pwned; '",
+    '"; touch pwned; "',
+    "a)\ntouch pwned\n(",
+    ";; esac; touch pwned; case x in x)",
+    "}; touch pwned; {",
+    "EOF",
+    "x\nEOF\ntouch pwned",
+    "]] || touch pwned; [[ 1",
+    "1 )) || touch pwned; (( 1",
+    "-v",
+    "a[$(touch pwned)]=1",
+    "\\",
+    "'",
+    '"',
+    ">pwned",
+    "$'\\x27'; touch pwned",
+]
 VALUES = st.one_of(st.sampled_from(HOSTILE), st.text().filter(lambda s: "\x00" not in s))
 REFS = st.sampled_from(["$v", "${v}", "${{ v }}"])
 
@@ -384,18 +462,36 @@ REFS = st.sampled_from(["$v", "${v}", "${{ v }}"])
 def _word(draw, depth: int = 0):
     """One argument whose text comes from the variable, in some quoting or substitution."""
     ref = draw(REFS)
-    leaf = draw(st.sampled_from([
-        "{r}", '"{r}"', "'{r}'", "$'{r}'", '"a {r} b"', "x{r}.y", '"${{u:-{r}}}"', "${{u:-{r}}}", '"${{w#{r}}}"',
-        '"${{u:-"{r}"}}"',
-    ])).format(r=ref)
+    leaf = draw(
+        st.sampled_from(
+            [
+                "{r}",
+                '"{r}"',
+                "'{r}'",
+                "$'{r}'",
+                '"a {r} b"',
+                "x{r}.y",
+                '"${{u:-{r}}}"',
+                "${{u:-{r}}}",
+                '"${{w#{r}}}"',
+                '"${{u:-"{r}"}}"',
+            ]
+        )
+    ).format(r=ref)
     if depth >= 2 or draw(st.booleans()):
         return leaf
     inner = draw(_word(depth + 1))
     forms = [
-        '"$(printf %s {w})"', "$(printf %s {w})", '"$(case x in x) printf %s {w};; esac)"',
-        '"$(case x in (x) printf %s {w};; *) :;; esac)"', "$(case {w} in *) printf ok;; esac)",
-        '"$(case x in y|x) printf %s {w} ;;\n esac)"', '"$(if true; then printf %s {w}; fi)"',
-        '"$( (printf %s {w}) )"', '"$(x={w}; printf %s "$x")"', '"${u:-$(printf %s {w})}"',
+        '"$(printf %s {w})"',
+        "$(printf %s {w})",
+        '"$(case x in x) printf %s {w};; esac)"',
+        '"$(case x in (x) printf %s {w};; *) :;; esac)"',
+        "$(case {w} in *) printf ok;; esac)",
+        '"$(case x in y|x) printf %s {w} ;;\n esac)"',
+        '"$(if true; then printf %s {w}; fi)"',
+        '"$( (printf %s {w}) )"',
+        '"$(x={w}; printf %s "$x")"',
+        '"${u:-$(printf %s {w})}"',
     ]
     if "`" not in inner:
         forms += ['"`printf %s {w}`"', "`printf %s {w}`"]
@@ -405,32 +501,85 @@ def _word(draw, depth: int = 0):
 @st.composite
 def _safe_line(draw):
     word, ref = draw(_word()), draw(REFS)
-    return draw(st.sampled_from([
-        "printf '%s\\n' {w}", "printf '%s\\n' {w} # {r} $(touch pwned)", "[[ {w} == y ]] || printf '%s\\n' {w}",
-        "case {w} in *) printf '%s\\n' {w};; esac", "x={w}; printf '%s\\n' \"$x\"", "export X={w}",
-        "cat <<EOF\n{r} {w}\nEOF", "cat <<'EOF'\n{r} $(touch pwned)\nEOF", "cat <<-EOF\n\t{r}\n\tEOF",
-        "read -r y <<< {w}; printf '%s\\n' \"$y\"", "[ {w} = y ] || printf '%s\\n' {w}",
-        "printf '%s\\n' \\{r} '\\{r}'", "bash -c 'printf \"%s\\n\" \"$1\"' _ {w}",
-        "python3 -S -c 'import sys; print(sys.argv[1])' {w}", "arr=( {w} x ); printf '%s\\n' \"${arr[@]}\"",
-        "f() { printf '%s\\n' \"$1\"; }; f {w}", "cat <(printf '%s\\n' {w}) | cat", "[[ {w} =~ x ]] || :",
-        "if [ -n {w} ]; then printf '%s\\n' {w}; fi",
-        "cat <<EOF\n{r}\\\nx\nEO\\\nF\nprintf '%s\\n' {w}", "printf '%s\\n' \"$( # ) {r}\n printf %s {w})\"",
-    ])).replace("{w}", word).replace("{r}", ref)
+    return (
+        draw(
+            st.sampled_from(
+                [
+                    "printf '%s\\n' {w}",
+                    "printf '%s\\n' {w} # {r} $(touch pwned)",
+                    "[[ {w} == y ]] || printf '%s\\n' {w}",
+                    "case {w} in *) printf '%s\\n' {w};; esac",
+                    "x={w}; printf '%s\\n' \"$x\"",
+                    "export X={w}",
+                    "cat <<EOF\n{r} {w}\nEOF",
+                    "cat <<'EOF'\n{r} $(touch pwned)\nEOF",
+                    "cat <<-EOF\n\t{r}\n\tEOF",
+                    "read -r y <<< {w}; printf '%s\\n' \"$y\"",
+                    "[ {w} = y ] || printf '%s\\n' {w}",
+                    "printf '%s\\n' \\{r} '\\{r}'",
+                    'bash -c \'printf "%s\\n" "$1"\' _ {w}',
+                    "python3 -S -c 'import sys; print(sys.argv[1])' {w}",
+                    "arr=( {w} x ); printf '%s\\n' \"${arr[@]}\"",
+                    "f() { printf '%s\\n' \"$1\"; }; f {w}",
+                    "cat <(printf '%s\\n' {w}) | cat",
+                    "[[ {w} =~ x ]] || :",
+                    "if [ -n {w} ]; then printf '%s\\n' {w}; fi",
+                    "cat <<EOF\n{r}\\\nx\nEO\\\nF\nprintf '%s\\n' {w}",
+                    "printf '%s\\n' \"$( # ) {r}\n printf %s {w})\"",
+                ]
+            )
+        )
+        .replace("{w}", word)
+        .replace("{r}", ref)
+    )
 
 
 @st.composite
 def _evaluated_line(draw):
     word, ref = draw(_word()), draw(REFS)
-    return draw(st.sampled_from([
-        "echo $(( {r} + 1 ))", "(( {r} ))", "[[ {r} -gt 0 ]]", "[[ {w} -gt 0 ]]", "[[ 1 -eq 1 && {w} == x ]]",
-        "let y={r}", "a[{r}]=1", "echo ${a[{r}]}", '"${a[{w}]}"', "declare -i y={r}", "declare -i y; y={w}",
-        "y={w}; (( y ))", "for y in {w}; do (( y )); done", "echo $[{r}]", 'echo "${s:{r}}"',
-        "echo $(( $(printf %s {w}) ))", "for ((i={r}; i<1; i++)); do :; done", "read {w} <<< x",
-        "printf -v {w} x", "[[ -v {w} ]]", "test -v {w}", 'eval "echo {r}"', "bash -c 'echo {r}'",
-        "unset {w}", "declare -n y={w}", 'declare "{r}=1"', "echo `echo \\`echo {r}\\``",
-        "[[ ( {w} -gt 0 ) ]]", 'timeout 5 bash -c "echo {r}"', "find . -maxdepth 0 -exec sh -c 'echo {r}' \\;",
-        'python3 -c "print(\'{r}\')"', "y={w}; let 'z = y + 1'", 'export Y={w}; [[ Y -lt 1 ]]',
-    ])).replace("{w}", word).replace("{r}", ref)
+    return (
+        draw(
+            st.sampled_from(
+                [
+                    "echo $(( {r} + 1 ))",
+                    "(( {r} ))",
+                    "[[ {r} -gt 0 ]]",
+                    "[[ {w} -gt 0 ]]",
+                    "[[ 1 -eq 1 && {w} == x ]]",
+                    "let y={r}",
+                    "a[{r}]=1",
+                    "echo ${a[{r}]}",
+                    '"${a[{w}]}"',
+                    "declare -i y={r}",
+                    "declare -i y; y={w}",
+                    "y={w}; (( y ))",
+                    "for y in {w}; do (( y )); done",
+                    "echo $[{r}]",
+                    'echo "${s:{r}}"',
+                    "echo $(( $(printf %s {w}) ))",
+                    "for ((i={r}; i<1; i++)); do :; done",
+                    "read {w} <<< x",
+                    "printf -v {w} x",
+                    "[[ -v {w} ]]",
+                    "test -v {w}",
+                    'eval "echo {r}"',
+                    "bash -c 'echo {r}'",
+                    "unset {w}",
+                    "declare -n y={w}",
+                    'declare "{r}=1"',
+                    "echo `echo \\`echo {r}\\``",
+                    "[[ ( {w} -gt 0 ) ]]",
+                    'timeout 5 bash -c "echo {r}"',
+                    "find . -maxdepth 0 -exec sh -c 'echo {r}' \\;",
+                    "python3 -c \"print('{r}')\"",
+                    "y={w}; let 'z = y + 1'",
+                    "export Y={w}; [[ Y -lt 1 ]]",
+                ]
+            )
+        )
+        .replace("{w}", word)
+        .replace("{r}", ref)
+    )
 
 
 def _run_script(lines: list[str], value: str, cwd: Path, ints: tuple[str, ...] = ()) -> str | None:
@@ -462,10 +611,21 @@ def test_a_string_where_bash_evaluates_it_is_refused(scratch: Path, safe, evalua
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(line=st.sampled_from(["echo $(( $v + 1 ))", "(( $v > -10 )) && echo y", "[[ $v -gt -10 ]] && echo y",
-                             "a[$v+10]=1; echo ${a[$v+10]}", "declare -i y=$v; echo $y", "let y=$v+1; echo $y",
-                             'printf "%s\\n" "${s:$v:1}"', "y=$v; echo $(( y ))"]),
-       value=st.integers(-9, 10**6))
+@given(
+    line=st.sampled_from(
+        [
+            "echo $(( $v + 1 ))",
+            "(( $v > -10 )) && echo y",
+            "[[ $v -gt -10 ]] && echo y",
+            "a[$v+10]=1; echo ${a[$v+10]}",
+            "declare -i y=$v; echo $y",
+            "let y=$v+1; echo $y",
+            'printf "%s\\n" "${s:$v:1}"',
+            "y=$v; echo $(( y ))",
+        ]
+    ),
+    value=st.integers(-9, 10**6),
+)
 def test_a_whole_number_may_stand_in_arithmetic(scratch: Path, line, value):
     assert _run_script([line], str(value), scratch, ints=("v",)) is None
 

@@ -16,15 +16,19 @@ from training.autoencoder import AutoencoderConfig, LitAutoencoder, main, parse_
 from training.runtime import run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
-EPOCH_LINE = re.compile(
-    r"^epoch (\d+) train_loss (\d+\.\d{4}) val_loss (\d+\.\d{4})$", re.MULTILINE
-)
+EPOCH_LINE = re.compile(r"^epoch (\d+) train_loss (\d+\.\d{4}) val_loss (\d+\.\d{4})$", re.MULTILINE)
 # Set by a surrounding distributed launcher, they would make Lightning join
 # that run instead of starting its own processes (with LOCAL_RANK set it starts
 # no others and waits for them until it times out).
 LAUNCHER_VARS = (
-    "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE",
-    "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "LANPOOL_NUM_NODES",
+    "LOCAL_RANK",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "LANPOOL_NUM_NODES",
 )
 
 
@@ -58,10 +62,22 @@ def test_bad_settings_are_one_line_and_exit_2(env, argv, message, monkeypatch, c
 
 
 def test_flags_are_parsed_into_typed_fields():
-    config = parse_config([
-        "--max-epochs", "7", "--lr", "0.01", "--devices", "1",
-        "--strategy", "ddp", "--out", "ck", "--val-fraction", "0.2",
-    ])
+    config = parse_config(
+        [
+            "--max-epochs",
+            "7",
+            "--lr",
+            "0.01",
+            "--devices",
+            "1",
+            "--strategy",
+            "ddp",
+            "--out",
+            "ck",
+            "--val-fraction",
+            "0.2",
+        ]
+    )
     assert config.max_epochs == 7 and isinstance(config.max_epochs, int)
     assert config.lr == 0.01 and isinstance(config.lr, float)
     assert config.devices == 1
@@ -81,9 +97,7 @@ def test_a_bad_value_exits_with_usage_error(capsys):
     ("devices", "num_nodes", "strategy", "expected"),
     [(2, 1, "auto", "ddp"), (1, 2, "auto", "ddp"), (1, 1, "auto", "auto"), (1, 1, "ddp", "ddp")],
 )
-def test_auto_strategy_means_ddp_when_several_processes_take_part(
-    devices, num_nodes, strategy, expected
-):
+def test_auto_strategy_means_ddp_when_several_processes_take_part(devices, num_nodes, strategy, expected):
     config = AutoencoderConfig(devices=devices, num_nodes=num_nodes, strategy=strategy)
     assert config.resolved_strategy() == expected
 
@@ -96,16 +110,13 @@ def test_model_reconstructs_64_pixels_through_a_3_dim_latent():
 
 
 @pytest.mark.slow
-def test_two_process_ddp_run_lowers_val_loss_and_writes_a_loadable_checkpoint(
-    tmp_path, capsys, monkeypatch
-):
+def test_two_process_ddp_run_lowers_val_loss_and_writes_a_loadable_checkpoint(tmp_path, capsys, monkeypatch):
     out = tmp_path / "ck"
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
     metrics = tmp_path / "metrics.jsonl"
     env["LANPOOL_METRICS_FILE"] = str(metrics)
     result = subprocess.run(
-        [sys.executable, "-m", "training.autoencoder",
-         "--max-epochs", "2", "--devices", "2", "--out", str(out)],
+        [sys.executable, "-m", "training.autoencoder", "--max-epochs", "2", "--devices", "2", "--out", str(out)],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -137,8 +148,24 @@ def test_two_process_ddp_run_lowers_val_loss_and_writes_a_loadable_checkpoint(
 
     # Resumed in one process from the 2-process checkpoint: epoch 3 follows epoch 2.
     monkeypatch.setenv("LANPOOL_METRICS_FILE", str(tmp_path / "resumed.jsonl"))
-    assert run_cli(main, ["--max-epochs", "3", "--devices", "1", "--num-nodes", "1",
-                          "--out", str(tmp_path / "resumed"), "--ckpt-path", str(checkpoint)]) == 0
+    assert (
+        run_cli(
+            main,
+            [
+                "--max-epochs",
+                "3",
+                "--devices",
+                "1",
+                "--num-nodes",
+                "1",
+                "--out",
+                str(tmp_path / "resumed"),
+                "--ckpt-path",
+                str(checkpoint),
+            ],
+        )
+        == 0
+    )
     stdout = capsys.readouterr().out
     assert [int(e) for e, _, _ in EPOCH_LINE.findall(stdout)] == [3], stdout
     resumed_ckpt = torch.load(tmp_path / "resumed" / "autoencoder.ckpt", weights_only=False)

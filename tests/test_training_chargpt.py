@@ -26,19 +26,44 @@ STEP_LINE = re.compile(r"^step (\d+) train_loss (\d+\.\d{4}) tokens/s (\d+)$", r
 VAL_LINE = re.compile(r"^step (\d+) val_loss (\d+\.\d{4})$", re.MULTILINE)
 # Set by a surrounding launcher or lanpool job, they would change the run under test.
 LAUNCHER_VARS = (
-    "LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-    "TORCHELASTIC_RUN_ID", "LANPOOL_NUM_NODES", "LANPOOL_METRICS_FILE", "OMP_NUM_THREADS",
+    "LOCAL_RANK",
+    "NODE_RANK",
+    "GROUP_RANK",
+    "WORLD_SIZE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "LANPOOL_NUM_NODES",
+    "LANPOOL_METRICS_FILE",
+    "OMP_NUM_THREADS",
 )
 # Small enough for a few seconds of CPU, big enough to learn the corpus' words.
-TINY = ["--block-size", "32", "--batch-size", "16", "--n-layer", "2", "--n-head", "2",
-        "--n-embd", "32", "--lr", "3e-3", "--accelerator", "cpu", "--num-nodes", "1"]
+TINY = [
+    "--block-size",
+    "32",
+    "--batch-size",
+    "16",
+    "--n-layer",
+    "2",
+    "--n-head",
+    "2",
+    "--n-embd",
+    "32",
+    "--lr",
+    "3e-3",
+    "--accelerator",
+    "cpu",
+    "--num-nodes",
+    "1",
+]
 
 
 def write_corpus(path: Path, n_chars: int = 30_000) -> Path:
     """Play-shaped text from a small vocabulary: quick to learn, deterministic."""
     rng = random.Random(0)
-    words = ("the a my thy love night day sweet fair good lord lady heart star moon"
-             " doth hath speak come go not and of to in").split()
+    words = (
+        "the a my thy love night day sweet fair good lord lady heart star moon doth hath speak come go not and of to in"
+    ).split()
     lines: list[str] = []
     while sum(map(len, lines)) < n_chars:
         lines.append(rng.choice(["ROMEO", "JULIET", "NURSE", "FRIAR"]) + ":")
@@ -51,6 +76,7 @@ def write_corpus(path: Path, n_chars: int = 30_000) -> Path:
 
 
 # --- parts -------------------------------------------------------------------
+
 
 def test_options_take_both_spellings_and_nodes_default_from_the_environment(monkeypatch):
     monkeypatch.setenv("LANPOOL_NUM_NODES", "3")
@@ -123,6 +149,7 @@ def test_user_errors_are_one_line_and_exit_2(argv, message, capsys):
 
 # --- a real run ----------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def ddp_run(tmp_path_factory):
     """30 steps on 2 processes (DDP over gloo), a snapshot every 10, keeping 2."""
@@ -131,10 +158,36 @@ def ddp_run(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
     env["LANPOOL_METRICS_FILE"] = str(root / "metrics.jsonl")
     result = subprocess.run(
-        [sys.executable, "-m", "training.chargpt", "train", "--data", str(corpus), "--out", str(root / "ck"),
-         "--devices", "2", "--max-steps", "30", "--log-every", "10", "--snapshot-every", "10",
-         "--keep-snapshots", "2", "--eval-every", "30", "--eval-batches", "2", *TINY],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            "-m",
+            "training.chargpt",
+            "train",
+            "--data",
+            str(corpus),
+            "--out",
+            str(root / "ck"),
+            "--devices",
+            "2",
+            "--max-steps",
+            "30",
+            "--log-every",
+            "10",
+            "--snapshot-every",
+            "10",
+            "--keep-snapshots",
+            "2",
+            "--eval-every",
+            "30",
+            "--eval-batches",
+            "2",
+            *TINY,
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     return root, corpus, result.stdout
@@ -183,11 +236,31 @@ def test_resuming_a_snapshot_continues_the_global_step(ddp_run, tmp_path, capsys
     out = tmp_path / "resumed"
     metrics = tmp_path / "metrics.jsonl"
     monkeypatch.setenv("LANPOOL_METRICS_FILE", str(metrics))
-    code = run_cli(main, [
-        "train", "--data", str(corpus), "--out", str(out), "--devices", "1", "--max-steps", "40",
-        "--log-every", "10", "--snapshot-every", "10", "--eval-every", "100", "--eval-batches", "1",
-        "--ckpt-path", str(root / "ck" / "step-20.ckpt"), *TINY,
-    ])
+    code = run_cli(
+        main,
+        [
+            "train",
+            "--data",
+            str(corpus),
+            "--out",
+            str(out),
+            "--devices",
+            "1",
+            "--max-steps",
+            "40",
+            "--log-every",
+            "10",
+            "--snapshot-every",
+            "10",
+            "--eval-every",
+            "100",
+            "--eval-batches",
+            "1",
+            "--ckpt-path",
+            str(root / "ck" / "step-20.ckpt"),
+            *TINY,
+        ],
+    )
     stdout = capsys.readouterr().out
     assert code == 0
     assert [int(s) for s, _, _ in STEP_LINE.findall(stdout)] == [30, 40], stdout
@@ -200,8 +273,7 @@ def test_resuming_a_snapshot_continues_the_global_step(ddp_run, tmp_path, capsys
 def test_sample_prints_the_prompt_and_the_asked_number_of_characters(ddp_run, capsys):
     root, corpus, _ = ddp_run
     ckpt = str(root / "ck" / "snapshot.ckpt")
-    assert run_cli(main, ["sample", "--ckpt", ckpt, "--prompt", "ROMEO:", "--max-new-tokens", "80",
-                          "--seed", "1"]) == 0
+    assert run_cli(main, ["sample", "--ckpt", ckpt, "--prompt", "ROMEO:", "--max-new-tokens", "80", "--seed", "1"]) == 0
     text = capsys.readouterr().out
     assert text.startswith("ROMEO:") and text.endswith("\n")
     assert len(text) == len("ROMEO:") + 80 + 1

@@ -67,8 +67,13 @@ def test_no_subcommand_or_no_prepared_data_exits_2(tmp_path, capsys):
 def test_prepare_train_predict(tmp_path, capsys, monkeypatch):
     corpus = write_corpus(tmp_path / "corpus.txt")
     blocks = tmp_path / "blocks"
-    assert run_cli(main, ["prepare", "--data", str(corpus), "--out", str(blocks), "--block-size", "32",
-                          "--val-fraction", "0.1"]) == 0
+    assert (
+        run_cli(
+            main,
+            ["prepare", "--data", str(corpus), "--out", str(blocks), "--block-size", "32", "--val-fraction", "0.1"],
+        )
+        == 0
+    )
     meta = json.loads((blocks / "meta.json").read_text())
     train_blocks = torch.load(blocks / "train.pt", weights_only=True)
     val_blocks = torch.load(blocks / "val.pt", weights_only=True)
@@ -82,11 +87,37 @@ def test_prepare_train_predict(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("LANPOOL_METRICS_FILE", str(metrics))
     out = tmp_path / "model"
     capsys.readouterr()
-    assert run_cli(main, [
-        "train", "--dataset", str(blocks), "--out", str(out), "--max-steps", "30", "--batch-size", "4",
-        "--lr", "3e-3", "--log-every", "10", "--eval-every", "30", "--eval-batches", "2",
-        "--accelerator", "cpu", "--devices", "1", "--num-nodes", "1",
-    ]) == 0
+    assert (
+        run_cli(
+            main,
+            [
+                "train",
+                "--dataset",
+                str(blocks),
+                "--out",
+                str(out),
+                "--max-steps",
+                "30",
+                "--batch-size",
+                "4",
+                "--lr",
+                "3e-3",
+                "--log-every",
+                "10",
+                "--eval-every",
+                "30",
+                "--eval-batches",
+                "2",
+                "--accelerator",
+                "cpu",
+                "--devices",
+                "1",
+                "--num-nodes",
+                "1",
+            ],
+        )
+        == 0
+    )
     stdout = capsys.readouterr().out
     assert f"saved model to {out} at step 30" in stdout
     losses = [json.loads(line) for line in metrics.read_text().splitlines()[1:]]
@@ -96,7 +127,11 @@ def test_prepare_train_predict(tmp_path, capsys, monkeypatch):
         assert (out / name).exists(), name
     assert torch.load(out / "lightning.ckpt", weights_only=False)["global_step"] == 30
 
-    assert run_cli(main, ["predict", "--ckpt-dir", str(out), "--input_str", "ROMEO:",
-                          "--max_new_tokens", "12", "--seed", "0"]) == 0
+    assert (
+        run_cli(
+            main, ["predict", "--ckpt-dir", str(out), "--input_str", "ROMEO:", "--max_new_tokens", "12", "--seed", "0"]
+        )
+        == 0
+    )
     text = capsys.readouterr().out
     assert text.startswith("ROMEO:") and len(text.strip()) > len("ROMEO:")

@@ -26,7 +26,8 @@ def test_one_line_per_metric_with_step_epoch_name_value_time(tmp_path):
     # Readable before the logger is finalized or dropped: a tail sees it at once.
     lines = read_lines(path)
     assert [(r["step"], r["epoch"], r["name"], r["value"]) for r in lines] == [
-        (49, 3, "train_loss", 2.5), (49, 3, "tokens_per_s", 1000.0),
+        (49, 3, "train_loss", 2.5),
+        (49, 3, "tokens_per_s", 1000.0),
     ]
     assert set(lines[0]) == {"step", "epoch", "name", "value", "time"}
     assert lines[0]["time"] == lines[1]["time"] and lines[0]["time"] > 1.6e9
@@ -97,9 +98,15 @@ def test_a_real_fit_logs_hyperparameters_then_increasing_steps_of_falling_loss(t
     y = x @ torch.tensor([[1.0], [-2.0], [0.5], [3.0]])
     path = tmp_path / "m.jsonl"
     trainer = Trainer(
-        accelerator="cpu", devices=1, max_steps=40, logger=LanpoolMetrics(str(path)),
-        log_every_n_steps=5, enable_checkpointing=False, enable_progress_bar=False,
-        enable_model_summary=False, default_root_dir=tmp_path,
+        accelerator="cpu",
+        devices=1,
+        max_steps=40,
+        logger=LanpoolMetrics(str(path)),
+        log_every_n_steps=5,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
     )
     trainer.fit(TinyRegression(), DataLoader(TensorDataset(x, y), batch_size=16, shuffle=True))
 

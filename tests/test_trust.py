@@ -94,14 +94,17 @@ def test_runner_named_by_address_is_trusted_and_pinned(tmp_path, controller_home
         impostor.stop()
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (("headless", "runners", "add", "h:70000"), "the port must be a number from 1 to 65535"),
-    (("headless", "runners", "add", "h:abc"), "the port must be a number from 1 to 65535"),
-    (("headless", "runners", "add", "h:0"), "the port must be a number from 1 to 65535"),
-    (("headless", "runners", "add", ":7422"), "use HOST or HOST:PORT"),
-    (("headless", "runners", "add", "[::1"), "[IPV6]:PORT"),
-    (("headless", "runners", "pair", "h:99999", "ABCD-EFGH"), "the port must be a number from 1 to 65535"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (("headless", "runners", "add", "h:70000"), "the port must be a number from 1 to 65535"),
+        (("headless", "runners", "add", "h:abc"), "the port must be a number from 1 to 65535"),
+        (("headless", "runners", "add", "h:0"), "the port must be a number from 1 to 65535"),
+        (("headless", "runners", "add", ":7422"), "use HOST or HOST:PORT"),
+        (("headless", "runners", "add", "[::1"), "[IPV6]:PORT"),
+        (("headless", "runners", "pair", "h:99999", "ABCD-EFGH"), "the port must be a number from 1 to 65535"),
+    ],
+)
 def test_bad_addresses_are_one_line(cli, argv, needle):
     _one_line(cli(*argv), 2, "bad runner address", needle)
 
@@ -121,10 +124,12 @@ def _damage_key(home, name: str, key: str) -> None:
         db.close()
 
 
-@pytest.mark.parametrize("bad_key", ["ssh-ed25519 not-base64!!", "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQC",
-                                     "", "x" * 100_000])
-def test_malformed_stored_key_is_one_line_and_others_keep_working(tmp_path, controller_home, cli, make_project,
-                                                                   bad_key):
+@pytest.mark.parametrize(
+    "bad_key", ["ssh-ed25519 not-base64!!", "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQC", "", "x" * 100_000]
+)
+def test_malformed_stored_key_is_one_line_and_others_keep_working(
+    tmp_path, controller_home, cli, make_project, bad_key
+):
     project = make_project(ONE_JOB)
     good = start_agent(tmp_path / "good", controller_home, name="good-runner")
     broken = start_agent(tmp_path / "broken", controller_home, name="broken-runner")
@@ -159,8 +164,7 @@ def test_malformed_stored_key_is_one_line_and_others_keep_working(tmp_path, cont
 def test_store_from_before_trust_keeps_only_runners_added_by_address(tmp_path):
     """Migration 6: runners the user added by address stay trusted; those found by mDNS
     (which may only have accepted our key) must be paired or added again."""
-    from app.store import Store
-    from app.store import migrations
+    from app.store import Store, migrations
 
     db_path = tmp_path / "old.db"
     raw = sqlite3.connect(db_path)
@@ -171,8 +175,11 @@ def test_store_from_before_trust_keeps_only_runners_added_by_address(tmp_path):
         step(db)
         raw.execute(f"PRAGMA user_version = {number}")
     for name, source in (("by-hand", "manual"), ("heard", "mdns")):
-        raw.execute("INSERT INTO runners (name, host, port, host_key, source, added_at, state, paired) "
-                    "VALUES (?, '10.0.0.1', 7422, 'k', ?, 1.0, 'LIVE', 1)", (name, source))
+        raw.execute(
+            "INSERT INTO runners (name, host, port, host_key, source, added_at, state, paired) "
+            "VALUES (?, '10.0.0.1', 7422, 'k', ?, 1.0, 'LIVE', 1)",
+            (name, source),
+        )
     raw.commit()
     raw.close()
     store = Store(db_path)

@@ -66,6 +66,7 @@ variables:
 
 def pilot_test(test):
     """Run an async test body in its own event loop (the app's pilot needs one)."""
+
     @functools.wraps(test)
     def run(*args, **kwargs) -> None:
         asyncio.run(test(*args, **kwargs))
@@ -189,8 +190,11 @@ async def add_runner(pilot, address: str) -> None:
     assert isinstance(pilot.app.screen, FormDialog)
     await type_into(pilot, "#field-address", address)
     await pilot.press("enter")
-    await wait_until(pilot, lambda: any(r["state"] == "LIVE" for r in rows(pilot.app, "runners-table").values()),
-                     f"runner at {address} LIVE")
+    await wait_until(
+        pilot,
+        lambda: any(r["state"] == "LIVE" for r in rows(pilot.app, "runners-table").values()),
+        f"runner at {address} LIVE",
+    )
 
 
 async def known_runner(agent) -> None:
@@ -213,8 +217,11 @@ async def submit(pilot, workflow: str | None = None) -> str:
         app.screen.query_one("#workflow", Select).value = workflow
         await wait_until(pilot, lambda: app.screen.workflow == workflow, f"workflow {workflow} picked")
     await pilot.press("ctrl+r")
-    return await wait_until(pilot, lambda: next((r[0].id for r in app.ctl.store.job_rows()
-                                                 if r[0].id not in before), None), "the job submitted")
+    return await wait_until(
+        pilot,
+        lambda: next((r[0].id for r in app.ctl.store.job_rows() if r[0].id not in before), None),
+        "the job submitted",
+    )
 
 
 def job_status(app: LanpoolApp, job_id: str) -> str:
@@ -223,8 +230,12 @@ def job_status(app: LanpoolApp, job_id: str) -> str:
 
 async def wait_status(pilot, job_id: str, status: str, timeout: float = 30.0) -> None:
     """The Runs tab shows `status` for the job (the table is refreshed every second)."""
-    await wait_until(pilot, lambda: job_status(pilot.app, job_id).startswith(status),
-                     f"job {job_id} {status} in the runs table", timeout)
+    await wait_until(
+        pilot,
+        lambda: job_status(pilot.app, job_id).startswith(status),
+        f"job {job_id} {status} in the runs table",
+        timeout,
+    )
 
 
 # -- runners --------------------------------------------------------------------------------
@@ -256,8 +267,12 @@ async def test_runner_found_by_mdns_is_unpaired_until_added(tmp_path, controller
         app = tui(project, discover=True)
         async with app.run_test(size=SIZE) as pilot:
             await pilot.press("2")
-            await wait_until(pilot, lambda: rows(app, "runners-table").get(name, {}).get("state") == "UNPAIRED",
-                             f"{name} discovered over mDNS and UNPAIRED", timeout=30)
+            await wait_until(
+                pilot,
+                lambda: rows(app, "runners-table").get(name, {}).get("state") == "UNPAIRED",
+                f"{name} discovered over mDNS and UNPAIRED",
+                timeout=30,
+            )
             await pilot.pause(2.5)  # probed again (every 1 s here): accepting our key does not make it LIVE
             assert rows(app, "runners-table")[name]["state"] == "UNPAIRED"
             await add_runner(pilot, a.address)  # the user's act
@@ -269,8 +284,7 @@ async def test_runner_found_by_mdns_is_unpaired_until_added(tmp_path, controller
 
 
 @pilot_test
-async def test_pair_with_wrong_code_is_a_notification_then_right_code_pairs(tmp_path, controller_home, project,
-                                                                           cli):
+async def test_pair_with_wrong_code_is_a_notification_then_right_code_pairs(tmp_path, controller_home, project, cli):
     a = start_agent(tmp_path / "fresh", controller_home, authorize=False, name="fresh-runner")
     try:
         code = json.loads(cli("agent", "status", "--data-dir", str(a.data_dir), "--json").stdout)["pairing_code"]
@@ -292,8 +306,11 @@ async def test_pair_with_wrong_code_is_a_notification_then_right_code_pairs(tmp_
             await type_into(pilot, "#field-target", a.address)
             await type_into(pilot, "#field-code", code.lower())
             await pilot.press("enter")
-            await wait_until(pilot, lambda: rows(app, "runners-table").get("fresh-runner", {}).get("state") == "LIVE",
-                             "fresh-runner paired and LIVE")
+            await wait_until(
+                pilot,
+                lambda: rows(app, "runners-table").get("fresh-runner", {}).get("state") == "LIVE",
+                "fresh-runner paired and LIVE",
+            )
             assert ("paired with runner fresh-runner", "information") in notes(app)
     finally:
         a.stop()
@@ -324,8 +341,9 @@ async def test_run_from_dialog_streams_its_log_and_ends_done(agent, project):
         # r, then ctrl+r at once: the first workflow with its defaults (the plan, which
         # comes a moment later for a dialog already closed, is dropped without an error).
         await pilot.press("r", "ctrl+r")
-        job_id = await wait_until(pilot, lambda: app.ctl.store.job_rows() and app.ctl.store.job_rows()[0][0].id,
-                                  "the job submitted")
+        job_id = await wait_until(
+            pilot, lambda: app.ctl.store.job_rows() and app.ctl.store.job_rows()[0][0].id, "the job submitted"
+        )
         job = app.ctl.store.job(job_id)
         assert job.workflow == "make"
         await wait_until(pilot, lambda: app.query_one("#tabs").active == "logs", "the new job's log shown")
@@ -496,8 +514,9 @@ async def test_stop_and_abort_ask_first(agent, project, key, status):
         assert app.ctl.store.job(job_id).status == status
         # What the stop worker saw. The job's own follower may record the end (and the table
         # show it) a moment before the worker's follow returns: wait for the worker.
-        await wait_until(pilot, lambda: (f"job {job_id}: {status}", "information") in notes(app),
-                         "the stop worker's outcome")
+        await wait_until(
+            pilot, lambda: (f"job {job_id}: {status}", "information") in notes(app), "the stop worker's outcome"
+        )
         if status == "STOPPED":
             await wait_until(pilot, lambda: "got TERM" in log_texts(app), "the job's TERM trap in the log")
         await pilot.press(key)  # an ended job is not stopped twice
@@ -515,7 +534,9 @@ async def test_artifacts_download_to_a_chosen_dir(agent, project, tmp_path):
         await pilot.press("5")
         await wait_until(pilot, lambda: rows(app, "artifacts-table"), "the artifacts listed")
         assert {k: r["size"].strip() for k, r in rows(app, "artifacts-table").items()} == {
-            "out/a.txt": "6 B", "out/sub/b.bin": "4.9 KiB"}
+            "out/a.txt": "6 B",
+            "out/sub/b.bin": "4.9 KiB",
+        }
         assert "2 file(s)" in label_text(app, "#artifacts-header")
 
         await pilot.press("d")
@@ -523,8 +544,9 @@ async def test_artifacts_download_to_a_chosen_dir(agent, project, tmp_path):
         dest = tmp_path / "downloaded here"
         await type_into(pilot, "#field-dir", str(dest))
         await pilot.press("enter")
-        await wait_until(pilot, lambda: any("file(s)" in m and str(dest) in m for m, _ in notes(app)),
-                         "the download's notification")
+        await wait_until(
+            pilot, lambda: any("file(s)" in m and str(dest) in m for m, _ in notes(app)), "the download's notification"
+        )
         assert (dest / "out" / "a.txt").read_text() == "hello\n"
         assert (dest / "out" / "sub" / "b.bin").read_bytes() == bytes(5000)
         assert not app.query_one("#download-box").display

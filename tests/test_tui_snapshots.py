@@ -27,8 +27,9 @@ DONE_JOB = "a1b2c3d4e5f6"  # the job the Logs, Metrics and Artifacts screens sho
 
 def _host_key(name: str) -> str:
     """A valid ed25519 public key, the same on every machine (an unreadable one shows UNPAIRED)."""
-    blob = b"".join(len(part).to_bytes(4, "big") + part
-                    for part in (b"ssh-ed25519", hashlib.sha256(name.encode()).digest()))
+    blob = b"".join(
+        len(part).to_bytes(4, "big") + part for part in (b"ssh-ed25519", hashlib.sha256(name.encode()).digest())
+    )
     return "ssh-ed25519 " + base64.b64encode(blob).decode()
 
 
@@ -36,37 +37,100 @@ def _runner(store, name: str, address: str, source: str, state: str, props: dict
     host, port = address.split(":")
     store.upsert_runner(name, host, int(port), _host_key(name), source=source)
     # Trusted (paired or added) unless shown UNPAIRED: found by mDNS is not enough (app/pool.py).
-    store.set_runner(name, state=state, paired=int(state != "UNPAIRED"), trusted=int(state != "UNPAIRED"),
-                     trusted_at=NOW - 86400, props=json.dumps(props), last_seen=last_seen)
+    store.set_runner(
+        name,
+        state=state,
+        paired=int(state != "UNPAIRED"),
+        trusted=int(state != "UNPAIRED"),
+        trusted_at=NOW - 86400,
+        props=json.dumps(props),
+        last_seen=last_seen,
+    )
 
 
-def _job(store, job_id: str, run: str, workflow: str, runner: str, status: str, submitted: float,
-         started: float | None = None, finished: float | None = None, exit_code: int | None = None,
-         error: str | None = None, cache_key: str | None = None) -> None:
+def _job(
+    store,
+    job_id: str,
+    run: str,
+    workflow: str,
+    runner: str,
+    status: str,
+    submitted: float,
+    started: float | None = None,
+    finished: float | None = None,
+    exit_code: int | None = None,
+    error: str | None = None,
+    cache_key: str | None = None,
+) -> None:
     row = store.runner(runner)
     store.create_job(job_id, run, workflow, row, {"artifacts": []}, cache_key=cache_key)
     # synced: everything is known, so the app never asks a runner (none answers here).
-    store.set_job_status(job_id, status, submitted_at=submitted, started_at=started, finished_at=finished,
-                         exit_code=exit_code, error=error, synced=1)
+    store.set_job_status(
+        job_id,
+        status,
+        submitted_at=submitted,
+        started_at=started,
+        finished_at=finished,
+        exit_code=exit_code,
+        error=error,
+        synced=1,
+    )
 
 
 def fill(ctl: Controller) -> None:
     store = ctl.store
-    _runner(store, "gpu-box-1", "192.168.1.20:7422", "mdns", "LIVE",
-            {"gpus": "2", "gpus_free": "1", "gpu_name": "NVIDIA A100", "executor": "docker"}, NOW - 2)
-    _runner(store, "gpu-box-2", "192.168.1.21:7422", "manual", "OFFLINE",
-            {"gpus": "4", "gpus_free": "4", "gpu_name": "RTX 4090", "executor": "docker"}, NOW - 1800)
+    _runner(
+        store,
+        "gpu-box-1",
+        "192.168.1.20:7422",
+        "mdns",
+        "LIVE",
+        {"gpus": "2", "gpus_free": "1", "gpu_name": "NVIDIA A100", "executor": "docker"},
+        NOW - 2,
+    )
+    _runner(
+        store,
+        "gpu-box-2",
+        "192.168.1.21:7422",
+        "manual",
+        "OFFLINE",
+        {"gpus": "4", "gpus_free": "4", "gpu_name": "RTX 4090", "executor": "docker"},
+        NOW - 1800,
+    )
     _runner(store, "laptop", "192.168.1.35:7422", "mdns", "UNPAIRED", {"executor": "process"}, NOW - 5)
 
     store.create_run("wild-lynx-1", "train", str(PROJECT), variables={"lr": "0.01", "epochs": "3"})
-    _job(store, "f00dfeed0001", "wild-lynx-1", "train", "gpu-box-2", "FAILED", NOW - 7200, NOW - 7190,
-         NOW - 7100, 1, "exit code 1")
-    store.create_run("calm-heron-2", "train", str(PROJECT), tag="v1",
-                     variables={"lr": "0.0003", "epochs": "3", "model": "small"})
+    _job(
+        store,
+        "f00dfeed0001",
+        "wild-lynx-1",
+        "train",
+        "gpu-box-2",
+        "FAILED",
+        NOW - 7200,
+        NOW - 7190,
+        NOW - 7100,
+        1,
+        "exit code 1",
+    )
+    store.create_run(
+        "calm-heron-2", "train", str(PROJECT), tag="v1", variables={"lr": "0.0003", "epochs": "3", "model": "small"}
+    )
     # The Run dialog's plan for train reuses this prepare job: same inputs, artifacts at hand.
     prepare_key = ctl.plan(ctl.load_project(PROJECT), "train").jobs[0].key
-    _job(store, "0d9e8f7a6b5c", "calm-heron-2", "prepare", "gpu-box-1", "DONE", NOW - 3800, NOW - 3795,
-         NOW - 3760, 0, cache_key=prepare_key)
+    _job(
+        store,
+        "0d9e8f7a6b5c",
+        "calm-heron-2",
+        "prepare",
+        "gpu-box-1",
+        "DONE",
+        NOW - 3800,
+        NOW - 3795,
+        NOW - 3760,
+        0,
+        cache_key=prepare_key,
+    )
     tokens = ctl.home.job_artifacts("0d9e8f7a6b5c") / "data" / "tokens.txt"
     tokens.parent.mkdir(parents=True)
     tokens.write_text("tokens\n")
@@ -78,22 +142,29 @@ def fill(ctl: Controller) -> None:
     store.set_job_status("5e1f0c2a9b33", "QUEUED", submitted_at=NOW - 20)
 
     store.set_artifacts("0d9e8f7a6b5c", [("data/tokens.txt", 7)])
-    store.set_artifacts(DONE_JOB, [("checkpoints/epoch=2-step=150.ckpt", 1_234_567),
-                                   ("checkpoints/last.ckpt", 1_234_567), ("checkpoints/hparams.yaml", 96)])
+    store.set_artifacts(
+        DONE_JOB,
+        [
+            ("checkpoints/epoch=2-step=150.ckpt", 1_234_567),
+            ("checkpoints/last.ckpt", 1_234_567),
+            ("checkpoints/hparams.yaml", 96),
+        ],
+    )
 
-    lines = [("sys", "lanpool: job a1b2c3d4e5f6 on gpu-box-1 (process), 1 GPU: 0"),
-             ("out", "train lr=0.0003 epochs=3 model=small"),
-             ("err", "GPU available: True (cuda), used: True"),
-             ("out", "Epoch 0: 100%|██████████| 50/50 [00:05<00:00, 9.81it/s, loss=1.93]")]
-    lines += [("out", f"step {s:3d}  train_loss {2.0 * 0.97 ** s:.4f}") for s in range(0, 150, 10)]
+    lines = [
+        ("sys", "lanpool: job a1b2c3d4e5f6 on gpu-box-1 (process), 1 GPU: 0"),
+        ("out", "train lr=0.0003 epochs=3 model=small"),
+        ("err", "GPU available: True (cuda), used: True"),
+        ("out", "Epoch 0: 100%|██████████| 50/50 [00:05<00:00, 9.81it/s, loss=1.93]"),
+    ]
+    lines += [("out", f"step {s:3d}  train_loss {2.0 * 0.97**s:.4f}") for s in range(0, 150, 10)]
     lines += [("err", "`Trainer.fit` stopped: `max_epochs=3` reached."), ("sys", "lanpool: exit code 0")]
     chunks, seq = [], 0
     for stream, text in lines:
         chunks.append((DONE_JOB, 0, seq, 1, stream, (text + "\n").encode()))
         seq += 1
-    points = [{"step": s, "name": "train_loss", "value": round(2.0 * 0.97 ** s, 4)} for s in range(0, 150, 5)]
-    points += [{"step": s, "name": "val_loss", "value": round(2.1 * 0.975 ** s + 0.05, 4)}
-               for s in range(49, 150, 50)]
+    points = [{"step": s, "name": "train_loss", "value": round(2.0 * 0.97**s, 4)} for s in range(0, 150, 5)]
+    points += [{"step": s, "name": "val_loss", "value": round(2.1 * 0.975**s + 0.05, 4)} for s in range(49, 150, 50)]
     data = "".join(json.dumps(p) + "\n" for p in points).encode()
     chunks.append((DONE_JOB, 0, seq, len(points), "met", data))
     store.add_log_chunks(chunks)

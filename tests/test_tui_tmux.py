@@ -34,8 +34,14 @@ class Pane:
         self.env = env
 
     def tmux(self, *args: str, check: bool = True) -> str:
-        return subprocess.run(["tmux", "-S", str(self.socket), *args], env=self.env, capture_output=True,
-                              text=True, check=check, timeout=20).stdout
+        return subprocess.run(
+            ["tmux", "-S", str(self.socket), *args],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=check,
+            timeout=20,
+        ).stdout
 
     def keys(self, *keys: str) -> None:
         self.tmux("send-keys", "-t", "tui", *keys)
@@ -75,8 +81,19 @@ def test_app_in_a_real_terminal_runs_a_workflow(pane, agent, cli, make_project):
     # Textual draws on stderr: nothing of the app's output is redirected; the shell
     # writes the app's exit status to a file once it is over.
     exit_file = project.parent / "app-exit-status"
-    pane.tmux("new-session", "-d", "-x", "160", "-y", "45", "-s", "tui", "-c", str(project),
-              f"{shlex.quote(str(APP))} {shlex.quote(str(project))}; echo $? > {shlex.quote(str(exit_file))}")
+    pane.tmux(
+        "new-session",
+        "-d",
+        "-x",
+        "160",
+        "-y",
+        "45",
+        "-s",
+        "tui",
+        "-c",
+        str(project),
+        f"{shlex.quote(str(APP))} {shlex.quote(str(project))}; echo $? > {shlex.quote(str(exit_file))}",
+    )
     pane.tmux("set-option", "-t", "tui", "remain-on-exit", "on")  # keep the last screen after q
     screen = pane.wait_for("Runners")
     assert "lanpool" in screen and str(project) in screen  # the header names the project

@@ -205,10 +205,20 @@ def test_working_dir(lanpool_project: Project):
 
 def test_resources_are_normalised(lanpool_project: Project):
     train = lanpool_project.get("train")
-    assert train.resources == {"gpu": {"count": 2, "name": "A100", "memory": "24GB"}, "cpu": 8,
-                               "memory": "64GB", "shm_size": "2GB"}
-    expected = {"gpu": 2, "gpu_name": "A100", "gpu_memory_mb": 24 * 1024, "cpu": 8, "memory_mb": 64 * 1024,
-                "shm_size": "2048m"}
+    assert train.resources == {
+        "gpu": {"count": 2, "name": "A100", "memory": "24GB"},
+        "cpu": 8,
+        "memory": "64GB",
+        "shm_size": "2GB",
+    }
+    expected = {
+        "gpu": 2,
+        "gpu_name": "A100",
+        "gpu_memory_mb": 24 * 1024,
+        "cpu": 8,
+        "memory_mb": 64 * 1024,
+        "shm_size": "2048m",
+    }
     assert normalize_resources(train.resources) == expected
     assert resolve(lanpool_project, "train", {}, BUILTINS).resources == expected
     assert normalize_resources(lanpool_project.get("eval").resources) == {"gpu": 1}
@@ -252,8 +262,10 @@ def test_depends_on_list_mapping_and_tag(lanpool_project: Project, dstack_projec
 
 
 def test_variables_global_and_per_workflow(lanpool_project: Project):
-    assert lanpool_project.variables == {"global": {"size": 1000, "epochs": 3},
-                                         "train": {"epochs": 10, "lr": 0.0005, "amp": True}}
+    assert lanpool_project.variables == {
+        "global": {"size": 1000, "epochs": 3},
+        "train": {"epochs": 10, "lr": 0.0005, "amp": True},
+    }
     assert lanpool_project.variables_of("train") == {"size": 1000, "epochs": 10, "lr": 0.0005, "amp": True}
     assert lanpool_project.variables_of("prepare") == {"size": 1000, "epochs": 3}
     assert resolve(lanpool_project, "train", {}, BUILTINS).commands == ["python train.py --epochs 10"]
@@ -301,7 +313,9 @@ def _assert_at(err: WorkflowError, path: Path, line: int) -> None:
 
 
 def test_malformed_workflows_yaml(tmp_path: Path):
-    path = _write(tmp_path, """\
+    path = _write(
+        tmp_path,
+        """\
         workflows:
           - name: a
             commands:
@@ -309,7 +323,8 @@ def test_malformed_workflows_yaml(tmp_path: Path):
           - name: b
             commands: [echo b
             env: {}
-        """)
+        """,
+    )
     err = _error(tmp_path)
     assert str(err).startswith(f"{path}:") and "malformed YAML" in str(err)
     assert err.line == 7  # where the unclosed flow list is found to be broken
@@ -326,12 +341,21 @@ def test_malformed_variables_yaml(tmp_path: Path):
 @pytest.mark.parametrize(
     ("text", "line", "expected"),
     [
-        ("workflows:\n  - name: a\n    comands: [echo]\n", 3,
-         "unknown key 'comands' in a workflow; did you mean 'commands'"),
-        ("workflows:\n  - name: a\n    commands: [echo]\n  - name: b\n    commands: [echo]\n    depends_on: [a]\n",
-         6, "did you mean 'depends-on'"),
-        ("workflows:\n  - name: a\n    commands: [echo]\n    resources:\n      cpu: 2\n      gpus: 1\n",
-         6, "unknown resource 'gpus'; did you mean 'gpu'"),
+        (
+            "workflows:\n  - name: a\n    comands: [echo]\n",
+            3,
+            "unknown key 'comands' in a workflow; did you mean 'commands'",
+        ),
+        (
+            "workflows:\n  - name: a\n    commands: [echo]\n  - name: b\n    commands: [echo]\n    depends_on: [a]\n",
+            6,
+            "did you mean 'depends-on'",
+        ),
+        (
+            "workflows:\n  - name: a\n    commands: [echo]\n    resources:\n      cpu: 2\n      gpus: 1\n",
+            6,
+            "unknown resource 'gpus'; did you mean 'gpu'",
+        ),
     ],
     ids=["comands", "depends_on", "gpus"],
 )
@@ -343,14 +367,17 @@ def test_unknown_key_suggests(tmp_path: Path, text, line, expected):
 
 
 def test_missing_image_and_commands(tmp_path: Path):
-    path = _write(tmp_path, """\
+    path = _write(
+        tmp_path,
+        """\
         workflows:
           - name: ok
             commands: [echo]
 
           - name: empty
             image: ubuntu
-        """)
+        """,
+    )
     err = _error(tmp_path)
     _assert_at(err, path, 5)
     assert "'empty'" in str(err) and "commands" in str(err)
@@ -364,7 +391,9 @@ def test_python_provider_without_script(tmp_path: Path):
 
 
 def test_dependency_cycle_prints_the_cycle(tmp_path: Path):
-    path = _write(tmp_path, """\
+    path = _write(
+        tmp_path,
+        """\
         workflows:
           - name: a
             commands: [echo a]
@@ -376,7 +405,8 @@ def test_dependency_cycle_prints_the_cycle(tmp_path: Path):
             commands: [echo c]
             depends-on:
               workflows: [b]
-        """)
+        """,
+    )
     err = _error(tmp_path)
     assert "dependency cycle" in str(err)
     cycle = str(err).split("dependency cycle: ")[1]
@@ -387,10 +417,13 @@ def test_dependency_cycle_prints_the_cycle(tmp_path: Path):
 
 
 def test_dependency_cycle_a_b_c(tmp_path: Path):
-    path = _write(tmp_path, "workflows:\n"
-                            "  - name: a\n    commands: [x]\n    depends-on: [b]\n"
-                            "  - name: b\n    commands: [x]\n    depends-on: [c]\n"
-                            "  - name: c\n    commands: [x]\n    depends-on: [a]\n")
+    path = _write(
+        tmp_path,
+        "workflows:\n"
+        "  - name: a\n    commands: [x]\n    depends-on: [b]\n"
+        "  - name: b\n    commands: [x]\n    depends-on: [c]\n"
+        "  - name: c\n    commands: [x]\n    depends-on: [a]\n",
+    )
     err = _error(tmp_path)
     _assert_at(err, path, 4)
     assert str(err).endswith("dependency cycle: a -> b -> c -> a")
@@ -404,7 +437,9 @@ def test_self_dependency_is_a_cycle(tmp_path: Path):
 
 
 def test_dependency_on_an_unknown_workflow(tmp_path: Path):
-    path = _write(tmp_path, """\
+    path = _write(
+        tmp_path,
+        """\
         workflows:
           - name: prepare
             commands: [echo]
@@ -412,7 +447,8 @@ def test_dependency_on_an_unknown_workflow(tmp_path: Path):
             commands: [echo]
             help: x
             depends-on: [prepare, prepair]
-        """)
+        """,
+    )
     err = _error(tmp_path)
     _assert_at(err, path, 7)
     assert "unknown workflow 'prepair'" in str(err) and "did you mean 'prepare'" in str(err)
@@ -434,8 +470,10 @@ def test_duplicate_names(tmp_path: Path):
 
 @pytest.mark.parametrize("key", ["commands", "env"])
 def test_variable_used_but_never_defined(tmp_path: Path, key):
-    field = {"commands": "commands:\n      - echo ${{ undefined }}\n",
-             "env": "commands: [echo]\n    env:\n      X: ${{ undefined }}\n"}[key]
+    field = {
+        "commands": "commands:\n      - echo ${{ undefined }}\n",
+        "env": "commands: [echo]\n    env:\n      X: ${{ undefined }}\n",
+    }[key]
     path = _write(tmp_path, "workflows:\n  - name: a\n    help: x\n    " + field)
     _write(tmp_path, "variables:\n  global:\n    defined: 1\n", name="variables.yaml")
     err = _error(tmp_path)
@@ -444,8 +482,9 @@ def test_variable_used_but_never_defined(tmp_path: Path, key):
 
 
 def test_variable_of_another_workflow_is_not_defined_here(tmp_path: Path):
-    path = _write(tmp_path, "workflows:\n  - name: a\n    commands: [echo]\n"
-                            "  - name: b\n    commands: ['echo ${{ x }}']\n")
+    path = _write(
+        tmp_path, "workflows:\n  - name: a\n    commands: [echo]\n  - name: b\n    commands: ['echo ${{ x }}']\n"
+    )
     _write(tmp_path, "variables:\n  a:\n    x: 1\n", name="variables.yaml")
     err = _error(tmp_path)
     _assert_at(err, path, 5)
@@ -520,16 +559,20 @@ def test_cli_unknown_key(cli, make_project):
 
 
 def test_cli_cycle(cli, make_project):
-    root = make_project("workflows:\n"
-                        "  - name: a\n    commands: [x]\n    depends-on: [b]\n"
-                        "  - name: b\n    commands: [x]\n    depends-on: [c]\n"
-                        "  - name: c\n    commands: [x]\n    depends-on: [a]\n")
+    root = make_project(
+        "workflows:\n"
+        "  - name: a\n    commands: [x]\n    depends-on: [b]\n"
+        "  - name: b\n    commands: [x]\n    depends-on: [c]\n"
+        "  - name: c\n    commands: [x]\n    depends-on: [a]\n"
+    )
     line = _one_line_error(cli("headless", "run", "c", cwd=root), ".lanpool/workflows.yaml:4: ")
     assert "a -> b -> c -> a" in line
 
 
 def test_cli_malformed_variables(cli, make_project):
-    root = make_project("workflows:\n  - name: a\n    commands: [echo $x]\n",
-                        files={".lanpool/variables.yaml": "variables:\n  global:\n    x: 'unclosed\n"})
+    root = make_project(
+        "workflows:\n  - name: a\n    commands: [echo $x]\n",
+        files={".lanpool/variables.yaml": "variables:\n  global:\n    x: 'unclosed\n"},
+    )
     line = _one_line_error(cli("headless", "run", cwd=root), ".lanpool/variables.yaml:")
     assert "malformed YAML" in line

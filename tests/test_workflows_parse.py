@@ -85,14 +85,17 @@ def test_env_as_a_list_of_key_value_strings(tmp_path: Path):
 
 
 def test_numeric_and_bool_commands_are_stringified(tmp_path: Path):
-    _write(tmp_path, """\
+    _write(
+        tmp_path,
+        """\
         workflows:
           - name: n
             commands:
               - 42
               - true
               - false
-        """)
+        """,
+    )
     # `true` must stay the shell builtin, not become the unknown command "True"
     assert load_workflows(tmp_path).get("n").commands == ["42", "true", "false"]
 
@@ -142,12 +145,15 @@ def test_unterminated_flow_mapping_is_reported_where_the_parser_gives_up(tmp_pat
 
 
 def test_malformed_yaml_bad_indentation_line(tmp_path: Path):
-    path = _write(tmp_path, """\
+    path = _write(
+        tmp_path,
+        """\
         workflows:
           - name: train
             commands: [echo]
            bad: indent
-        """)
+        """,
+    )
     err = _error(tmp_path)
     _assert_at(err, path, 4)
     assert "malformed YAML" in str(err)
@@ -158,7 +164,9 @@ def test_malformed_yaml_bad_indentation_line(tmp_path: Path):
     [("comands", "commands"), ("artifact", "artifacts"), ("workdir", "working_dir"), ("enviroment", "environment")],
 )
 def test_unknown_key_suggests_the_close_match(tmp_path: Path, typo, suggestion):
-    path = _write(tmp_path, f"""\
+    path = _write(
+        tmp_path,
+        f"""\
         workflows:
           - name: ok
             commands: [echo]
@@ -166,7 +174,8 @@ def test_unknown_key_suggests_the_close_match(tmp_path: Path, typo, suggestion):
             help: the second one
             {typo}:
               - echo hi
-        """)
+        """,
+    )
     err = _error(tmp_path)
     _assert_at(err, path, 6)
     assert f"unknown key {typo!r}" in str(err)
@@ -181,14 +190,17 @@ def test_unknown_key_without_a_close_match_lists_the_known_keys(tmp_path: Path):
 
 
 def test_missing_commands(tmp_path: Path):
-    path = _write(tmp_path, """\
+    path = _write(
+        tmp_path,
+        """\
         workflows:
           - name: a
             commands: [echo a]
 
           - name: b
             help: no commands here
-        """)
+        """,
+    )
     err = _error(tmp_path)
     _assert_at(err, path, 5)
     assert "'b'" in str(err) and "commands" in str(err)
@@ -208,7 +220,9 @@ def test_missing_name(tmp_path: Path):
 
 
 def test_duplicate_name(tmp_path: Path):
-    path = _write(tmp_path, """\
+    path = _write(
+        tmp_path,
+        """\
         workflows:
           - name: train
             commands: [echo 1]
@@ -216,7 +230,8 @@ def test_duplicate_name(tmp_path: Path):
             commands: [echo 2]
           - name: train
             commands: [echo 3]
-        """)
+        """,
+    )
     err = _error(tmp_path)
     _assert_at(err, path, 6)
     assert "duplicate workflow name 'train'" in str(err) and "line 2" in str(err)
@@ -224,7 +239,9 @@ def test_duplicate_name(tmp_path: Path):
 
 @pytest.mark.parametrize("artifact", ["../x", "/etc", "out/../../x", "''"])
 def test_artifact_outside_the_workspace(tmp_path: Path, artifact):
-    path = _write(tmp_path, f"""\
+    path = _write(
+        tmp_path,
+        f"""\
         workflows:
           - name: train
             commands: [echo]
@@ -232,7 +249,8 @@ def test_artifact_outside_the_workspace(tmp_path: Path, artifact):
             artifacts:
               - ok/path
               - {artifact}
-        """)
+        """,
+    )
     err = _error(tmp_path)
     _assert_at(err, path, 5)
     assert "artifact path" in str(err)
@@ -253,8 +271,15 @@ def test_bad_working_dir(tmp_path: Path, working_dir):
 
 @pytest.mark.parametrize(
     "env",
-    ["\n      1BAD: x", "\n      BAD-NAME: x", "\n      'A B': x", "\n      - NOEQUALS", "\n      - 'BAD NAME=1'",
-     "\n      A: [1, 2]", " just a string"],
+    [
+        "\n      1BAD: x",
+        "\n      BAD-NAME: x",
+        "\n      'A B': x",
+        "\n      - NOEQUALS",
+        "\n      - 'BAD NAME=1'",
+        "\n      A: [1, 2]",
+        " just a string",
+    ],
     ids=["digit", "dash", "space", "no-equals", "list-bad-name", "list-value", "scalar"],
 )
 def test_bad_env(tmp_path: Path, env):
@@ -328,7 +353,9 @@ def test_find_project_ignores_a_dir_without_workflows_yaml(tmp_path: Path):
 def test_resume_from_takes_a_run_a_job_id_a_tag_or_a_variable(tmp_path: Path):
     from app.workflows.resolve import resolve
 
-    _write(tmp_path, """\
+    _write(
+        tmp_path,
+        """\
         workflows:
           - name: a
             resume-from: pink-fly-1
@@ -344,7 +371,8 @@ def test_resume_from_takes_a_run_a_job_id_a_tag_or_a_variable(tmp_path: Path):
             commands: [echo d]
           - name: e
             commands: [echo e]
-        """)
+        """,
+    )
     (tmp_path / ".lanpool" / "variables.yaml").write_text("variables:\n  d:\n    from: ''\n")
     project = load_workflows(tmp_path)
     wfs = project.workflows
@@ -359,21 +387,27 @@ def test_resume_from_takes_a_run_a_job_id_a_tag_or_a_variable(tmp_path: Path):
     assert "'resume-from' must be one run name" in str(exc.value)
 
 
-@pytest.mark.parametrize("value, message", [
-    ("[a, b]", "'resume-from' must be a run name, a job id or WORKFLOW:TAG"),
-    ("{run: x}", "'resume-from' must be a run name, a job id or WORKFLOW:TAG"),
-    ("true", "'resume-from' must be a run name, a job id or WORKFLOW:TAG"),
-    ("''", "'resume-from' is empty"),
-    ("a b", "'resume-from' must be one run name"),
-    ("${{ nowhere }}", "uses variable 'nowhere', which is never defined"),
-])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        ("[a, b]", "'resume-from' must be a run name, a job id or WORKFLOW:TAG"),
+        ("{run: x}", "'resume-from' must be a run name, a job id or WORKFLOW:TAG"),
+        ("true", "'resume-from' must be a run name, a job id or WORKFLOW:TAG"),
+        ("''", "'resume-from' is empty"),
+        ("a b", "'resume-from' must be one run name"),
+        ("${{ nowhere }}", "uses variable 'nowhere', which is never defined"),
+    ],
+)
 def test_bad_resume_from_points_at_its_line(tmp_path: Path, value, message):
-    path = _write(tmp_path, f"""\
+    path = _write(
+        tmp_path,
+        f"""\
         workflows:
           - name: train
             commands: [echo hi]
             resume-from: {value}
-        """)
+        """,
+    )
     err = _error(tmp_path)
     _assert_at(err, path, 4)
     assert message in str(err)
@@ -381,12 +415,15 @@ def test_bad_resume_from_points_at_its_line(tmp_path: Path, value, message):
 
 
 def test_a_misspelt_resume_from_is_suggested(tmp_path: Path):
-    path = _write(tmp_path, """\
+    path = _write(
+        tmp_path,
+        """\
         workflows:
           - name: train
             commands: [echo hi]
             resume_from: x
-        """)
+        """,
+    )
     err = _error(tmp_path)
     _assert_at(err, path, 4)
     assert "did you mean 'resume-from'?" in str(err)

@@ -16,10 +16,6 @@ import os
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
-from torch.nn import functional as F
-from torch.utils.data import DataLoader, TensorDataset, random_split
-
 from lightning.pytorch import (
     Callback,
     LightningDataModule,
@@ -27,6 +23,9 @@ from lightning.pytorch import (
     Trainer,
     seed_everything,
 )
+from torch import nn
+from torch.nn import functional as F
+from torch.utils.data import DataLoader, TensorDataset, random_split
 
 from training import cli_config
 from training.metrics import LanpoolMetrics
@@ -69,7 +68,8 @@ class AutoencoderConfig:
 
 def parse_config(argv: list[str] | None = None) -> AutoencoderConfig:
     return cli_config.parse_config(
-        AutoencoderConfig, argv,
+        AutoencoderConfig,
+        argv,
         prog="python -m training.autoencoder",
         description="Train an autoencoder on the 8x8 digits of scikit-learn.",
     )
@@ -96,9 +96,7 @@ class DigitsDataModule(LightningDataModule):
         n_val = int(len(dataset) * self.val_fraction)
         # A seeded generator gives every rank and every run the same split.
         generator = torch.Generator().manual_seed(self.seed)
-        self.train_set, self.val_set = random_split(
-            dataset, [len(dataset) - n_val, n_val], generator=generator
-        )
+        self.train_set, self.val_set = random_split(dataset, [len(dataset) - n_val, n_val], generator=generator)
 
     def train_dataloader(self) -> DataLoader:
         # The whole data set is one small in-memory tensor: workers only add start-up time.

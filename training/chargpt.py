@@ -163,8 +163,12 @@ class TextDataModule(LightningDataModule):
         # step it starts from draws new ones instead.
         trainer = self.trainer
         sampler = DistributedSampler(
-            self.train_set, num_replicas=trainer.world_size, rank=trainer.global_rank,
-            shuffle=True, seed=self.seed + trainer.global_step, drop_last=True,
+            self.train_set,
+            num_replicas=trainer.world_size,
+            rank=trainer.global_rank,
+            shuffle=True,
+            seed=self.seed + trainer.global_step,
+            drop_last=True,
         )
         return DataLoader(self.train_set, batch_size=self.batch_size, sampler=sampler, drop_last=True)
 
@@ -175,9 +179,17 @@ class TextDataModule(LightningDataModule):
 class LitCharGPT(LightningModule):
     """The GPT, built once the data's character set (`vocab`) is known."""
 
-    def __init__(self, block_size: int = 128, n_layer: int = 4, n_head: int = 4, n_embd: int = 128,
-                 dropout: float = 0.0, lr: float = 1e-3, weight_decay: float = 0.1,
-                 vocab: str | None = None):
+    def __init__(
+        self,
+        block_size: int = 128,
+        n_layer: int = 4,
+        n_head: int = 4,
+        n_embd: int = 128,
+        dropout: float = 0.0,
+        lr: float = 1e-3,
+        weight_decay: float = 0.1,
+        vocab: str | None = None,
+    ):
         super().__init__()
         self.save_hyperparameters()
         self.gpt: GPT | None = None
@@ -244,7 +256,9 @@ def build_trainer(config: CharGPTConfig) -> Trainer:
 
 def train(argv: list[str] | None) -> int:
     config = cli_config.parse_config(
-        CharGPTConfig, argv, prog="python -m training.chargpt train",
+        CharGPTConfig,
+        argv,
+        prog="python -m training.chargpt train",
         description="Train a character-level GPT on a text file or URL.",
     )
     for name in ("max_steps", "log_every", "eval_every", "snapshot_every", "keep_snapshots"):
@@ -260,8 +274,9 @@ def train(argv: list[str] | None) -> int:
     default_torch_threads(config.devices)
     seed_everything(config.seed, workers=True, verbose=False)
 
-    model = LitCharGPT(config.block_size, config.n_layer, config.n_head, config.n_embd,
-                       config.dropout, config.lr, config.weight_decay)
+    model = LitCharGPT(
+        config.block_size, config.n_layer, config.n_head, config.n_embd, config.dropout, config.lr, config.weight_decay
+    )
     data = TextDataModule(config.data, config.block_size, config.batch_size, config.val_fraction, config.seed)
     trainer = build_trainer(config)
     trainer.fit(model, datamodule=data, ckpt_path=ckpt_path)
@@ -276,7 +291,9 @@ def train(argv: list[str] | None) -> int:
 
 def sample(argv: list[str] | None) -> int:
     config = cli_config.parse_config(
-        SampleConfig, argv, prog="python -m training.chargpt sample",
+        SampleConfig,
+        argv,
+        prog="python -m training.chargpt sample",
         description="Generate text from a char-GPT checkpoint.",
     )
     check_checkpoint(config.ckpt)

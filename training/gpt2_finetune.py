@@ -104,7 +104,9 @@ class PredictConfig:
 
 def prepare(argv: list[str] | None) -> int:
     config = cli_config.parse_config(
-        PrepareConfig, argv, prog="python -m training.gpt2_finetune prepare",
+        PrepareConfig,
+        argv,
+        prog="python -m training.gpt2_finetune prepare",
         description="Tokenize a text file with GPT-2's BPE and group it into blocks.",
     )
     tokenizer = load_gpt2_tokenizer(config.tokenizer_dir)
@@ -125,12 +127,21 @@ def prepare(argv: list[str] | None) -> int:
     torch.save(blocks[: n_blocks - n_val].clone(), os.path.join(config.out, "train.pt"))
     torch.save(blocks[n_blocks - n_val :].clone(), os.path.join(config.out, "val.pt"))
     tokenizer.save_pretrained(os.path.join(config.out, "tokenizer"))
-    meta = {"source": config.data, "block_size": config.block_size, "tokens": len(ids),
-            "train_blocks": n_blocks - n_val, "val_blocks": n_val, "vocab_size": len(tokenizer)}
+    meta = {
+        "source": config.data,
+        "block_size": config.block_size,
+        "tokens": len(ids),
+        "train_blocks": n_blocks - n_val,
+        "val_blocks": n_val,
+        "vocab_size": len(tokenizer),
+    }
     with open(os.path.join(config.out, "meta.json"), "w", encoding="utf-8") as file:
         json.dump(meta, file, indent=2)
-    print(f"prepared {n_blocks - n_val} train and {n_val} val blocks of {config.block_size} tokens"
-          f" ({len(ids)} tokens) in {config.out}", flush=True)
+    print(
+        f"prepared {n_blocks - n_val} train and {n_val} val blocks of {config.block_size} tokens"
+        f" ({len(ids)} tokens) in {config.out}",
+        flush=True,
+    )
     return 0
 
 
@@ -159,16 +170,28 @@ class BlocksDataModule(LightningDataModule):
 class LitCausalLM(LightningModule):
     """A HuggingFace causal LM: pretrained from a name or folder, else a small random GPT-2."""
 
-    def __init__(self, model_name_or_path: str | None = None, n_layer: int = 2, n_head: int = 2,
-                 n_embd: int = 64, lr: float = 5e-4, weight_decay: float = 0.01):
+    def __init__(
+        self,
+        model_name_or_path: str | None = None,
+        n_layer: int = 2,
+        n_head: int = 2,
+        n_embd: int = 64,
+        lr: float = 5e-4,
+        weight_decay: float = 0.01,
+    ):
         super().__init__()
         self.save_hyperparameters()
         if model_name_or_path:
             self.model = AutoModelForCausalLM.from_pretrained(model_name_or_path)
         else:
-            self.model = GPT2LMHeadModel(GPT2Config(
-                vocab_size=GPT2_VOCAB_SIZE, n_layer=n_layer, n_head=n_head, n_embd=n_embd,
-            ))
+            self.model = GPT2LMHeadModel(
+                GPT2Config(
+                    vocab_size=GPT2_VOCAB_SIZE,
+                    n_layer=n_layer,
+                    n_head=n_head,
+                    n_embd=n_embd,
+                )
+            )
         if getattr(self.model, "loss_type", "") is None:
             # transformers 5 finds no loss named in "GPT2LMHeadModel", warns on
             # every run, then falls back to this same causal-LM loss.
@@ -194,7 +217,9 @@ class LitCausalLM(LightningModule):
 
 def train(argv: list[str] | None) -> int:
     config = cli_config.parse_config(
-        TrainConfig, argv, prog="python -m training.gpt2_finetune train",
+        TrainConfig,
+        argv,
+        prog="python -m training.gpt2_finetune train",
         description="Train a GPT-2 causal LM on the blocks that `prepare` saved.",
     )
     for name in ("max_steps", "log_every", "eval_every", "batch_size"):
@@ -211,13 +236,13 @@ def train(argv: list[str] | None) -> int:
     default_torch_threads(config.devices)
     seed_everything(config.seed, workers=True, verbose=False)
 
-    model = LitCausalLM(config.model_name_or_path, config.n_layer, config.n_head, config.n_embd,
-                        config.lr, config.weight_decay)
+    model = LitCausalLM(
+        config.model_name_or_path, config.n_layer, config.n_head, config.n_embd, config.lr, config.weight_decay
+    )
     if block_size > model.model.config.n_positions:
         raise TrainingError(f"blocks of {block_size} tokens exceed the model's {model.model.config.n_positions}")
     trainer = Trainer(**step_trainer_kwargs(config, config.batch_size * block_size), enable_checkpointing=False)
-    trainer.fit(model, datamodule=BlocksDataModule(config.dataset, config.batch_size),
-                ckpt_path=ckpt_path)
+    trainer.fit(model, datamodule=BlocksDataModule(config.dataset, config.batch_size), ckpt_path=ckpt_path)
 
     # Collective under DDP: every rank calls it, global rank zero writes.
     trainer.save_checkpoint(os.path.join(config.out, LIGHTNING_CHECKPOINT), weights_only=False)
@@ -230,7 +255,9 @@ def train(argv: list[str] | None) -> int:
 
 def predict(argv: list[str] | None) -> int:
     config = cli_config.parse_config(
-        PredictConfig, argv, prog="python -m training.gpt2_finetune predict",
+        PredictConfig,
+        argv,
+        prog="python -m training.gpt2_finetune predict",
         description="Continue --input_str with the model that `train` saved.",
     )
     if not os.path.isfile(os.path.join(config.ckpt_dir, "config.json")):
@@ -244,8 +271,11 @@ def predict(argv: list[str] | None) -> int:
         torch.manual_seed(config.seed)
     with torch.no_grad():
         out = model.generate(
-            **inputs, max_new_tokens=config.max_new_tokens, do_sample=True,
-            temperature=config.temperature, top_k=config.top_k or None,
+            **inputs,
+            max_new_tokens=config.max_new_tokens,
+            do_sample=True,
+            temperature=config.temperature,
+            top_k=config.top_k or None,
             pad_token_id=tokenizer.eos_token_id,
         )
     sys.stdout.write(tokenizer.decode(out[0], skip_special_tokens=True) + "\n")

@@ -42,9 +42,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = self.qkv(x).split(C, dim=2)
         # (B, T, C) -> (B, heads, T, head size)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))
-        y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0
-        )
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=self.dropout if self.training else 0.0)
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.proj(y))
 
@@ -122,7 +120,7 @@ class GPT(nn.Module):
     ) -> torch.Tensor:
         """Append `max_new_tokens` sampled tokens to `idx` (B, T)."""
         for _ in range(max_new_tokens):
-            context = idx[:, -self.config.block_size:]
+            context = idx[:, -self.config.block_size :]
             logits, _ = self(context)
             logits = logits[:, -1, :] / max(temperature, 1e-6)
             if top_k:

@@ -101,16 +101,18 @@ class LanpoolMetrics(Logger):
         # Lightning adds the epoch to every call as if it were a metric.
         epoch = metrics.pop("epoch", None)
         now = time.time()
-        self._append([
-            {
-                "step": int(step) if step is not None else None,
-                "epoch": int(epoch) if epoch is not None else None,
-                "name": name,
-                "value": _finite_or_none(value),
-                "time": now,
-            }
-            for name, value in metrics.items()
-        ])
+        self._append(
+            [
+                {
+                    "step": int(step) if step is not None else None,
+                    "epoch": int(epoch) if epoch is not None else None,
+                    "name": name,
+                    "value": _finite_or_none(value),
+                    "time": now,
+                }
+                for name, value in metrics.items()
+            ]
+        )
 
     @rank_zero_only
     def log_hyperparams(self, params: dict[str, Any] | Namespace, *args: Any, **kwargs: Any) -> None:

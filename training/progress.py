@@ -26,8 +26,9 @@ class PrintProgress(Callback):
         self.losses: list[float] = []
         self.since, self.since_step = time.perf_counter(), trainer.global_step
 
-    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any,
-                           batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if not trainer.is_global_zero:
             return
         self.losses.append(outputs["loss"].item())

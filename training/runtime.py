@@ -62,7 +62,7 @@ def ddp_timeout() -> timedelta:
 
 
 def resolve_strategy(strategy: str, devices: int, num_nodes: int) -> str:
-    """"auto" means "ddp" when more than one process takes part."""
+    """ "auto" means "ddp" when more than one process takes part."""
     if strategy == "auto" and devices * num_nodes > 1:
         return "ddp"
     return strategy
@@ -98,9 +98,7 @@ def quiet_known_warnings() -> None:
     # The data sets are in-memory tensors: workers would only add start-up time.
     warnings.filterwarnings("ignore", message=r".*does not have many workers.*")
     # Lightning 2.6 still uses torch's LeafSpec, which torch 2.13 deprecates.
-    warnings.filterwarnings(
-        "ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning
-    )
+    warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)", category=FutureWarning)
 
 
 def resume_path(explicit: str | None) -> str | None:

@@ -9,5 +9,16 @@ from agent.executors.base import Adoption, Execution, Executor, ExecutorError, H
 from agent.executors.choice import MODES, ExecutorChoice
 from agent.executors.process import ProcessExecutor
 
-__all__ = ["MODES", "Adoption", "Execution", "Executor", "ExecutorChoice", "ExecutorError", "Handle", "Launch",
-           "Outcome", "OutputSink", "ProcessExecutor"]
+__all__ = [
+    "MODES",
+    "Adoption",
+    "Execution",
+    "Executor",
+    "ExecutorChoice",
+    "ExecutorError",
+    "Handle",
+    "Launch",
+    "Outcome",
+    "OutputSink",
+    "ProcessExecutor",
+]

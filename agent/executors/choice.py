@@ -36,8 +36,10 @@ class ExecutorChoice:
             raise ExecutorError(f"unknown executor {hint!r}: use 'docker' or 'process'")
         if hint == "process":
             if self.mode == "docker":
-                raise ExecutorError("the job asks for the process executor; this runner runs jobs in containers "
-                                    "only (app agent serve --executor docker)")
+                raise ExecutorError(
+                    "the job asks for the process executor; this runner runs jobs in containers "
+                    "only (app agent serve --executor docker)"
+                )
             note = f"lanpool: image {image!r} ignored: the job asks for the process executor" if image else ""
             return self.process, note
         if image or hint == "docker":
@@ -46,15 +48,21 @@ class ExecutorChoice:
                     raise ExecutorError("the job asks for the docker executor but names no image")
                 return self.docker, ""
             if self.mode == "auto" and hint != "docker":
-                return self.process, (f"lanpool: no Docker engine on this runner: image {image!r} ignored, "
-                                      "the commands run as plain processes")
-            why = ("it runs jobs as plain processes (app agent serve --executor process)" if self.mode == "process"
-                   else "no Docker engine answered when its agent started")
+                return self.process, (
+                    f"lanpool: no Docker engine on this runner: image {image!r} ignored, "
+                    "the commands run as plain processes"
+                )
+            why = (
+                "it runs jobs as plain processes (app agent serve --executor process)"
+                if self.mode == "process"
+                else "no Docker engine answered when its agent started"
+            )
             what = f"image {image!r}" if image else "a container"
             raise ExecutorError(f"the job needs {what} and this runner cannot run containers: {why}")
         if self.mode == "docker":
-            raise ExecutorError("the job names no image; this runner runs jobs in containers only "
-                                "(app agent serve --executor docker)")
+            raise ExecutorError(
+                "the job names no image; this runner runs jobs in containers only (app agent serve --executor docker)"
+            )
         return self.process, ""
 
     def all(self) -> list[Executor]:

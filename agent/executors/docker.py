@@ -101,8 +101,9 @@ class DockerExecutor:
     outlives_agent = True
     cancellable_start = True
 
-    def __init__(self, client: docker.DockerClient, agent_label: str, volumes: list[Mount] | None = None,
-                 user: str | None = None) -> None:
+    def __init__(
+        self, client: docker.DockerClient, agent_label: str, volumes: list[Mount] | None = None, user: str | None = None
+    ) -> None:
         self.client = client
         self.agent_label = agent_label
         self.volumes = list(volumes or [])
@@ -111,8 +112,13 @@ class DockerExecutor:
         self.user = user or f"{os.getuid()}:{os.getgid()}"
 
     @classmethod
-    def connect(cls, agent_label: str, volumes: list[Mount] | None = None, user: str | None = None,
-                timeout: float = PING_TIMEOUT_S) -> "DockerExecutor":
+    def connect(
+        cls,
+        agent_label: str,
+        volumes: list[Mount] | None = None,
+        user: str | None = None,
+        timeout: float = PING_TIMEOUT_S,
+    ) -> "DockerExecutor":
         """The executor on the engine of DOCKER_HOST; raises DockerUnavailable when none answers."""
         try:
             client = docker.from_env(timeout=timeout, max_pool_size=64)
@@ -200,7 +206,8 @@ class DockerExecutor:
             except docker.errors.ImageNotFound:
                 if pull == "never":
                     raise ExecutorError(
-                        f"image {image!r} not found locally and the job's pull policy is 'never'") from None
+                        f"image {image!r} not found locally and the job's pull policy is 'never'"
+                    ) from None
             except _ERRORS as exc:
                 raise ExecutorError(f"cannot look up image {image!r}: {_reason(exc)}") from None
         try:
@@ -256,8 +263,11 @@ class DockerExecutor:
             reason = _reason(exc)
             raise ExecutorError(f"the agent restarted and could not re-adopt the job's container: {reason}") from None
         if container is None:
-            raise ExecutorError("the agent restarted and the job's container was gone" if job.started
-                                else "the agent restarted before the job's container started")
+            raise ExecutorError(
+                "the agent restarted and the job's container was gone"
+                if job.started
+                else "the agent restarted before the job's container started"
+            )
         return DockerExecution(container, sink, dict(job.delivered))
 
     def leftovers(self, active: set[str]) -> list[Container]:
@@ -272,6 +282,7 @@ class DockerExecutor:
 
     async def remove_leftovers(self, active: set[str]) -> list[str]:
         """Remove the leftovers (see `leftovers`); their ids."""
+
         def run() -> list[str]:
             found = self.leftovers(active)
             for container in found:
@@ -349,8 +360,10 @@ class DockerExecution:
     def _state(self) -> tuple[dict, int]:
         """The container's final State, and its memory limit in bytes (0: none)."""
         self.container.reload()
-        return (self.container.attrs.get("State", {}),
-                int(self.container.attrs.get("HostConfig", {}).get("Memory") or 0))
+        return (
+            self.container.attrs.get("State", {}),
+            int(self.container.attrs.get("HostConfig", {}).get("Memory") or 0),
+        )
 
 
 def _in_thread(fn: Callable, *args) -> asyncio.Future:

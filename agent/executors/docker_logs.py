@@ -92,7 +92,7 @@ class ContainerLog:
         self._pos[stream] += len(chunk)
         if start >= len(chunk):
             return
-        buf = self._partial[stream] + chunk[max(start, 0):]
+        buf = self._partial[stream] + chunk[max(start, 0) :]
         cut = buf.rfind(b"\n") + 1
         if cut:
             self._deliver(stream, buf[:cut])
@@ -110,8 +110,9 @@ class ContainerLog:
 class _LogReader(threading.Thread):
     """One stream of a container's log, pushed to the loop's queue; None marks its end."""
 
-    def __init__(self, container: Container, stream: str, follow: bool, loop: asyncio.AbstractEventLoop,
-                 queue: asyncio.Queue) -> None:
+    def __init__(
+        self, container: Container, stream: str, follow: bool, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue
+    ) -> None:
         super().__init__(daemon=True, name=f"docker-logs-{container.id[:12]}-{stream}")
         self._container = container
         self._stream = stream
@@ -123,8 +124,9 @@ class _LogReader(threading.Thread):
 
     def run(self) -> None:
         try:
-            source = self._source = self._container.logs(stream=True, follow=self._follow,
-                                                         stdout=self._stream == "out", stderr=self._stream == "err")
+            source = self._source = self._container.logs(
+                stream=True, follow=self._follow, stdout=self._stream == "out", stderr=self._stream == "err"
+            )
             for chunk in source:
                 if self._closed:
                     break

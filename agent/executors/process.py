@@ -32,7 +32,9 @@ class ProcessExecutor:
         # set -e: a failing command ends the job with its exit code, as in dstack.
         script = "set -e\n" + "\n".join(launch.commands) + "\n"
         proc = await asyncio.create_subprocess_exec(
-            "bash", "-c", script,
+            "bash",
+            "-c",
+            script,
             cwd=launch.working_dir,
             env=env,
             stdin=asyncio.subprocess.DEVNULL,
@@ -120,4 +122,3 @@ async def _pump(reader: asyncio.StreamReader, stream: str, sink: OutputSink) -> 
             partial = b""
     if partial:
         sink(stream, partial + b"\n")
-

@@ -48,19 +48,31 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="app headless", description="lanpool without the TUI: for scripts and CI.")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=_Parser)
 
-    run = sub.add_parser("run", add_help=False, help="run a workflow on a runner, streaming its logs",
-                         usage="app headless run [WORKFLOW] [--VARIABLE VALUE ...] [options]")
+    run = sub.add_parser(
+        "run",
+        add_help=False,
+        help="run a workflow on a runner, streaming its logs",
+        usage="app headless run [WORKFLOW] [--VARIABLE VALUE ...] [options]",
+    )
     run.add_argument("workflow", nargs="?", help="workflow name (omit to list the workflows)")
-    run.add_argument("--runner", help="a paired or added runner's NAME, or HOST[:PORT]: an address trusts and pins "
-                                      "what answers there, like `runners add` (default: the best-fitting trusted runner)")
+    run.add_argument(
+        "--runner",
+        help="a paired or added runner's NAME, or HOST[:PORT]: an address trusts and pins "
+        "what answers there, like `runners add` (default: the best-fitting trusted runner)",
+    )
     run.add_argument("-d", "--detach", action="store_true", help="submit and return; follow later with `logs -f`")
-    run.add_argument("--nodes", type=_node_count, default=None,
-                     help="run the workflow on N runners at once (multi-node DDP), N >= 1")
+    run.add_argument(
+        "--nodes", type=_node_count, default=None, help="run the workflow on N runners at once (multi-node DDP), N >= 1"
+    )
     run.add_argument("--resume", metavar="RUN|JOB", help="resume from that job's checkpoint (placed on every node)")
     _plan_options(run)
 
-    plan = sub.add_parser("plan", add_help=False, help="show what `run` would do: each job, run or reused, and why",
-                          usage="app headless plan WORKFLOW [--VARIABLE VALUE ...] [options]")
+    plan = sub.add_parser(
+        "plan",
+        add_help=False,
+        help="show what `run` would do: each job, run or reused, and why",
+        usage="app headless plan WORKFLOW [--VARIABLE VALUE ...] [options]",
+    )
     plan.add_argument("workflow", help="workflow name")
     _plan_options(plan)
 
@@ -73,9 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("ref", metavar="RUN|JOB")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     logs.add_argument("--node", type=int, default=None, help="only this node's lines (multi-node jobs)")
-    logs.add_argument("--raw", action="store_true",
-                      help="the bytes as the job wrote them, escape sequences included (by default a terminal "
-                           "gets them neutralised; a file or pipe always gets the bytes)")
+    logs.add_argument(
+        "--raw",
+        action="store_true",
+        help="the bytes as the job wrote them, escape sequences included (by default a terminal "
+        "gets them neutralised; a file or pipe always gets the bytes)",
+    )
 
     stop = sub.add_parser("stop", help="stop a run or job: SIGTERM, then SIGKILL after a grace period")
     stop.add_argument("ref", metavar="RUN|JOB")
@@ -116,9 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-h", "--help", action="store_true", help="this help; with a workflow: its variables")
-    p.add_argument("--project", type=Path, default=None, help="project dir (default: nearest with .lanpool/ or .dstack/)")
+    p.add_argument(
+        "--project", type=Path, default=None, help="project dir (default: nearest with .lanpool/ or .dstack/)"
+    )
     p.add_argument("--no-cache", action="store_true", help="run every job, even those with a finished twin")
-    p.add_argument("--reuse", action="store_true", help="reuse the requested workflow too when its inputs are unchanged")
+    p.add_argument(
+        "--reuse", action="store_true", help="reuse the requested workflow too when its inputs are unchanged"
+    )
     p.add_argument("--tag", help="name this run, so `depends-on: [WORKFLOW:TAG]` can use its artifacts")
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
@@ -170,7 +189,10 @@ def main(argv: list[str]) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.OK
     except KeyboardInterrupt:
-        print("\napp: interrupted; jobs keep running on their runners (`app headless stop RUN` stops one)", file=sys.stderr)
+        print(
+            "\napp: interrupted; jobs keep running on their runners (`app headless stop RUN` stops one)",
+            file=sys.stderr,
+        )
         return 130
     finally:
         if ctl is not None:
@@ -207,8 +229,20 @@ async def _run(ctl: Controller, args) -> int:
     project = _project(ctl, args)
     if not args.workflow:
         if args.json:
-            print(json.dumps([{"name": w.name, "help": w.help, "depends_on": [d.workflow for d in w.depends_on],
-                               "variables": project.variables_of(w.name)} for w in project.workflows.values()], indent=2))
+            print(
+                json.dumps(
+                    [
+                        {
+                            "name": w.name,
+                            "help": w.help,
+                            "depends_on": [d.workflow for d in w.depends_on],
+                            "variables": project.variables_of(w.name),
+                        }
+                        for w in project.workflows.values()
+                    ],
+                    indent=2,
+                )
+            )
             return ExitCode.OK
         print(f"workflows in {project.workflows_file}:")
         width = max((len(n) for n in project.workflows), default=0)
@@ -224,13 +258,26 @@ async def _run(ctl: Controller, args) -> int:
         submitted.append(sub)
         _say(f"run {sub.run_name}: job {sub.job_id} ({ctl.runs.job(sub.job_id).workflow}) on runner {sub.runner}")
         if args.detach:
-            _say(f"detached: `app headless logs -f {sub.run_name}` follows it, `app headless stop {sub.run_name}` stops it")
+            _say(
+                f"detached: `app headless logs -f {sub.run_name}` follows it, `app headless stop {sub.run_name}` stops it"
+            )
 
     try:
-        outcome = await ctl.run(project, args.workflow, args.runner, args.overrides, sink=render.LogPrinter(),
-                                say=_say,
-                                on_submitted=announce, follow=not args.detach, no_cache=args.no_cache,
-                                reuse=args.reuse, tag=args.tag, nodes=args.nodes, resume=args.resume)
+        outcome = await ctl.run(
+            project,
+            args.workflow,
+            args.runner,
+            args.overrides,
+            sink=render.LogPrinter(),
+            say=_say,
+            on_submitted=announce,
+            follow=not args.detach,
+            no_cache=args.no_cache,
+            reuse=args.reuse,
+            tag=args.tag,
+            nodes=args.nodes,
+            resume=args.resume,
+        )
     except LanpoolError as exc:
         if not submitted:
             raise
@@ -258,8 +305,16 @@ async def _plan(ctl: Controller, args) -> int:
         print(json.dumps(plan.to_json(), indent=2))
         return ExitCode.OK
     print(f"plan for {args.workflow}: {len(plan.to_run)} of {len(plan.jobs)} job(s) to run")
-    rows = [[j.workflow, j.action.upper(), ", ".join(j.deps + [f"{t.workflow}:{t.run_name}" for t in j.tagged]) or "-",
-             j.key[:12], j.reason] for j in plan.jobs]
+    rows = [
+        [
+            j.workflow,
+            j.action.upper(),
+            ", ".join(j.deps + [f"{t.workflow}:{t.run_name}" for t in j.tagged]) or "-",
+            j.key[:12],
+            j.reason,
+        ]
+        for j in plan.jobs
+    ]
     print(render.table(["WORKFLOW", "ACTION", "DEPENDS ON", "KEY", "WHY"], rows))
     return ExitCode.OK
 
@@ -271,8 +326,15 @@ async def _status(ctl: Controller, args) -> int:
         await ctl.refresh([j for js in jobs.values() for j in js])
         jobs = {r.name: ctl.runs.jobs_of(r.name) for r in runs}
     if args.json:
-        out = [{"run": r.name, "workflow": r.workflow, "created_at": r.created_at,
-                "jobs": [_job_json(ctl, j) for j in jobs[r.name]]} for r in runs]
+        out = [
+            {
+                "run": r.name,
+                "workflow": r.workflow,
+                "created_at": r.created_at,
+                "jobs": [_job_json(ctl, j) for j in jobs[r.name]],
+            }
+            for r in runs
+        ]
         print(json.dumps(out, indent=2))
         return ExitCode.OK
     if not runs:
@@ -283,9 +345,18 @@ async def _status(ctl: Controller, args) -> int:
         for j in jobs[r.name]:
             n_art = len(ctl.runs.artifacts(j.id))
             runner_state = ctl.pool.state_of(j.runner) if j.runner else None
-            rows.append([r.name, j.id, j.workflow, j.runner or "-", status_text(j, runner_state),
-                         ago(j.submitted_at),
-                         duration(j.started_at, j.finished_at), str(n_art) if n_art else "-"])
+            rows.append(
+                [
+                    r.name,
+                    j.id,
+                    j.workflow,
+                    j.runner or "-",
+                    status_text(j, runner_state),
+                    ago(j.submitted_at),
+                    duration(j.started_at, j.finished_at),
+                    str(n_art) if n_art else "-",
+                ]
+            )
     print(render.table(["RUN", "JOB", "WORKFLOW", "RUNNER", "STATUS", "SUBMITTED", "DURATION", "ARTIFACTS"], rows))
     return ExitCode.OK
 
@@ -322,7 +393,11 @@ async def _artifacts(ctl: Controller, args) -> int:
         await ctl.refresh(jobs)
         listing = {j.id: ctl.runs.artifacts(j.id) for j in jobs}
         if args.json:
-            print(json.dumps([{"job": jid, "path": p, "size": s} for jid, files in listing.items() for p, s in files], indent=2))
+            print(
+                json.dumps(
+                    [{"job": jid, "path": p, "size": s} for jid, files in listing.items() for p, s in files], indent=2
+                )
+            )
         else:
             for jid, files in listing.items():
                 for path, n in files:
@@ -377,8 +452,15 @@ async def _metrics(ctl: Controller, args) -> int:
     latest: dict[str, dict] = {}
     for p in points:
         latest[p["name"]] = p
-    rows = [[name, str(p["step"]), f"{p['value']:.6g}" if p["value"] is not None else "nan",
-             str(sum(1 for q in points if q["name"] == name))] for name, p in sorted(latest.items())]
+    rows = [
+        [
+            name,
+            str(p["step"]),
+            f"{p['value']:.6g}" if p["value"] is not None else "nan",
+            str(sum(1 for q in points if q["name"] == name)),
+        ]
+        for name, p in sorted(latest.items())
+    ]
     print(render.table(["METRIC", "LAST STEP", "LAST VALUE", "POINTS"], rows))
     return ExitCode.OK
 
@@ -388,8 +470,17 @@ async def _key(ctl: Controller, args) -> int:
     return ExitCode.OK
 
 
-_HANDLERS = {"run": _run, "plan": _plan, "status": _status, "logs": _logs, "stop": _stop, "artifacts": _artifacts,
-             "runners": _runners, "metrics": _metrics, "key": _key}
+_HANDLERS = {
+    "run": _run,
+    "plan": _plan,
+    "status": _status,
+    "logs": _logs,
+    "stop": _stop,
+    "artifacts": _artifacts,
+    "runners": _runners,
+    "metrics": _metrics,
+    "key": _key,
+}
 
 
 # -- output helpers ----------------------------------------------------------------
@@ -411,6 +502,15 @@ def _summary(ctl: Controller, job: JobRow) -> str:
 
 
 def _job_json(ctl: Controller, j: JobRow) -> dict:
-    return {"job": j.id, "workflow": j.workflow, "runner": j.runner, "status": j.status, "exit_code": j.exit_code,
-            "error": j.error, "submitted_at": j.submitted_at, "started_at": j.started_at, "finished_at": j.finished_at,
-            "artifacts": [{"path": p, "size": s} for p, s in ctl.runs.artifacts(j.id)]}
+    return {
+        "job": j.id,
+        "workflow": j.workflow,
+        "runner": j.runner,
+        "status": j.status,
+        "exit_code": j.exit_code,
+        "error": j.error,
+        "submitted_at": j.submitted_at,
+        "started_at": j.started_at,
+        "finished_at": j.finished_at,
+        "artifacts": [{"path": p, "size": s} for p, s in ctl.runs.artifacts(j.id)],
+    }

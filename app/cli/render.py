@@ -12,9 +12,9 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     rows = [[safe_line(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
-        widths = [max(w, len(c)) for w, c in zip(widths, row)]
-    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows]
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=False)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in rows]
     return "\n".join(lines)
 
 

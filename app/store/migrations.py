@@ -24,10 +24,21 @@ def _m001_initial(db: "sqlite_utils.Database") -> None:
     )
     db.table("jobs").create(
         {
-            "id": str, "run_name": str, "workflow": str, "runner": str, "host": str, "port": int,
-            "status": str, "exit_code": int, "error": str,
-            "submitted_at": float, "started_at": float, "finished_at": float,
-            "artifacts_archive": str, "artifacts_pulled": int, "spec": str,
+            "id": str,
+            "run_name": str,
+            "workflow": str,
+            "runner": str,
+            "host": str,
+            "port": int,
+            "status": str,
+            "exit_code": int,
+            "error": str,
+            "submitted_at": float,
+            "started_at": float,
+            "finished_at": float,
+            "artifacts_archive": str,
+            "artifacts_pulled": int,
+            "spec": str,
             # 1 once the final status, every log line and the artifacts are here
             "synced": int,
         },
@@ -82,8 +93,16 @@ def _m003_pool(db: "sqlite_utils.Database") -> None:
 def _m004_nodes(db: "sqlite_utils.Database") -> None:
     # One row per node of a multi-node job (the jobs row holds the job as a whole).
     db.table("job_nodes").create(
-        {"job_id": str, "node": int, "runner": str, "host": str, "port": int, "status": str,
-         "exit_code": int, "error": str},
+        {
+            "job_id": str,
+            "node": int,
+            "runner": str,
+            "host": str,
+            "port": int,
+            "status": str,
+            "exit_code": int,
+            "error": str,
+        },
         pk=("job_id", "node"),
         foreign_keys=[("job_id", "jobs", "id")],
     )
@@ -119,9 +138,15 @@ def _m007_every_job_has_nodes(db: "sqlite_utils.Database") -> None:
                   WHERE runner != '' AND id NOT IN (SELECT job_id FROM job_nodes)""")
 
 
-MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [_m001_initial, _m002_cache, _m003_pool, _m004_nodes,
-                                                             _m005_stream_index, _m006_trust,
-                                                             _m007_every_job_has_nodes]
+MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
+    _m001_initial,
+    _m002_cache,
+    _m003_pool,
+    _m004_nodes,
+    _m005_stream_index,
+    _m006_trust,
+    _m007_every_job_has_nodes,
+]
 
 
 def migrate(conn: sqlite3.Connection) -> None:

@@ -84,8 +84,10 @@ class Store:
 
     def runner_by_address(self, host: str, port: int) -> dict | None:
         """The runner at an address, a trusted one first: an advert may put another name there."""
-        rows = self._dicts("SELECT * FROM runners WHERE host = ? AND port = ? "
-                           "ORDER BY COALESCE(trusted, 0) DESC, added_at LIMIT 1", (host, port))
+        rows = self._dicts(
+            "SELECT * FROM runners WHERE host = ? AND port = ? ORDER BY COALESCE(trusted, 0) DESC, added_at LIMIT 1",
+            (host, port),
+        )
         return rows[0] if rows else None
 
     def runners(self) -> list[dict]:
@@ -96,8 +98,22 @@ class Store:
 
         `trusted=1` is the user's act (pairing, `runners add`, `--runner HOST:PORT`): it also
         records when, unless `trusted_at` is given."""
-        allowed = {"state", "paired", "props", "conflict_key", "conflict_service", "conflict_seen", "last_ok",
-                   "last_seen", "host", "port", "host_key", "source", "trusted", "trusted_at"}
+        allowed = {
+            "state",
+            "paired",
+            "props",
+            "conflict_key",
+            "conflict_service",
+            "conflict_seen",
+            "last_ok",
+            "last_seen",
+            "host",
+            "port",
+            "host_key",
+            "source",
+            "trusted",
+            "trusted_at",
+        }
         assert set(fields) <= allowed, fields  # column names are code, never input
         if fields.get("trusted") and "trusted_at" not in fields:
             fields["trusted_at"] = time.time()
@@ -107,7 +123,8 @@ class Store:
 
     def running_jobs(self, runner: str) -> list[JobRow]:
         rows = self.conn.execute(
-            f"SELECT {_JOB_COLS} FROM jobs WHERE runner = ? AND status IN ('SUBMITTED', 'RUNNING')", (runner,))
+            f"SELECT {_JOB_COLS} FROM jobs WHERE runner = ? AND status IN ('SUBMITTED', 'RUNNING')", (runner,)
+        )
         return [JobRow(*r) for r in rows]
 
     def remove_runner(self, name: str) -> bool:
@@ -117,10 +134,11 @@ class Store:
     def _dicts(self, sql: str, params: tuple = ()) -> list[dict]:
         cur = self.conn.execute(sql, params)
         names = [d[0] for d in cur.description]
-        return [dict(zip(names, row)) for row in cur]
+        return [dict(zip(names, row, strict=False)) for row in cur]
 
-    def upsert_runner(self, name: str, host: str, port: int, host_key: str, source: str = "manual",
-                      trusted: bool | None = None) -> None:
+    def upsert_runner(
+        self, name: str, host: str, port: int, host_key: str, source: str = "manual", trusted: bool | None = None
+    ) -> None:
         """Add a runner, or set a known one's address and key (callers check the key first).
 
         Another runner at the same address is left alone: an mDNS advert can put any name
@@ -143,8 +161,9 @@ class Store:
     def run_name_taken(self, name: str) -> bool:
         return self.conn.execute("SELECT 1 FROM runs WHERE name = ?", (name,)).fetchone() is not None
 
-    def create_run(self, name: str, workflow: str, project_dir: str, tag: str | None = None,
-                   variables: dict | None = None) -> str | None:
+    def create_run(
+        self, name: str, workflow: str, project_dir: str, tag: str | None = None, variables: dict | None = None
+    ) -> str | None:
         """Record a run; a tag moves to it from the run that had it (whose name is returned)."""
         with atomic(self.conn):
             previous = None
@@ -155,7 +174,8 @@ class Store:
                     self.conn.execute("UPDATE runs SET tag = NULL WHERE tag = ?", (tag,))
             self.conn.execute(
                 "INSERT INTO runs (name, workflow, project_dir, created_at, tag, variables) VALUES (?, ?, ?, ?, ?, ?)",
-                (name, workflow, project_dir, time.time(), tag, json.dumps(variables or {})))
+                (name, workflow, project_dir, time.time(), tag, json.dumps(variables or {})),
+            )
         return previous
 
     def tagged_job(self, tag: str, workflow: str) -> JobRow | None:
@@ -163,7 +183,8 @@ class Store:
         row = self.conn.execute(
             f"SELECT {_JOB_COLS} FROM jobs WHERE run_name = (SELECT name FROM runs WHERE tag = ?) "
             "AND workflow = ? AND status = 'DONE' AND synced = 1 ORDER BY finished_at DESC LIMIT 1",
-            (tag, workflow)).fetchone()
+            (tag, workflow),
+        ).fetchone()
         return JobRow(*row) if row else None
 
     def tag_exists(self, tag: str) -> bool:
@@ -173,7 +194,9 @@ class Store:
         """The newest DONE job with these inputs whose artifacts are in the local store."""
         row = self.conn.execute(
             f"SELECT {_JOB_COLS} FROM jobs WHERE cache_key = ? AND status = 'DONE' AND synced = 1 "
-            "ORDER BY finished_at DESC LIMIT 1", (cache_key,)).fetchone()
+            "ORDER BY finished_at DESC LIMIT 1",
+            (cache_key,),
+        ).fetchone()
         return JobRow(*row) if row else None
 
     def last_inputs(self, project_dir: str, workflow: str) -> tuple[str, dict] | None:
@@ -181,11 +204,21 @@ class Store:
         row = self.conn.execute(
             "SELECT j.id, j.cache_inputs FROM jobs j JOIN runs r ON r.name = j.run_name "
             "WHERE r.project_dir = ? AND j.workflow = ? AND j.cache_inputs IS NOT NULL "
-            "ORDER BY j.submitted_at DESC LIMIT 1", (project_dir, workflow)).fetchone()
+            "ORDER BY j.submitted_at DESC LIMIT 1",
+            (project_dir, workflow),
+        ).fetchone()
         return (row[0], json.loads(row[1])) if row else None
 
-    def create_job(self, job_id: str, run_name: str, workflow: str, runner: dict, spec: dict,
-                   cache_key: str | None = None, cache_inputs: dict | None = None) -> None:
+    def create_job(
+        self,
+        job_id: str,
+        run_name: str,
+        workflow: str,
+        runner: dict,
+        spec: dict,
+        cache_key: str | None = None,
+        cache_inputs: dict | None = None,
+    ) -> None:
         now = time.time()
         with atomic(self.conn):
             self.conn.execute(
@@ -195,11 +228,24 @@ class Store:
                    ON CONFLICT(id) DO UPDATE SET runner = excluded.runner, host = excluded.host,
                      port = excluded.port, status = excluded.status, spec = excluded.spec, error = NULL,
                      cache_key = excluded.cache_key, cache_inputs = excluded.cache_inputs""",
-                (job_id, run_name, workflow, runner["name"], runner["host"], runner["port"],
-                 str(JobState.SUBMITTED), now, json.dumps(spec), cache_key,
-                 json.dumps(cache_inputs) if cache_inputs is not None else None))
-            self.conn.execute("INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
-                              (job_id, now, JobState.SUBMITTED, f"to {runner['name']}"))
+                (
+                    job_id,
+                    run_name,
+                    workflow,
+                    runner["name"],
+                    runner["host"],
+                    runner["port"],
+                    str(JobState.SUBMITTED),
+                    now,
+                    json.dumps(spec),
+                    cache_key,
+                    json.dumps(cache_inputs) if cache_inputs is not None else None,
+                ),
+            )
+            self.conn.execute(
+                "INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                (job_id, now, JobState.SUBMITTED, f"to {runner['name']}"),
+            )
 
     def queue_job(self, job_id: str, run_name: str, workflow: str, reason: str) -> None:
         """A job waiting for a runner with room: QUEUED, with the reason."""
@@ -208,9 +254,12 @@ class Store:
                 """INSERT INTO jobs (id, run_name, workflow, runner, host, port, status, submitted_at, error,
                                      artifacts_pulled, spec, synced) VALUES (?, ?, ?, '', '', 0, ?, ?, ?, 0, '{}', 0)
                    ON CONFLICT(id) DO UPDATE SET error = excluded.error""",
-                (job_id, run_name, workflow, str(JobState.QUEUED), time.time(), reason))
-            self.conn.execute("INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
-                              (job_id, time.time(), str(JobState.QUEUED), reason))
+                (job_id, run_name, workflow, str(JobState.QUEUED), time.time(), reason),
+            )
+            self.conn.execute(
+                "INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                (job_id, time.time(), str(JobState.QUEUED), reason),
+            )
 
     def set_job_status(self, job_id: str, status: str, detail: str = "", **fields: object) -> None:
         """Record a status (and other job fields); a transition is also logged as an event."""
@@ -227,8 +276,10 @@ class Store:
             assignments = ", ".join(f"{c} = ?" for c in cols)
             self.conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*cols.values(), job_id))
             if old[0] != status or detail:
-                self.conn.execute("INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
-                                  (job_id, time.time(), str(status), detail))
+                self.conn.execute(
+                    "INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                    (job_id, time.time(), str(status), detail),
+                )
 
     def update_job(self, job_id: str, **fields: object) -> None:
         """Set job fields other than its status (status changes go through set_job_status)."""
@@ -254,8 +305,9 @@ class Store:
         jobs = self.jobs_of_run(ref)
         if jobs:
             return jobs
-        rows = self.conn.execute(f"SELECT {_JOB_COLS} FROM jobs WHERE id = ? OR id LIKE ? ESCAPE '\\'",
-                                 (ref, _escape_like(ref) + "%")).fetchall()
+        rows = self.conn.execute(
+            f"SELECT {_JOB_COLS} FROM jobs WHERE id = ? OR id LIKE ? ESCAPE '\\'", (ref, _escape_like(ref) + "%")
+        ).fetchall()
         exact = [r for r in rows if r[0] == ref]
         rows = exact or rows
         if not rows:
@@ -266,7 +318,8 @@ class Store:
 
     def recent_runs(self, limit: int = 50) -> list[RunRow]:
         rows = self.conn.execute(
-            "SELECT name, workflow, project_dir, created_at, tag FROM runs ORDER BY created_at DESC LIMIT ?", (limit,))
+            "SELECT name, workflow, project_dir, created_at, tag FROM runs ORDER BY created_at DESC LIMIT ?", (limit,)
+        )
         return [RunRow(*r) for r in rows]
 
     def job_rows(self, text: str = "", status: str = "", limit: int = 500) -> list[tuple]:
@@ -279,33 +332,40 @@ class Store:
         where, params = [], []
         if text:
             like = "%" + _escape_like(text) + "%"
-            where.append("(j.run_name LIKE ? ESCAPE '\\' OR j.id LIKE ? ESCAPE '\\' OR j.workflow LIKE ? "
-                         "ESCAPE '\\' OR j.runner LIKE ? ESCAPE '\\' OR r.tag LIKE ? ESCAPE '\\' "
-                         "OR r.variables LIKE ? ESCAPE '\\')")
+            where.append(
+                "(j.run_name LIKE ? ESCAPE '\\' OR j.id LIKE ? ESCAPE '\\' OR j.workflow LIKE ? "
+                "ESCAPE '\\' OR j.runner LIKE ? ESCAPE '\\' OR r.tag LIKE ? ESCAPE '\\' "
+                "OR r.variables LIKE ? ESCAPE '\\')"
+            )
             params += [like] * 6
         if status:
             where.append("j.status = ?")
             params.append(status)
-        sql = (f"SELECT {', '.join('j.' + c for c in _JOB_COLS.split(', '))}, r.variables, r.tag, "
-               "(SELECT COUNT(*) FROM artifacts a WHERE a.job_id = j.id), "
-               "(SELECT GROUP_CONCAT(n.runner, ',') FROM job_nodes n WHERE n.job_id = j.id) "
-               "FROM jobs j JOIN runs r ON r.name = j.run_name "
-               + ("WHERE " + " AND ".join(where) + " " if where else "")
-               + "ORDER BY j.submitted_at DESC LIMIT ?")
+        sql = (
+            f"SELECT {', '.join('j.' + c for c in _JOB_COLS.split(', '))}, r.variables, r.tag, "
+            "(SELECT COUNT(*) FROM artifacts a WHERE a.job_id = j.id), "
+            "(SELECT GROUP_CONCAT(n.runner, ',') FROM job_nodes n WHERE n.job_id = j.id) "
+            "FROM jobs j JOIN runs r ON r.name = j.run_name "
+            + ("WHERE " + " AND ".join(where) + " " if where else "")
+            + "ORDER BY j.submitted_at DESC LIMIT ?"
+        )
         return [(JobRow(*row[:16]), *row[16:]) for row in self.conn.execute(sql, (*params, limit))]
 
     def job_events(self, job_id: str) -> list[tuple[float, str, str]]:
         return self.conn.execute(
-            "SELECT at, status, detail FROM job_events WHERE job_id = ? ORDER BY rowid", (job_id,)).fetchall()
+            "SELECT at, status, detail FROM job_events WHERE job_id = ? ORDER BY rowid", (job_id,)
+        ).fetchall()
 
-    def set_node(self, job_id: str, node: int, runner: dict, status: str, exit_code: int | None = None,
-                 error: str = "") -> None:
+    def set_node(
+        self, job_id: str, node: int, runner: dict, status: str, exit_code: int | None = None, error: str = ""
+    ) -> None:
         with atomic(self.conn):
             self.conn.execute(
                 """INSERT INTO job_nodes (job_id, node, runner, host, port, status, exit_code, error)
                    VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id, node) DO UPDATE SET
                    status = excluded.status, exit_code = excluded.exit_code, error = excluded.error""",
-                (job_id, node, runner["name"], runner["host"], runner["port"], str(status), exit_code, error))
+                (job_id, node, runner["name"], runner["host"], runner["port"], str(status), exit_code, error),
+            )
 
     def nodes(self, job_id: str) -> list[dict]:
         return self._dicts("SELECT * FROM job_nodes WHERE job_id = ? ORDER BY node", (job_id,))
@@ -326,11 +386,14 @@ class Store:
         # down the primary key, where MAX(seq + n_lines) read the whole log (120 ms at 500k lines).
         row = self.conn.execute(
             "SELECT seq + n_lines FROM log_chunks WHERE job_id = ? AND node = ? ORDER BY seq DESC LIMIT 1",
-            (job_id, node)).fetchone()
+            (job_id, node),
+        ).fetchone()
         return row[0] if row else 0
 
     def log_line_count(self, job_id: str) -> int:
-        return self.conn.execute("SELECT COALESCE(SUM(n_lines), 0) FROM log_chunks WHERE job_id = ?", (job_id,)).fetchone()[0]
+        return self.conn.execute(
+            "SELECT COALESCE(SUM(n_lines), 0) FROM log_chunks WHERE job_id = ?", (job_id,)
+        ).fetchone()[0]
 
     def log_chunks(self, job_id: str, from_seq: int = 0) -> Iterator[tuple[int, int, str, bytes]]:
         """(node, seq, stream, data) in order, from the chunk holding `from_seq`."""
@@ -339,17 +402,24 @@ class Store:
             (job_id, from_seq),
         )
 
-    def node_tail(self, job_id: str, node: int, before_seq: int | None, max_lines: int,
-                  streams: tuple[str, ...] = ("out", "err", "sys")) -> list[tuple[int, int, str, bytes]]:
+    def node_tail(
+        self,
+        job_id: str,
+        node: int,
+        before_seq: int | None,
+        max_lines: int,
+        streams: tuple[str, ...] = ("out", "err", "sys"),
+    ) -> list[tuple[int, int, str, bytes]]:
         """The newest chunks of one node's log (before `before_seq`), holding at least
         `max_lines` lines, oldest first: (seq, n_lines, stream, data). Walks the primary
         key backwards, so the tail of a million-line log costs as much as a short one."""
         marks = ",".join("?" * len(streams))
-        sql = (f"SELECT seq, n_lines, stream, data FROM log_chunks WHERE job_id = ? AND node = ? AND seq < ? "
-               f"AND stream IN ({marks}) ORDER BY seq DESC")
+        sql = (
+            f"SELECT seq, n_lines, stream, data FROM log_chunks WHERE job_id = ? AND node = ? AND seq < ? "
+            f"AND stream IN ({marks}) ORDER BY seq DESC"
+        )
         out, lines = [], 0
-        for row in self.conn.execute(sql, (job_id, node, before_seq if before_seq is not None else 1 << 62,
-                                           *streams)):
+        for row in self.conn.execute(sql, (job_id, node, before_seq if before_seq is not None else 1 << 62, *streams)):
             out.append(row)
             lines += row[1]
             if lines >= max_lines:
@@ -363,10 +433,15 @@ class Store:
         for node in self.log_nodes(job_id):
             # The stream index (migration 5), or SQLite takes the primary key and reads the job's
             # whole log (its chunks hold the bytes) to find a few metrics lines: 15-50 ms a call.
-            rows += [(node, *r) for r in self.conn.execute(
-                "SELECT seq, n_lines, data FROM log_chunks INDEXED BY log_chunks_stream "
-                "WHERE job_id = ? AND node = ? AND seq > ? AND stream = ? "
-                "ORDER BY seq", (job_id, node, after.get(node, -1), stream))]
+            rows += [
+                (node, *r)
+                for r in self.conn.execute(
+                    "SELECT seq, n_lines, data FROM log_chunks INDEXED BY log_chunks_stream "
+                    "WHERE job_id = ? AND node = ? AND seq > ? AND stream = ? "
+                    "ORDER BY seq",
+                    (job_id, node, after.get(node, -1), stream),
+                )
+            ]
         return rows
 
     def log_nodes(self, job_id: str) -> list[int]:
@@ -374,8 +449,9 @@ class Store:
         nodes: list[int] = []
         after = -1
         while True:
-            row = self.conn.execute("SELECT MIN(node) FROM log_chunks WHERE job_id = ? AND node > ?",
-                                    (job_id, after)).fetchone()
+            row = self.conn.execute(
+                "SELECT MIN(node) FROM log_chunks WHERE job_id = ? AND node > ?", (job_id, after)
+            ).fetchone()
             if row[0] is None:
                 return nodes
             nodes.append(after := row[0])
@@ -385,8 +461,9 @@ class Store:
     def set_artifacts(self, job_id: str, files: list[tuple[str, int]]) -> None:
         with atomic(self.conn):
             self.conn.execute("DELETE FROM artifacts WHERE job_id = ?", (job_id,))
-            self.conn.executemany("INSERT INTO artifacts (job_id, path, size) VALUES (?, ?, ?)",
-                                  [(job_id, p, s) for p, s in files])
+            self.conn.executemany(
+                "INSERT INTO artifacts (job_id, path, size) VALUES (?, ?, ?)", [(job_id, p, s) for p, s in files]
+            )
             self.conn.execute("UPDATE jobs SET artifacts_pulled = 1 WHERE id = ?", (job_id,))
 
     def refuse_artifacts(self, job_id: str) -> None:
@@ -398,13 +475,17 @@ class Store:
             self.conn.execute("UPDATE jobs SET artifacts_pulled = ? WHERE id = ?", (ARTIFACTS_REFUSED, job_id))
 
     def artifacts(self, job_id: str) -> list[tuple[str, int]]:
-        return self.conn.execute("SELECT path, size FROM artifacts WHERE job_id = ? ORDER BY path", (job_id,)).fetchall()
+        return self.conn.execute(
+            "SELECT path, size FROM artifacts WHERE job_id = ? ORDER BY path", (job_id,)
+        ).fetchall()
 
 
 ARTIFACTS_REFUSED = -1  # jobs.artifacts_pulled: 0 not yet, 1 pulled, -1 refused
 _JOB_FIELDS = frozenset(JobRow.__dataclass_fields__)
-_JOB_COLS = ("id, run_name, workflow, runner, host, port, status, exit_code, error, submitted_at, started_at, "
-             "finished_at, artifacts_archive, artifacts_pulled, spec, synced")
+_JOB_COLS = (
+    "id, run_name, workflow, runner, host, port, status, exit_code, error, submitted_at, started_at, "
+    "finished_at, artifacts_archive, artifacts_pulled, spec, synced"
+)
 
 
 def _escape_like(text: str) -> str:

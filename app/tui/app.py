@@ -82,9 +82,14 @@ class LanpoolApp(App):
         ("q", "quit (jobs keep running on their runners)"),
     ]
 
-    def __init__(self, project_dir: Path | None = None, controller: Controller | None = None,
-                 clock: Callable[[], float] = time.time, discover: bool = True,
-                 probe_every_s: float = 3.0) -> None:
+    def __init__(
+        self,
+        project_dir: Path | None = None,
+        controller: Controller | None = None,
+        clock: Callable[[], float] = time.time,
+        discover: bool = True,
+        probe_every_s: float = 3.0,
+    ) -> None:
         super().__init__()
         self.ctl = controller or Controller()
         self.project_dir = project_dir
@@ -112,10 +117,8 @@ class LanpoolApp(App):
         with TabbedContent(initial="runs", id="tabs"):
             with TabPane("Runs", id="runs"):
                 with Horizontal(id="runs-bar"):
-                    yield Input(placeholder="filter: run, job, workflow, runner, tag, variable  (/)",
-                                id="runs-filter")
-                    yield Select([(s, s) for s in overview.STATUS_CHOICES], prompt="any status",
-                                 id="runs-status")
+                    yield Input(placeholder="filter: run, job, workflow, runner, tag, variable  (/)", id="runs-filter")
+                    yield Select([(s, s) for s in overview.STATUS_CHOICES], prompt="any status", id="runs-status")
                 yield RunsTable(id="runs-table")
             with TabPane("Runners", id="runners"):
                 yield RunnersTable(id="runners-table")
@@ -189,9 +192,11 @@ class LanpoolApp(App):
     async def _sync_jobs(self) -> None:
         """Unfinished jobs not followed here (started by another controller, or before
         this app started) are asked for their news now and then."""
-        pending = [line.job for line in self.ctl.runs.job_lines(limit=RUNS_LIMIT)
-                   if not line.job.synced and line.job.id not in self.feeds.following
-                   and line.job.state is not JobState.QUEUED]
+        pending = [
+            line.job
+            for line in self.ctl.runs.job_lines(limit=RUNS_LIMIT)
+            if not line.job.synced and line.job.id not in self.feeds.following and line.job.state is not JobState.QUEUED
+        ]
         if pending:
             await self.ctl.refresh(pending)
 
@@ -205,9 +210,12 @@ class LanpoolApp(App):
         self.query_one("#runners-table", RunnersTable).show_runners(views, self.clock())
         live = sum(1 for v in views if v.state in ("LIVE", "BUSY"))
         gpus = sum(v.gpus_free for v in views if v.state in ("LIVE", "BUSY"))
-        hint = (f"{len(views)} runner(s), {live} answering, {gpus} GPU(s) free.  p: pair  a: add  -: remove"
-                if views else "no runners yet: start `app agent serve` on a GPU machine of this LAN, "
-                              "or press a to add one by address")
+        hint = (
+            f"{len(views)} runner(s), {live} answering, {gpus} GPU(s) free.  p: pair  a: add  -: remove"
+            if views
+            else "no runners yet: start `app agent serve` on a GPU machine of this LAN, "
+            "or press a to add one by address"
+        )
         self.query_one("#runners-hint", Label).update(hint)
 
     def _runners_changed(self) -> None:
@@ -263,8 +271,7 @@ class LanpoolApp(App):
             return
         before = self._oldest
         if before is None:  # trimmed while following: the view starts that many lines before the stored end
-            before = self.ctl.runs.log_window(self.job_id, len(event.view.lines) + len(self._pending),
-                                         self.node).oldest
+            before = self.ctl.runs.log_window(self.job_id, len(event.view.lines) + len(self._pending), self.node).oldest
         window = self.ctl.runs.log_window(self.job_id, LOG_WINDOW // 4, self.node, before=before)
         self._oldest = window.oldest
         event.view.prepend(window.lines, window.at_start)
@@ -277,8 +284,14 @@ class LanpoolApp(App):
         where = ", ".join(n["runner"] for n in nodes) if nodes else (job.runner or "-")
         status = status_text(job)
         view = self.query_one(LogView)
-        parts = [f"run {job.run_name}", f"job {job.id}", job.workflow, f"on {where}", status,
-                 duration(job.started_at, job.finished_at, self.clock())]
+        parts = [
+            f"run {job.run_name}",
+            f"job {job.id}",
+            job.workflow,
+            f"on {where}",
+            status,
+            duration(job.started_at, job.finished_at, self.clock()),
+        ]
         if len(nodes) > 1:
             parts.append(f"node {self.node}" if self.node is not None else f"all {len(nodes)} nodes")
         if not job.state.is_terminal():
@@ -323,8 +336,11 @@ class LanpoolApp(App):
     def _job_ended(self, job_id: str) -> None:
         job = self.ctl.runs.job(job_id)
         severity = "information" if job.state is JobState.DONE else "warning"
-        self.notify(f"run {job.run_name} ({job.workflow}): {job.status}"
-                    + (f" ({job.exit_code})" if job.exit_code is not None else ""), severity=severity)
+        self.notify(
+            f"run {job.run_name} ({job.workflow}): {job.status}"
+            + (f" ({job.exit_code})" if job.exit_code is not None else ""),
+            severity=severity,
+        )
         if job_id == self.job_id:
             self._show_job_header()
             self.show_artifacts()
@@ -366,8 +382,12 @@ class LanpoolApp(App):
 
     def action_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab
-        target = {"runs": "#runs-table", "runners": "#runners-table", "logs": "#log",
-                  "artifacts": "#artifacts-table"}.get(tab)
+        target = {
+            "runs": "#runs-table",
+            "runners": "#runners-table",
+            "logs": "#log",
+            "artifacts": "#artifacts-table",
+        }.get(tab)
         if target:
             self.query_one(target).focus()
         if tab == "metrics":
@@ -400,8 +420,10 @@ class LanpoolApp(App):
         tab = self.query_one("#tabs", TabbedContent).active
         if tab == "logs":
             view = self.query_one(LogView)
-            self.push_screen(FormDialog("Search the log", [Field("text", "text (n / N: next / previous)",
-                                                                 view.search)], ok="Find"), self._search_log)
+            self.push_screen(
+                FormDialog("Search the log", [Field("text", "text (n / N: next / previous)", view.search)], ok="Find"),
+                self._search_log,
+            )
         else:
             self.action_tab("runs")
             self.query_one("#runs-filter", Input).focus()
@@ -416,9 +438,14 @@ class LanpoolApp(App):
     @work(group="search", exclusive=True, exit_on_error=False)
     async def _search_older(self, job_id: str, text: str) -> None:
         found = await asyncio.to_thread(self.ctl.runs.search_log, job_id, text, 100)  # its own connection
-        self.notify(f"{text!r}: not in the lines shown" +
-                    (f"; {len(found)}{'+' if len(found) == 100 else ''} match(es) in older lines: g pages them in"
-                     if found else ", nor in the stored log"))
+        self.notify(
+            f"{text!r}: not in the lines shown"
+            + (
+                f"; {len(found)}{'+' if len(found) == 100 else ''} match(es) in older lines: g pages them in"
+                if found
+                else ", nor in the stored log"
+            )
+        )
 
     def action_node(self, step: int) -> None:
         if not self.job_id:
@@ -448,9 +475,11 @@ class LanpoolApp(App):
             self.notify(f"job {job_id} already ended: {job.status}")
             return
         verb = "Abort" if abort else "Stop"
-        question = (f"{verb} job {job_id} ({job.workflow}, run {job.run_name})?" +
-                    ("\nNo artifacts come back from an aborted job." if abort else
-                     "\nSIGTERM, then SIGKILL after the grace period; artifacts come back."))
+        question = f"{verb} job {job_id} ({job.workflow}, run {job.run_name})?" + (
+            "\nNo artifacts come back from an aborted job."
+            if abort
+            else "\nSIGTERM, then SIGKILL after the grace period; artifacts come back."
+        )
         self.push_screen(ConfirmDialog(question, verb), lambda yes: yes and self._stop(job_id, abort))
 
     def action_abort(self) -> None:
@@ -482,14 +511,18 @@ class LanpoolApp(App):
         await asyncio.sleep(0.2)  # typing: plan once the keys stop
         try:
             # Hashing the project's files can take a while: a thread, with its own connection.
-            plan = await asyncio.to_thread(self.ctl.plan_in_thread, self.project, request.workflow, request.overrides,
-                                           request.no_cache, False)
+            plan = await asyncio.to_thread(
+                self.ctl.plan_in_thread, self.project, request.workflow, request.overrides, request.no_cache, False
+            )
         except LanpoolError as exc:
             dialog.show_plan(f"[red]{exc.message}[/red]")
             return
-        rows = [f"{'[green]RUN  [/green]' if j.action == 'run' else '[cyan]REUSE[/cyan]'} {j.workflow}"
-                + (f"  ← {', '.join(j.deps)}" if j.deps else "") + (f"  ({j.reason})" if j.reason else "")
-                for j in plan.jobs]
+        rows = [
+            f"{'[green]RUN  [/green]' if j.action == 'run' else '[cyan]REUSE[/cyan]'} {j.workflow}"
+            + (f"  ← {', '.join(j.deps)}" if j.deps else "")
+            + (f"  ({j.reason})" if j.reason else "")
+            for j in plan.jobs
+        ]
         dialog.show_plan("\n".join(rows))
 
     def _submit(self, request: RunRequest | None) -> None:
@@ -523,9 +556,17 @@ class LanpoolApp(App):
             if owner is me:
                 self._on_log(job_id, stream, data)
 
-        outcome = await self.ctl.run(self.project, request.workflow, request.runner, request.overrides,
-                                     sink=sink, say=say, on_submitted=submitted,
-                                     no_cache=request.no_cache, nodes=request.nodes)
+        outcome = await self.ctl.run(
+            self.project,
+            request.workflow,
+            request.runner,
+            request.overrides,
+            sink=sink,
+            say=say,
+            on_submitted=submitted,
+            no_cache=request.no_cache,
+            nodes=request.nodes,
+        )
         for job in outcome.jobs:
             self._job_ended(job.id)
         if not outcome.jobs:
@@ -538,9 +579,14 @@ class LanpoolApp(App):
             return
         job = self.ctl.runs.job(job_id)
         default = str(Path.cwd() / job.run_name)
-        self.push_screen(FormDialog(f"Download the artifacts of job {job_id} (run {job.run_name})",
-                                    [Field("dir", "to directory", default)], ok="Download"),
-                         lambda answer: answer and self._download(job_id, Path(answer["dir"]).expanduser()))
+        self.push_screen(
+            FormDialog(
+                f"Download the artifacts of job {job_id} (run {job.run_name})",
+                [Field("dir", "to directory", default)],
+                ok="Download",
+            ),
+            lambda answer: answer and self._download(job_id, Path(answer["dir"]).expanduser()),
+        )
 
     @work(group="download", exclusive=True, exit_on_error=False)
     async def _download(self, job_id: str, output: Path) -> None:
@@ -567,9 +613,10 @@ class LanpoolApp(App):
             return
         job = self.ctl.runs.job(self.job_id)
         default = str(Path.cwd() / f"{job.run_name}-{job.id}.log")
-        self.push_screen(FormDialog("Save the whole log (from the store)", [Field("path", "file", default)],
-                                    ok="Save"),
-                         lambda answer: answer and self._save_log(self.job_id, Path(answer["path"]).expanduser()))
+        self.push_screen(
+            FormDialog("Save the whole log (from the store)", [Field("path", "file", default)], ok="Save"),
+            lambda answer: answer and self._save_log(self.job_id, Path(answer["path"]).expanduser()),
+        )
 
     @work(group="save", exit_on_error=False)
     async def _save_log(self, job_id: str, path: Path) -> None:
@@ -583,9 +630,14 @@ class LanpoolApp(App):
 
     def action_pair(self) -> None:
         selected = self.query_one(RunnersTable).selected_key or ""
-        self.push_screen(FormDialog("Pair with a runner: `app agent pair` on it shows a code", [
-            Field("target", "runner name or HOST[:PORT]", selected), Field("code", "pairing code")], ok="Pair"),
-            lambda answer: answer and self._pair(answer["target"], answer["code"]))
+        self.push_screen(
+            FormDialog(
+                "Pair with a runner: `app agent pair` on it shows a code",
+                [Field("target", "runner name or HOST[:PORT]", selected), Field("code", "pairing code")],
+                ok="Pair",
+            ),
+            lambda answer: answer and self._pair(answer["target"], answer["code"]),
+        )
 
     @work(group="runners", exit_on_error=False)
     async def _pair(self, target: str, code: str) -> None:
@@ -596,9 +648,14 @@ class LanpoolApp(App):
         self.show_runners()
 
     def action_add_runner(self) -> None:
-        self.push_screen(FormDialog("Add a runner by address (where multicast does not reach)", [
-            Field("address", "HOST[:PORT]", placeholder=f"192.168.1.20:{Controller.DEFAULT_PORT}")], ok="Add"),
-            lambda answer: answer and self._add_runner(answer["address"]))
+        self.push_screen(
+            FormDialog(
+                "Add a runner by address (where multicast does not reach)",
+                [Field("address", "HOST[:PORT]", placeholder=f"192.168.1.20:{Controller.DEFAULT_PORT}")],
+                ok="Add",
+            ),
+            lambda answer: answer and self._add_runner(answer["address"]),
+        )
 
     @work(group="runners", exit_on_error=False)
     async def _add_runner(self, address: str) -> None:
@@ -615,8 +672,10 @@ class LanpoolApp(App):
         if self.query_one("#tabs", TabbedContent).active != "runners" or not name:
             self.notify("select a runner in Runners first")
             return
-        self.push_screen(ConfirmDialog(f"Forget runner {name} and its pinned host key?", "Remove"),
-                         lambda yes: yes and self._remove_runner(name))
+        self.push_screen(
+            ConfirmDialog(f"Forget runner {name} and its pinned host key?", "Remove"),
+            lambda yes: yes and self._remove_runner(name),
+        )
 
     def _remove_runner(self, name: str) -> None:
         self.ctl.pool.forget(name)

@@ -1,8 +1,8 @@
 """Reading `.lanpool/` (or `.dstack/`) workflow and variable files, with line numbers for errors."""
 
 import difflib
-from typing import Any
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import yaml
 
@@ -11,8 +11,24 @@ from app.workflows.substitute import variable_names_used
 
 PROJECT_DIRS = (".lanpool", ".dstack")  # .lanpool wins; .dstack is the 2022 dstack layout
 WORKFLOW_KEYS = (
-    "name", "help", "image", "commands", "provider", "version", "requirements", "script", "args",
-    "env", "environment", "artifacts", "working_dir", "resources", "nodes", "executor", "pull", "depends-on",
+    "name",
+    "help",
+    "image",
+    "commands",
+    "provider",
+    "version",
+    "requirements",
+    "script",
+    "args",
+    "env",
+    "environment",
+    "artifacts",
+    "working_dir",
+    "resources",
+    "nodes",
+    "executor",
+    "pull",
+    "depends-on",
     "resume-from",
 )
 RESOURCE_KEYS = ("gpu", "cpu", "memory", "shm_size", "interruptible")
@@ -37,8 +53,9 @@ class _LineLoader(yaml.SafeLoader):
         mapping = _Map(super().construct_mapping(node, deep=deep))
         mapping.line = node.start_mark.line + 1
         mapping.key_lines = {k.value: k.start_mark.line + 1 for k, _ in node.value if hasattr(k, "value")}
-        mapping.scalar_text = {k.value: v.value for k, v in node.value
-                               if hasattr(k, "value") and isinstance(v, yaml.ScalarNode)}
+        mapping.scalar_text = {
+            k.value: v.value for k, v in node.value if hasattr(k, "value") and isinstance(v, yaml.ScalarNode)
+        }
         return mapping
 
 
@@ -60,7 +77,9 @@ def load_workflows(root: Path) -> Project:
         if path.is_file():
             break
     else:
-        raise WorkflowError(f"no .lanpool/workflows.yaml (or .dstack/workflows.yaml) in {root}: create one, see README 'Workflows'")
+        raise WorkflowError(
+            f"no .lanpool/workflows.yaml (or .dstack/workflows.yaml) in {root}: create one, see README 'Workflows'"
+        )
     data = _read_yaml(path)
     if data is None:
         data = _Map()
@@ -71,12 +90,19 @@ def load_workflows(root: Path) -> Project:
     for item in data["workflows"]:
         wf = _parse_workflow(item, path, data.line_of("workflows"))
         if wf.name in workflows:
-            raise WorkflowError(f"duplicate workflow name {wf.name!r} (first at line {workflows[wf.name].line})", path, wf.line)
+            raise WorkflowError(
+                f"duplicate workflow name {wf.name!r} (first at line {workflows[wf.name].line})", path, wf.line
+            )
         workflows[wf.name] = wf
     variables_file = path.parent / "variables.yaml"
     variables = _load_variables(variables_file, workflows) if variables_file.is_file() else {}
-    project = Project(root=root, workflows_file=path, workflows=workflows, variables=variables,
-                      variables_file=variables_file if variables_file.is_file() else None)
+    project = Project(
+        root=root,
+        workflows_file=path,
+        workflows=workflows,
+        variables=variables,
+        variables_file=variables_file if variables_file.is_file() else None,
+    )
     _check_dependencies(project)
     _check_variables_defined(project)
     return project
@@ -130,13 +156,19 @@ def _parse_workflow(item, path: Path, parent_line: int) -> Workflow:
             raise err("'provider: python' runs 'script'; drop 'commands' or the provider", "commands")
         commands = []
     else:
-        if not isinstance(commands, list) or not commands or not all(isinstance(c, (str, int, float)) for c in commands):
+        if (
+            not isinstance(commands, list)
+            or not commands
+            or not all(isinstance(c, (str, int, float)) for c in commands)
+        ):
             raise err("needs 'commands' (a list of shell lines), or 'provider: python' with a 'script'", "commands")
     for key in ("image", "version", "requirements", "script", "working_dir", "executor", "help"):
         if key in item and not isinstance(item[key], (str, int, float)):
             raise err(f"'{key}' must be a string", key)
     args = item.get("args", [])
-    if not isinstance(args, (list, str)) or (isinstance(args, list) and not all(isinstance(a, (str, int, float)) for a in args)):
+    if not isinstance(args, (list, str)) or (
+        isinstance(args, list) and not all(isinstance(a, (str, int, float)) for a in args)
+    ):
         raise err("'args' must be a string or a list of strings", "args")
     executor = str(item.get("executor", "") or "")
     if executor not in ("", "docker", "process"):
@@ -153,13 +185,28 @@ def _parse_workflow(item, path: Path, parent_line: int) -> Workflow:
     if isinstance(version, float):  # a Python version: `3.10` means 3.10, not 3.1
         version = item.scalar_text.get("version", version)
     return Workflow(
-        name=name, commands=[_scalar_text(c) for c in commands], help=str(item.get("help", "") or ""),
-        image=str(item.get("image", "") or ""), provider=provider, version=_scalar_text(version),
-        requirements=str(item.get("requirements", "") or ""), script=str(item.get("script", "") or ""),
+        name=name,
+        commands=[_scalar_text(c) for c in commands],
+        help=str(item.get("help", "") or ""),
+        image=str(item.get("image", "") or ""),
+        provider=provider,
+        version=_scalar_text(version),
+        requirements=str(item.get("requirements", "") or ""),
+        script=str(item.get("script", "") or ""),
         args=[_scalar_text(a) for a in args] if isinstance(args, list) else args,
-        env=_parse_env(item, err), artifacts=_parse_artifacts(item, err), working_dir=working_dir,
-        resources=_parse_resources(item, err), nodes=_parse_nodes(item, err), executor=executor, pull=pull,
-        depends_on=deps, repo_include=include, resume_from=resume_from, file=path, line=item.line, key_lines=dict(item.key_lines),
+        env=_parse_env(item, err),
+        artifacts=_parse_artifacts(item, err),
+        working_dir=working_dir,
+        resources=_parse_resources(item, err),
+        nodes=_parse_nodes(item, err),
+        executor=executor,
+        pull=pull,
+        depends_on=deps,
+        repo_include=include,
+        resume_from=resume_from,
+        file=path,
+        line=item.line,
+        key_lines=dict(item.key_lines),
     )
 
 
@@ -227,8 +274,11 @@ def _parse_resources(item: _Map, err) -> dict:
         if key not in RESOURCE_KEYS:
             close = difflib.get_close_matches(str(key), RESOURCE_KEYS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(RESOURCE_KEYS)}"
-            raise WorkflowError(f"workflow {item['name']!r}: unknown resource {key!r}{hint}",
-                                err("", "resources").file, raw.line_of(key) if isinstance(raw, _Map) else None)
+            raise WorkflowError(
+                f"workflow {item['name']!r}: unknown resource {key!r}{hint}",
+                err("", "resources").file,
+                raw.line_of(key) if isinstance(raw, _Map) else None,
+            )
     gpu = raw.get("gpu")
     if isinstance(gpu, dict):
         for key in gpu:
@@ -239,6 +289,7 @@ def _parse_resources(item: _Map, err) -> dict:
 
     for key, value in raw.items():
         if "$" not in str(value):  # point at the resource's own line, not at `resources:`
+
             def at_key(msg: str, key: Any = key) -> WorkflowError:
                 return WorkflowError(f"workflow {item['name']!r}: {msg}", err("", "resources").file, raw.line_of(key))
 
@@ -305,7 +356,9 @@ def _load_variables(path: Path, workflows: dict[str, Workflow]) -> dict[str, dic
         raise WorkflowError("expected a top-level 'variables:' mapping", path, getattr(data, "line", 1))
     sections = data.get("variables") or _Map()
     if not isinstance(sections, _Map):
-        raise WorkflowError("'variables' must map 'global' and workflow names to variables", path, data.line_of("variables"))
+        raise WorkflowError(
+            "'variables' must map 'global' and workflow names to variables", path, data.line_of("variables")
+        )
     out: dict[str, dict] = {}
     for section, values in sections.items():
         line = sections.line_of(section)
@@ -317,11 +370,15 @@ def _load_variables(path: Path, workflows: dict[str, Workflow]) -> dict[str, dic
             raise WorkflowError(f"variables of {section!r} must be a mapping of names to values", path, line)
         for name, value in values.items():
             if not isinstance(name, str) or not name.isidentifier():
-                raise WorkflowError(f"{name!r} is not a valid variable name (letters, digits, _)", path, values.line_of(name))
+                raise WorkflowError(
+                    f"{name!r} is not a valid variable name (letters, digits, _)", path, values.line_of(name)
+                )
             if name in BUILTINS:
                 raise WorkflowError(f"{name!r} is built in; pick another variable name", path, values.line_of(name))
             if value is None or isinstance(value, (dict, list)):
-                raise WorkflowError(f"variable {name!r} must be a string, number or boolean", path, values.line_of(name))
+                raise WorkflowError(
+                    f"variable {name!r} must be a string, number or boolean", path, values.line_of(name)
+                )
         out[section] = dict(values)
     return out
 
@@ -332,8 +389,11 @@ def _check_dependencies(project: Project) -> None:
             if dep.workflow not in project.workflows:
                 close = difflib.get_close_matches(dep.workflow, list(project.workflows), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
-                raise WorkflowError(f"workflow {wf.name!r} depends on unknown workflow {dep.workflow!r}{hint}",
-                                    wf.file, wf.line_of("depends-on"))
+                raise WorkflowError(
+                    f"workflow {wf.name!r} depends on unknown workflow {dep.workflow!r}{hint}",
+                    wf.file,
+                    wf.line_of("depends-on"),
+                )
     state: dict[str, int] = {}  # 1: on the current path, 2: done
 
     def visit(name: str, path: list[str]) -> None:
@@ -342,7 +402,7 @@ def _check_dependencies(project: Project) -> None:
             if dep.tag:
                 continue  # a tagged run is fixed: no edge in the plan
             if state.get(dep.workflow) == 1:
-                cycle = path[path.index(dep.workflow):] + [dep.workflow]
+                cycle = path[path.index(dep.workflow) :] + [dep.workflow]
                 wf = project.workflows[cycle[0]]
                 raise WorkflowError(f"dependency cycle: {' -> '.join(cycle)}", wf.file, wf.line_of("depends-on"))
             if dep.workflow not in state:
@@ -358,9 +418,14 @@ def _check_variables_defined(project: Project) -> None:
     for wf in project.workflows.values():
         defined = set(project.variables_of(wf.name)) | set(BUILTINS)
         fields = {
-            "commands": wf.commands, "env": list(wf.env.values()), "artifacts": [a.path for a in wf.artifacts],
-            "args": wf.args if isinstance(wf.args, list) else [wf.args], "resources": [str(wf.resources)],
-            "image": [wf.image], "script": [wf.script], "nodes": [str(wf.nodes)],
+            "commands": wf.commands,
+            "env": list(wf.env.values()),
+            "artifacts": [a.path for a in wf.artifacts],
+            "args": wf.args if isinstance(wf.args, list) else [wf.args],
+            "resources": [str(wf.resources)],
+            "image": [wf.image],
+            "script": [wf.script],
+            "nodes": [str(wf.nodes)],
             "resume-from": [wf.resume_from],
         }
         for key, texts in fields.items():
@@ -370,4 +435,7 @@ def _check_variables_defined(project: Project) -> None:
                     where = project.variables_file or (project.workflows_file.parent / "variables.yaml")
                     raise WorkflowError(
                         f"workflow {wf.name!r} uses variable {missing[0]!r}, which is never defined: "
-                        f"add it to {where.name} under 'global' or {wf.name!r}", wf.file, wf.line_of(key))
+                        f"add it to {where.name} under 'global' or {wf.name!r}",
+                        wf.file,
+                        wf.line_of(key),
+                    )

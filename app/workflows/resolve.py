@@ -89,8 +89,9 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         # evaluates a value; strings may not.
         ints = {k for k, v in typed.items() if isinstance(v, int) and not isinstance(v, bool)}
         env_copies = {k: min(names) for k, v in wf.env.items() if (names := names_referenced(v) & set(typed) - ints)}
-        commands = substitute_commands(_commands_of(wf), {**values, **builtins}, {"variables_as_args": as_args}, ints,
-                                       env_copies)
+        commands = substitute_commands(
+            _commands_of(wf), {**values, **builtins}, {"variables_as_args": as_args}, ints, env_copies
+        )
         env = {k: substitute_text(v, text_values) for k, v in wf.env.items()}
         artifacts: list[str] = []
         artifacts_all: list[str] = []
@@ -119,17 +120,35 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
     if wf.provider == "python" and not image:
         image = f"python:{wf.version or DEFAULT_PYTHON}"
     return ResolvedJob(
-        workflow=wf.name, commands=commands, env=env, artifacts=artifacts, artifacts_all_nodes=artifacts_all,
-        working_dir=wf.working_dir, image=image, pull=wf.pull, resources=resources, nodes=int(nodes_text),
-        executor=wf.executor, variables={k: v for k, v in values.items() if k in _used_variables(wf, own)},
+        workflow=wf.name,
+        commands=commands,
+        env=env,
+        artifacts=artifacts,
+        artifacts_all_nodes=artifacts_all,
+        working_dir=wf.working_dir,
+        image=image,
+        pull=wf.pull,
+        resources=resources,
+        nodes=int(nodes_text),
+        executor=wf.executor,
+        variables={k: v for k, v in values.items() if k in _used_variables(wf, own)},
         resume_from=resume_from,
     )
 
 
 def _used_variables(wf: Workflow, own: dict[str, str]) -> set[str]:
     """The variables a workflow refers to: only these are part of its inputs (cache key)."""
-    texts = [*_commands_of(wf), *wf.env.values(), *(a.path for a in wf.artifacts), wf.image, str(wf.nodes),
-             str(wf.resources), wf.script, wf.requirements, wf.resume_from]
+    texts = [
+        *_commands_of(wf),
+        *wf.env.values(),
+        *(a.path for a in wf.artifacts),
+        wf.image,
+        str(wf.nodes),
+        str(wf.resources),
+        wf.script,
+        wf.requirements,
+        wf.resume_from,
+    ]
     names: set[str] = set()
     for text in texts:
         names |= names_referenced(text)

@@ -50,10 +50,10 @@ def read_delimiter(text: str, j: int) -> tuple[str, bool, int, list[int], str]:
             close = text.find(ch, j + 1)
             if close < 0:
                 problem, close = f"unclosed {ch} in a here-document delimiter", len(text)
-            delimiter.append(text[j + 1:close])
+            delimiter.append(text[j + 1 : close])
             quoted, j = True, close + 1
         elif ch == "\\":
-            delimiter.append(text[j + 1:j + 2])
+            delimiter.append(text[j + 1 : j + 2])
             quoted, j = True, j + 2
         else:
             if ch == "$":

@@ -82,8 +82,14 @@ def scan(script: str, variables: re.Pattern) -> Scan:
 
 
 class _Scanner:
-    def __init__(self, text: str, variables: re.Pattern, shared: ScriptFacts, backquotes: int = 0,
-                 sink: tuple[str, str] = ("", "")) -> None:
+    def __init__(
+        self,
+        text: str,
+        variables: re.Pattern,
+        shared: ScriptFacts,
+        backquotes: int = 0,
+        sink: tuple[str, str] = ("", ""),
+    ) -> None:
         self.text, self.n, self.shared, self.backquotes, self.outer_sink = text, len(text), shared, backquotes, sink
         self.variables = variables
         self.refs = {m.start(): m.end() for m in variables.finditer(text)}
@@ -100,9 +106,10 @@ class _Scanner:
             body = next((f for f in self.stack if f.kind == "h" and i >= f.end), None)
             if body is not None:  # bash found the body's end by lines, whatever is open in it
                 if self.stack[-1] is not body:
-                    self._fail(f"unclosed {_UNCLOSED.get(self.stack[-1].kind, '(')} in a here-document",
-                               self.stack[-1].start)
-                del self.stack[self.stack.index(body):]
+                    self._fail(
+                        f"unclosed {_UNCLOSED.get(self.stack[-1].kind, '(')} in a here-document", self.stack[-1].start
+                    )
+                del self.stack[self.stack.index(body) :]
                 i = self._next_body(body.resume)
                 continue
             if i >= self.n:
@@ -144,7 +151,7 @@ class _Scanner:
     def _pop(self, i: int) -> None:
         f = self.stack.pop()
         if f.kind == "x" or (f.kind == "p" and f.phase == "arith") or f.kind == "i":
-            self.shared.arithmetic.append(self.text[f.start:i])
+            self.shared.arithmetic.append(self.text[f.start : i])
 
     def _sink(self) -> tuple[str, str]:
         for f in reversed(self.stack):
@@ -166,7 +173,7 @@ class _Scanner:
             if f.kind == "h":
                 break  # a here-document is the command's input, not its words
             if f.kind in "uc":  # also through a ( ) that began no word: `[[ ( $v -gt 0 ) ]]`
-                name_part = f.word_start < 0 or "=" not in self.text[f.word_start:i]
+                name_part = f.word_start < 0 or "=" not in self.text[f.word_start : i]
                 f.pending.append((placement, len(f.words), name_part))
 
     # -- commands ------------------------------------------------------------------
@@ -216,7 +223,7 @@ class _Scanner:
             if f.word_start < 0 and text.startswith("((", i) and self._command_position(f, frozenset({"for"})):
                 self._push("x", i, close="))", sink="arith", construct="(( ))")
                 return i + 2
-            array = f.word_start >= 0 and ASSIGN.fullmatch(text[f.word_start:i]) is not None
+            array = f.word_start >= 0 and ASSIGN.fullmatch(text[f.word_start : i]) is not None
             self._push("c", i, array=array)
             return i + 1
         if ch == ")":
@@ -244,7 +251,7 @@ class _Scanner:
         """`a[…]=` as an assignment (or a name given to declare): bash evaluates the subscript."""
         if f.array and f.word_start == i:
             return True
-        if not NAME.match(self.text[f.word_start:i]):
+        if not NAME.match(self.text[f.word_start : i]):
             return False
         if all(ASSIGN.match(w) or w in OPENERS for w in f.words):
             return True
@@ -270,7 +277,7 @@ class _Scanner:
     def _end_word(self, f: _Frame, i: int) -> None:
         if f.word_start < 0:
             return
-        word = self.text[f.word_start:i]
+        word = self.text[f.word_start : i]
         at_start = self._command_position(f)
         f.words.append(word)
         f.word_start = -1
@@ -287,7 +294,7 @@ class _Scanner:
             f.pending.clear()
             return
         if f.dbracket >= 0 and word == "]]":
-            inside = self.text[f.dbracket_at:i]  # its words, and those in ( ) groups
+            inside = self.text[f.dbracket_at : i]  # its words, and those in ( ) groups
             if ARITH_TESTS & {unquote(w) for w in re.split(r"[\s()]+", inside)}:
                 self.shared.arithmetic.append(inside)
                 for placement, index, _ in f.pending:
@@ -414,7 +421,7 @@ class _Scanner:
     def _param_start(self, i: int) -> int:
         """After `${`: an optional # or !, the parameter, then maybe a subscript."""
         self._push("p", i - 2, phase="op")
-        if self.text[i:i + 1] in ("#", "!") and _PARAM.match(self.text, i + 1) and self.text[i + 1:i + 2] != "}":
+        if self.text[i : i + 1] in ("#", "!") and _PARAM.match(self.text, i + 1) and self.text[i + 1 : i + 2] != "}":
             i += 1
         m = _PARAM.match(self.text, i)
         i = m.end() if m else i
@@ -429,7 +436,7 @@ class _Scanner:
             self._pop(i)
             return i + 1
         if f.phase == "op":
-            if ch == ":" and text[i + 1:i + 2] not in ("-", "=", "+", "?"):
+            if ch == ":" and text[i + 1 : i + 2] not in ("-", "=", "+", "?"):
                 f.phase, f.sink, f.construct = "arith", "arith", "${...:offset:length}"
                 return i + 1
             f.phase = "word"

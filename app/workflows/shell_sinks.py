@@ -24,8 +24,17 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*$")
 DECLARE = frozenset({"declare", "typeset", "local", "readonly", "export"})
 _NAMES = frozenset({"read", "unset", "mapfile", "readarray", "getopts", "wait"})  # their arguments are names
 # Programs whose option takes code in the next word: `bash -c CODE`, `python -c CODE`, `perl -e CODE`.
-_CODE_OPTION = {"sh": "c", "bash": "c", "dash": "c", "zsh": "c", "ksh": "c", "python": "c", "perl": "e",
-                "ruby": "e", "node": "e"}
+_CODE_OPTION = {
+    "sh": "c",
+    "bash": "c",
+    "dash": "c",
+    "zsh": "c",
+    "ksh": "c",
+    "python": "c",
+    "perl": "e",
+    "ruby": "e",
+    "node": "e",
+}
 
 
 @dataclass(eq=False)
@@ -72,8 +81,9 @@ class ScriptFacts:
                     mark(placement, "copied", name)
 
 
-def command_sinks(words: list[str], pending: list[tuple[Placement, int, bool]], redirects: set[int],
-                  facts: ScriptFacts) -> None:
+def command_sinks(
+    words: list[str], pending: list[tuple[Placement, int, bool]], redirects: set[int], facts: ScriptFacts
+) -> None:
     """A simple command is complete: its name decides what its arguments are.
 
     `pending`: (placement, index of its word, whether it is in the NAME part of NAME=…).
@@ -84,12 +94,12 @@ def command_sinks(words: list[str], pending: list[tuple[Placement, int, bool]], 
     while k < len(words) and ASSIGN.match(words[k]):
         k += 1
     name = unquote(words[k]) if k < len(words) else ""
-    args = [unquote(w) for w in words[k + 1:]]
+    args = [unquote(w) for w in words[k + 1 :]]
     options = "".join(a[1:] for a in args if a[:1] in "-+" and len(a) > 1)
     if name in DECLARE and "i" in options:
         facts.integer_declared = True
     if name == "let" or (name in DECLARE and "i" in options):
-        facts.arithmetic.append(" ".join(words[k + 1:]))  # names in it are evaluated too
+        facts.arithmetic.append(" ".join(words[k + 1 :]))  # names in it are evaluated too
     code = _code_word(words, k)
     for placement, index, name_part in pending:
         assign = ASSIGN.match(words[index] if index < len(words) else "")

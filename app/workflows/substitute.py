@@ -73,14 +73,20 @@ def substitute_text(text: str, values: Mapping[str, str]) -> str:
     return _VAR.sub(lambda m: _lookup(m, values, lambda v, _ctx: v), text)
 
 
-def substitute_command(command: str, values: Mapping[str, str], words: Mapping[str, str] | None = None,
-                       ints: Collection[str] = ()) -> str:
+def substitute_command(
+    command: str, values: Mapping[str, str], words: Mapping[str, str] | None = None, ints: Collection[str] = ()
+) -> str:
     """Substitution in one shell command line, each value escaped for its context."""
     return substitute_commands([command], values, words, ints)[0]
 
 
-def substitute_commands(commands: list[str], values: Mapping[str, str], words: Mapping[str, str] | None = None,
-                        ints: Collection[str] = (), env_copies: Mapping[str, str] | None = None) -> list[str]:
+def substitute_commands(
+    commands: list[str],
+    values: Mapping[str, str],
+    words: Mapping[str, str] | None = None,
+    ints: Collection[str] = (),
+    env_copies: Mapping[str, str] | None = None,
+) -> list[str]:
     """Substitution in the lines of one script (read as bash reads them: joined by newlines).
 
     `words` maps names to text that is already escaped shell words (the
@@ -97,9 +103,13 @@ def substitute_commands(commands: list[str], values: Mapping[str, str], words: M
     for env, name in (env_copies or {}).items():
         if model.reads_in_arithmetic(env):
             line = next((k for k, c in enumerate(commands) if env in c), 0)
-            raise UnsafeVariable(name, f"${name} is a string copied into env {env}, which arithmetic in the commands "
-                                       f"reads; {_WHY['arith']}: make {name} a whole number in variables.yaml "
-                                       f"({name}: 5), or keep {env} out of arithmetic", line)
+            raise UnsafeVariable(
+                name,
+                f"${name} is a string copied into env {env}, which arithmetic in the commands "
+                f"reads; {_WHY['arith']}: make {name} a whole number in variables.yaml "
+                f"({name}: 5), or keep {env} out of arithmetic",
+                line,
+            )
     words = words or {}
     out: list[str] = []
     done = 0
@@ -115,13 +125,17 @@ def substitute_commands(commands: list[str], values: Mapping[str, str], words: M
                 raise UndefinedVariable(name)
             continue  # a shell variable: left alone
         if model.problem:
-            raise UnsafeVariable(name, f"cannot tell how bash reads this script ({model.problem}), so ${name} "
-                                       "cannot be placed safely: close it", bisect_right(starts, model.problem_at) - 1)
+            raise UnsafeVariable(
+                name,
+                f"cannot tell how bash reads this script ({model.problem}), so ${name} "
+                "cannot be placed safely: close it",
+                bisect_right(starts, model.problem_at) - 1,
+            )
         try:
             text = _render(name, values, words, ints, placement)
         except _Refused as exc:
             raise UnsafeVariable(name, str(exc), line) from None
-        out.append(script[done:m.start()])
+        out.append(script[done : m.start()])
         out.append(text)
         placed.append((m.start(), m.end() - m.start(), len(text), name))
         done = m.end()
@@ -132,10 +146,15 @@ def substitute_commands(commands: list[str], values: Mapping[str, str], words: M
         return pos + sum(n_out - n_in for at, n_in, n_out, _ in placed if at < pos)
 
     for doc in model.heredocs:
-        _check_heredoc(doc, result, moved, [(moved(at), name) for at, _, _, name in placed
-                                            if doc.start <= at < doc.end], bisect_right(starts, doc.start) - 1)
+        _check_heredoc(
+            doc,
+            result,
+            moved,
+            [(moved(at), name) for at, _, _, name in placed if doc.start <= at < doc.end],
+            bisect_right(starts, doc.start) - 1,
+        )
     bounds = [moved(s) for s in starts] + [len(result) + 1]
-    return [result[bounds[k]:bounds[k + 1] - 1] for k in range(len(commands))]
+    return [result[bounds[k] : bounds[k + 1] - 1] for k in range(len(commands))]
 
 
 def _lookup(m: re.Match, values: Mapping[str, str], render: Callable[[str, str], str]) -> str:
@@ -160,20 +179,29 @@ _WHY = {
 
 
 def _refusal(name: str, placement: Placement) -> str:
-    where = {"arith": f"used inside {placement.construct}", "name": f"used as a variable name by {placement.construct}",
-             "copied": f"copied into the shell variable {placement.construct}",
-             "code": f"used in code that {placement.construct} runs", "quote": "used inside '...' within ${...}",
-             "delim": "used in a here-document's delimiter"}[placement.sink]
-    fix = {"arith": f"make {name} a whole number in variables.yaml ({name}: 5), or use it outside arithmetic",
-           "name": "use a fixed variable name there", "copied": f"make {name} a whole number in variables.yaml "
-           f"({name}: 5), or keep {placement.construct} out of arithmetic",
-           "code": "pass it as an argument or through env:, not inside the code",
-           "quote": "write it outside the single quotes", "delim": "use a fixed delimiter"}[placement.sink]
+    where = {
+        "arith": f"used inside {placement.construct}",
+        "name": f"used as a variable name by {placement.construct}",
+        "copied": f"copied into the shell variable {placement.construct}",
+        "code": f"used in code that {placement.construct} runs",
+        "quote": "used inside '...' within ${...}",
+        "delim": "used in a here-document's delimiter",
+    }[placement.sink]
+    fix = {
+        "arith": f"make {name} a whole number in variables.yaml ({name}: 5), or use it outside arithmetic",
+        "name": "use a fixed variable name there",
+        "copied": f"make {name} a whole number in variables.yaml "
+        f"({name}: 5), or keep {placement.construct} out of arithmetic",
+        "code": "pass it as an argument or through env:, not inside the code",
+        "quote": "write it outside the single quotes",
+        "delim": "use a fixed delimiter",
+    }[placement.sink]
     return f"${name} is a string {where}; {_WHY[placement.sink]}: {fix}"
 
 
-def _render(name: str, values: Mapping[str, str], words: Mapping[str, str], ints: Collection[str],
-            placement: Placement) -> str:
+def _render(
+    name: str, values: Mapping[str, str], words: Mapping[str, str], ints: Collection[str], placement: Placement
+) -> str:
     if placement.backquotes > 1:
         raise _Refused(f"${name} is inside nested backquotes, which lanpool does not quote for: write $(...) instead")
     if placement.backquotes and placement.quote in "hH":
@@ -182,8 +210,9 @@ def _render(name: str, values: Mapping[str, str], words: Mapping[str, str], ints
         if placement.sink:
             raise _Refused(_refusal(name, placement))
         if placement.quote in "phH":
-            raise _Refused(f"${name} is several words: write it as plain arguments, "
-                           "not inside ${...} or a here-document")
+            raise _Refused(
+                f"${name} is several words: write it as plain arguments, not inside ${{...}} or a here-document"
+            )
         return _splice(words[name], placement)
     value = values[name]
     if placement.sink and not (name in ints and _INT.fullmatch(value)):
@@ -245,15 +274,20 @@ def _splice(words: str, placement: Placement) -> str:
     return _backquoted(text, placement.backquotes)
 
 
-def _check_heredoc(doc: HereDoc, result: str, moved: Callable[[int], int], placed: list[tuple[int, str]],
-                   line: int) -> None:
+def _check_heredoc(
+    doc: HereDoc, result: str, moved: Callable[[int], int], placed: list[tuple[int, str]], line: int
+) -> None:
     """No value may put the delimiter's line into a here-document: bash would end it there."""
     if not placed:
         return
     start = moved(doc.start)
-    at = line_ending_early(doc, result[start:moved(doc.end)])
+    at = line_ending_early(doc, result[start : moved(doc.end)])
     if at >= 0:
         name = next((n for pos, n in reversed(placed) if pos <= start + at + len(doc.delimiter)), placed[0][1])
-        raise UnsafeVariable(name, f"the value of ${name} puts the line {doc.delimiter!r} into a here-document, "
-                                   "which would end it there and run the rest as commands: change the value "
-                                   "or the delimiter", line)
+        raise UnsafeVariable(
+            name,
+            f"the value of ${name} puts the line {doc.delimiter!r} into a here-document, "
+            "which would end it there and run the rest as commands: change the value "
+            "or the delimiter",
+            line,
+        )

@@ -40,8 +40,13 @@ class RunDialog(ModalScreen[RunRequest | None]):
         dialog: "RunDialog"
         request: RunRequest
 
-    def __init__(self, project: Project, runners: list[str],
-                 variables: Callable[[Project, str], dict[str, object]], workflow: str | None = None) -> None:
+    def __init__(
+        self,
+        project: Project,
+        runners: list[str],
+        variables: Callable[[Project, str], dict[str, object]],
+        workflow: str | None = None,
+    ) -> None:
         super().__init__()
         self.project = project
         self.runners = runners
@@ -53,8 +58,12 @@ class RunDialog(ModalScreen[RunRequest | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog run-dialog"):
             yield Label(f"Run a workflow of {self.project.root}", classes="title")
-            yield Select([(self._label(n), n) for n in self.project.workflows], value=self.workflow,
-                         allow_blank=False, id="workflow")
+            yield Select(
+                [(self._label(n), n) for n in self.project.workflows],
+                value=self.workflow,
+                allow_blank=False,
+                id="workflow",
+            )
             yield Static("", id="workflow-help", classes="hint")
             with VerticalScroll(id="variables"):
                 pass
@@ -62,8 +71,9 @@ class RunDialog(ModalScreen[RunRequest | None]):
                 yield Label("nodes")
                 yield Input(value="", placeholder="from the workflow", id="nodes", type="integer")
                 yield Label("runner")
-                yield Select([("auto (best fit)", "")] + [(r, r) for r in self.runners], value="",
-                             allow_blank=False, id="runner")
+                yield Select(
+                    [("auto (best fit)", "")] + [(r, r) for r in self.runners], value="", allow_blank=False, id="runner"
+                )
                 yield Checkbox("no cache", id="no-cache")
             yield Label("plan", classes="section")
             yield Static("…", id="plan")
@@ -88,9 +98,13 @@ class RunDialog(ModalScreen[RunRequest | None]):
         rows = []
         for name, default in sorted(self._defaults.items()):
             kind = type(default).__name__ if default is not None else "str"
-            rows.append(Horizontal(Label(f"{name} ({kind})", classes="var-name"),
-                                   Input(value=render_value(default), id=f"var-{name}", classes="var-value"),
-                                   classes="var-row"))
+            rows.append(
+                Horizontal(
+                    Label(f"{name} ({kind})", classes="var-name"),
+                    Input(value=render_value(default), id=f"var-{name}", classes="var-value"),
+                    classes="var-row",
+                )
+            )
         if not rows:
             rows.append(Label("no variables (define them in .lanpool/variables.yaml)", classes="hint"))
         await box.mount_all(rows)
@@ -145,8 +159,13 @@ class RunDialog(ModalScreen[RunRequest | None]):
             return None
         error.update("")
         runner = self.query_one("#runner", Select).value
-        return RunRequest(self.workflow, overrides, nodes, str(runner) if runner else None,
-                          self.query_one("#no-cache", Checkbox).value)
+        return RunRequest(
+            self.workflow,
+            overrides,
+            nodes,
+            str(runner) if runner else None,
+            self.query_one("#no-cache", Checkbox).value,
+        )
 
     def action_submit(self) -> None:
         request = self.request()

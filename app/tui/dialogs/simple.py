@@ -97,5 +97,4 @@ class HelpScreen(ModalScreen[None]):
         with VerticalScroll(classes="dialog help"):
             yield Label("lanpool keys", classes="title")
             yield Static(text)
-            yield Label("Ctrl+P: command palette (every action).  Mouse: click tabs, rows and buttons.",
-                        classes="hint")
+            yield Label("Ctrl+P: command palette (every action).  Mouse: click tabs, rows and buttons.", classes="hint")

@@ -63,7 +63,7 @@ class LogView(ScrollView, can_focus=True):
     # -- content -------------------------------------------------------------------
 
     def set_lines(self, lines: list[LogLine], at_start: bool) -> None:
-        self.lines = list(lines[-self.max_lines:])
+        self.lines = list(lines[-self.max_lines :])
         self.at_start = at_start and len(lines) <= self.max_lines
         self._width = max((cell_len(line.text) for line in self.lines[-2000:]), default=0)
         self._asked_older = False
@@ -155,7 +155,7 @@ class LogView(ScrollView, can_focus=True):
             return False
         low = text.lower()
         middle = int(self.scroll_y) + self.size.height // 2
-        order = (range(middle + 1, len(self.lines)) if forward else range(middle - 1, -1, -1))
+        order = range(middle + 1, len(self.lines)) if forward else range(middle - 1, -1, -1)
         for y in order:
             if low in self.lines[y].text.lower():
                 self.following = False
@@ -187,7 +187,7 @@ class LogView(ScrollView, can_focus=True):
         tag = _NODE_TAG.match(text)
         if tag:
             segments.append(Segment(tag.group(), base + self._tag_style))
-            text = text[tag.end():]
+            text = text[tag.end() :]
         segments += self._highlight(text, style)
         strip = Strip(segments).crop_extend(scroll_x, scroll_x + width, base)
         return strip.apply_offsets(scroll_x, index)
@@ -197,7 +197,7 @@ class LogView(ScrollView, can_focus=True):
             return [Segment(text, style)]
         out, low, needle, at = [], text.lower(), self.search.lower(), 0
         while (hit := low.find(needle, at)) >= 0:
-            out += [Segment(text[at:hit], style), Segment(text[hit:hit + len(needle)], style + self._match_style)]
+            out += [Segment(text[at:hit], style), Segment(text[hit : hit + len(needle)], style + self._match_style)]
             at = hit + len(needle)
         out.append(Segment(text[at:], style))
         return out

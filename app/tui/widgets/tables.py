@@ -11,15 +11,25 @@ from app.overview import JobLine
 from app.runner_views import RunnerView
 
 STATUS_STYLE = {
-    "QUEUED": "yellow", "SUBMITTED": "cyan", "RUNNING": "bold cyan", "DONE": "green", "FAILED": "bold red",
-    "STOPPED": "magenta", "ABORTED": "magenta", "LOST": "red",
-    "LIVE": "green", "BUSY": "yellow", "OFFLINE": "red", "UNPAIRED": "cyan", "CONFLICT": "bold red",
+    "QUEUED": "yellow",
+    "SUBMITTED": "cyan",
+    "RUNNING": "bold cyan",
+    "DONE": "green",
+    "FAILED": "bold red",
+    "STOPPED": "magenta",
+    "ABORTED": "magenta",
+    "LOST": "red",
+    "LIVE": "green",
+    "BUSY": "yellow",
+    "OFFLINE": "red",
+    "UNPAIRED": "cyan",
+    "CONFLICT": "bold red",
 }
 
 
 def status_cell(text: str, width: int = 48) -> Text:
     state = text.split(" ")[0].rstrip(":")
-    return Text(text if len(text) <= width else text[:width - 1] + "…", style=STATUS_STYLE.get(state, ""))
+    return Text(text if len(text) <= width else text[: width - 1] + "…", style=STATUS_STYLE.get(state, ""))
 
 
 class LiveTable(DataTable):
@@ -49,7 +59,7 @@ class LiveTable(DataTable):
         for key, cells in rows:
             if key not in current:
                 continue
-            for (col, _), value in zip(self.COLUMNS, cells):
+            for (col, _), value in zip(self.COLUMNS, cells, strict=False):
                 old = self.get_cell(key, col)
                 if str(old) != str(value) or getattr(old, "style", None) != getattr(value, "style", None):
                     self.update_cell(key, col, value, update_width=True)  # RUNNING -> DONE (0) is wider
@@ -65,9 +75,17 @@ class LiveTable(DataTable):
 
 
 class RunsTable(LiveTable):
-    COLUMNS = (("run", "RUN"), ("job", "JOB"), ("workflow", "WORKFLOW"), ("variables", "VARIABLES"),
-               ("runner", "RUNNER"), ("status", "STATUS"), ("submitted", "SUBMITTED"), ("duration", "DURATION"),
-               ("artifacts", "ARTIFACTS"))
+    COLUMNS = (
+        ("run", "RUN"),
+        ("job", "JOB"),
+        ("workflow", "WORKFLOW"),
+        ("variables", "VARIABLES"),
+        ("runner", "RUNNER"),
+        ("status", "STATUS"),
+        ("submitted", "SUBMITTED"),
+        ("duration", "DURATION"),
+        ("artifacts", "ARTIFACTS"),
+    )
 
     def show_jobs(self, lines: list[JobLine], now: float) -> None:
         rows = []
@@ -75,17 +93,36 @@ class RunsTable(LiveTable):
             j = line.job
             runner = ", ".join(line.runners) or "-"
             variables = line.variables_text
-            rows.append((j.id, [
-                j.run_name + (f" ({line.tag})" if line.tag else ""), j.id, j.workflow,
-                variables if len(variables) <= 40 else variables[:39] + "…", runner,
-                status_cell(line.status_text), ago(j.submitted_at, now), duration(j.started_at, j.finished_at, now),
-                str(line.artifacts) if line.artifacts else "-"]))
+            rows.append(
+                (
+                    j.id,
+                    [
+                        j.run_name + (f" ({line.tag})" if line.tag else ""),
+                        j.id,
+                        j.workflow,
+                        variables if len(variables) <= 40 else variables[:39] + "…",
+                        runner,
+                        status_cell(line.status_text),
+                        ago(j.submitted_at, now),
+                        duration(j.started_at, j.finished_at, now),
+                        str(line.artifacts) if line.artifacts else "-",
+                    ],
+                )
+            )
         self.show(rows)
 
 
 class RunnersTable(LiveTable):
-    COLUMNS = (("name", "NAME"), ("address", "ADDRESS"), ("state", "STATE"), ("gpus", "GPUS FREE"),
-               ("jobs", "JOBS"), ("executor", "EXECUTOR"), ("source", "SOURCE"), ("seen", "LAST SEEN"))
+    COLUMNS = (
+        ("name", "NAME"),
+        ("address", "ADDRESS"),
+        ("state", "STATE"),
+        ("gpus", "GPUS FREE"),
+        ("jobs", "JOBS"),
+        ("executor", "EXECUTOR"),
+        ("source", "SOURCE"),
+        ("seen", "LAST SEEN"),
+    )
 
     def show_runners(self, runners: list[RunnerView], now: float) -> None:
         rows = []
@@ -94,4 +131,3 @@ class RunnersTable(LiveTable):
             cells[2] = status_cell(v.state)
             rows.append((v.name, cells))
         self.show(rows)
-
