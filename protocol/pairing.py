@@ -24,9 +24,10 @@ label) to a runner whose proof fails.
 import hashlib
 import hmac
 import unicodedata
+from typing import TYPE_CHECKING
 
-from spake2 import SPAKE2_A, SPAKE2_B
-from spake2.spake2 import SPAKEError
+if TYPE_CHECKING:  # spake2 costs ~20 ms to import: only pairing needs it, not every `run`
+    from spake2 import SPAKE2_A, SPAKE2_B
 
 # No 0/O, 1/I/L: codes are read off a screen and typed.
 CODE_ALPHABET = "ABCDEFGHJKMNPQRSTUVWXYZ23456789"
@@ -71,7 +72,7 @@ def key_identity(public_key: str) -> bytes:
 
 
 class _Side:
-    def __init__(self, spake: SPAKE2_A | SPAKE2_B, controller_key: str, runner_key: str) -> None:
+    def __init__(self, spake: "SPAKE2_A | SPAKE2_B", controller_key: str, runner_key: str) -> None:
         self._spake = spake
         self._ids = _lp(key_identity(controller_key)) + _lp(key_identity(runner_key))
         self._key: bytes | None = None
@@ -80,6 +81,8 @@ class _Side:
     def _finish(self, peer_message: bytes) -> None:
         if len(peer_message) != PAKE_MESSAGE_BYTES:
             raise PairingFailed(f"pairing message of {len(peer_message)} bytes, expected {PAKE_MESSAGE_BYTES}")
+        from spake2.spake2 import SPAKEError
+
         try:
             self._key = self._spake.finish(peer_message)
         except (SPAKEError, ValueError) as exc:
@@ -97,6 +100,8 @@ class ControllerPake(_Side):
     """The controller's half: `message` goes in PairStart."""
 
     def __init__(self, code: str, controller_key: str, runner_key: str) -> None:
+        from spake2 import SPAKE2_A
+
         ids = key_identity(controller_key), key_identity(runner_key)
         super().__init__(SPAKE2_A(normal_code(code).encode(), idA=ids[0], idB=ids[1]), controller_key, runner_key)
 
@@ -112,6 +117,8 @@ class RunnerPake(_Side):
     """The runner's half: `message` and `proof` go in PairReply."""
 
     def __init__(self, code: str, controller_key: str, runner_key: str, controller_message: bytes) -> None:
+        from spake2 import SPAKE2_B
+
         ids = key_identity(controller_key), key_identity(runner_key)
         super().__init__(SPAKE2_B(normal_code(code).encode(), idA=ids[0], idB=ids[1]), controller_key, runner_key)
         self._finish(controller_message)
