@@ -26,7 +26,7 @@ import pytest
 from zeroconf import IPVersion
 from zeroconf.asyncio import AsyncServiceInfo, AsyncZeroconf
 
-from tests.harness import REPO, lanpool_env, start_agent
+from tests.harness import APP_MODULE, REPO, lanpool_env, spawn_agent, start_agent
 
 SERVICE_TYPE = "_lanpool._tcp.local."
 ONE_JOB = "workflows:\n  - name: a\n    commands: [echo ran-a]\n"
@@ -309,29 +309,9 @@ def test_hostile_peers_across_network_namespaces(tmp_path, controller_home, make
         check=True,
         capture_output=True,
     )
-    agent = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            "lp-h1",
-            sys.executable,
-            "-m",
-            "app.cli.main",
-            "agent",
-            "serve",
-            "--host",
-            "10.77.0.1",
-            "--port",
-            "7422",
-            "--name",
-            "lab-gpu",
-            "--data-dir",
-            str(data),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    # The agent runs inside the lab host lp-h1, on its own address.
+    agent = spawn_agent(
+        data, env, name="lab-gpu", host="10.77.0.1", port=7422, app=("ip", "netns", "exec", "lp-h1", *APP_MODULE)
     )
     forger = None
     try:
@@ -394,6 +374,5 @@ def test_hostile_peers_across_network_namespaces(tmp_path, controller_home, make
         if forger is not None and forger.poll() is None:
             forger.kill()
             forger.wait()
-        agent.terminate()
-        agent.wait(10)
+        agent.stop()
         subprocess.run([lab, "down"], check=True)

@@ -16,7 +16,7 @@ import pytest
 
 from agent.mdns import Advertiser
 from app.discovery import discover
-from tests.harness import REPO, lanpool_env, start_agent
+from tests.harness import APP_MODULE, REPO, lanpool_env, spawn_agent, start_agent
 
 ONE_JOB = "workflows:\n  - name: a\n    commands: [echo ran-a]\n"
 
@@ -211,29 +211,14 @@ def test_discovery_across_network_namespaces(tmp_path, controller_home):
     lab = REPO / "scripts" / "lab"
     subprocess.run([lab, "up", "2"], check=True)
     env = {**lanpool_env(controller_home), "LANPOOL_MDNS_INTERFACES": "10.77.0.2"}
-    agent = subprocess.Popen(
-        [
-            "ip",
-            "netns",
-            "exec",
-            "lp-h1",
-            sys.executable,
-            "-m",
-            "app.cli.main",
-            "agent",
-            "serve",
-            "--host",
-            "10.77.0.1",
-            "--port",
-            "7422",
-            "--name",
-            "lab-runner",
-            "--data-dir",
-            str(tmp_path / "lab-agent"),
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    # The agent runs inside the lab host lp-h1, on its own address.
+    agent = spawn_agent(
+        tmp_path / "lab-agent",
+        env,
+        name="lab-runner",
+        host="10.77.0.1",
+        port=7422,
+        app=("ip", "netns", "exec", "lp-h1", *APP_MODULE),
     )
     try:
         deadline = time.time() + 20
@@ -263,8 +248,7 @@ def test_discovery_across_network_namespaces(tmp_path, controller_home):
         assert seen["lab-runner"]["address"] == "10.77.0.1:7422"
         assert seen["lab-runner"]["state"] == "UNPAIRED" and seen["lab-runner"]["source"] == "mdns"
     finally:
-        agent.terminate()
-        agent.wait(10)
+        agent.stop()
         subprocess.run([lab, "down"], check=True)
 
 
