@@ -21,7 +21,6 @@ from protocol import (
     ClientHello,
     Error,
     ErrorCode,
-    FrameReader,
     GetStatus,
     Hello,
     PairStart,
@@ -29,11 +28,10 @@ from protocol import (
     Pong,
     StopJob,
     SubmitJob,
-    decode_agent_message,
-    encode_message,
 )
 from protocol.pairing import PAIRING_USER
 from tests.harness import lanpool_env
+from tests.raw_channel import RawChannel
 
 
 def _key() -> asyncssh.SSHKey:
@@ -123,26 +121,19 @@ def test_only_the_lanpool_subsystem_is_served(agent, pairing):
 async def _pairing_only(agent) -> None:
     async with _connect(agent, pairing=True, key=asyncssh.generate_private_key("ssh-ed25519")) as conn:
         proc = await conn.create_process(subsystem="lanpool", encoding=None)
-        reader, pending = FrameReader(), []
+        chan = RawChannel(proc)
 
-        async def recv():
-            while not pending:
-                data = await asyncio.wait_for(proc.stdout.read(65536), 10)
-                assert data, "channel closed"
-                pending.extend(reader.feed(data))
-            return decode_agent_message(pending.pop(0))
-
-        assert isinstance(await recv(), Hello)
-        proc.stdin.write(encode_message(ClientHello(PROTOCOL_VERSION, "test")))
+        assert isinstance(await chan.recv(), Hello)
+        chan.send(ClientHello(PROTOCOL_VERSION, "test"))
         for msg in (GetStatus("j-1"), StopJob("j-1"), Attach("j-1"), SubmitJob("j-2", "r", "w", ["cat /etc/hostname"])):
-            proc.stdin.write(encode_message(msg))
-            reply = await recv()
+            chan.send(msg)
+            reply = await chan.recv()
             assert isinstance(reply, Error) and reply.code == ErrorCode.NOT_PAIRED, (msg, reply)
-        proc.stdin.write(encode_message(Ping(5)))
-        assert await recv() == Pong(5)
+        chan.send(Ping(5))
+        assert await chan.recv() == Pong(5)
         # Pairing for another key than the one this connection proved: refused, connection closed.
-        proc.stdin.write(encode_message(PairStart(b"A" + bytes(32), _key().export_public_key().decode().strip())))
-        reply = await recv()
+        chan.send(PairStart(b"A" + bytes(32), _key().export_public_key().decode().strip()))
+        reply = await chan.recv()
         assert isinstance(reply, Error) and "not the key this connection authenticated with" in reply.message
         await asyncio.wait_for(conn.wait_closed(), 5)
 

@@ -24,13 +24,13 @@ from protocol import (
     PairConfirm,
     PairReply,
     PairStart,
-    decode_agent_message,
     decode_client_message,
     encode_message,
 )
 from protocol import key_text as host_key_text
 from protocol.pairing import PAIRING_USER, ControllerPake, PairingFailed, RunnerPake, sanitize_label
 from tests.harness import APP_MODULE, lanpool_env, start_agent
+from tests.raw_channel import RawChannel
 
 
 def _agent_cli(*args: str) -> str:
@@ -144,20 +144,13 @@ async def _raw_attempt(agent, key: asyncssh.SSHKey, code: str, local: str = "127
     ) as conn:
         host_key = host_key_text(conn.get_server_host_key().export_public_key().decode())
         proc = await conn.create_process(subsystem="lanpool", encoding=None)
-        reader, pending = FrameReader(), []
+        chan = RawChannel(proc)
 
-        async def recv():
-            while not pending:
-                data = await asyncio.wait_for(proc.stdout.read(65536), 10)
-                assert data, "the agent closed the channel"
-                pending.extend(reader.feed(data))
-            return decode_agent_message(pending.pop(0))
-
-        assert isinstance(await recv(), Hello)
-        proc.stdin.write(encode_message(ClientHello(PROTOCOL_VERSION, "test")))
+        assert isinstance(await chan.recv(), Hello)
+        chan.send(ClientHello(PROTOCOL_VERSION, "test"))
         pake = ControllerPake(code, _public(key), host_key)
-        proc.stdin.write(encode_message(PairStart(pake.message, _public(key))))
-        reply = await recv()
+        chan.send(PairStart(pake.message, _public(key)))
+        reply = await chan.recv()
         if isinstance(reply, Error):
             return reply.message
         try:
@@ -165,7 +158,7 @@ async def _raw_attempt(agent, key: asyncssh.SSHKey, code: str, local: str = "127
         except PairingFailed:
             return "wrong"
         proc.stdin.write(encode_message(PairConfirm(proof, label)))  # as sent, not cleaned as app/ does
-        reply = await recv()
+        reply = await chan.recv()
         return "paired" if not isinstance(reply, Error) else reply.message
 
 
