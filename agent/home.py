@@ -6,6 +6,7 @@ data_dir/
   authorized_keys     controller keys allowed in
   agent.json          pid, name, address of the running agent
   jobs/<id>/          job.json (journal), log.spool, workspace/
+  blobs/<sha256>      content-addressed file cache: workspaces are built from it
   transfer/           the SFTP root: nothing else is reachable over SFTP
     snapshots/<sha256>.tar   code snapshots uploaded by controllers
     artifacts/<id>.tar       packed artifacts of jobs that ran here
@@ -39,6 +40,10 @@ class AgentHome:
         return self.root / "jobs"
 
     @property
+    def blobs(self) -> Path:
+        return self.root / "blobs"
+
+    @property
     def transfer(self) -> Path:
         return self.root / "transfer"
 
@@ -58,7 +63,7 @@ class AgentHome:
         return self.jobs / job_id
 
     def create(self) -> None:
-        for d in (self.root, self.jobs, self.snapshots, self.artifacts, self.inputs):
+        for d in (self.root, self.jobs, self.blobs, self.snapshots, self.artifacts, self.inputs):
             d.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
 

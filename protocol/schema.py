@@ -1,0 +1,185 @@
+"""Checking a message's fields before anything acts on it: each field's type from its
+annotation, and bounds that follow from the field's name (`_FIELD_BOUNDS`)."""
+
+import dataclasses
+import math
+import re
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from protocol.errors import ErrorCode, ProtocolError, clip
+
+
+def build(cls: type, body: dict[str, Any], where: str) -> Any:
+    """An instance of the message dataclass `cls` from an unpacked map, every field checked."""
+    hints = _hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in body:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"{where}: missing field {f.name!r}")
+            continue
+        bound = _FIELD_BOUNDS.get(f.name, _DEFAULT_BOUND)
+        kwargs[f.name] = _check(body[f.name], hints[f.name], f"{where}.{f.name}", bound)
+    return cls(**kwargs)
+
+
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+
+
+@dataclass(frozen=True)
+class _Bound:
+    """What a field's scalars may be, beyond their type: every str, int and float in
+    the field (list items, dict keys and values too) is held to it."""
+
+    max_len: int | None = None  # characters of a str, bytes of a bytes
+    text: bool = False  # no control characters: the value is printed, or becomes an env value or a label
+    pattern: re.Pattern[str] | None = None  # a str must match (the empty str always may: "not set")
+    pattern_says: str = "must be letters, digits, '_', '.' or '-', not starting with '.', '_' or '-'"
+    lo: int | float = INT64_MIN
+    hi: int | float = INT64_MAX
+
+
+# Bounds follow from a field's name, wherever it appears, so every message that
+# carries a job_id (or a message added later) is held to the same rule.
+# Ints default to int64: what SQLite stores and msgpack's signed range, so no
+# 2**64-1 from a peer turns into an OverflowError later. Floats must be finite.
+_DEFAULT_BOUND = _Bound()
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # used in paths: no '/', no leading '.', no '..'
+_NAME = _Bound(max_len=256, text=True)
+_PATH = _Bound(max_len=4096, text=True)
+_WORD = _Bound(max_len=64, text=True)
+_COUNT = _Bound(lo=0, hi=2**62)
+# A blob's name in the runner's cache.
+_SHA256_BOUND = _Bound(max_len=64, pattern=re.compile(r"[0-9a-f]{64}"), pattern_says="must be 64 lowercase hex digits")
+_FIELD_BOUNDS: dict[str, _Bound] = {
+    "job_id": _Bound(max_len=128, pattern=_ID),
+    "name": _NAME,
+    "run_name": _NAME,
+    "workflow": _NAME,
+    "label": _NAME,
+    "image": _Bound(max_len=1024, text=True),
+    "agent_version": _WORD,
+    "client_version": _WORD,
+    "code": _WORD,
+    "state": _WORD,
+    "stream": _WORD,
+    "pull": _WORD,
+    "executor": _WORD,
+    "workspace": _PATH,
+    "working_dir": _PATH,
+    "path": _PATH,
+    "link": _PATH,
+    "snapshot": _PATH,  # TRANSITIONAL
+    "artifacts_archive": _PATH,  # TRANSITIONAL
+    "inputs": _PATH,  # TRANSITIONAL
+    "sha256": _SHA256_BOUND,
+    "sha256s": _SHA256_BOUND,
+    "artifacts": _PATH,  # SubmitJob's paths; JobStatus's ArtifactFile fields have their own names
+    "public_key": _Bound(max_len=16 * 1024, text=True),
+    "pake": _Bound(max_len=1024),  # bytes: a PAKE message and a key confirmation are tens of bytes
+    "confirm": _Bound(max_len=1024),
+    "message": _Bound(max_len=64 * 1024),
+    "error": _Bound(max_len=64 * 1024),
+    # Hello's and SubmitJob's resources: counts and sizes, names like "RTX 4090".
+    "resources": _Bound(max_len=256, text=True, lo=0, hi=2**53),
+    "protocol_version": _Bound(lo=0, hi=2**31 - 1),
+    "seq": _COUNT,
+    "from_seq": _COUNT,
+    "log_lines": _COUNT,
+    "size": _COUNT,
+    "offset": _COUNT,
+    "mode": _Bound(lo=0, hi=0o7777),
+    "node": _Bound(lo=0, hi=65535),
+    "master_port": _Bound(lo=0, hi=65535),
+    "exit_code": _Bound(lo=-(2**31), hi=2**32 - 1),  # negative: killed by a signal
+    "grace_s": _Bound(lo=0, hi=30 * 24 * 3600),
+    "submitted_at": _Bound(lo=0),
+    "started_at": _Bound(lo=0),
+    "finished_at": _Bound(lo=0),
+}
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _check(value: Any, tp: Any, where: str, bound: _Bound = _DEFAULT_BOUND) -> Any:
+    """Validate `value` against the annotation `tp` and the field's `bound`; returns the value to store."""
+    origin = typing.get_origin(tp)
+    if origin in (types.UnionType, typing.Union):
+        problem = None
+        for option in typing.get_args(tp):
+            try:
+                return _check(value, option, where, bound)
+            except ProtocolError as exc:
+                # The type matched but the value is out of bounds: say that, not "expected X | Y".
+                problem = problem or (exc if _type_matches(value, option) else None)
+        raise problem or _mistyped(where, tp, value)
+    if tp is type(None):
+        if value is None:
+            return None
+        raise _mistyped(where, tp, value)
+    if origin is list:
+        if not isinstance(value, list):
+            raise _mistyped(where, tp, value)
+        (item_tp,) = typing.get_args(tp)
+        return [_check(v, item_tp, f"{where}[{i}]", bound) for i, v in enumerate(value)]
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise _mistyped(where, tp, value)
+        key_tp, val_tp = typing.get_args(tp)
+        return {
+            _check(k, key_tp, where, bound): _check(v, val_tp, f"{where}[{clip(repr(k), 40)}]", bound)
+            for k, v in value.items()
+        }
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # a nested message struct (hints are classes)
+        if not isinstance(value, dict):
+            raise _mistyped(where, tp, value)
+        return build(tp, value, where)
+    if not _type_matches(value, tp):
+        if tp in (float, int, str, bytes, bool):
+            raise _mistyped(where, tp, value)
+        raise TypeError(f"protocol schema uses an unsupported type {tp!r} at {where}")
+    if tp is float:
+        try:
+            value = float(value)
+        except OverflowError:  # an int past a double's range
+            value = math.inf
+        if not math.isfinite(value):
+            raise _invalid(where, "must be a finite number")
+    if tp in (int, float) and not bound.lo <= value <= bound.hi:
+        raise _invalid(where, f"out of range ({bound.lo} to {bound.hi})")
+    if tp in (str, bytes) and bound.max_len is not None and len(value) > bound.max_len:
+        raise _invalid(where, f"{len(value)} {'characters' if tp is str else 'bytes'}, at most {bound.max_len}")
+    if tp is str:
+        if bound.text and _CONTROL.search(value):
+            raise _invalid(where, "holds control characters")
+        if bound.pattern is not None and value and not bound.pattern.fullmatch(value):
+            raise _invalid(where, bound.pattern_says)
+    return value
+
+
+def _type_matches(value: Any, tp: Any) -> bool:
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return tp in (str, bytes, bool) and isinstance(value, tp)
+
+
+def _invalid(where: str, problem: str) -> ProtocolError:
+    return ProtocolError(ErrorCode.INVALID_MESSAGE, f"{where}: {problem}")
+
+
+def _mistyped(where: str, tp: Any, value: Any) -> ProtocolError:
+    name = getattr(tp, "__name__", str(tp))
+    return ProtocolError(ErrorCode.INVALID_MESSAGE, f"{where}: expected {name}, got {type(value).__name__}")
