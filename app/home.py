@@ -37,6 +37,15 @@ class ControllerHome:
     def job_artifacts(self, job_id: str) -> Path:
         return self.artifacts / job_id
 
+    @staticmethod
+    def downloads(run_name: str) -> Path:
+        """Where `artifacts download` puts a run's files when no directory is given:
+        $LANPOOL_DOWNLOADS/RUN, else the user's download dir /lanpool/RUN. Never the
+        project: files there would join the next code snapshot and change its cache key."""
+        base = os.environ.get("LANPOOL_DOWNLOADS")
+        root = Path(base).expanduser() if base else Path(platformdirs.user_downloads_dir()) / "lanpool"
+        return root / run_name
+
     def create(self) -> None:
         """Make the directories, or say in one line why this place cannot hold them.
 
