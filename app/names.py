@@ -1,6 +1,7 @@
 """Memorable run names: adjective-animal-N, unique in the store."""
 
 import random
+from collections.abc import Callable
 
 ADJECTIVES = (
     "amber",
@@ -91,7 +92,7 @@ ANIMALS = (
 )
 
 
-def new_run_name(taken, rng: random.Random | None = None) -> str:
+def new_run_name(taken: Callable[[str], bool], rng: random.Random | None = None) -> str:
     """A name like `pink-fly-1`; `taken(name)` says whether a name is in use."""
     rng = rng or random.Random()
     for attempt in range(1000):

@@ -170,7 +170,7 @@ def _inputs(job: ResolvedJob, files: dict[str, str], dep_keys: dict[str, str], t
     }
 
 
-def _digest(value) -> str:
+def _digest(value: object) -> str:
     if isinstance(value, dict) and "files" in value:  # the per-file map is summarised by files_digest
         value = {k: v for k, v in value.items() if k != "files"}
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()

@@ -3,7 +3,7 @@
 import shlex
 from dataclasses import dataclass, field
 
-from app.workflows.loader import MAX_NODES, check_artifact_path
+from app.workflows.entry import MAX_NODES, check_artifact_path
 from app.workflows.model import Project, Scalar, Workflow, WorkflowError
 from app.workflows.resources import normalize_resources
 from app.workflows.substitute import (
@@ -183,7 +183,7 @@ def _quote_literal(arg: str) -> str:
     return '"' + arg.replace("\\", "\\\\").replace('"', '\\"').replace("`", "\\`") + '"'
 
 
-def _sub_any(value, values: dict[str, str]):
+def _sub_any(value: object, values: dict[str, str]) -> object:
     if isinstance(value, str):
         return substitute_text(value, values)
     if isinstance(value, dict):

@@ -16,7 +16,7 @@ MAX_SIZE_MB = 2**30
 MAX_COUNT = {"gpu": 1024, "cpu": 65536}
 
 
-def parse_size_mb(value, what: str) -> int:
+def parse_size_mb(value: object, what: str) -> int:
     """`24GB`, `512MB`, `16Gi`, or a number of MB: at least 1 MB, at most MAX_SIZE_MB."""
     if isinstance(value, bool):
         raise ValueError(f"{what} must be a size like 16GB, not {value!r}")
@@ -32,7 +32,7 @@ def parse_size_mb(value, what: str) -> int:
     return int(mb)
 
 
-def _count(value, what: str) -> int:
+def _count(value: object, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         if isinstance(value, str) and value.strip().isdigit():
             value = int(value)
@@ -46,7 +46,7 @@ def _count(value, what: str) -> int:
     return value
 
 
-def _short(value) -> str:
+def _short(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:40] + "..."
 

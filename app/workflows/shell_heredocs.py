@@ -7,6 +7,7 @@ that puts WORD on a line of its own would turn the rest of the body into
 commands. substitute.py checks the lines after placing values.
 """
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 
@@ -18,7 +19,7 @@ class HereDoc:
     strip_tabs: bool
     quoted: bool  # a quoted delimiter: nothing in the body expands, and a trailing \ joins no lines
 
-    def lines(self, text: str):
+    def lines(self, text: str) -> Iterator[tuple[int, int, str]]:
         """(start, end, line) of each line of `text` as bash compares it with the delimiter;
         `end` is after its newline."""
         pos, start, joined = 0, 0, ""
