@@ -137,7 +137,7 @@ class _LogReader(threading.Thread):
         finally:
             self._put(None)
 
-    def _put(self, item) -> None:
+    def _put(self, item: bytes | Exception | None) -> None:
         with contextlib.suppress(RuntimeError):  # loop closed: the agent is exiting
             self._loop.call_soon_threadsafe(self._queue.put_nowait, (self._stream, item))
 

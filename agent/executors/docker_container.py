@@ -1,0 +1,95 @@
+"""A started (or re-adopted) job container: its output, its exit and outcome,
+signals (through Docker: there is no host process group), its removal."""
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+import time
+from typing import Any
+
+import docker.errors
+from docker.models.containers import Container
+
+from agent.executors.base import ExecutorError, Handle, Outcome, OutputSink
+from agent.executors.docker_engine import ENGINE_ERRORS, in_thread, reason, remove_quietly
+from agent.executors.docker_logs import ContainerLog
+
+log = logging.getLogger(__name__)
+
+_STREAMS_END_S = 3.0  # after the exit, how long live log streams get to end on their own
+
+
+class DockerExecution:
+    """A started (or re-adopted) container: its output, its exit, signals (through Docker: no host process group)."""
+
+    def __init__(self, container: Container, sink: OutputSink, delivered: dict[str, int] | None = None) -> None:
+        self.container = container
+        self.container_id = container.id
+        self.log = ContainerLog(container, sink, delivered)
+        self._exit = in_thread(self._wait_exit)
+        self._live = asyncio.create_task(self.log.follow(self._exit.done))
+
+    def describe(self) -> Handle:
+        return Handle(container_id=self.container_id)
+
+    async def wait(self) -> Outcome:
+        code = await self._exit
+        # The live streams end by themselves soon after the exit; one more
+        # read of the whole log then delivers what they missed (dockerd 20.10
+        # was seen to drop a last line without a newline from a following stream).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._live), _STREAMS_END_S)
+        await self.detach()
+        await self.log.catch_up()
+        try:
+            state, memory_limit = await in_thread(self._state)
+        except ENGINE_ERRORS as exc:
+            log.warning("container %s: cannot read its final state: %s", self.container_id[:12], reason(exc))
+            return Outcome(code)
+        return Outcome(code, bool(state.get("OOMKilled")), memory_limit)
+
+    def send_signal(self, sig: int) -> None:
+        name = signal.Signals(sig).name
+
+        def kill() -> None:
+            try:
+                self.container.kill(signal=name)
+            except docker.errors.APIError as exc:
+                if exc.status_code not in (404, 409):  # gone, or not running: nothing to signal
+                    log.warning("container %s: %s failed: %s", self.container_id[:12], name, reason(exc))
+            except ENGINE_ERRORS as exc:
+                log.warning("container %s: %s failed: %s", self.container_id[:12], name, reason(exc))
+
+        threading.Thread(target=kill, daemon=True, name=f"docker-kill-{self.container_id[:12]}").start()
+
+    async def detach(self) -> None:
+        """Stop streaming logs; the container itself keeps running."""
+        self._live.cancel()
+        self.log.close()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._live
+
+    async def remove(self) -> None:
+        await in_thread(remove_quietly, self.container)
+
+    # -- internals --------------------------------------------------------------------
+
+    def _wait_exit(self) -> int:
+        while True:
+            try:
+                return int(self.container.wait()["StatusCode"])
+            except docker.errors.NotFound:
+                raise ExecutorError(f"container {self.container_id[:12]} was removed while the job ran") from None
+            except ENGINE_ERRORS as exc:  # engine restarting, connection dropped: ask again
+                log.warning("container %s: waiting failed (%s); retrying", self.container_id[:12], reason(exc))
+                time.sleep(2)
+
+    def _state(self) -> tuple[dict[str, Any], int]:
+        """The container's final State, and its memory limit in bytes (0: none)."""
+        self.container.reload()
+        return (
+            self.container.attrs.get("State", {}),
+            int(self.container.attrs.get("HostConfig", {}).get("Memory") or 0),
+        )
