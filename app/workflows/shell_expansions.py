@@ -96,10 +96,17 @@ class Expansions(ScannerState):
                 return i + 1
             f.phase = "word"
             return i + (2 if ch == ":" else 1) if ch in ":-=+?#%/^,@" else i
+        word = f.phase == "word"
+        return self._word_part(i, single="q" if word else "s", quote="p" if word else "u", ansi=False)
+
+    def _word_part(self, i: int, single: str, quote: str, ansi: bool) -> int:
+        """In a word (of a command, or of `${…}`): an escape, the start of a quote or of an expansion.
+        `single`: the frame a ' opens; `quote`: what a reference right here lands in."""
+        ch = self.text[i]
         if ch == "\\":
             return i + 2
         if ch == "'":
-            self._push("q" if f.phase == "word" else "s", i)
+            self._push(single, i)
             return i + 1
         if ch == '"':
             self._push("d", i)
@@ -107,7 +114,7 @@ class Expansions(ScannerState):
         if ch == "`":
             return self._backtick(i, in_double_quotes=False)
         if ch == "$":
-            return self._dollar(i, "p" if f.phase == "word" else "u", ansi=False)
+            return self._dollar(i, quote, ansi=ansi)
         return i + 1
 
     def _backtick(self, i: int, in_double_quotes: bool) -> int:

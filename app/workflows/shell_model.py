@@ -153,7 +153,7 @@ class _Scanner(Expansions):
         if ch == "[" and self._subscript_here(f, i):
             self._push("i", i, close="]", sink="arith", construct="an array subscript a[...]=")
             return i + 1
-        return self._word_char(f, i, quote="u")
+        return self._word_part(i, single="s", quote="u", ansi=True)
 
     def _subscript_here(self, f: Frame, i: int) -> bool:
         """`a[…]=` as an assignment (or a name given to declare): bash evaluates the subscript."""
@@ -165,22 +165,6 @@ class _Scanner(Expansions):
             return True
         first = next((unquote(w) for w in f.words if w not in OPENERS and not ASSIGN.match(w)), "")
         return first in DECLARE
-
-    def _word_char(self, f: Frame, i: int, quote: str) -> int:
-        ch = self.text[i]
-        if ch == "\\":
-            return i + 2
-        if ch == "'":
-            self._push("s", i)
-            return i + 1
-        if ch == '"':
-            self._push("d", i)
-            return i + 1
-        if ch == "`":
-            return self._backtick(i, in_double_quotes=False)
-        if ch == "$":
-            return self._dollar(i, quote, ansi=True)
-        return i + 1
 
     def _end_word(self, f: Frame, i: int) -> None:
         if f.word_start < 0:
