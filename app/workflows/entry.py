@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from app.workflows.model import ArtifactSpec, Dependency, Scalar, Workflow, WorkflowError
+from app.workflows.model import ArtifactSpec, Dependency, Scalar, Workflow, WorkflowError, render_value
 from app.workflows.resources import check_resources
 from app.workflows.yaml_lines import LineMap
 
@@ -47,11 +47,6 @@ def _unknown_key(key: Any, known: tuple[str, ...], what: str, path: Path, line: 
     close = difflib.get_close_matches(str(key), known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
     return WorkflowError(f"unknown key {key!r} in {what}{hint}", path, line)
-
-
-def _scalar_text(value: object) -> str:
-    # YAML reads `true` as a bool; a shell line or env value wants the text back.
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def parse_workflow(item: Any, path: Path, parent_line: int) -> Workflow:
@@ -108,14 +103,14 @@ def parse_workflow(item: Any, path: Path, parent_line: int) -> Workflow:
         version = item.scalar_text.get("version", version)
     return Workflow(
         name=name,
-        commands=[_scalar_text(c) for c in commands],
+        commands=[render_value(c) for c in commands],
         help=str(item.get("help", "") or ""),
         image=str(item.get("image", "") or ""),
         provider=provider,
-        version=_scalar_text(version),
+        version=render_value(version),
         requirements=str(item.get("requirements", "") or ""),
         script=str(item.get("script", "") or ""),
-        args=[_scalar_text(a) for a in args] if isinstance(args, list) else args,
+        args=[render_value(a) for a in args] if isinstance(args, list) else args,
         env=_parse_env(item, err),
         artifacts=_parse_artifacts(item, err),
         working_dir=working_dir,
@@ -154,7 +149,7 @@ def _parse_env(item: LineMap, err: AtKey) -> dict[str, str]:
             raise err(f"{k!r} is not a valid environment variable name", key)
         if isinstance(v, (dict, list)):
             raise err(f"env {k!r} must be a string or number", key)
-        env[k] = "" if v is None else _scalar_text(v)
+        env[k] = "" if v is None else render_value(v)
     return env
 
 
@@ -169,7 +164,7 @@ def _parse_artifacts(item: LineMap, err: AtKey) -> list[ArtifactSpec]:
             unknown = set(entry) - {"path", "nodes"}
             if unknown:
                 raise err(f"artifact entries take 'path' and 'nodes', not {sorted(unknown)}", "artifacts")
-            nodes = _scalar_text(entry.get("nodes", "0"))
+            nodes = render_value(entry.get("nodes", "0"))
             if nodes not in ("0", "all"):
                 raise err(f"artifact 'nodes' must be 0 or all, not {nodes!r}", "artifacts")
             entry = entry.get("path")

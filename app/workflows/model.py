@@ -8,6 +8,11 @@ from app.errors import UsageError
 Scalar = str | int | float | bool
 
 
+def render_value(value: object) -> str:
+    """A value as shell or env text: YAML reads `true` as a bool, and the text wants `true` back, not `True`."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 class WorkflowError(UsageError):
     """A problem in a workflow file, reported as `file:line: what is wrong`."""
 

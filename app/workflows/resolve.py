@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from app.workflows.entry import MAX_NODES, check_artifact_path
 from app.workflows.model import Project, Scalar, Workflow, WorkflowError
+from app.workflows.model import render_value as render_value  # the CLI and TUI import it from here
 from app.workflows.resources import normalize_resources
 from app.workflows.substitute import (
     UndefinedVariable,
@@ -33,10 +34,6 @@ class ResolvedJob:
     executor: str
     variables: dict[str, str] = field(default_factory=dict)
     resume_from: str = ""  # RUN|JOB|WORKFLOW:TAG to resume from ("" : none)
-
-
-def render_value(value: Scalar) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def coerce_override(name: str, text: str, default: Scalar | None) -> Scalar:
