@@ -38,7 +38,7 @@ def in_thread(fn: Callable[..., T], *args: Any) -> "asyncio.Future[T]":
         outcome: tuple[bool, Any]
         try:
             result = fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting coroutine
+        except BaseException as exc:  # all of them: handed to the awaiting coroutine
             outcome = (False, exc)
         else:
             outcome = (True, result)

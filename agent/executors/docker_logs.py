@@ -131,7 +131,7 @@ class _LogReader(threading.Thread):
                 if self._closed:
                     break
                 self._put(chunk)
-        except Exception as exc:  # noqa: BLE001 - reported to the loop, which decides
+        except Exception as exc:  # any: reported to the loop, which decides
             if not self._closed:
                 self._put(exc)
         finally:
