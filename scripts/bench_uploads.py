@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 from tests import harness  # noqa: E402
 
 APP = list(harness.venv_app())
-WORKFLOWS = "workflows:\n  - name: noop\n    commands: [\"true\"]\n"
+WORKFLOWS = 'workflows:\n  - name: noop\n    commands: ["true"]\n'
 
 
 def _write_random(path: Path, size: int) -> None:
