@@ -149,7 +149,8 @@ class BlobCache:
             self.in_flight -= part.size
             self._stored += part.size
             if self._stored > min(self.budget // 8, _EVICT_EVERY):  # the budget holds during long uploads too
-                self.evict()
+                with self.pinned([part.sha256]):  # the blob just stored is about to be used
+                    self.evict()
             return True
         except JobError:
             raise

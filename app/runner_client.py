@@ -301,7 +301,9 @@ class RunnerSession:
 
         async def replies() -> None:
             for n in range(count):
-                reply = await self._control.recv(REPLY_TIMEOUT_S)
+                # No timeout while parts are still going (a large blob is answered only once
+                # whole); once all are written, the rest must come within REPLY_TIMEOUT_S.
+                reply = await self._control.recv()
                 if isinstance(reply, Error):
                     raise _error_from(reply, self.where)
                 if not isinstance(reply, BlobStored) or n >= len(sent) or reply.sha256 != sent[n]:
@@ -321,7 +323,10 @@ class RunnerSession:
                     batch, size = [], 0
             if batch:
                 await self._send_parts(batch, reader)
-            await reader
+            try:
+                await asyncio.wait_for(asyncio.shield(reader), REPLY_TIMEOUT_S)
+            except TimeoutError:
+                raise RunnerError(f"{self.where} did not confirm the blobs sent to it") from None
         finally:
             if not reader.done():
                 reader.cancel()
