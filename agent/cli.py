@@ -2,6 +2,7 @@
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -19,6 +20,7 @@ from agent.jobs import DEFAULT_GRACE_S
 from agent.journal import JobRecord
 from agent.keys import authorize_key
 from agent.pairing import Pairing
+from agent.retention import collect, parse_size
 from protocol import DEFAULT_PORT
 
 
@@ -81,6 +83,12 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
     serve.add_argument(
         "--pairing-ttl", type=float, default=15.0, metavar="MIN", help="minutes a pairing code stays valid (default 15)"
     )
+    serve.add_argument(
+        "--blob-cache-size",
+        default=None,
+        metavar="SIZE",
+        help="bound on the cache of uploaded files (e.g. 20G, the default); least recently used go first",
+    )
     serve.add_argument("-v", "--verbose", action="store_true", help="log every connection and job")
 
     auth = sub.add_parser("authorize", help="allow a controller's public key to connect")
@@ -95,8 +103,18 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
     pair.add_argument("--data-dir", type=Path, default=None)
     pair.add_argument("--ttl", type=float, default=15.0, metavar="MIN", help="minutes it stays valid (default 15)")
 
-    gc = sub.add_parser("gc", help="remove this agent's leftover job containers")
+    gc = sub.add_parser(
+        "gc", help="remove leftover job containers, and finished jobs' files and cached blobs beyond a budget"
+    )
     gc.add_argument("--data-dir", type=Path, default=None)
+    gc.add_argument("--keep-days", type=float, default=None, metavar="N", help="remove jobs finished over N days ago")
+    gc.add_argument(
+        "--max-size",
+        default=None,
+        metavar="SIZE",
+        help="keep finished jobs and cached blobs within SIZE (e.g. 50G), oldest removed first",
+    )
+    gc.add_argument("--json", action="store_true")
     return parser
 
 
@@ -115,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
             added = authorize_key(home.authorized_keys, args.pubkey_file)
             print(f"{'authorized' if added else 'already authorized'}: {args.pubkey_file} -> {home.authorized_keys}")
         elif args.verb == "gc":
-            _gc(home)
+            _gc(home, args)
         elif args.verb == "status":
             return _status(home, args.json)
         elif args.verb == "pair":
@@ -153,6 +171,7 @@ async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
         mdns=not args.no_mdns,
         mdns_interfaces=args.mdns_interface or None,
         pairing_ttl_s=args.pairing_ttl * 60,
+        blob_cache_size=parse_size(args.blob_cache_size) if args.blob_cache_size else None,
     )
 
 
@@ -209,11 +228,34 @@ def _running_info(home: AgentHome) -> dict | None:
     return info
 
 
-def _gc(home: AgentHome) -> None:
+def _gc(home: AgentHome, args: argparse.Namespace) -> None:
+    """Containers first (see _gc_containers), then files within the budget (agent/retention.py)."""
+    max_size = parse_size(args.max_size) if args.max_size is not None else None
+    if args.keep_days is not None and args.keep_days < 0:
+        raise AgentError("--keep-days must be 0 or more")
+    containers = _gc_containers(home, quiet=args.json)
+    report = collect(home, args.keep_days, max_size)
+    if args.json:
+        print(json.dumps({"containers_removed": containers, **dataclasses.asdict(report)}, indent=2))
+        return
+    for job_id in report.jobs_removed:
+        print(f"removed job {job_id}")
+    print(
+        f"freed {_mb(report.bytes_freed)}: {len(report.jobs_removed)} finished job(s), "
+        f"{report.blobs_removed} cached blob(s); kept {_mb(report.bytes_kept)} and "
+        f"{report.kept_unfinished} unfinished job(s) in {home.root}"
+    )
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.1f} MB"
+
+
+def _gc_containers(home: AgentHome, quiet: bool) -> int:
     """Remove containers of this agent (by label) that no unfinished job of its journal runs in.
 
     Containers of unfinished jobs stay: a running agent is using them, or the
-    next start re-adopts them.
+    next start re-adopts them. No Docker engine: nothing to remove.
     """
     from agent.executors import ExecutorError
     from agent.executors.docker import DockerExecutor, DockerUnavailable
@@ -221,7 +263,9 @@ def _gc(home: AgentHome) -> None:
     try:
         docker = DockerExecutor.connect(str(home.root))
     except DockerUnavailable as exc:
-        raise AgentError(str(exc)) from None
+        if not quiet:
+            print(f"containers: none removed ({exc})")
+        return 0
     active = set()
     if home.jobs.is_dir():
         for job_dir in home.jobs.iterdir():
@@ -235,8 +279,11 @@ def _gc(home: AgentHome) -> None:
         raise AgentError(str(exc)) from None
     for container in leftovers:
         docker.remove(container)
-        print(
-            f"removed container {container.short_id} (job {container.labels.get('lanpool.job', '?')}, "
-            f"{container.status})"
-        )
-    print(f"{len(leftovers)} leftover container(s) removed; {len(active)} unfinished job(s) in {home.root}")
+        if not quiet:
+            print(
+                f"removed container {container.short_id} (job {container.labels.get('lanpool.job', '?')}, "
+                f"{container.status})"
+            )
+    if not quiet:
+        print(f"{len(leftovers)} leftover container(s) removed; {len(active)} unfinished job(s) in {home.root}")
+    return len(leftovers)

@@ -20,6 +20,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from agent.artifacts import pack_artifacts
+from agent.blobs import BlobCache
 from agent.executors import Execution, Executor, ExecutorChoice, ExecutorError, Launch
 from agent.gpus import GpuAllocator, GpuError
 from agent.home import AgentHome
@@ -54,6 +55,7 @@ class JobManager:
         gpus: GpuAllocator | None = None,
     ) -> None:
         self.home = home
+        self.blobs = BlobCache(home.blobs)  # workspaces are built from it; channels fill it
         if not isinstance(executors, ExecutorChoice):
             executors = ExecutorChoice("process", executors)
         self.executors = executors
@@ -176,7 +178,7 @@ class JobManager:
         if note:
             job.system_line(note)
         try:
-            working_dir = await stage_workspace(self.home, req, workspace)
+            working_dir = await stage_workspace(self.blobs, req, workspace)
         except (JobError, OSError, tarfile.TarError) as exc:
             message = exc.message if isinstance(exc, JobError) else f"could not start the job: {exc}"
             self._finish(job, JobState.FAILED, None, message)

@@ -206,8 +206,10 @@ class Agent:
         mdns: bool = True,
         mdns_interfaces: list[str] | None = None,
         pairing_ttl_s: float = CODE_TTL_S,
+        blob_cache_size: int | None = None,
     ) -> None:
         self.home = home
+        self.blob_cache_size = blob_cache_size
         self.name = name
         self.host = host
         self.port = port
@@ -235,6 +237,9 @@ class Agent:
         executors = await asyncio.to_thread(build_executors, self.executor_mode, self.home, self.docker_volumes)
         gpus = await asyncio.to_thread(detect_gpus)
         self.manager = JobManager(self.home, executors, self.grace_s, GpuAllocator([g.index for g in gpus]))
+        if self.blob_cache_size is not None:
+            self.manager.blobs.budget = self.blob_cache_size
+        self.manager.blobs.create()
         self.resources = detect_resources(gpus, executors.kind)
         await self.manager.load_journal()
         self.manager.listeners.append(self._on_jobs_changed)
@@ -358,6 +363,7 @@ async def serve(
     mdns: bool = True,
     mdns_interfaces: list[str] | None = None,
     pairing_ttl_s: float = CODE_TTL_S,
+    blob_cache_size: int | None = None,
 ) -> None:
     """Run an agent until SIGINT/SIGTERM."""
     agent = Agent(
@@ -371,6 +377,7 @@ async def serve(
         mdns=mdns,
         mdns_interfaces=mdns_interfaces,
         pairing_ttl_s=pairing_ttl_s,
+        blob_cache_size=blob_cache_size,
     )
     await agent.start()
     print(

@@ -8,6 +8,7 @@ from collections.abc import Callable
 import asyncssh
 
 from agent import __version__
+from agent.blobs import BlobCache, BlobPart
 from agent.job import Job
 from agent.job_request import JobError
 from agent.jobs import JobManager
@@ -15,19 +16,23 @@ from agent.pairing import PairingRefused, PairingResponder
 from protocol import (
     PROTOCOL_VERSION,
     Attach,
+    BlobStored,
     ClientHello,
     Error,
     ErrorCode,
     FrameReader,
     GetStatus,
+    HaveBlobs,
     Hello,
     JobAccepted,
     LogChunk,
+    MissingBlobs,
     PairConfirm,
     PairStart,
     Ping,
     Pong,
     ProtocolError,
+    PutBlob,
     StopJob,
     SubmitJob,
     decode_client_message,
@@ -63,6 +68,11 @@ class ChannelSession:
         self._pairing = pairing
         self._streams: set[asyncio.Task] = set()
         self._write_lock = asyncio.Lock()
+        self._blobs: BlobCache = manager.blobs
+        self._part: BlobPart | None = None  # the blob being received (one at a time, parts in order)
+        # Blobs this channel was told are here, or sent: kept from eviction until it submits or closes.
+        self._offered: set[str] = set()
+        self.blobs_stored = 0  # blobs this channel received whole (tests count uploads with it)
 
     async def run(self) -> None:
         reader = FrameReader()
@@ -87,6 +97,10 @@ class ChannelSession:
                 self._pairing.end()  # an attempt left unproven counts as a wrong code
             for task in self._streams:
                 task.cancel()
+            if self._part is not None:  # an upload the controller never finished
+                self._blobs.drop(self._part)
+            self._blobs.unpin(self._offered)
+            self._blobs.evict()
             with contextlib.suppress(Exception):
                 self._proc.exit(0)
 
@@ -130,8 +144,16 @@ class ChannelSession:
                         "install the same lanpool version on both",
                     )
                 )
+        elif isinstance(msg, HaveBlobs):
+            missing = self._blobs.missing(msg.sha256s)
+            self._pin(set(msg.sha256s) - set(missing))
+            await self._send(MissingBlobs(missing))
+        elif isinstance(msg, PutBlob):
+            await self._put_blob(msg)
         elif isinstance(msg, SubmitJob):
             job = await self._manager.submit(msg)
+            self._blobs.unpin(self._offered)  # staged: the workspace holds copies now
+            self._offered = set()
             await self._send(JobAccepted(msg.job_id, str(job.dir / "workspace"), job.record.master_port))
             await self._send(job.status())
         elif isinstance(msg, StopJob):
@@ -146,6 +168,36 @@ class ChannelSession:
             task.add_done_callback(self._streams.discard)
         elif isinstance(msg, Ping):
             await self._send(Pong(msg.nonce))
+
+    def _pin(self, names: set[str]) -> None:
+        names = names - self._offered
+        self._blobs.pin(names)
+        self._offered |= names
+
+    async def _put_blob(self, msg: PutBlob) -> None:
+        part = self._part
+        if part is not None and part.sha256 != msg.sha256:
+            self._part = None
+            self._blobs.drop(part)
+            raise JobError(
+                ErrorCode.BAD_REQUEST, f"blob {msg.sha256[:12]} started before blob {part.sha256[:12]} was whole"
+            )
+        if part is None:
+            if msg.offset != 0:
+                raise JobError(
+                    ErrorCode.BAD_REQUEST, f"blob {msg.sha256[:12]}: part at offset {msg.offset} of no upload"
+                )
+            self._part = part = self._blobs.begin(msg.sha256, msg.size)
+        try:
+            whole = self._blobs.write(part, msg.offset, msg.size, msg.data)
+        except BaseException:
+            self._part = None
+            raise
+        if whole:
+            self._part = None
+            self.blobs_stored += 1
+            self._pin({msg.sha256})
+            await self._send(BlobStored(msg.sha256))
 
     async def _pair(self, msg: PairStart | PairConfirm) -> None:
         if self._pairing is None:

@@ -1,100 +1,164 @@
-"""A job's workspace: its snapshot and inputs, unpacked from tars uploaded to the runner.
+"""A job's workspace, built from SubmitJob.files: each file copied out of the blob cache.
 
-The tars are untrusted (an input may be another runner's artifacts); `extract_tar`
-states what it lets through.
+The list is untrusted (a controller may be buggy or its inputs another runner's
+artifacts): every path must be relative, normalised and free of '..';
+directories are made and entered one component at a time without following
+links, files are created fresh (O_EXCL|O_NOFOLLOW) with only mode & 0o755, and
+symlinks come last, each required to resolve inside the workspace once all
+exist (so a chain of links, each fine alone, cannot lead out either). Files are
+copies, not hard links: a job may change its files, never the cache's.
 """
 
 import asyncio
+import errno
 import os
-import stat
-import tarfile
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from agent.home import AgentHome
+from agent.blobs import BlobCache, is_sha256
 from agent.job_request import JobError
 from agent.workspace_files import remove_entry
-from protocol import ErrorCode, SubmitJob
+from protocol import ErrorCode, FileEntry, SubmitJob
 from protocol.errors import clip
 
+MAX_FILES = 200_000
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
-async def stage_workspace(home: AgentHome, req: SubmitJob, workspace: Path) -> Path:
-    """Unpack the snapshot, then each input over it; the job's working directory.
 
-    Raises JobError (the request is at fault), OSError or tarfile.TarError.
+async def stage_workspace(blobs: BlobCache, req: SubmitJob, workspace: Path) -> Path:
+    """Build the workspace from `req.files`; the job's working directory.
+
+    Raises JobError (the request is at fault) or OSError.
     """
-    if req.snapshot:
-        await asyncio.to_thread(extract_tar, home, req.snapshot, (home.snapshots,), workspace, True)
-    for tar in req.inputs:
-        await asyncio.to_thread(extract_tar, home, tar, (home.artifacts, home.inputs), workspace, False)
+    entries = checked_entries(req.files)
+    with blobs.pinned(e.sha256 for e in entries if not e.link):
+        await asyncio.to_thread(build_workspace, blobs, entries, workspace)
     working_dir = (workspace / req.working_dir).resolve()
     if not working_dir.is_relative_to(workspace.resolve()) or not working_dir.is_dir():
         raise JobError(ErrorCode.BAD_REQUEST, f"working_dir {req.working_dir!r} is not a directory in the workspace")
     return working_dir
 
 
-def extract_tar(home: AgentHome, tar_path: str, allowed: tuple[Path, ...], workspace: Path, links: bool) -> None:
-    """Unpack an uploaded tar (snapshot or input) that must sit in one of the `allowed` dirs.
+def _bad(problem: str) -> JobError:
+    return JobError(ErrorCode.BAD_REQUEST, problem)
 
-    The tar is untrusted (an input may be another runner's artifacts): a plain
-    tar only (mode "r:": no compression to inflate 100 KB into gigabytes);
-    regular files and directories, no hard links, devices, FIFOs or sparse
-    files, so what is written is at most the tar's own size; symlinks only
-    with `links` (a snapshot keeps the repo's links), created after every
-    file (nothing of the tar is written through one), and each must resolve
-    inside the workspace once all exist.
-    """
-    src = (home.transfer / tar_path).resolve()
-    missing = JobError(ErrorCode.BAD_REQUEST, f"{clip(repr(tar_path))} was not uploaded to this runner")
-    if not any(src.is_relative_to(d.resolve()) for d in allowed):
-        raise missing
+
+def checked_entries(files: list[FileEntry]) -> list[FileEntry]:
+    """The entries to write, each path checked; a later entry of a path replaces an earlier one."""
+    if len(files) > MAX_FILES:
+        raise _bad(f"{len(files)} files in the workspace, at most {MAX_FILES}")
+    by_path: dict[str, FileEntry] = {}
+    for entry in files:
+        parts = PurePosixPath(entry.path).parts
+        if (
+            not entry.path
+            or entry.path.startswith("/")
+            or "\\" in entry.path
+            or any(p in (".", "..") for p in parts)
+            or "/".join(parts) != entry.path
+        ):
+            raise _bad(f"file path {clip(repr(entry.path))} is not a normalised path inside the workspace")
+        if not entry.link and not is_sha256(entry.sha256):
+            raise _bad(f"{clip(repr(entry.path))} names no blob")
+        by_path.pop(entry.path, None)  # re-inserted: order of the last occurrence
+        by_path[entry.path] = entry
+    dirs = {str(p) for path in by_path for p in PurePosixPath(path).parents if str(p) != "."}
+    clash = next((p for p in by_path if p in dirs), None)
+    if clash is not None:
+        raise _bad(f"{clip(repr(clash))} is listed as a file and as a directory holding others")
+    return list(by_path.values())
+
+
+def build_workspace(blobs: BlobCache, entries: list[FileEntry], workspace: Path) -> None:
+    """Write every file, then every link (see the module docstring)."""
+    root_fd = os.open(workspace, _DIR_FLAGS)
     try:
-        fd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        raise missing from None
-    with os.fdopen(fd, "rb") as fh:
-        tar_size = os.fstat(fd).st_size
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise missing
-        with tarfile.open(fileobj=fh, mode="r:") as tar:
-            files, symlinks, total = [], [], 0
-            for member in tar:  # headers only: nothing is written before every member is checked
-                if member.isdir() or (member.isreg() and not member.issparse()):
-                    total += member.size
-                    if total > tar_size:
-                        raise tarfile.TarError(f"{tar_path}: members claim more bytes than the tar holds")
-                    files.append(member)
-                elif member.issym() and links:
-                    symlinks.append(member)
-                else:
-                    raise JobError(
-                        ErrorCode.BAD_REQUEST,
-                        f"{clip(repr(tar_path))}: {clip(repr(member.name))} is "
-                        f"{_member_kind(member)}: only files and directories"
-                        f"{' (and links inside the workspace)' if links else ''} "
-                        "are unpacked",
-                    )
-            tar.extractall(workspace, members=files, filter="data")  # 'data' refuses paths leaving the dir
-            tar.extractall(workspace, members=symlinks, filter="data")
+        dirs: dict[str, int] = {"": root_fd}
+        try:
+            for entry in entries:
+                if not entry.link:
+                    _copy_blob(blobs, entry, _dir_fd(dirs, entry.path))
+            links = [e for e in entries if e.link]
+            for entry in links:
+                name = PurePosixPath(entry.path).name
+                try:
+                    os.symlink(entry.link, name, dir_fd=_dir_fd(dirs, entry.path))
+                except FileExistsError:
+                    raise _bad(f"{clip(repr(entry.path))} is listed twice") from None
+        finally:
+            for fd in dirs.values():
+                if fd != root_fd:
+                    os.close(fd)
+    finally:
+        os.close(root_fd)
     root = workspace.resolve()
-    # Checked with all links in place, so a chain of links (each fine alone) cannot lead out either.
-    leaving = [m.name for m in symlinks if not (workspace / m.name).resolve().is_relative_to(root)]
-    for name in leaving:
-        remove_entry(workspace, name)  # nothing later may follow it (its parents are not followed either)
+    leaving = [e.path for e in links if not (workspace / e.path).resolve().is_relative_to(root)]
+    for path in leaving:
+        remove_entry(workspace, path)  # nothing later may follow it (its parents are not followed either)
     if leaving:
-        raise JobError(
-            ErrorCode.BAD_REQUEST, f"{clip(repr(tar_path))}: link {clip(repr(leaving[0]))} leads out of the workspace"
-        )
+        raise _bad(f"link {clip(repr(leaving[0]))} leads out of the workspace")
 
 
-def _member_kind(member: tarfile.TarInfo) -> str:
-    if member.islnk():
-        return "a hard link"
-    if member.issym():
-        return "a symlink"
-    if member.issparse():
-        return "a sparse file"
-    if member.isfifo():
-        return "a FIFO"
-    if member.isdev():
-        return "a device"
-    return f"of tar type {member.type!r}"
+def _dir_fd(dirs: dict[str, int], path: str) -> int:
+    """The open directory holding `path`, made (mode 0755) and entered without following links."""
+    parent = str(PurePosixPath(path).parent)
+    parent = "" if parent == "." else parent
+    if parent in dirs:
+        return dirs[parent]
+    above = _dir_fd(dirs, parent)
+    name = PurePosixPath(parent).name
+    try:
+        os.mkdir(name, 0o755, dir_fd=above)
+    except FileExistsError:
+        pass
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=above)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _bad(f"{clip(repr(path))} lies under {clip(repr(parent))}, which is not a directory") from None
+        raise
+    dirs[parent] = fd
+    return fd
+
+
+def _copy_blob(blobs: BlobCache, entry: FileEntry, dir_fd: int) -> None:
+    name = PurePosixPath(entry.path).name
+    try:
+        src = os.open(blobs.path(entry.sha256), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise _bad(
+            f"{clip(repr(entry.path))}: blob {entry.sha256[:12]} is not on this runner (send it first)"
+        ) from None
+    try:
+        size = os.fstat(src).st_size
+        if size != entry.size:
+            raise _bad(f"{clip(repr(entry.path))}: listed as {entry.size} bytes, its blob holds {size}")
+        try:
+            dst = os.open(name, _NEW_FILE, entry.mode & 0o755, dir_fd=dir_fd)
+        except FileExistsError:
+            raise _bad(f"{clip(repr(entry.path))} is listed twice") from None
+        try:
+            os.fchmod(dst, entry.mode & 0o755)  # the umask may have cleared some bits
+            _copy_fd(src, dst, size)
+        finally:
+            os.close(dst)
+        os.utime(src)  # a use: LRU keeps blobs that jobs are built from
+    finally:
+        os.close(src)
+
+
+def _copy_fd(src: int, dst: int, size: int) -> None:
+    done = 0
+    try:
+        while done < size:  # in the kernel (reflinks on file systems that have them)
+            n = os.copy_file_range(src, dst, size - done)
+            if n == 0:
+                break
+            done += n
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+        while block := os.read(src, 1 << 20):
+            view = memoryview(block)
+            while view:
+                view = view[os.write(dst, view) :]

@@ -29,8 +29,9 @@ from app.resume import Resumes
 from app.runner_client import RunnerSession
 from app.runs import Runs
 from app.scheduler import Need
-from app.snapshot import Snapshot, build_snapshot
+from app.snapshot import Manifest, build_manifest
 from app.store import ARTIFACTS_REFUSED, JobRow, Store
+from app.uploads import workspace_files
 from app.workflows import Project, load_workflows
 from app.workflows.resolve import ResolvedJob, resolve
 from protocol import JobState, JobStatus
@@ -178,7 +179,7 @@ class Controller:
         placement = _Placement(
             self.pool, runner_spec, outcome.run_name, say, _largest_need([p.job.resources for p in plan.to_run])
         )
-        snapshot: Snapshot | None = None
+        manifest: Manifest | None = None
         done: dict[str, JobRow] = {}
         try:
             for planned in plan.jobs:
@@ -202,20 +203,15 @@ class Controller:
                     )
                 sessions, addresses = await placement.sessions_for(job, job_id)
                 # The snapshot once the run has a runner: a queued run sends the files as they are then.
-                if snapshot is None:
-                    snapshot = await asyncio.to_thread(build_snapshot, project.root)
+                if manifest is None:
+                    manifest = await asyncio.to_thread(build_manifest, project.root)
                 inputs = [done[d] for d in planned.deps] + planned.tagged
-
-                async def inputs_of(session: RunnerSession, inputs: list[JobRow] = inputs) -> list[str]:
-                    found = [await self.artifacts.input_on(session, dep) for dep in inputs]
-                    return [i for i in found if i]
-
+                files = await asyncio.to_thread(workspace_files, manifest, self.home, self.store, inputs)
                 remote, status = await RemoteJob.submit(
                     self.jobs,
-                    Launch(job_id, outcome.run_name, job, snapshot, planned.key, planned.inputs),
+                    Launch(job_id, outcome.run_name, job, files, manifest.digest, planned.key, planned.inputs),
                     sessions,
                     addresses,
-                    inputs_of,
                     say,
                 )
                 submitted = Submitted(outcome.run_name, job_id, remote.nodes[0].runner, status)

@@ -7,11 +7,9 @@ is checked (app/artifact_files.py) before it is kept.
 """
 
 import asyncio
-import io
 import logging
 import secrets
 import shutil
-import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -105,22 +103,6 @@ class Artifacts:
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
 
-    async def input_on(self, session: RunnerSession, dep: JobRow) -> str | None:
-        """Where the runner finds `dep`'s artifacts: its own copy if the job ran there, else an upload."""
-        if not self.store.artifacts(dep.id):
-            return None
-        if (
-            session.hello is not None
-            and dep.runner == session.hello.name
-            and await session.exists(f"artifacts/{dep.id}.tar")
-        ):
-            return f"artifacts/{dep.id}.tar"
-        remote = f"inputs/{dep.id}.tar"
-        if not await session.exists(remote):
-            data = await asyncio.to_thread(_pack_dir, self.home.job_artifacts(dep.id))
-            await session.upload(data, remote)
-        return remote
-
     def refusal(self, job_id: str) -> str:
         """The stored line saying why the job's artifacts were refused."""
         return next(
@@ -154,12 +136,3 @@ class Artifacts:
             if progress:
                 progress(done, total)
         return files
-
-
-def _pack_dir(root: Path) -> bytes:
-    """A tar of a job's local artifacts, paths relative to its workspace."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        for path in sorted(p for p in root.rglob("*") if p.is_file()):
-            tar.add(path, arcname=path.relative_to(root).as_posix(), recursive=False)
-    return buf.getvalue()

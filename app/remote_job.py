@@ -38,8 +38,8 @@ from app.job_artifacts import Artifacts
 from app.multinode import node_env, prefix_node
 from app.runner_client import RunnerSession
 from app.runner_output import OwnOutput
-from app.snapshot import Snapshot
 from app.store import JobRow, Store
+from app.uploads import WorkspaceFiles, upload
 from app.workflows.resolve import ResolvedJob
 from protocol import JobState, JobStatus, SubmitJob
 
@@ -81,7 +81,8 @@ class Launch:
     job_id: str
     run_name: str
     job: ResolvedJob
-    snapshot: Snapshot
+    files: WorkspaceFiles  # the snapshot and the reused inputs, by content
+    snapshot_digest: str = ""
     cache_key: str | None = None
     cache_inputs: dict | None = None
 
@@ -125,7 +126,6 @@ class RemoteJob:
         launch: Launch,
         sessions: list[RunnerSession],
         addresses: list[str],
-        inputs_of: Callable[[RunnerSession], Awaitable[list[str]]],
         say: Say,
     ) -> tuple["RemoteJob", JobStatus]:
         """Submit the job to every session (node k = sessions[k]); returns it and node 0's status.
@@ -138,7 +138,7 @@ class RemoteJob:
             "artifacts": job.artifacts,
             "image": job.image,
             "working_dir": job.working_dir,
-            "snapshot": launch.snapshot.sha256,
+            "snapshot": launch.snapshot_digest,
             "resources": job.resources,
             "nodes": len(sessions),
             "runners": [r["name"] for r in runners],
@@ -152,8 +152,7 @@ class RemoteJob:
                 env = dict(job.env) if gang.size == 1 else node_env(job, node, addresses)
                 if node:
                     env["MASTER_PORT"] = str(master_port)
-                remote = f"snapshots/{launch.snapshot.name}"
-                await session.upload(launch.snapshot.data, remote)
+                await upload(session, launch.files, say)
                 accepted, status = await session.submit_accepted(
                     SubmitJob(
                         job_id=job_id,
@@ -162,9 +161,8 @@ class RemoteJob:
                         commands=job.commands,
                         env=env,
                         artifacts=(job.artifacts if node == 0 else []) + job.artifacts_all_nodes,
-                        snapshot=remote,
+                        files=launch.files.entries,
                         working_dir=job.working_dir,
-                        inputs=await inputs_of(session),
                         image=job.image,
                         pull=job.pull,
                         resources=job.resources,

@@ -1,36 +1,41 @@
-"""An SSH session with one runner: the lanpool subsystem and SFTP.
+"""An SSH session with one runner: the lanpool subsystem (and SFTP, for downloads until they move).
 
 Each purpose gets its own channel on the connection (requests, each attached
 log stream), so replies never have to be sorted out of a log stream.
 """
 
 import asyncio
+import contextlib
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import asyncssh
 
 from app import __version__
-from app.errors import HostKeyMismatch, NotFoundError, RunnerError, RunnerProtocolError, RunnerRefused
+from app.errors import HostKeyMismatch, LanpoolError, NotFoundError, RunnerError, RunnerProtocolError, RunnerRefused
 from protocol import (
     PROTOCOL_VERSION,
     Attach,
+    BlobStored,
     ClientHello,
     Error,
     ErrorCode,
     FrameReader,
     GetStatus,
+    HaveBlobs,
     Hello,
     JobAccepted,
     JobStatus,
+    MissingBlobs,
     PairConfirm,
     Paired,
     PairReply,
     PairStart,
     ProtocolError,
+    PutBlob,
     StopJob,
     SubmitJob,
     decode_agent_message,
@@ -49,6 +54,8 @@ REPLY_TIMEOUT_S = 60.0  # a submit extracts the snapshot before replying
 # is noticed after 3 unanswered keepalives: ~9-12 s.
 KEEPALIVE_S = 3.0
 _READ_SIZE = 1024 * 1024
+HAVE_CHUNK = 8192  # digests per HaveBlobs: ~0.5 MB, far below a frame's limits
+_WRITE_BATCH = 8 * 1024 * 1024  # PutBlob bytes written before each drain
 
 _Reply = TypeVar("_Reply", bound=AgentMessage)
 
@@ -76,8 +83,12 @@ class Channel:
         return msg
 
     async def send(self, msg: ClientMessage) -> None:
+        await self.send_many([msg])
+
+    async def send_many(self, msgs: Iterable[ClientMessage]) -> None:
+        """Write the messages as one buffer, then wait for the channel to take it."""
         try:
-            self._proc.stdin.write(encode_message(msg))
+            self._proc.stdin.write(b"".join(encode_message(m) for m in msgs))
             await self._proc.stdin.drain()
         except (OSError, asyncssh.Error) as exc:
             raise RunnerError(f"lost {self._where}: {getattr(exc, 'reason', None) or exc}") from None
@@ -272,6 +283,60 @@ class RunnerSession:
                     return
         finally:
             channel.close()
+
+    async def missing_blobs(self, sha256s: list[str]) -> list[str]:
+        """Which of these blobs the runner lacks (only ever ones that were asked about)."""
+        missing: list[str] = []
+        for i in range(0, len(sha256s), HAVE_CHUNK):
+            chunk = sha256s[i : i + HAVE_CHUNK]
+            reply = await self._request(HaveBlobs(chunk), MissingBlobs)
+            asked = set(chunk)
+            missing += [s for s in dict.fromkeys(reply.sha256s) if s in asked]
+        return missing
+
+    async def put_blobs(self, parts: Iterator[PutBlob], count: int) -> None:
+        """Stream `count` blobs' parts, many frames per write, while their BlobStored
+        replies are read; the first Error (or a reply for no blob sent) ends it."""
+        sent: list[str] = []
+
+        async def replies() -> None:
+            for n in range(count):
+                # No timeout while parts are still going (a large blob is answered only once
+                # whole); once all are written, the rest must come within REPLY_TIMEOUT_S.
+                reply = await self._control.recv()
+                if isinstance(reply, Error):
+                    raise _error_from(reply, self.where)
+                if not isinstance(reply, BlobStored) or n >= len(sent) or reply.sha256 != sent[n]:
+                    raise RunnerProtocolError(f"{self.where} replied {type(reply).__name__} to PutBlob")
+
+        reader = asyncio.create_task(replies())
+        try:
+            batch: list[PutBlob] = []
+            size = 0
+            for part in parts:
+                if part.offset + len(part.data) == part.size:
+                    sent.append(part.sha256)
+                batch.append(part)
+                size += len(part.data) + 128
+                if size >= _WRITE_BATCH:
+                    await self._send_parts(batch, reader)
+                    batch, size = [], 0
+            if batch:
+                await self._send_parts(batch, reader)
+            try:
+                await asyncio.wait_for(asyncio.shield(reader), REPLY_TIMEOUT_S)
+            except TimeoutError:
+                raise RunnerError(f"{self.where} did not confirm the blobs sent to it") from None
+        finally:
+            if not reader.done():
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError, LanpoolError):
+                    await reader
+
+    async def _send_parts(self, batch: list[PutBlob], reader: asyncio.Task) -> None:
+        if reader.done():  # the runner refused something: its reason, not a lost channel
+            await reader
+        await self._control.send_many(batch)
 
     async def upload(self, data: bytes, remote: str) -> None:
         """Put `data` at `remote` (relative to the runner's transfer dir) unless already there."""

@@ -2,31 +2,56 @@
 
 In a git repository that is the tracked files plus untracked files that are not
 ignored (so uncommitted edits are included); elsewhere, every file except
-well-known bulky directories. The tar is deterministic (sorted names, zero
-mtimes), so its hash identifies the content and runners keep each one once.
+well-known bulky directories. Either way lanpool's own outputs (its data dir or
+downloads inside the project, .lanpool/) are left out: they would change the
+cache key and be uploaded back.
+
+The snapshot is a manifest: (path, mode, size, sha256) per file, or the target
+of a symlink. Each file is read once per change: hashes are kept by (device,
+inode, size, mtime, ctime), so planning's cache keys and the upload that
+follows share one pass, and an unchanged file is not read again.
 """
 
 import hashlib
-import io
+import json
 import os
 import re
+import stat
 import subprocess
-import tarfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.home import ControllerHome
+
 _SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
+_OWN_DIR = ".lanpool"  # lanpool state kept in a project, never part of its code
+_HASH_READ = 1 << 20
+_MAX_CACHED = 500_000
 
 
 @dataclass(frozen=True)
-class Snapshot:
-    data: bytes
-    sha256: str
-    files: int
+class ManifestEntry:
+    path: str  # relative POSIX path
+    mode: int = 0o644
+    size: int = 0
+    sha256: str = ""  # of the content; "" for a symlink
+    link: str = ""  # a symlink's target
+
+
+@dataclass(frozen=True)
+class Manifest:
+    root: Path
+    entries: tuple[ManifestEntry, ...]
 
     @property
-    def name(self) -> str:
-        return f"{self.sha256}.tar"
+    def digest(self) -> str:
+        """One hash for the whole snapshot (recorded with the job)."""
+        rows = [[e.path, e.mode, e.sha256, e.link] for e in self.entries]
+        return hashlib.sha256(json.dumps(rows).encode()).hexdigest()
+
+    @property
+    def size(self) -> int:
+        return sum(e.size for e in self.entries)
 
 
 def list_project_files(root: Path) -> list[str]:
@@ -41,7 +66,28 @@ def list_project_files(root: Path) -> list[str]:
         names = [n for n in out.decode("utf-8", "surrogateescape").split("\0") if n]
     except (OSError, subprocess.SubprocessError):
         names = _walk(root)
-    return sorted(n for n in set(names) if (root / n).is_file() or (root / n).is_symlink())
+    own = _own_outputs(root)
+    return sorted(
+        n
+        for n in set(names)
+        if not any(n == o or n.startswith(o + "/") for o in own) and ((root / n).is_file() or (root / n).is_symlink())
+    )
+
+
+def _own_outputs(root: Path) -> list[str]:
+    """lanpool's own directories inside the project, relative to it."""
+    home = ControllerHome.default()
+    places = [home.root, ControllerHome.downloads("x").parent]
+    own = [_OWN_DIR]
+    resolved = root.resolve()
+    for place in places:
+        try:
+            rel = place.expanduser().resolve().relative_to(resolved)
+        except ValueError:
+            continue
+        if rel.parts:
+            own.append(rel.as_posix())
+    return own
 
 
 def _walk(root: Path) -> list[str]:
@@ -53,24 +99,49 @@ def _walk(root: Path) -> list[str]:
     return names
 
 
-def build_snapshot(root: Path) -> Snapshot:
-    buf = io.BytesIO()
-    names = list_project_files(root)
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        for name in names:
-            info = tar.gettarinfo(str(root / name), arcname=name)
-            if info.islnk():  # a second name of a hard-linked file: store its content again
-                info.type, info.linkname, info.size = tarfile.REGTYPE, "", (root / name).stat().st_size
-            info.mtime = 0
-            info.uid = info.gid = 0
-            info.uname = info.gname = ""
-            if info.isreg():
-                with open(root / name, "rb") as fh:
-                    tar.addfile(info, fh)
-            elif info.issym():
-                tar.addfile(info)
-    data = buf.getvalue()
-    return Snapshot(data=data, sha256=hashlib.sha256(data).hexdigest(), files=len(names))
+# (device, inode, size, mtime_ns, ctime_ns) -> sha256: a file with the same of all five is not read again.
+_hashes: dict[tuple[int, int, int, int, int], str] = {}
+
+
+def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def content_hash(path: Path) -> tuple[str, os.stat_result]:
+    """sha256 of a regular file's content (cached by its stat) and the stat it was taken with."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        key = _stat_key(st)
+        known = _hashes.get(key)
+        if known is not None:
+            return known, st
+        h = hashlib.sha256()
+        while block := os.read(fd, _HASH_READ):
+            h.update(block)
+    finally:
+        os.close(fd)
+    if len(_hashes) >= _MAX_CACHED:
+        _hashes.clear()
+    _hashes[key] = h.hexdigest()
+    return _hashes[key], st
+
+
+def build_manifest(root: Path, names: list[str] | None = None) -> Manifest:
+    """The manifest of the project's files (or of `names` under `root`)."""
+    entries = []
+    for name in list_project_files(root) if names is None else names:
+        path = root / name
+        try:
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                entries.append(ManifestEntry(name, link=os.readlink(path)))
+            elif stat.S_ISREG(st.st_mode):
+                digest, st = content_hash(path)
+                entries.append(ManifestEntry(name, stat.S_IMODE(st.st_mode) & 0o755, st.st_size, digest))
+        except FileNotFoundError:  # removed since it was listed
+            continue
+    return Manifest(root, tuple(entries))
 
 
 def _glob_regex(pattern: str) -> re.Pattern:
@@ -104,14 +175,9 @@ def file_hashes(root: Path, include: list[str] | None = None) -> dict[str, str]:
         patterns = [_glob_regex(g) for g in include]
         names = [n for n in names if any(p.match(n) for p in patterns)]
     hashes = {}
-    for name in names:
-        path = root / name
-        h = hashlib.sha256()
-        if path.is_symlink():
-            h.update(b"link:" + os.readlink(path).encode())
+    for entry in build_manifest(root, names).entries:
+        if entry.link:
+            hashes[entry.path] = hashlib.sha256(b"link:" + entry.link.encode()).hexdigest()
         else:
-            with open(path, "rb") as fh:
-                for block in iter(lambda: fh.read(1 << 20), b""):
-                    h.update(block)
-        hashes[name] = h.hexdigest()
+            hashes[entry.path] = entry.sha256
     return hashes

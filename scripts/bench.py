@@ -157,9 +157,9 @@ def wrap(owner, attr, name, is_async):
 wrap(controller_mod.Controller, "__init__", "controller_init", False)
 wrap(controller_mod.Controller, "load_project", "load_project", False)
 wrap(pool_mod, "load_or_create_client_key", "load_key", False)
-wrap(controller_mod, "build_snapshot", "build_snapshot", False)
+wrap(controller_mod, "build_manifest", "build_snapshot", False)
 wrap(RunnerSession, "open", "ssh_connect", True)
-wrap(RunnerSession, "upload", "sftp_upload", True)
+wrap(RunnerSession, "put_blobs", "sftp_upload", True)
 wrap(RunnerSession, "submit_accepted", "submit", True)
 wrap(RunnerSession, "__aexit__", "ssh_close", True)
 wrap(controller_mod.Controller, "follow", "follow", True)
@@ -637,7 +637,7 @@ def _phases(marks: list[list]) -> dict[str, float]:
         "build_snapshot": "build snapshot",
         "load_key": "load key",
         "ssh_connect#1": "ssh connect (submit)",
-        "sftp_upload": "sftp upload",
+        "sftp_upload": "blob upload",
         "submit": "submit request",
         "ssh_close#1": "ssh close (submit)",
         "ssh_connect#2": "ssh connect (follow)",

@@ -35,10 +35,12 @@ from protocol import (
     ErrorCode,
     FrameReader,
     GetStatus,
+    HaveBlobs,
     Hello,
     JobAccepted,
     JobStatus,
     LogChunk,
+    MissingBlobs,
     ProtocolError,
     StopJob,
     SubmitJob,
@@ -227,6 +229,9 @@ class HostileRunner:
 
     async def _answer(self, msg, write) -> None:
         if isinstance(msg, ClientHello):
+            return
+        if isinstance(msg, HaveBlobs):  # claims every blob: nothing is uploaded to it
+            write(encode_message(MissingBlobs([])))
             return
         if isinstance(msg, SubmitJob):
             script = self.add(dataclasses.replace(self.default_script, job_id=msg.job_id))

@@ -21,8 +21,9 @@ from app.errors import RunnerError
 from app.home import ControllerHome
 from app.keys import load_or_create_client_key
 from app.runner_client import RunnerSession
-from app.snapshot import build_snapshot
-from protocol import JobState, JobStatus, LogChunk, SubmitJob
+from app.snapshot import build_manifest
+from app.uploads import WorkspaceFiles, upload
+from protocol import FileEntry, JobState, JobStatus, LogChunk, SubmitJob
 from tests.docker_harness import remove_agent_containers
 from tests.harness import REPO, start_docker_agent
 
@@ -38,10 +39,11 @@ async def _submit(agent, req: SubmitJob, snapshot_of: Path | None = None) -> Job
     session = await _session(agent)
     async with session:
         if snapshot_of is not None:
-            snap = build_snapshot(snapshot_of)
-            remote = f"snapshots/{snap.name}"
-            await session.upload(snap.data, remote)
-            req = dataclasses.replace(req, snapshot=remote)
+            files = WorkspaceFiles()
+            for e in build_manifest(snapshot_of).entries:
+                files.add(FileEntry(e.path, e.sha256, e.size, e.mode, e.link), None if e.link else snapshot_of / e.path)
+            await upload(session, files, lambda _line: None)
+            req = dataclasses.replace(req, files=files.entries)
         return await session.submit(req)
 
 

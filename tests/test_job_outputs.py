@@ -3,10 +3,8 @@ tars the agent unpacks. A link to a host file or a FIFO must do nothing: no data
 the agent responsive. Real agents (process executor; Docker too when an engine answers)."""
 
 import asyncio
-import io
 import json
 import os
-import stat
 import tarfile
 import threading
 import time
@@ -17,9 +15,6 @@ import pytest
 
 import agent.artifacts as artifacts_mod
 from agent.artifacts import pack_artifacts
-from agent.home import AgentHome
-from agent.job_request import JobError
-from agent.staging import extract_tar
 from agent.workspace_files import NotARegularFile, open_regular
 from app.home import ControllerHome
 from app.keys import load_or_create_client_key
@@ -272,133 +267,7 @@ def test_a_file_that_shrinks_while_packed_leaves_a_valid_tar(workspace, monkeypa
     assert any("'out/big.bin' shrank" in w for w in warnings)
 
 
-# -- tars the agent unpacks -----------------------------------------------------------------------
-
-
-@pytest.fixture
-def home(tmp_path: Path) -> AgentHome:
-    h = AgentHome(tmp_path / "agent")
-    h.create()
-    return h
-
-
-def _tar(members: list[tuple[str, str, bytes | str]], mode: str = "w") -> bytes:
-    """(name, kind, data or link target) -> tar bytes."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode=mode) as tar:
-        for name, kind, data in members:
-            info = tarfile.TarInfo(name)
-            if kind == "file":
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
-                continue
-            info.type = {
-                "dir": tarfile.DIRTYPE,
-                "sym": tarfile.SYMTYPE,
-                "hard": tarfile.LNKTYPE,
-                "fifo": tarfile.FIFOTYPE,
-                "chr": tarfile.CHRTYPE,
-            }[kind]
-            if kind in ("sym", "hard"):
-                info.linkname = data
-            if kind == "chr":
-                info.devmajor, info.devminor = 1, 3
-            tar.addfile(info)
-    return buf.getvalue()
-
-
-def _unpack(home: AgentHome, data: bytes, links: bool, name: str = "x.tar") -> Path:
-    where = home.snapshots if links else home.inputs
-    (where / name).write_bytes(data)
-    ws = home.root / "ws"
-    ws.mkdir(exist_ok=True)
-    extract_tar(home, f"{where.name}/{name}", (where,), ws, links)
-    return ws
-
-
-def test_a_snapshot_with_files_dirs_and_inside_links_unpacks(home):
-    ws = _unpack(
-        home,
-        _tar(
-            [
-                ("src", "dir", b""),
-                ("src/a.py", "file", b"print(1)"),
-                ("latest", "sym", "src"),
-                ("src/b.py", "sym", "a.py"),
-            ]
-        ),
-        links=True,
-    )
-    assert (ws / "src" / "a.py").read_bytes() == b"print(1)"
-    assert os.readlink(ws / "latest") == "src" and (ws / "src" / "b.py").read_bytes() == b"print(1)"
-
-
-@pytest.mark.parametrize(
-    ("members", "fragment"),
-    [
-        ([("a", "file", b"x"), ("b", "hard", "a")], "hard link"),
-        ([("p", "fifo", b"")], "FIFO"),
-        ([("null", "chr", b"")], "device"),
-    ],
-)
-def test_links_devices_and_fifos_in_a_tar_are_refused(home, members, fragment):
-    for links in (True, False):
-        with pytest.raises(JobError, match=fragment):
-            _unpack(home, _tar(members), links=links)
-
-
-def test_an_input_tar_may_not_hold_symlinks(home):
-    with pytest.raises(JobError, match="symlink"):
-        _unpack(home, _tar([("a", "file", b"x"), ("b", "sym", "a")]), links=False)
-
-
-@pytest.mark.parametrize(
-    "members",
-    [
-        [("out", "sym", "/etc")],
-        [("out", "sym", "../../..")],
-        # Each link alone stays inside; together `d/e` resolves to the workspace's parent.
-        [("x", "dir", b""), ("x/e", "sym", "../d/.."), ("d", "sym", ".")],
-    ],
-    ids=["absolute", "dotdot", "chain"],
-)
-def test_snapshot_links_leading_out_are_refused(home, members):
-    with pytest.raises((JobError, tarfile.TarError)):
-        _unpack(home, _tar(members), links=True)
-    assert not (home.root / "ws" / "x" / "e").exists() or (home.root / "ws" / "x" / "e").resolve().is_relative_to(
-        (home.root / "ws").resolve()
-    )
-
-
-def test_no_file_is_written_through_a_link_of_the_same_tar(home):
-    outside = home.root / "outside"
-    outside.mkdir()
-    with pytest.raises((JobError, tarfile.TarError)):
-        _unpack(home, _tar([("d", "sym", str(outside)), ("d/pwned", "file", b"x")]), links=True)
-    assert not (outside / "pwned").exists()
-
-
-@pytest.mark.parametrize("mode", ["w:gz", "w:bz2", "w:xz"])
-def test_a_compressed_tar_is_refused(home, mode):
-    with pytest.raises(tarfile.TarError):
-        _unpack(home, _tar([("a", "file", b"x" * 1000)], mode=mode), links=True)
-    assert not (home.root / "ws" / "a").exists()
-
-
-def test_a_tar_that_is_not_a_regular_file_is_not_opened(home):
-    os.mkfifo(home.snapshots / "f.tar")
-    ws = home.root / "ws"
-    ws.mkdir()
-    done = threading.Event()
-
-    def run():
-        with pytest.raises(JobError, match="not uploaded"):
-            extract_tar(home, "snapshots/f.tar", (home.snapshots,), ws, True)
-        done.set()
-
-    threading.Thread(target=run, daemon=True).start()
-    assert done.wait(10), "opening an uploaded FIFO blocks"
-    assert stat.S_ISFIFO(os.stat(home.snapshots / "f.tar").st_mode)
+# The workspace a job starts from (staged from blobs): tests/test_blob_cache.py.
 
 
 # -- Docker: a container job, and an agent restart while it runs ---------------------------------

@@ -1,17 +1,16 @@
 """Run names, and the code snapshot sent with each job."""
 
-import io
+import hashlib
 import os
 import random
 import re
 import subprocess
-import tarfile
 from pathlib import Path
 
 import pytest
 
 from app.names import ADJECTIVES, ANIMALS, new_run_name
-from app.snapshot import build_snapshot, list_project_files
+from app.snapshot import build_manifest, list_project_files
 
 NAME = re.compile(r"^([a-z]+)-([a-z]+)-([1-9][0-9]*)$")
 
@@ -85,9 +84,15 @@ def _git(root: Path, *args: str) -> None:
     subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True)
 
 
-def _contents(snapshot) -> dict[str, bytes]:
-    with tarfile.open(fileobj=io.BytesIO(snapshot.data)) as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+def _contents(manifest) -> dict[str, bytes]:
+    """Each regular file's bytes, checked against the digest the manifest names for it."""
+    out = {}
+    for e in manifest.entries:
+        if not e.link:
+            data = (manifest.root / e.path).read_bytes()
+            assert hashlib.sha256(data).hexdigest() == e.sha256 and len(data) == e.size
+            out[e.path] = data
+    return out
 
 
 @pytest.fixture
@@ -112,10 +117,10 @@ def repo(tmp_path: Path, git_env) -> Path:
 
 
 def test_git_snapshot_has_tracked_and_untracked_but_not_ignored(repo):
-    snap = build_snapshot(repo)
+    snap = build_manifest(repo)
     contents = _contents(snap)
     assert set(contents) == {".gitignore", "notes.md", "src/model.py", "train.py"}
-    assert snap.files == 4
+    assert len(snap.entries) == 4
     assert contents["train.py"] == b"print('edited, not committed')\n"  # the working tree, not HEAD
     assert contents["notes.md"] == b"untracked\n"
 
@@ -123,53 +128,51 @@ def test_git_snapshot_has_tracked_and_untracked_but_not_ignored(repo):
 def test_git_snapshot_skips_deleted_tracked_files(repo):
     (repo / "src" / "model.py").unlink()
     assert "src/model.py" not in list_project_files(repo)
-    assert "src/model.py" not in _contents(build_snapshot(repo))
+    assert "src/model.py" not in _contents(build_manifest(repo))
 
 
 def test_snapshot_is_deterministic(repo):
-    first = build_snapshot(repo)
+    first = build_manifest(repo)
     os.utime(repo / "train.py", (1_000_000, 1_000_000))  # mtimes do not matter
-    second = build_snapshot(repo)
-    assert first.data == second.data
-    assert first.sha256 == second.sha256
-    assert first.name == f"{first.sha256}.tar" and len(first.sha256) == 64
+    second = build_manifest(repo)
+    assert first.entries == second.entries
+    assert first.digest == second.digest and len(first.digest) == 64
 
 
 def test_a_changed_file_changes_the_hash(repo):
-    before = build_snapshot(repo).sha256
+    before = build_manifest(repo).digest
     (repo / "src" / "model.py").write_text("LAYERS = 3\n")
-    after = build_snapshot(repo).sha256
+    after = build_manifest(repo).digest
     assert after != before
     (repo / "src" / "model.py").write_text("LAYERS = 2\n")
-    assert build_snapshot(repo).sha256 == before
+    assert build_manifest(repo).digest == before
 
 
 def test_a_new_untracked_file_changes_the_hash_but_an_ignored_one_does_not(repo):
-    before = build_snapshot(repo).sha256
+    before = build_manifest(repo).digest
     (repo / "other.ckpt").write_bytes(b"ignored")
-    assert build_snapshot(repo).sha256 == before
+    assert build_manifest(repo).digest == before
     (repo / "extra.py").write_text("x = 1\n")
-    assert build_snapshot(repo).sha256 != before
+    assert build_manifest(repo).digest != before
 
 
-def test_entries_carry_no_owner_or_time(repo):
-    with tarfile.open(fileobj=io.BytesIO(build_snapshot(repo).data)) as tar:
-        names = tar.getnames()
-        for m in tar.getmembers():
-            assert (m.mtime, m.uid, m.gid, m.uname, m.gname) == (0, 0, 0, "", "")
-    assert names == sorted(names)
+def test_entries_are_sorted_with_modes(repo):
+    os.chmod(repo / "train.py", 0o775)
+    entries = build_manifest(repo).entries
+    assert [e.path for e in entries] == sorted(e.path for e in entries)
+    modes = {e.path: e.mode for e in entries}
+    assert modes["train.py"] == 0o755 and modes["notes.md"] == 0o644  # group/other write dropped
 
 
 def test_symlinks_are_kept_as_links(repo):
     os.symlink("src/model.py", repo / "model_link.py")
-    with tarfile.open(fileobj=io.BytesIO(build_snapshot(repo).data)) as tar:
-        link = tar.getmember("model_link.py")
-        assert link.issym() and link.linkname == "src/model.py"
+    link = next(e for e in build_manifest(repo).entries if e.path == "model_link.py")
+    assert link.link == "src/model.py" and not link.sha256
 
 
 def test_hard_linked_files_are_all_in_the_snapshot(repo):
     os.link(repo / "src" / "model.py", repo / "src" / "model_copy.py")
-    contents = _contents(build_snapshot(repo))
+    contents = _contents(build_manifest(repo))
     assert contents["src/model.py"] == contents["src/model_copy.py"] == b"LAYERS = 2\n"
 
 
@@ -188,12 +191,12 @@ def test_outside_git_bulky_dirs_are_skipped(tmp_path: Path, git_env):
     }.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
-    snap = build_snapshot(root)
+    snap = build_manifest(root)
     assert set(_contents(snap)) == {"train.py", "pkg/mod.py", ".hidden/kept.txt"}
-    assert snap.files == 3
-    assert build_snapshot(root).sha256 == snap.sha256
+    assert len(snap.entries) == 3
+    assert build_manifest(root).digest == snap.digest
 
 
 def test_git_snapshot_of_a_subdirectory_holds_only_its_files(repo):
-    contents = _contents(build_snapshot(repo / "src"))
+    contents = _contents(build_manifest(repo / "src"))
     assert set(contents) == {"model.py"}

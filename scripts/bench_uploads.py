@@ -1,0 +1,99 @@
+"""Uploads by content, through the real CLI and a real agent on 127.0.0.1.
+
+1. `run` of a 500 MB project (every blob sent), then again after a one-line
+   edit (one blob sent; target <= 1 s for the second).
+2. Peak RSS of `run` with a 1 GB untracked file in the project (target: flat,
+   < 100 MB: files are streamed from disk, never held whole).
+Prints figures; no pass/fail exit code.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+from tests import harness  # noqa: E402
+
+APP = list(harness.venv_app())
+WORKFLOWS = 'workflows:\n  - name: noop\n    commands: ["true"]\n'
+
+
+def _write_random(path: Path, size: int) -> None:
+    with open(path, "wb") as fh:
+        left = size
+        while left:
+            n = min(left, 8 << 20)
+            fh.write(os.urandom(n))
+            left -= n
+
+
+def _run(project: Path, env: dict, runner: str) -> tuple[float, int]:
+    """Wall seconds and peak RSS (MB) of one `app headless run noop`."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        [*APP, "headless", "run", "noop", "--runner", runner],
+        cwd=project,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _pid, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"run failed:\n{err.decode()[-2000:]}")
+    return wall, usage.ru_maxrss // 1024
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="scripts/bench-uploads", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--project-mb", type=int, default=500)
+    parser.add_argument("--untracked-mb", type=int, default=1024)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    tmp = Path(tempfile.mkdtemp(prefix="lanpool-bench-up-"))
+    env = harness.lanpool_env(tmp / "controller")
+    agent = harness.start_agent(tmp / "agent", tmp / "controller", env=env, app=APP, name="bench-up")
+    out: dict = {}
+    try:
+        project = harness.write_project(tmp / "project", WORKFLOWS)
+        files = 50
+        for i in range(files):
+            _write_random(project / f"data-{i:02d}.bin", args.project_mb * 1024**2 // files)
+        (project / "train.py").write_text("".join(f"x{i} = {i}\n" for i in range(100)))
+        out["first_run_s"], out["first_run_rss_mb"] = _run(project, env, agent.address)
+        (project / "train.py").write_text((project / "train.py").read_text().replace("x5 = 5", "x5 = 6"))
+        out["second_run_after_edit_s"], _ = _run(project, env, agent.address)
+        out["noop_run_s"], _ = _run(project, env, agent.address)  # nothing changed: dispatch alone
+        # A 1 GB untracked file: sent once, streamed.
+        small = harness.write_project(tmp / "small", WORKFLOWS)
+        _, out["rss_small_project_mb"] = _run(small, env, agent.address)
+        _write_random(small / "big.bin", args.untracked_mb * 1024**2)
+        out["untracked_run_s"], out["rss_with_untracked_mb"] = _run(small, env, agent.address)
+    finally:
+        agent.stop(15)
+        shutil.rmtree(tmp, ignore_errors=True)
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"upload of a {args.project_mb} MB project (first run): {out['first_run_s']:.2f} s")
+    print(f"re-run after a one-line edit (one blob sent): {out['second_run_after_edit_s']:.2f} s (target <= 1 s)")
+    print(f"re-run with nothing changed: {out['noop_run_s']:.2f} s")
+    print(
+        f"peak RSS of run: {out['rss_small_project_mb']} MB small project, "
+        f"{out['rss_with_untracked_mb']} MB with a {args.untracked_mb} MB untracked file "
+        f"({out['untracked_run_s']:.1f} s) (target < 100 MB)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

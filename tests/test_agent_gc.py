@@ -1,0 +1,84 @@
+"""`app agent gc`: finished jobs and cached blobs within a budget, oldest first; a job
+that has not finished keeps every file."""
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+from agent.home import AgentHome
+from agent.journal import JobRecord
+from agent.retention import collect, parse_size
+from tests.harness import APP_MODULE, lanpool_env
+
+
+def _job(home: AgentHome, job_id: str, state: str, finished_ago: float | None, size: int) -> Path:
+    job_dir = home.job_dir(job_id)
+    (job_dir / "workspace").mkdir(parents=True)
+    (job_dir / "workspace" / "data.bin").write_bytes(b"x" * size)
+    now = time.time()
+    record = JobRecord(job_id=job_id, run_name="r", workflow="w", commands=["true"], env={}, artifacts=[], state=state)
+    record.finished_at = now - finished_ago if finished_ago is not None else None
+    record.save(job_dir)
+    return job_dir
+
+
+def _blob(home: AgentHome, fill: int, size: int, used_ago: float) -> Path:
+    import hashlib
+
+    data = bytes([fill]) * size
+    path = home.blobs / hashlib.sha256(data).hexdigest()
+    path.write_bytes(data)
+    os.utime(path, (time.time() - used_ago, time.time() - used_ago))
+    return path
+
+
+def _home(tmp_path: Path) -> AgentHome:
+    home = AgentHome(tmp_path / "agent")
+    home.create()
+    return home
+
+
+def test_budget_removes_oldest_first_and_never_a_running_job(tmp_path):
+    home = _home(tmp_path)
+    running = _job(home, "running", "RUNNING", None, 50_000)
+    old = _job(home, "old", "DONE", 3000, 10_000)
+    new = _job(home, "new", "FAILED", 100, 10_000)
+    stale_blob = _blob(home, 1, 10_000, 2000)
+    fresh_blob = _blob(home, 2, 10_000, 10)
+    report = collect(home, None, 25_000)
+    assert report.jobs_removed == ["old"] and report.blobs_removed == 1
+    assert not old.exists() and not stale_blob.exists()
+    assert new.exists() and fresh_blob.exists()
+    assert (running / "workspace" / "data.bin").stat().st_size == 50_000  # over budget alone, still kept
+    assert report.kept_unfinished == 1 and report.bytes_freed >= 20_000
+    # A budget of nothing: every finished job and blob goes, the running job stays.
+    collect(home, None, 0)
+    assert running.exists() and not new.exists() and not fresh_blob.exists()
+
+
+def test_keep_days_removes_only_older_finished_jobs(tmp_path):
+    home = _home(tmp_path)
+    week_old = _job(home, "week", "DONE", 7 * 86400, 10)
+    today = _job(home, "today", "DONE", 3600, 10)
+    queued = _job(home, "queued", "SUBMITTED", None, 10)
+    assert collect(home, 2, None).jobs_removed == ["week"]
+    assert not week_old.exists() and today.exists() and queued.exists()
+
+
+def test_parse_size():
+    assert parse_size("500M") == 500 * 1024**2 and parse_size("20G") == 20 * 1024**3
+    assert parse_size("1.5GiB") == int(1.5 * 1024**3) and parse_size("4096") == 4096
+
+
+def test_gc_cli_prints_what_it_freed_and_refuses_a_bad_size(tmp_path):
+    home = _home(tmp_path)
+    _job(home, "old", "DONE", 3000, 100_000)
+    env = lanpool_env(tmp_path / "controller")
+    base = [*APP_MODULE, "agent", "gc", "--data-dir", str(home.root)]
+    res = subprocess.run([*base, "--max-size", "1K", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["jobs_removed"] == ["old"]
+    res = subprocess.run([*base, "--max-size", "lots"], env=env, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 1 and res.stderr.count("\n") == 1 and "not a size" in res.stderr
