@@ -8,8 +8,9 @@ cache key and be uploaded back.
 
 The snapshot is a manifest: (path, mode, size, sha256) per file, or the target
 of a symlink. Each file is read once per change: hashes are kept by (device,
-inode, size, mtime, ctime), so planning's cache keys and the upload that
-follows share one pass, and an unchanged file is not read again.
+inode, size, mtime, ctime) in memory and in the controller's data dir
+(app/hash_cache.py), so planning's cache keys and the upload that follows share
+one pass, and an unchanged file is not read again by the next `run` either.
 """
 
 import hashlib
@@ -21,12 +22,12 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.hash_cache import HashCache, stat_key
 from app.home import ControllerHome
 
 _SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 _OWN_DIR = ".lanpool"  # lanpool state kept in a project, never part of its code
 _HASH_READ = 1 << 20
-_MAX_CACHED = 500_000
 
 
 @dataclass(frozen=True)
@@ -99,21 +100,26 @@ def _walk(root: Path) -> list[str]:
     return names
 
 
-# (device, inode, size, mtime_ns, ctime_ns) -> sha256: a file with the same of all five is not read again.
-_hashes: dict[tuple[int, int, int, int, int], str] = {}
+_cache: HashCache | None = None
 
 
-def _stat_key(st: os.stat_result) -> tuple[int, int, int, int, int]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+def _hash_cache() -> HashCache:
+    """One per process, kept in the controller's data dir when that exists."""
+    global _cache
+    if _cache is None:
+        home = ControllerHome.default()
+        _cache = HashCache(home.root / "file-hashes.sqlite" if home.root.is_dir() else None)
+    return _cache
 
 
-def content_hash(path: Path) -> tuple[str, os.stat_result]:
+def content_hash(path: Path, cache: HashCache | None = None) -> tuple[str, os.stat_result]:
     """sha256 of a regular file's content (cached by its stat) and the stat it was taken with."""
+    cache = cache or _hash_cache()
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         st = os.fstat(fd)
-        key = _stat_key(st)
-        known = _hashes.get(key)
+        key = stat_key(st)
+        known = cache.get(key)
         if known is not None:
             return known, st
         h = hashlib.sha256()
@@ -121,15 +127,14 @@ def content_hash(path: Path) -> tuple[str, os.stat_result]:
             h.update(block)
     finally:
         os.close(fd)
-    if len(_hashes) >= _MAX_CACHED:
-        _hashes.clear()
-    _hashes[key] = h.hexdigest()
-    return _hashes[key], st
+    cache.put(key, h.hexdigest())
+    return h.hexdigest(), st
 
 
 def build_manifest(root: Path, names: list[str] | None = None) -> Manifest:
     """The manifest of the project's files (or of `names` under `root`)."""
     entries = []
+    cache = _hash_cache()
     for name in list_project_files(root) if names is None else names:
         path = root / name
         try:
@@ -137,10 +142,11 @@ def build_manifest(root: Path, names: list[str] | None = None) -> Manifest:
             if stat.S_ISLNK(st.st_mode):
                 entries.append(ManifestEntry(name, link=os.readlink(path)))
             elif stat.S_ISREG(st.st_mode):
-                digest, st = content_hash(path)
+                digest, st = content_hash(path, cache)
                 entries.append(ManifestEntry(name, stat.S_IMODE(st.st_mode) & 0o755, st.st_size, digest))
         except FileNotFoundError:  # removed since it was listed
             continue
+    cache.save()
     return Manifest(root, tuple(entries))
 
 
