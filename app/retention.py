@@ -14,6 +14,7 @@ Artifact files are removed without following links: a link in the store (even th
 directory itself) is unlinked, and nothing it points at is touched or counted.
 """
 
+import glob
 import logging
 import os
 import shutil
@@ -136,7 +137,7 @@ class Retention:
         removal = Removal(dry_run=dry_run, runs=sorted(run_names), jobs=[j.id for j in jobs])
         job_ids = [j.id for j in jobs]
         removal.log_bytes = self.store.log_bytes(job_ids)
-        places = [p for p in (self._artifact_place(j.id) for j in jobs) if p is not None]
+        places = [p for j in jobs for p in self._artifact_places(j.id)]
         removal.files, removal.artifact_bytes = _measure(places)
         if dry_run:
             return removal
@@ -159,13 +160,16 @@ class Retention:
         log.info("removed runs %s, jobs %s: %d bytes", removal.runs, removal.jobs, removal.freed)
         return removal
 
-    def _artifact_place(self, job_id: str) -> Path | None:
-        """The job's artifact dir, if there is anything at that name (a job id is one plain name:
-        anything else would point outside the artifact store, and is left alone)."""
-        if not job_id or job_id in (".", "..") or "/" in job_id or os.sep in job_id:
-            return None
+    def _artifact_places(self, job_id: str) -> list[Path]:
+        """The job's artifact dir and what an interrupted pull left beside it (JOB.*: staging
+        dirs, partial archives). A job id is one plain name: anything else would point outside
+        the artifact store, and is left alone."""
+        if not job_id or job_id in (".", "..") or "/" in job_id or os.sep in job_id or "*" in job_id:
+            return []
         place = self.home.job_artifacts(job_id)
-        return place if os.path.lexists(place) else None
+        # Job ids are hex: no other job's name starts with "ID.".
+        leftovers = sorted(self.home.artifacts.glob(f"{glob.escape(job_id)}.*"))
+        return ([place] if os.path.lexists(place) else []) + leftovers
 
 
 def _measure(places: list[Path]) -> tuple[int, int]:

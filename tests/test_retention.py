@@ -82,6 +82,18 @@ def test_rm_removes_rows_and_files_and_counts_the_space(ctl):
     assert (ctl.home.job_artifacts("b1") / "out/model.ckpt").stat().st_size == 70_000
 
 
+def test_rm_takes_what_an_interrupted_pull_left_and_nothing_of_other_jobs(ctl):
+    _run(ctl, "pulled", {"abc1": "DONE"}, files={"f": b"x" * 10})
+    _run(ctl, "neighbour", {"abc12": "DONE"}, files={"f": b"y" * 10})
+    staging = ctl.home.artifacts / "abc1.0f0f.part"
+    staging.mkdir()
+    (staging / "half").write_bytes(b"h" * 30)
+    (ctl.home.artifacts / "abc1.0f0f.part.node0.tar").write_bytes(b"t" * 40)
+    removal = ctl.retention.remove(["pulled"])
+    assert removal.files == 3 and removal.artifact_bytes == 80
+    assert sorted(p.name for p in ctl.home.artifacts.iterdir()) == ["abc12"]
+
+
 def test_rm_of_a_job_keeps_its_siblings_and_the_run(ctl):
     _run(ctl, "two-jobs", {"c1": "DONE", "c2": "DONE"}, files={"f": b"x"})
     removal = ctl.retention.remove(["c1"])
