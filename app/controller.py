@@ -2,7 +2,8 @@
 
 It owns the store and the services around it: the runner pool (app/pool.py),
 the jobs on runners (app/remote_job.py: every job a gang of 1..N nodes), their
-artifacts (app/job_artifacts.py) and checkpoints to resume from (app/resume.py).
+artifacts (app/job_artifacts.py), checkpoints to resume from (app/resume.py) and
+the removal of old runs (app/retention.py).
 It turns workflows into jobs on runners, follows their logs into the store, and
 pulls artifacts back.
 """
@@ -14,6 +15,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import asyncssh
 
@@ -26,6 +28,7 @@ from app.planning import Plan, known_variables, make_plan
 from app.pool import DEFAULT_PORT, Pool, RunnerState, parse_address
 from app.remote_job import JobServices, Launch, LogSink, RemoteJob
 from app.resume import Resumes
+from app.retention import Removal, Retention
 from app.runner_client import RunnerSession
 from app.runs import Runs
 from app.scheduler import Need
@@ -33,13 +36,23 @@ from app.snapshot import Manifest, build_manifest
 from app.store import ARTIFACTS_REFUSED, JobRow, Store
 from app.uploads import workspace_files
 from app.workflows import Project, load_workflows
+from app.workflows.model import Scalar
 from app.workflows.resolve import ResolvedJob, resolve
 from protocol import JobState, JobStatus
 
 log = logging.getLogger(__name__)
 
 # Front ends import these from here (the Controller is their one door: never app.store).
-__all__ = ["ARTIFACTS_REFUSED", "Controller", "JobRow", "LogSink", "RunOutcome", "Submitted", "parse_address"]
+__all__ = [
+    "ARTIFACTS_REFUSED",
+    "Controller",
+    "JobRow",
+    "LogSink",
+    "Removal",
+    "RunOutcome",
+    "Submitted",
+    "parse_address",
+]
 
 
 @dataclass(frozen=True)
@@ -72,6 +85,7 @@ class Controller:
         self.runs = Runs(self.store, self.home)
         self.artifacts = Artifacts(self.store, self.home)
         self.resumes = Resumes(self.store, self.home)
+        self.retention = Retention(self.store, self.home)  # rm and prune of old runs
         self.jobs = JobServices(self.store, self.artifacts, self.pool.connect, self.pool.runner_seen)
 
     @property
@@ -122,9 +136,10 @@ class Controller:
             lambda store: make_plan(project, store, self.home, workflow_name, overrides or {}, no_cache, reuse)
         )
 
-    def variables(self, project: Project, workflow_name: str) -> dict[str, object]:
+    def variables(self, project: Project, workflow_name: str) -> dict[str, Scalar]:
         """Every variable a run of the workflow takes (its DAG's), with its default."""
-        return known_variables(project, workflow_name)
+        # Each default comes from Project.variables_of, a Scalar; planning hands them on as objects.
+        return cast(dict[str, Scalar], known_variables(project, workflow_name))
 
     async def run(
         self,
@@ -323,6 +338,10 @@ class Controller:
             await self.follow(job_id, follow=False)
             job = self.store.job(job_id)
         return await self.artifacts.copy_out(job, output, progress)
+
+    def downloads_dir(self, run_name: str) -> Path:
+        """Where a run's artifacts are downloaded when no directory is given: outside the project."""
+        return self.home.downloads(run_name)
 
 
 class _Placement:

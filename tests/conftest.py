@@ -17,6 +17,8 @@ def controller_home(tmp_path: Path, monkeypatch) -> Path:
     home = tmp_path / "controller"
     monkeypatch.setenv("LANPOOL_HOME", str(home))
     monkeypatch.setenv("LANPOOL_MDNS_INTERFACES", "127.0.0.1")
+    # `artifacts download` without -o: a temp dir, never the user's downloads dir.
+    monkeypatch.setenv("LANPOOL_DOWNLOADS", str(tmp_path / "downloads"))
     return home
 
 

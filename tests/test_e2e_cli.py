@@ -87,6 +87,17 @@ def test_run_logs_status_artifacts(agent, cli, make_project, tmp_path):
     assert run in table and "DONE (0)" in table and "test-runner" in table
 
 
+def test_download_without_output_goes_to_the_downloads_dir_not_the_project(agent, cli, make_project, tmp_path):
+    project = make_project(WORKFLOWS)
+    run = _run_name(cli("headless", "run", "make", "--runner", agent.address, cwd=project, check=True).stderr)
+    before = sorted(p.name for p in project.iterdir())
+    dl = cli("headless", "artifacts", "download", run, cwd=project, check=True)
+    dest = tmp_path / "downloads" / run  # $LANPOOL_DOWNLOADS/RUN (tests/conftest.py)
+    assert f"-> {dest}" in dl.stderr
+    assert (dest / "out" / "a.txt").read_text() == "hello\n"
+    assert sorted(p.name for p in project.iterdir()) == before  # nothing landed in the project (the cwd)
+
+
 def test_exit_code_of_the_job_is_the_exit_code_of_run(agent, cli, make_project):
     project = make_project(WORKFLOWS)
     res = cli("headless", "run", "fail", "--runner", agent.address, cwd=project)

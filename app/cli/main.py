@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 _USAGE = (
     "usage: app [PATH]                the terminal UI on the project at PATH (default: here)\n"
-    "       app headless VERB ...   run, status, logs, stop, artifacts, runners, key (scripts and CI)\n"
+    "       app headless VERB ...   run, status, logs, stop, artifacts, rm, prune, runners, key (scripts and CI)\n"
     "       app agent VERB ...      serve, authorize (the runner daemon)\n"
     "       app --version\n"
     "\n"

@@ -2,19 +2,24 @@
 
 import sys
 from collections.abc import Sequence
-from typing import BinaryIO
+from typing import IO, BinaryIO
 
-from app.terminal_text import safe_bytes, safe_line
+from app.terminal_text import safe_bytes, safe_line, safe_text
+
+
+def say(text: str) -> None:
+    """One of our own lines on stderr. They quote runners and jobs (names, errors): never a control sequence."""
+    print(safe_text(text), file=sys.stderr, flush=True)
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     # Cells hold names and text from runners and jobs: nothing in them reaches the terminal as a control.
-    rows = [[safe_line(c) for c in row] for row in rows]
+    cells = [[safe_line(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
-    for row in rows:
+    for row in cells:
         widths = [max(w, len(c)) for w, c in zip(widths, row, strict=False)]
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=False)).rstrip()]
-    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in rows]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in cells]
     return "\n".join(lines)
 
 
@@ -39,7 +44,7 @@ class LogPrinter:
         target.flush()
 
 
-def _isatty(stream) -> bool:
+def _isatty(stream: IO[bytes]) -> bool:
     try:
         return stream.isatty()
     except (AttributeError, ValueError):  # closed, or not a real stream

@@ -1,0 +1,144 @@
+"""`app headless status`, `logs`, `stop`, `artifacts` and `metrics`: runs and jobs after they start."""
+
+import argparse
+import json
+
+from app.cli import render
+from app.cli.render import say
+from app.controller import Controller, JobRow
+from app.errors import ExitCode, LanpoolError, UsageError
+from app.formatting import ago, duration, size, status_text
+
+
+async def status(ctl: Controller, args: argparse.Namespace) -> int:
+    runs = ctl.runs.recent(args.limit)
+    jobs = {r.name: ctl.runs.jobs_of(r.name) for r in runs}
+    if not args.no_refresh:
+        await ctl.refresh([j for js in jobs.values() for j in js])
+        jobs = {r.name: ctl.runs.jobs_of(r.name) for r in runs}
+    if args.json:
+        out = [
+            {
+                "run": r.name,
+                "workflow": r.workflow,
+                "created_at": r.created_at,
+                "jobs": [_job_json(ctl, j) for j in jobs[r.name]],
+            }
+            for r in runs
+        ]
+        print(json.dumps(out, indent=2))
+        return ExitCode.OK
+    if not runs:
+        print("no runs yet: `app headless run WORKFLOW` starts one")
+        return ExitCode.OK
+    rows = []
+    for r in runs:
+        for j in jobs[r.name]:
+            n_art = len(ctl.runs.artifacts(j.id))
+            runner_state = ctl.pool.state_of(j.runner) if j.runner else None
+            rows.append(
+                [
+                    r.name,
+                    j.id,
+                    j.workflow,
+                    j.runner or "-",
+                    status_text(j, runner_state),
+                    ago(j.submitted_at),
+                    duration(j.started_at, j.finished_at),
+                    str(n_art) if n_art else "-",
+                ]
+            )
+    print(render.table(["RUN", "JOB", "WORKFLOW", "RUNNER", "STATUS", "SUBMITTED", "DURATION", "ARTIFACTS"], rows))
+    return ExitCode.OK
+
+
+async def logs(ctl: Controller, args: argparse.Namespace) -> int:
+    jobs = ctl.runs.resolve(args.ref)
+    if args.node is not None and len(jobs) > 1:  # a run's jobs: those that have that node
+        jobs = [j for j in jobs if ctl.node_count(j.id) > args.node] or jobs[-1:]
+    printer = render.LogPrinter(raw=args.raw)
+    for job in jobs:
+        try:
+            await ctl.follow(job.id, printer, follow=args.follow, say=say, node=args.node)
+        except LanpoolError as exc:
+            if args.follow or isinstance(exc, UsageError):
+                raise
+            # The stored log was printed; the runner could not add to it.
+            say(f"(stored log only: {exc.message})")
+    return ExitCode.OK
+
+
+async def stop(ctl: Controller, args: argparse.Namespace) -> int:
+    for job in ctl.runs.resolve(args.ref):
+        if job.state.is_terminal():
+            say(f"job {job.id} already ended: {job.status}")
+            continue
+        job = await ctl.stop(job.id, abort=args.abort, grace_s=args.grace)
+        say(f"job {job.id}: {status_text(job)}")
+    return ExitCode.OK
+
+
+async def artifacts(ctl: Controller, args: argparse.Namespace) -> int:
+    jobs = ctl.runs.resolve(args.ref)
+    if args.art_verb == "list":
+        await ctl.refresh(jobs)
+        listing = {j.id: ctl.runs.artifacts(j.id) for j in jobs}
+        if args.json:
+            print(
+                json.dumps(
+                    [{"job": jid, "path": p, "size": s} for jid, files in listing.items() for p, s in files], indent=2
+                )
+            )
+        else:
+            for jid, files in listing.items():
+                for path, n in files:
+                    print(f"{size(n):>10}  {jid}  {path}" if args.long else path)
+        return ExitCode.OK
+    for job in jobs:
+        # Never the working directory: inside a project, the files would join its next snapshot.
+        output = args.output or ctl.downloads_dir(job.run_name)
+        files = await ctl.download_artifacts(job.id, output)
+        total = sum(s for _, s in files)
+        say(f"job {job.id}: {len(files)} file(s), {size(total)} -> {output}")
+    return ExitCode.OK
+
+
+async def metrics(ctl: Controller, args: argparse.Namespace) -> int:
+    jobs = ctl.runs.resolve(args.ref)
+    await ctl.refresh(jobs)
+    points = [p for j in jobs for p in ctl.metrics(j.id) if not args.name or p["name"] in args.name]
+    if args.json:
+        print(json.dumps(points, indent=2))
+        return ExitCode.OK
+    if not points:
+        print("no metrics yet (jobs log them through training.metrics.LanpoolMetrics)")
+        return ExitCode.OK
+    latest: dict[str, dict] = {}
+    for p in points:
+        latest[p["name"]] = p
+    rows = [
+        [
+            name,
+            str(p["step"]),
+            f"{p['value']:.6g}" if p["value"] is not None else "nan",
+            str(sum(1 for q in points if q["name"] == name)),
+        ]
+        for name, p in sorted(latest.items())
+    ]
+    print(render.table(["METRIC", "LAST STEP", "LAST VALUE", "POINTS"], rows))
+    return ExitCode.OK
+
+
+def _job_json(ctl: Controller, j: JobRow) -> dict:
+    return {
+        "job": j.id,
+        "workflow": j.workflow,
+        "runner": j.runner,
+        "status": j.status,
+        "exit_code": j.exit_code,
+        "error": j.error,
+        "submitted_at": j.submitted_at,
+        "started_at": j.started_at,
+        "finished_at": j.finished_at,
+        "artifacts": [{"path": p, "size": s} for p, s in ctl.runs.artifacts(j.id)],
+    }

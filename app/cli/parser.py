@@ -1,0 +1,202 @@
+"""The command line of `app headless`: its verbs and options, and the workflow
+variables that `run` and `plan` take as `--NAME VALUE`."""
+
+import argparse
+import re
+from pathlib import Path
+from typing import Any, NoReturn
+
+from app.errors import ExitCode
+from app.workflows.loader import MAX_NODES
+
+
+class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # No prefixes: `--run 3` would otherwise match `--runner` and `--res` `--resume`,
+        # swallowing what `run` keeps as workflow variables.
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        # `run`'s and `plan`'s own parsers, for their --help without a workflow.
+        self.verb_parsers: dict[str, argparse.ArgumentParser] = {}
+
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, like every other usage error
+        self.exit(ExitCode.USAGE, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _node_count(text: str) -> int:
+    """`--nodes N`: how many runners, 1 to MAX_NODES (0 or less used to mean one node, silently)."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_NODES:
+        raise argparse.ArgumentTypeError(f"expects a whole number of runners from 1 to {MAX_NODES}, not {text[:40]!r}")
+    return count
+
+
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+DEFAULT_PRUNE_AGE = "7d"
+
+
+def age_seconds(text: str) -> float:
+    """`--older-than 7d`: a whole number and a unit (s, m, h, d, w) as seconds."""
+    match = re.fullmatch(r"(\d{1,9})([smhdw])", text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(f"expects an age like 12h, 7d or 2w, not {text[:40]!r}")
+    return int(match[1]) * _AGE_UNITS[match[2]]
+
+
+def build_parser() -> _Parser:
+    parser = _Parser(prog="app headless", description="lanpool without the TUI: for scripts and CI.")
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=_Parser)
+
+    run = sub.add_parser(
+        "run",
+        add_help=False,
+        help="run a workflow on a runner, streaming its logs",
+        usage="app headless run [WORKFLOW] [--VARIABLE VALUE ...] [options]",
+    )
+    run.add_argument("workflow", nargs="?", help="workflow name (omit to list the workflows)")
+    run.add_argument(
+        "--runner",
+        help="a paired or added runner's NAME, or HOST[:PORT]: an address trusts and pins "
+        "what answers there, like `runners add` (default: the best-fitting trusted runner)",
+    )
+    run.add_argument("-d", "--detach", action="store_true", help="submit and return; follow later with `logs -f`")
+    run.add_argument(
+        "--nodes", type=_node_count, default=None, help="run the workflow on N runners at once (multi-node DDP), N >= 1"
+    )
+    run.add_argument("--resume", metavar="RUN|JOB", help="resume from that job's checkpoint (placed on every node)")
+    _plan_options(run)
+
+    plan = sub.add_parser(
+        "plan",
+        add_help=False,
+        help="show what `run` would do: each job, run or reused, and why",
+        usage="app headless plan WORKFLOW [--VARIABLE VALUE ...] [options]",
+    )
+    plan.add_argument("workflow", help="workflow name")
+    _plan_options(plan)
+
+    status = sub.add_parser("status", help="runs and their jobs, newest first")
+    status.add_argument("-n", "--limit", type=int, default=20, help="how many runs (default 20)")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.add_argument("--no-refresh", action="store_true", help="do not ask runners about unfinished jobs")
+
+    logs = sub.add_parser("logs", help="print a run's or job's log")
+    logs.add_argument("ref", metavar="RUN|JOB")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
+    logs.add_argument("--node", type=int, default=None, help="only this node's lines (multi-node jobs)")
+    logs.add_argument(
+        "--raw",
+        action="store_true",
+        help="the bytes as the job wrote them, escape sequences included (by default a terminal "
+        "gets them neutralised; a file or pipe always gets the bytes)",
+    )
+
+    stop = sub.add_parser("stop", help="stop a run or job: SIGTERM, then SIGKILL after a grace period")
+    stop.add_argument("ref", metavar="RUN|JOB")
+    stop.add_argument("--abort", action="store_true", help="do not bring back artifacts")
+    stop.add_argument("--grace", type=float, default=None, help="seconds before SIGKILL (default: the runner's, 10)")
+
+    art = sub.add_parser("artifacts", help="list or download a job's artifacts")
+    art_sub = art.add_subparsers(dest="art_verb", required=True, metavar="VERB", parser_class=_Parser)
+    art_list = art_sub.add_parser("list", help="files a job brought back")
+    art_list.add_argument("ref", metavar="RUN|JOB")
+    art_list.add_argument("-l", "--long", action="store_true", help="with sizes")
+    art_list.add_argument("--json", action="store_true")
+    art_dl = art_sub.add_parser("download", help="copy a job's artifacts to a directory")
+    art_dl.add_argument("ref", metavar="RUN|JOB")
+    art_dl.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        help="target dir (default: $LANPOOL_DOWNLOADS/RUN, else your downloads dir /lanpool/RUN; never the project)",
+    )
+
+    rm = sub.add_parser(
+        "rm", help="delete runs (or a job's run) with their logs and artifacts, printing the space freed"
+    )
+    rm.add_argument("refs", nargs="+", metavar="RUN|JOB")
+    rm.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    rm.add_argument("--json", action="store_true", help="machine-readable output")
+
+    prune = sub.add_parser("prune", help="delete ended runs older than an age, with their logs and artifacts")
+    prune.add_argument(
+        "--older-than",
+        type=age_seconds,
+        default=age_seconds(DEFAULT_PRUNE_AGE),
+        metavar="AGE",
+        help=f"runs created longer ago than AGE: 12h, 7d, 2w ... (default {DEFAULT_PRUNE_AGE})",
+    )
+    prune.add_argument("--keep-tagged", action="store_true", help="keep runs that carry a tag (--tag)")
+    prune.add_argument("--dry-run", action="store_true", help="say what would go, remove nothing")
+    prune.add_argument("--json", action="store_true", help="machine-readable output")
+
+    runners = sub.add_parser("runners", help="runners on the LAN and their state (browses mDNS, checks each)")
+    runners.add_argument("--json", action="store_true")
+    runners.add_argument("--wait", type=float, default=1.5, help="seconds to browse mDNS (0: only check known ones)")
+    runners_sub = runners.add_subparsers(dest="runners_verb", metavar="VERB", parser_class=_Parser)
+    add = runners_sub.add_parser("add", help="trust the runner at this address, pinning its host key")
+    add.add_argument("address", metavar="HOST[:PORT]")
+    forget = runners_sub.add_parser("remove", help="forget a runner (and its pinned host key)")
+    forget.add_argument("name")
+    pair = runners_sub.add_parser("pair", help="pair with a runner using the code `app agent status` shows there")
+    pair.add_argument("name", metavar="NAME|HOST[:PORT]")
+    pair.add_argument("code")
+
+    metrics = sub.add_parser("metrics", help="a job's training metrics (loss curves), from its metrics logger")
+    metrics.add_argument("ref", metavar="RUN|JOB")
+    metrics.add_argument("--name", action="append", help="only this metric (repeatable), e.g. train_loss")
+    metrics.add_argument("--json", action="store_true", help="every point as JSON")
+
+    sub.add_parser("key", help="print the path of this controller's public key (for `app agent authorize`)")
+    parser.verb_parsers = {"run": run, "plan": plan}
+    return parser
+
+
+def _plan_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-h", "--help", action="store_true", help="this help; with a workflow: its variables")
+    p.add_argument(
+        "--project", type=Path, default=None, help="project dir (default: nearest with .lanpool/ or .dstack/)"
+    )
+    p.add_argument("--no-cache", action="store_true", help="run every job, even those with a finished twin")
+    p.add_argument(
+        "--reuse", action="store_true", help="reuse the requested workflow too when its inputs are unchanged"
+    )
+    p.add_argument("--tag", help="name this run, so `depends-on: [WORKFLOW:TAG]` can use its artifacts")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    """Like parse_args, but `run`/`plan` keep unknown `--name value` pairs as variable overrides."""
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if args.verb not in ("run", "plan"):
+        if extra:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        return args
+    args.overrides = _overrides(extra, parser)
+    if args.help and not args.workflow:
+        parser.verb_parsers[args.verb].print_help()
+        parser.exit(ExitCode.OK)
+    return args
+
+
+def _overrides(tokens: list[str], parser: argparse.ArgumentParser) -> dict[str, str]:
+    out: dict[str, str] = {}
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("--") or len(token) == 2:
+            parser.error(f"unexpected argument {token!r}: variables are given as --NAME VALUE")
+        name, eq, value = token[2:].partition("=")
+        if not eq:
+            if i + 1 >= len(tokens):
+                parser.error(f"--{name} needs a value")
+            value = tokens[i + 1]
+            i += 1
+        out[name.replace("-", "_") if "-" in name else name] = value
+        i += 1
+    return out

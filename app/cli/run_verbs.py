@@ -1,0 +1,140 @@
+"""`app headless run` and `plan`: a workflow's jobs, planned, submitted and followed."""
+
+import argparse
+import json
+from pathlib import Path
+
+from app.cli import render
+from app.cli.render import say
+from app.controller import ARTIFACTS_REFUSED, Controller, JobRow, Submitted
+from app.errors import ExitCode, LanpoolError, UsageError
+from app.formatting import duration, status_text
+from app.workflows import Project, find_project
+from app.workflows.resolve import render_value
+
+
+def _project(ctl: Controller, args: argparse.Namespace) -> Project:
+    root = args.project or find_project(Path.cwd())
+    if root is None:
+        raise UsageError("no .lanpool/workflows.yaml (or .dstack/workflows.yaml) here or above: see README 'Workflows'")
+    return ctl.load_project(root)
+
+
+def _workflow_help(ctl: Controller, project: Project, name: str, verb: str) -> None:
+    wf = project.get(name)
+    print(f"usage: app headless {verb} {name} [--VARIABLE VALUE ...] [options]")
+    if wf.help:
+        print(f"\n{wf.help}")
+    variables = ctl.variables(project, name)
+    if variables:
+        print("\nvariables (defaults from variables.yaml):")
+        width = max(len(v) for v in variables) + 2
+        for var, default in sorted(variables.items()):
+            print(f"  --{var.ljust(width)} {render_value(default)}")
+    else:
+        print("\nno variables (define them in .lanpool/variables.yaml)")
+    print("\noptions: --runner NAME|HOST[:PORT], -d/--detach, --no-cache, --reuse, --tag NAME, --json")
+
+
+def _list_workflows(project: Project, as_json: bool) -> None:
+    if as_json:
+        listing = [
+            {
+                "name": w.name,
+                "help": w.help,
+                "depends_on": [d.workflow for d in w.depends_on],
+                "variables": project.variables_of(w.name),
+            }
+            for w in project.workflows.values()
+        ]
+        print(json.dumps(listing, indent=2))
+        return
+    print(f"workflows in {project.workflows_file}:")
+    width = max((len(n) for n in project.workflows), default=0)
+    for wf in project.workflows.values():
+        print(f"  {wf.name.ljust(width)}  {wf.help}".rstrip())
+
+
+async def run(ctl: Controller, args: argparse.Namespace) -> int:
+    project = _project(ctl, args)
+    if not args.workflow:
+        _list_workflows(project, args.json)
+        return ExitCode.OK
+    if args.help:
+        _workflow_help(ctl, project, args.workflow, "run")
+        return ExitCode.OK
+    submitted: list[Submitted] = []
+
+    def announce(sub: Submitted) -> None:
+        submitted.append(sub)
+        say(f"run {sub.run_name}: job {sub.job_id} ({ctl.runs.job(sub.job_id).workflow}) on runner {sub.runner}")
+        if args.detach:
+            say(
+                f"detached: `app headless logs -f {sub.run_name}` follows it, `app headless stop {sub.run_name}` stops it"
+            )
+
+    try:
+        outcome = await ctl.run(
+            project,
+            args.workflow,
+            args.runner,
+            args.overrides,
+            sink=render.LogPrinter(),
+            say=say,
+            on_submitted=announce,
+            follow=not args.detach,
+            no_cache=args.no_cache,
+            reuse=args.reuse,
+            tag=args.tag,
+            nodes=args.nodes,
+            resume=args.resume,
+        )
+    except LanpoolError as exc:
+        if not submitted:
+            raise
+        name = submitted[0].run_name
+        raise type(exc)(f"{exc.message}; the job may still run: `app headless logs -f {name}` re-attaches") from None
+    if args.detach:
+        return ExitCode.OK
+    job = outcome.last
+    if job is None:
+        say(f"run {outcome.run_name}: every job reused; nothing ran")
+        return ExitCode.OK
+    say(_summary(ctl, job))
+    if job.artifacts_pulled == ARTIFACTS_REFUSED and not job.exit_code:  # it exited 0, but what it made was refused
+        return ExitCode.FAILED
+    return job.exit_code if job.exit_code is not None else ExitCode.FAILED
+
+
+async def plan(ctl: Controller, args: argparse.Namespace) -> int:
+    project = _project(ctl, args)
+    if args.help:
+        _workflow_help(ctl, project, args.workflow, "plan")
+        return ExitCode.OK
+    the_plan = ctl.plan(project, args.workflow, args.overrides, args.no_cache, args.reuse)
+    if args.json:
+        print(json.dumps(the_plan.to_json(), indent=2))
+        return ExitCode.OK
+    print(f"plan for {args.workflow}: {len(the_plan.to_run)} of {len(the_plan.jobs)} job(s) to run")
+    rows = [
+        [
+            j.workflow,
+            j.action.upper(),
+            ", ".join(j.deps + [f"{t.workflow}:{t.run_name}" for t in j.tagged]) or "-",
+            j.key[:12],
+            j.reason,
+        ]
+        for j in the_plan.jobs
+    ]
+    print(render.table(["WORKFLOW", "ACTION", "DEPENDS ON", "KEY", "WHY"], rows))
+    return ExitCode.OK
+
+
+def _summary(ctl: Controller, job: JobRow) -> str:
+    text = f"run {job.run_name}: {status_text(job)} in {duration(job.started_at, job.finished_at)}"
+    if job.error:
+        text += f": {job.error}"
+    files = ctl.runs.artifacts(job.id)
+    if files:
+        text += f"; {len(files)} artifact file(s): `app headless artifacts download {job.run_name}`"
+    return text

@@ -1,0 +1,223 @@
+"""Runs and their jobs: creation, status changes (each one logged as an event), lookups and listings."""
+
+import json
+import time
+
+from app.errors import NotFoundError
+from app.store.rows import JOB_COLS, JOB_FIELDS, JobRow, RunRow, Table, escape_like
+from app.store.transactions import atomic
+from protocol import JobState
+
+
+class JobRows(Table):
+    def run_name_taken(self, name: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM runs WHERE name = ?", (name,)).fetchone() is not None
+
+    def create_run(
+        self, name: str, workflow: str, project_dir: str, tag: str | None = None, variables: dict | None = None
+    ) -> str | None:
+        """Record a run; a tag moves to it from the run that had it (whose name is returned)."""
+        with atomic(self.conn):
+            previous = None
+            if tag:
+                row = self.conn.execute("SELECT name FROM runs WHERE tag = ?", (tag,)).fetchone()
+                if row:
+                    previous = row[0]
+                    self.conn.execute("UPDATE runs SET tag = NULL WHERE tag = ?", (tag,))
+            self.conn.execute(
+                "INSERT INTO runs (name, workflow, project_dir, created_at, tag, variables) VALUES (?, ?, ?, ?, ?, ?)",
+                (name, workflow, project_dir, time.time(), tag, json.dumps(variables or {})),
+            )
+        return previous
+
+    def tagged_job(self, tag: str, workflow: str) -> JobRow | None:
+        """The DONE job of `workflow` in the run tagged `tag`."""
+        row = self.conn.execute(
+            f"SELECT {JOB_COLS} FROM jobs WHERE run_name = (SELECT name FROM runs WHERE tag = ?) "
+            "AND workflow = ? AND status = 'DONE' AND synced = 1 ORDER BY finished_at DESC LIMIT 1",
+            (tag, workflow),
+        ).fetchone()
+        return JobRow(*row) if row else None
+
+    def tag_exists(self, tag: str) -> bool:
+        return self.conn.execute("SELECT 1 FROM runs WHERE tag = ?", (tag,)).fetchone() is not None
+
+    def reusable_job(self, cache_key: str) -> JobRow | None:
+        """The newest DONE job with these inputs whose artifacts are in the local store."""
+        row = self.conn.execute(
+            f"SELECT {JOB_COLS} FROM jobs WHERE cache_key = ? AND status = 'DONE' AND synced = 1 "
+            "ORDER BY finished_at DESC LIMIT 1",
+            (cache_key,),
+        ).fetchone()
+        return JobRow(*row) if row else None
+
+    def last_inputs(self, project_dir: str, workflow: str) -> tuple[str, dict] | None:
+        """(job id, cache inputs) of the newest job of `workflow` in this project that recorded them."""
+        row = self.conn.execute(
+            "SELECT j.id, j.cache_inputs FROM jobs j JOIN runs r ON r.name = j.run_name "
+            "WHERE r.project_dir = ? AND j.workflow = ? AND j.cache_inputs IS NOT NULL "
+            "ORDER BY j.submitted_at DESC LIMIT 1",
+            (project_dir, workflow),
+        ).fetchone()
+        return (row[0], json.loads(row[1])) if row else None
+
+    def create_job(
+        self,
+        job_id: str,
+        run_name: str,
+        workflow: str,
+        runner: dict,
+        spec: dict,
+        cache_key: str | None = None,
+        cache_inputs: dict | None = None,
+    ) -> None:
+        now = time.time()
+        with atomic(self.conn):
+            self.conn.execute(
+                """INSERT INTO jobs (id, run_name, workflow, runner, host, port, status, submitted_at,
+                                     artifacts_pulled, spec, synced, cache_key, cache_inputs)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, 0, ?, 0, ?, ?)
+                   ON CONFLICT(id) DO UPDATE SET runner = excluded.runner, host = excluded.host,
+                     port = excluded.port, status = excluded.status, spec = excluded.spec, error = NULL,
+                     cache_key = excluded.cache_key, cache_inputs = excluded.cache_inputs""",
+                (
+                    job_id,
+                    run_name,
+                    workflow,
+                    runner["name"],
+                    runner["host"],
+                    runner["port"],
+                    str(JobState.SUBMITTED),
+                    now,
+                    json.dumps(spec),
+                    cache_key,
+                    json.dumps(cache_inputs) if cache_inputs is not None else None,
+                ),
+            )
+            self.conn.execute(
+                "INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                (job_id, now, JobState.SUBMITTED, f"to {runner['name']}"),
+            )
+
+    def queue_job(self, job_id: str, run_name: str, workflow: str, reason: str) -> None:
+        """A job waiting for a runner with room: QUEUED, with the reason."""
+        with atomic(self.conn):
+            self.conn.execute(
+                """INSERT INTO jobs (id, run_name, workflow, runner, host, port, status, submitted_at, error,
+                                     artifacts_pulled, spec, synced) VALUES (?, ?, ?, '', '', 0, ?, ?, ?, 0, '{}', 0)
+                   ON CONFLICT(id) DO UPDATE SET error = excluded.error""",
+                (job_id, run_name, workflow, str(JobState.QUEUED), time.time(), reason),
+            )
+            self.conn.execute(
+                "INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                (job_id, time.time(), str(JobState.QUEUED), reason),
+            )
+
+    def set_job_status(self, job_id: str, status: str, detail: str = "", **fields: object) -> None:
+        """Record a status (and other job fields); a transition is also logged as an event."""
+        with atomic(self.conn):
+            old = self.conn.execute("SELECT status FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if old is None:
+                raise NotFoundError(f"no job {job_id}")
+            if JobState(old[0]).is_terminal() and not JobState(str(status)).is_terminal():
+                # An end, once recorded, stands: a late "still running" (a stop's immediate reply,
+                # another controller's refresh) never revives a job. Checked inside the transaction.
+                return
+            assert all(f in JOB_FIELDS for f in fields), fields  # column names are code, never input
+            cols = {"status": str(status), **fields}
+            assignments = ", ".join(f"{c} = ?" for c in cols)
+            self.conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*cols.values(), job_id))
+            if old[0] != status or detail:
+                self.conn.execute(
+                    "INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                    (job_id, time.time(), str(status), detail),
+                )
+
+    def update_job(self, job_id: str, **fields: object) -> None:
+        """Set job fields other than its status (status changes go through set_job_status)."""
+        assert "status" not in fields and all(f in JOB_FIELDS for f in fields), fields
+        with atomic(self.conn):
+            assignments = ", ".join(f"{c} = ?" for c in fields)
+            self.conn.execute(f"UPDATE jobs SET {assignments} WHERE id = ?", (*fields.values(), job_id))
+
+    def job(self, job_id: str) -> JobRow:
+        row = self.conn.execute(f"SELECT {JOB_COLS} FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no job {job_id!r}: `app headless status` lists runs and jobs")
+        return JobRow(*row)
+
+    def jobs_of_run(self, run_name: str) -> list[JobRow]:
+        rows = self.conn.execute(f"SELECT {JOB_COLS} FROM jobs WHERE run_name = ? ORDER BY submitted_at", (run_name,))
+        return [JobRow(*r) for r in rows]
+
+    def resolve_jobs(self, ref: str) -> list[JobRow]:
+        """Jobs named by a run name or a job id (a unique prefix of a job id works too)."""
+        if not ref.strip():
+            raise NotFoundError("name a run or a job: `app headless status` lists them")
+        jobs = self.jobs_of_run(ref)
+        if jobs:
+            return jobs
+        rows = self.conn.execute(
+            f"SELECT {JOB_COLS} FROM jobs WHERE id = ? OR id LIKE ? ESCAPE '\\'", (ref, escape_like(ref) + "%")
+        ).fetchall()
+        exact = [r for r in rows if r[0] == ref]
+        rows = exact or rows
+        if not rows:
+            raise NotFoundError(f"no run or job named {ref!r}: `app headless status` lists them")
+        if len(rows) > 1:
+            raise NotFoundError(f"{ref!r} matches {len(rows)} jobs; give more of the job id")
+        return [JobRow(*rows[0])]
+
+    def recent_runs(self, limit: int = 50) -> list[RunRow]:
+        rows = self.conn.execute(
+            "SELECT name, workflow, project_dir, created_at, tag FROM runs ORDER BY created_at DESC LIMIT ?", (limit,)
+        )
+        return [RunRow(*r) for r in rows]
+
+    def job_rows(self, text: str = "", status: str = "", limit: int = 500) -> list[tuple]:
+        """Jobs (newest first) with their run's variables and artifact count, for the runs list.
+
+        `text` matches run name, job id, workflow, runner, tag or variables;
+        `status` one job status. Bounded by `limit`: the list never loads the
+        whole history (10,000 runs open in milliseconds).
+        """
+        where, params = [], []
+        if text:
+            like = "%" + escape_like(text) + "%"
+            where.append(
+                "(j.run_name LIKE ? ESCAPE '\\' OR j.id LIKE ? ESCAPE '\\' OR j.workflow LIKE ? "
+                "ESCAPE '\\' OR j.runner LIKE ? ESCAPE '\\' OR r.tag LIKE ? ESCAPE '\\' "
+                "OR r.variables LIKE ? ESCAPE '\\')"
+            )
+            params += [like] * 6
+        if status:
+            where.append("j.status = ?")
+            params.append(status)
+        sql = (
+            f"SELECT {', '.join('j.' + c for c in JOB_COLS.split(', '))}, r.variables, r.tag, "
+            "(SELECT COUNT(*) FROM artifacts a WHERE a.job_id = j.id), "
+            "(SELECT GROUP_CONCAT(n.runner, ',') FROM job_nodes n WHERE n.job_id = j.id) "
+            "FROM jobs j JOIN runs r ON r.name = j.run_name "
+            + ("WHERE " + " AND ".join(where) + " " if where else "")
+            + "ORDER BY j.submitted_at DESC LIMIT ?"
+        )
+        return [(JobRow(*row[:16]), *row[16:]) for row in self.conn.execute(sql, (*params, limit))]
+
+    def job_events(self, job_id: str) -> list[tuple[float, str, str]]:
+        return self.conn.execute(
+            "SELECT at, status, detail FROM job_events WHERE job_id = ? ORDER BY rowid", (job_id,)
+        ).fetchall()
+
+    def set_node(
+        self, job_id: str, node: int, runner: dict, status: str, exit_code: int | None = None, error: str = ""
+    ) -> None:
+        with atomic(self.conn):
+            self.conn.execute(
+                """INSERT INTO job_nodes (job_id, node, runner, host, port, status, exit_code, error)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(job_id, node) DO UPDATE SET
+                   status = excluded.status, exit_code = excluded.exit_code, error = excluded.error""",
+                (job_id, node, runner["name"], runner["host"], runner["port"], str(status), exit_code, error),
+            )
+
+    def nodes(self, job_id: str) -> list[dict]:
+        return self._dicts("SELECT * FROM job_nodes WHERE job_id = ? ORDER BY node", (job_id,))

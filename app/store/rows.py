@@ -1,0 +1,69 @@
+"""The rows the store hands out, and what its tables share: the connection and small SQL helpers."""
+
+import json
+import sqlite3
+from dataclasses import dataclass
+
+from protocol import JobState
+
+ARTIFACTS_REFUSED = -1  # jobs.artifacts_pulled: 0 not yet, 1 pulled, -1 refused
+
+
+@dataclass(frozen=True)
+class RunRow:
+    name: str
+    workflow: str
+    project_dir: str
+    created_at: float
+    tag: str | None
+
+
+@dataclass(frozen=True)
+class JobRow:
+    id: str
+    run_name: str
+    workflow: str
+    runner: str
+    host: str
+    port: int
+    status: str
+    exit_code: int | None
+    error: str | None
+    submitted_at: float | None
+    started_at: float | None
+    finished_at: float | None
+    artifacts_archive: str | None
+    artifacts_pulled: int | None
+    spec: str | None
+    synced: int | None
+
+    @property
+    def state(self) -> JobState:
+        return JobState(self.status)
+
+    @property
+    def artifact_paths(self) -> list[str]:
+        return json.loads(self.spec or "{}").get("artifacts", [])
+
+
+JOB_FIELDS = frozenset(JobRow.__dataclass_fields__)
+JOB_COLS = (
+    "id, run_name, workflow, runner, host, port, status, exit_code, error, submitted_at, started_at, "
+    "finished_at, artifacts_archive, artifacts_pulled, spec, synced"
+)
+RUN_COLS = "name, workflow, project_dir, created_at, tag"
+
+
+class Table:
+    """What each part of the Store (app/store/store.py composes them) works on: one connection."""
+
+    conn: sqlite3.Connection
+
+    def _dicts(self, sql: str, params: tuple = ()) -> list[dict]:
+        cur = self.conn.execute(sql, params)
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, row, strict=False)) for row in cur]
+
+
+def escape_like(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
