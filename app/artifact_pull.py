@@ -110,18 +110,25 @@ def pull_percent(store_dir: Path, job_id: str) -> int | None:
 
 @contextlib.contextmanager
 def _pull_lock(store_dir: Path, job_id: str) -> Iterator[None]:
-    fd = os.open(store_dir / f"{job_id}.part.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+    """Held while this process pulls the job; the lock file goes with it."""
+    path = store_dir / f"{job_id}.part.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            if os.fstat(fd).st_ino != os.stat(path, follow_symlinks=False).st_ino:
+                raise BlockingIOError  # the holder just removed it: another process has the new one
+        except (BlockingIOError, FileNotFoundError):
             pct = pull_percent(store_dir, job_id)
             raise PullBusy(
                 f"another lanpool process is pulling the artifacts of job {job_id}"
                 + (f" ({pct}%)" if pct is not None else "")
                 + ": try again when it is done"
             ) from None
-        yield
+        try:
+            yield
+        finally:
+            path.unlink(missing_ok=True)  # while still held: a waiter sees it gone, not ours
     finally:
         os.close(fd)  # releases the lock
 
@@ -157,10 +164,10 @@ async def pull_job(store_dir: Path, job_id: str, finals: list[Final], limits: Pu
             _meta(store_dir, job_id).write_text(json.dumps({"total": sum(every.values())}))
             for node, session, declared in per_node:
                 prefix = node_prefix(node)
-                ranges = [
+                ranges = [  # each file not whole yet (an empty one: not there yet)
                     ArtifactRange(path, have.get(prefix + path, 0))
                     for path, size in declared.items()
-                    if have.get(prefix + path, 0) < size
+                    if have.get(prefix + path, -1) < size
                 ]
                 if not ranges:
                     continue
