@@ -10,7 +10,7 @@ each file is read from the workspace when it is asked for.
 """
 
 import os
-from collections.abc import Iterator
+from collections.abc import Generator
 from pathlib import Path, PurePosixPath
 
 from agent.workspace_files import NotARegularFile, open_regular
@@ -75,7 +75,9 @@ def resolve_listed(workspace: Path, rel: str) -> str:
     return real.relative_to(root).as_posix()
 
 
-def read_parts(workspace: Path, rel: str, offset: int, size: int, part: int) -> Iterator[tuple[int, bytes]]:
+def read_parts(
+    workspace: Path, rel: str, offset: int, size: int, part: int
+) -> Generator[tuple[int, bytes], None, None]:
     """The bytes of listed artifact `rel` from `offset` up to its listed `size`, `part`
     bytes at a time. A file that shrank since it was listed raises ArtifactChanged at
     the point it ends (the controller refuses the file); one that grew is cut at `size`.

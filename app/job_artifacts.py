@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from app.artifact_files import ArtifactsRefused, checked_path, copy_file
-from app.artifact_pull import Final, PullLimits, node_prefix, pull_job, pull_percent
+from app.artifact_pull import Final, PullBusy, PullLimits, node_prefix, pull_job, pull_percent
 from app.errors import LanpoolError, NotFoundError, RunnerProtocolError, UsageError
 from app.home import ControllerHome
 from app.runner_client import RunnerSession
@@ -22,6 +22,7 @@ from app.store import ARTIFACTS_REFUSED, JobRow, Store
 
 log = logging.getLogger(__name__)
 
+PULL_BUSY_POLL_S = 0.5
 REFUSED_LINE = "artifacts refused"  # starts the stored line saying why a job's artifacts were not taken
 
 __all__ = ["REFUSED_LINE", "Artifacts", "node_prefix", "other_node_path"]
@@ -46,19 +47,26 @@ class Artifacts:
         """How far a pull of the job's artifacts is, in any process (None: none under way)."""
         return pull_percent(self.home.artifacts, job_id)
 
-    async def pull(self, job_id: str, finals: list[Final]) -> str:
+    async def pull(self, job_id: str, finals: list[Final], wait: bool = True) -> str:
         """Stream each node's artifact files into the store (node K > 0 under node-K/) and
         list them. Whatever a runner sends is checked (app/artifact_pull.py): files the
         controller will not take refuse the job's artifacts, recorded in the store; the line
         saying why is returned ("" when they were taken, or there were none). A lost
-        connection raises RunnerError and keeps what arrived: the next pull resumes it."""
+        connection raises RunnerError and keeps what arrived: the next pull resumes it.
+        Another process pulling the job is waited for (`wait`), else PullBusy."""
         finals = [(k, s, st) for k, s, st in finals if st.artifacts]
         if not finals:
             return ""
         async with self._pull_locks.setdefault(job_id, asyncio.Lock()):
-            if self.store.job(job_id).artifacts_pulled:  # another follower of this job was quicker
-                return ""
-            return await self._pull(job_id, finals)
+            while True:
+                if self.store.job(job_id).artifacts_pulled:  # another follower of this job was quicker
+                    return ""
+                try:
+                    return await self._pull(job_id, finals)
+                except PullBusy:
+                    if not wait:  # `status`: said as "pulling artifacts N%", not waited for
+                        raise
+                    await asyncio.sleep(PULL_BUSY_POLL_S)  # another process (a second `logs -f`)
 
     async def _pull(self, job_id: str, finals: list[Final]) -> str:
         try:

@@ -35,6 +35,7 @@ from app.errors import (
     UsageError,
 )
 from app.job_artifacts import Artifacts
+from app.job_end import finish_job
 from app.multinode import node_env, prefix_node
 from app.runner_client import RunnerSession
 from app.runner_output import OwnOutput
@@ -292,7 +293,7 @@ class RemoteJob:
                 finals[at.node] = await follower
             if not all(s is not None and JobState(s.state).is_terminal() for s in finals.values()):
                 return self.store.job(self.job_id)
-            return await self._finish(live, finals, self._failure(finals), pull)
+            return await self._finish(live, finals, self._failure(finals), pull, follow=False)
         finally:
             for session in live.values():
                 if session not in given:
@@ -400,31 +401,18 @@ class RemoteJob:
         return f"node {k} ({self.nodes[k].runner}): {_cause(s)}"
 
     async def _finish(
-        self, live: dict[int, RunnerSession], finals: dict[int, JobStatus | None], failure: str, pull: bool = True
+        self,
+        live: dict[int, RunnerSession],
+        finals: dict[int, JobStatus | None],
+        failure: str,
+        pull: bool = True,
+        follow: bool = True,
     ) -> JobRow:
-        """Every node ended: artifacts (node 0's, and each other node's under node-K/), the end.
-        Synced (nothing more to ask the runners) only once the artifacts are pulled."""
-        ended = [(k, s) for k, s in sorted(finals.items()) if s is not None]
-        refused = await self.jobs.artifacts.pull(self.job_id, [(k, live[k], s) for k, s in ended]) if pull else ""
-        if self.size == 1:  # its status is its node's, recorded as it came: a refusal fails a DONE job
-            job = self.store.job(self.job_id)
-            if refused:
-                state = JobState.FAILED if job.state is JobState.DONE else job.state
-                self.store.set_job_status(self.job_id, state, refused, error=job.error or refused)
-            self.store.update_job(self.job_id, synced=int(pull))
-            return self.store.job(self.job_id)
-        failure = failure or refused  # what the job declared did not arrive
-        codes = [s.exit_code for s in finals.values() if s is not None and s.exit_code]  # first to end first
-        state = JobState.FAILED if failure else JobState.DONE
-        unfinished = [s for s in finals.values() if s is None or s.state != JobState.DONE]
-        stopped = [s for s in unfinished if s is not None and s.state in (JobState.STOPPED, JobState.ABORTED)]
-        if failure and unfinished and len(stopped) == len(unfinished):
-            # Every node that did not finish was stopped on request (`stop`), none failed.
-            state = JobState.ABORTED if any(s.state == JobState.ABORTED for s in stopped) else JobState.STOPPED
-        code = codes[0] if codes else (1 if failure else 0)
-        fields = {"error": failure or None, "exit_code": code, "finished_at": time.time(), "synced": int(pull)}
-        self.store.set_job_status(self.job_id, state, failure, **fields)
-        return self.store.job(self.job_id)
+        """Every node ended: its artifacts and its end (app/job_end.py); a follower waits for
+        another process pulling them, a refresh does not."""
+        return await finish_job(
+            self.store, self.jobs.artifacts, self.job_id, self.size, live, finals, failure, pull, wait=follow
+        )
 
     # -- stop ------------------------------------------------------------------------------
 
