@@ -1,19 +1,24 @@
-"""Packing a job's artifact paths into one tar, never reaching outside the workspace.
+"""A job's artifact files: listed when it ends, streamed from its workspace on request.
 
 The workspace is the job's, so every name in it is untrusted: links are
-followed only while they stay inside the workspace, and each file is read
-from a descriptor opened by `open_regular` (no link, FIFO or device; see
-workspace_files.py), so a file swapped for a link or a FIFO between the walk
-and the read is skipped, not followed or waited on.
+followed only while they stay inside the workspace when the list is made, and
+each file is read from a descriptor opened by `open_regular` (no link, FIFO or
+device; see workspace_files.py), so a file swapped for a link or a FIFO after
+the list was made is refused, not followed or waited on. Nothing is copied:
+the list (path, size) is what a controller may ask for (GetArtifacts), and
+each file is read from the workspace when it is asked for.
 """
 
 import os
-import stat
-import tarfile
+from collections.abc import Generator
 from pathlib import Path, PurePosixPath
 
 from agent.workspace_files import NotARegularFile, open_regular
 from protocol import ArtifactFile
+
+
+class ArtifactChanged(Exception):
+    """A listed file is gone, or is no longer a regular file reachable without links."""
 
 
 def check_artifact_path(path: str) -> str | None:
@@ -26,81 +31,85 @@ def check_artifact_path(path: str) -> str | None:
     return None
 
 
-def pack_artifacts(workspace: Path, paths: list[str], dest: Path) -> tuple[list[ArtifactFile], list[str]]:
-    """Write the regular files under `paths` into the tar `dest`.
+def list_artifacts(workspace: Path, paths: list[str]) -> tuple[list[ArtifactFile], list[str]]:
+    """The regular files under `paths`, by their path relative to the workspace.
 
-    Returns the files packed and one warning line per path or file skipped.
-    Symlinks are followed only while they stay inside the workspace.
+    Returns the files listed and one warning line per path or file skipped. A
+    symlink inside the workspace is listed under its own name (the controller
+    asks for that name; the agent reads the same link again, checked again).
     """
     root = workspace.resolve()
     files: list[ArtifactFile] = []
+    seen: set[str] = set()
     warnings: list[str] = []
-    tmp = dest.with_name(dest.name + ".tmp")
-    with tarfile.open(tmp, "w") as tar:
-        for path in paths:
-            problem = check_artifact_path(path)
-            if problem:
-                warnings.append(problem + "; skipped")
+    for path in paths:
+        problem = check_artifact_path(path)
+        if problem:
+            warnings.append(problem + "; skipped")
+            continue
+        target = workspace / path
+        if not target.exists() and not target.is_symlink():
+            warnings.append(f"artifact {path!r} was not produced by the job")
+            continue
+        for file in _walk(target, root):
+            rel = file.relative_to(workspace).as_posix()
+            real = file.resolve()
+            if not real.is_relative_to(root):
+                warnings.append(f"artifact {rel!r} is a link that leaves the workspace; skipped")
                 continue
-            target = workspace / path
-            if not target.exists() and not target.is_symlink():
-                warnings.append(f"artifact {path!r} was not produced by the job")
-                continue
-            for file in _walk(target, root):
-                rel = file.relative_to(workspace).as_posix()
-                real = file.resolve()
-                if not real.is_relative_to(root):
-                    warnings.append(f"artifact {rel!r} is a link that leaves the workspace; skipped")
-                    continue
-                added = _add_file(tar, root, real.relative_to(root), rel)
-                if added is None:
-                    continue  # not a regular file (a dir, FIFO, device), or it changed under us
-                size, shrank = added
-                if shrank:
-                    warnings.append(f"artifact {rel!r} shrank while it was packed; its end is zeros")
-                files.append(ArtifactFile(path=rel, size=size))
-    os.replace(tmp, dest)
+            size = _regular_size(root, real.relative_to(root).as_posix())
+            if size is None or rel in seen:
+                continue  # not a regular file (a dir, FIFO, device), or named twice
+            seen.add(rel)
+            files.append(ArtifactFile(path=rel, size=size))
     return files, warnings
 
 
-def _add_file(tar: tarfile.TarFile, root: Path, real_rel: Path, arcname: str) -> tuple[int, bool] | None:
-    """Add the regular file at `real_rel` (a resolved path under `root`) as `arcname`.
+def resolve_listed(workspace: Path, rel: str) -> str:
+    """The real path (relative to the workspace) of the listed artifact `rel`: a link
+    inside the workspace is followed once more, and must still stay inside."""
+    root = workspace.resolve()
+    real = (workspace / rel).resolve()
+    if not real.is_relative_to(root):
+        raise ArtifactChanged(f"artifact {rel!r} became a link that leaves the workspace")
+    return real.relative_to(root).as_posix()
 
-    Returns its size and whether it shrank while read, or None when it is not
-    a regular file reachable without links.
-    """
+
+def read_parts(
+    workspace: Path, rel: str, offset: int, size: int, part: int
+) -> Generator[tuple[int, bytes], None, None]:
+    """The bytes of listed artifact `rel` from `offset` up to its listed `size`, `part`
+    bytes at a time. A file that shrank since it was listed raises ArtifactChanged at
+    the point it ends (the controller refuses the file); one that grew is cut at `size`.
+    Yields (offset, bytes)."""
+    root = workspace.resolve()
     try:
-        fd = open_regular(root, real_rel.as_posix())
+        fd = open_regular(root, resolve_listed(workspace, rel))
+    except NotARegularFile as exc:
+        raise ArtifactChanged(f"artifact {rel!r} is no longer a regular file: {exc}") from None
+    except OSError as exc:
+        raise ArtifactChanged(f"artifact {rel!r} cannot be read: {exc.strerror or exc}") from None
+    try:
+        pos = offset
+        while pos < size:
+            data = os.pread(fd, min(part, size - pos), pos)
+            if not data:
+                raise ArtifactChanged(f"artifact {rel!r} shrank to {pos} bytes after it was listed at {size}")
+            yield pos, data
+            pos += len(data)
+    finally:
+        os.close(fd)
+
+
+def _regular_size(root: Path, real_rel: str) -> int | None:
+    try:
+        fd = open_regular(root, real_rel)
     except (NotARegularFile, OSError):
         return None
-    with os.fdopen(fd, "rb") as fh:
-        st = os.fstat(fd)
-        info = tarfile.TarInfo(arcname)
-        info.size = st.st_size
-        info.mode = stat.S_IMODE(st.st_mode) & 0o755  # no setuid/setgid/sticky or world-write into the store
-        info.mtime = int(st.st_mtime)
-        reader = _FixedSize(fh, st.st_size)
-        tar.addfile(info, reader)
-        return st.st_size, reader.short
-
-
-class _FixedSize:
-    """Exactly `size` bytes of `fh`: tarfile wrote `size` in the header already, so a file
-    that shrinks meanwhile is padded with zeros (and reported) instead of breaking the tar."""
-
-    def __init__(self, fh, size: int) -> None:
-        self._fh = fh
-        self._left = size
-        self.short = False
-
-    def read(self, n: int = -1) -> bytes:
-        n = self._left if n < 0 else min(n, self._left)
-        data = self._fh.read(n) if n else b""
-        if len(data) < n:
-            self.short = True
-            data += b"\0" * (n - len(data))
-        self._left -= n
-        return data
+    try:
+        return os.fstat(fd).st_size
+    finally:
+        os.close(fd)
 
 
 def _walk(target: Path, root: Path):

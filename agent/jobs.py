@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from agent.artifacts import pack_artifacts
+from agent.artifacts import list_artifacts
 from agent.blobs import BlobCache
 from agent.executors import Execution, Executor, ExecutorChoice, ExecutorError, Launch
 from agent.gpus import GpuAllocator, GpuError
@@ -323,20 +323,19 @@ class JobManager:
             error = outcome.oom_error()
             job.system_line(f"lanpool: {error}")
         if state is not JobState.ABORTED and record.artifacts:
-            await self._pack(job)
+            await self._list_artifacts(job)
         await self._finish_after_metrics(job, state, code, error)
-        await job.execution.remove()  # the log is spooled and the artifacts packed
+        await job.execution.remove()  # the log is spooled and the artifacts listed
 
-    async def _pack(self, job: Job) -> None:
-        dest = self.home.artifacts / f"{job.record.job_id}.tar"
+    async def _list_artifacts(self, job: Job) -> None:
+        """List the artifact files (no copy: GetArtifacts streams them from the workspace)."""
         try:
-            files, warnings = await asyncio.to_thread(pack_artifacts, job.dir / "workspace", job.record.artifacts, dest)
+            files, warnings = await asyncio.to_thread(list_artifacts, job.dir / "workspace", job.record.artifacts)
         except OSError as exc:
-            job.system_line(f"lanpool: packing artifacts failed: {exc}")
+            job.system_line(f"lanpool: listing artifacts failed: {exc}")
             return
         for warning in warnings:
             job.system_line(f"lanpool: {warning}")
-        job.record.artifacts_archive = dest.relative_to(self.home.transfer).as_posix()
         job.record.artifact_files = [{"path": f.path, "size": f.size} for f in files]
 
     def _watch_metrics(self, job: Job) -> None:

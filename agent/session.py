@@ -3,11 +3,12 @@
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import asyncssh
 
 from agent import __version__
+from agent.artifacts import ArtifactChanged, read_parts
 from agent.blobs import BlobCache, BlobPart
 from agent.job import Job
 from agent.job_request import JobError
@@ -15,12 +16,16 @@ from agent.jobs import JobManager
 from agent.pairing import PairingRefused, PairingResponder
 from protocol import (
     PROTOCOL_VERSION,
+    ArtifactData,
+    ArtifactEnd,
+    ArtifactsSent,
     Attach,
     BlobStored,
     ClientHello,
     Error,
     ErrorCode,
     FrameReader,
+    GetArtifacts,
     GetStatus,
     HaveBlobs,
     Hello,
@@ -46,6 +51,10 @@ log = logging.getLogger(__name__)
 CHUNK_BYTES = 256 * 1024
 _READ_SIZE = 256 * 1024
 _ERROR_CHARS = 1000  # of an Error reply's message
+# Artifact bytes per ArtifactData frame, and per write to the channel: a few
+# frames go out per drain, read in a thread, so a 1 GiB file is ~256 writes.
+ARTIFACT_PART = 1024 * 1024
+_ARTIFACT_BATCH = 4 * ARTIFACT_PART
 
 
 class ChannelSession:
@@ -166,6 +175,12 @@ class ChannelSession:
             task = asyncio.create_task(self._stream(job, msg.from_seq, msg.follow))
             self._streams.add(task)
             task.add_done_callback(self._streams.discard)
+        elif isinstance(msg, GetArtifacts):
+            job = self._manager.get(msg.job_id)
+            wanted = self._artifact_ranges(job, msg)
+            task = asyncio.create_task(self._send_artifacts(job, wanted))
+            self._streams.add(task)
+            task.add_done_callback(self._streams.discard)
         elif isinstance(msg, Ping):
             await self._send(Pong(msg.nonce))
 
@@ -232,6 +247,47 @@ class ChannelSession:
         except (OSError, asyncssh.Error, ConnectionError):
             return
 
+    @staticmethod
+    def _artifact_ranges(job: Job, msg: GetArtifacts) -> list[tuple[str, int, int]]:
+        """(path, offset, listed size) of each file asked for: only files in the job's list."""
+        if not job.record.terminal:
+            raise JobError(ErrorCode.BAD_REQUEST, f"job {msg.job_id} has not ended: its artifacts are not listed yet")
+        listed = {f["path"]: int(f["size"]) for f in job.record.artifact_files}
+        if not msg.files:
+            return [(path, 0, size) for path, size in listed.items()]
+        wanted = []
+        for r in msg.files:
+            if r.path not in listed:
+                raise JobError(ErrorCode.BAD_REQUEST, f"{r.path!r} is not an artifact of job {msg.job_id}")
+            if not 0 <= r.offset <= listed[r.path]:
+                raise JobError(ErrorCode.BAD_REQUEST, f"offset {r.offset} is outside artifact {r.path!r}")
+            wanted.append((r.path, r.offset, listed[r.path]))
+        return wanted
+
+    async def _send_artifacts(self, job: Job, wanted: list[tuple[str, int, int]]) -> None:
+        """Each file's ArtifactData parts and ArtifactEnd, then ArtifactsSent. Exactly the
+        listed size goes out: a file that shrank since gets an Error (the controller refuses
+        it), one that grew is cut at its listed size."""
+        job_id, workspace = job.record.job_id, job.dir / "workspace"
+        try:
+            for path, offset, size in wanted:
+                parts = read_parts(workspace, path, offset, size, ARTIFACT_PART)
+                try:
+                    while True:
+                        batch = await asyncio.to_thread(_encode_batch, job_id, path, parts)
+                        if not batch:
+                            break
+                        await self._write(batch)
+                except ArtifactChanged as exc:
+                    await self._send(Error(ErrorCode.BAD_REQUEST, clip(str(exc), _ERROR_CHARS), job_id))
+                    continue
+                finally:
+                    parts.close()
+                await self._send(ArtifactEnd(job_id, path, size))
+            await self._send(ArtifactsSent(job_id))
+        except (OSError, asyncssh.Error, ConnectionError):
+            return
+
     async def _send(self, msg) -> None:
         await self._write(encode_message(msg))
 
@@ -239,3 +295,15 @@ class ChannelSession:
         async with self._write_lock:  # frames from concurrent streams must not interleave
             self._proc.stdout.write(data)
             await self._proc.stdout.drain()
+
+
+def _encode_batch(job_id: str, path: str, parts: Iterator[tuple[int, bytes]]) -> bytes:
+    """The next few ArtifactData frames of `parts` (a read_parts iterator), as one write;
+    b"" at its end. Runs in a thread: the reads and the copies stay off the event loop."""
+    frames, n = [], 0
+    for offset, data in parts:
+        frames.append(encode_message(ArtifactData(job_id, path, offset, data)))
+        n += len(data)
+        if n >= _ARTIFACT_BATCH:
+            break
+    return b"".join(frames)

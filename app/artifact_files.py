@@ -1,41 +1,31 @@
 """Artifacts from runners, written to local directories without trusting their paths.
 
-A runner names the files it sends back (JobStatus.artifacts) and packs them in
-a tar; both are untrusted. The controller:
+A runner names the files it sends back (JobStatus.artifacts, then the
+GetArtifacts stream, see app/artifact_pull.py); both are untrusted. The controller:
 - checks every path: relative, no `..`, no empty or `.` part, no NUL;
-- takes from the tar only what the runner declared: regular files (and plain
-  directories), each declared path once, with its declared size. Links,
-  devices, FIFOs, sparse members and anything else refuse the whole archive;
-- opens the tar with an explicit mode (`r:`: no compression detection, so a
-  small xz or gzip file cannot expand into gigabytes), applies tarfile's
-  `data` filter and its own checks, and copies members itself with a byte
-  count: what is written is bounded by the declared sizes, and those by the
-  room on the disk;
 - creates directories one at a time and opens each with O_NOFOLLOW relative to
   its parent, and each file with O_NOFOLLOW: nothing is written through a
   symlink, wherever one came from.
 
-`artifacts download` writes the same way under the output directory, through
-a temporary file renamed into place (a symlink at the destination is replaced,
+`artifacts download` writes the same way under the output directory: a hard
+link to the store's file (a copy where a link cannot be made), through a
+temporary name renamed into place (a symlink at the destination is replaced,
 never followed).
 """
 
 import os
 import secrets
-import shutil
 import stat
-import tarfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 from app.errors import LanpoolError
 from protocol import ArtifactFile
 
 _COPY_BYTES = 1024 * 1024
-# Room left on the controller's disk after an archive and its files: a runner
-# declaring more than fits is refused before anything is downloaded.
+# Room left on the controller's disk after the artifacts: a runner declaring
+# more than fits is refused before anything is pulled.
 DISK_RESERVE_BYTES = 256 * 1024 * 1024
-_BLOCK = 512
 
 
 class ArtifactsRefused(LanpoolError):
@@ -65,111 +55,6 @@ def checked_declared(files: Iterable[ArtifactFile]) -> dict[str, int]:
             raise ArtifactsRefused(f"artifact {_q(f.path)} is declared twice")
         out[f.path] = f.size
     return out
-
-
-def archive_limit(declared: dict[str, int]) -> int:
-    """The most bytes an uncompressed tar of the declared files can take: each file's
-    data padded to 512-byte blocks, its headers (a long name adds a PAX record), and
-    the end-of-archive record."""
-    total = 10 * 1024 + 2 * _BLOCK
-    for path, size in declared.items():
-        total += _pad(size) + 3 * _BLOCK + _pad(2 * len(path.encode()) + 64)
-    return total
-
-
-def ensure_room(where: Path, declared: dict[str, int]) -> None:
-    """Refuse artifacts that would not fit on the disk (the archive and its files both)."""
-    need = archive_limit(declared) + sum(declared.values())
-    free = shutil.disk_usage(where).free
-    if need > free - DISK_RESERVE_BYTES:
-        raise ArtifactsRefused(
-            f"the artifacts declare {_mib(sum(declared.values()))}: with their archive they "
-            f"do not fit in the {_mib(free)} free at {where}"
-        )
-
-
-def extract_archive(tar_path: Path, dest: Path, declared: dict[str, int]) -> None:
-    """Write the declared files of the tar at `tar_path` under `dest` (created if need be)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    seen: set[str] = set()
-    members = 0
-    try:
-        with tarfile.open(tar_path, mode="r:") as tar:
-            for member in _members(tar):
-                members += 1
-                if members > 2 * len(declared) + 1000:
-                    raise ArtifactsRefused(
-                        f"the archive holds far more entries than the {len(declared)} files declared"
-                    )
-                _extract_member(tar, member, dest, declared, seen)
-    except ArtifactsRefused:
-        raise
-    except tarfile.FilterError as exc:
-        raise ArtifactsRefused(f"the archive has an entry the tar filter refuses: {str(exc)[:400]}") from None
-    except (tarfile.TarError, EOFError) as exc:
-        raise ArtifactsRefused(
-            f"the archive is not an uncompressed tar this controller reads: {str(exc)[:400]}"
-        ) from None
-    missing = sorted(set(declared) - seen)
-    if missing:
-        raise ArtifactsRefused(f"the archive lacks {len(missing)} declared file(s), first {_q(missing[0])}")
-
-
-def _members(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
-    # Read headers one at a time (not getmembers()): a refusal stops at the first bad one.
-    while True:
-        member = tar.next()
-        if member is None:
-            return
-        yield member
-
-
-def _extract_member(
-    tar: tarfile.TarFile, member: tarfile.TarInfo, dest: Path, declared: dict[str, int], seen: set[str]
-) -> None:
-    name = member.name.rstrip("/") if member.isdir() else member.name
-    tarfile.data_filter(member, str(dest))  # the standard check first; ours is stricter
-    parts = checked_path(name)
-    if member.isdir() and member.type == tarfile.DIRTYPE:
-        os.close(make_dirs(dest, parts))
-        return
-    if member.type not in (tarfile.REGTYPE, tarfile.AREGTYPE):
-        kind = (
-            "a symlink"
-            if member.issym()
-            else "a hard link"
-            if member.islnk()
-            else "a device"
-            if member.isdev()
-            else "a FIFO"
-            if member.isfifo()
-            else "a sparse file"
-            if member.issparse()
-            else f"type {member.type!r}"
-        )
-        raise ArtifactsRefused(f"artifact {_q(name)} is {kind}: only regular files are taken")
-    if name not in declared:
-        raise ArtifactsRefused(f"the archive holds {_q(name)}, which the runner did not declare")
-    if name in seen:
-        raise ArtifactsRefused(f"the archive holds {_q(name)} twice")
-    if member.size != declared[name]:
-        raise ArtifactsRefused(f"artifact {_q(name)} is {member.size} bytes in the archive, {declared[name]} declared")
-    seen.add(name)
-    source = tar.extractfile(member)
-    assert source is not None  # a regular member always has a file object
-    written = write_file(dest, parts, _chunks(source, member.size), mtime=member.mtime, replace=False)
-    if written != member.size:
-        raise ArtifactsRefused(f"artifact {_q(name)} ended after {written} of its {member.size} bytes")
-
-
-def _chunks(source, limit: int) -> Iterator[bytes]:
-    left = limit
-    while left > 0:
-        data = source.read(min(_COPY_BYTES, left))
-        if not data:
-            return
-        left -= len(data)
-        yield data
 
 
 def make_dirs(root: Path, parts: list[str]) -> int:
@@ -245,20 +130,50 @@ def write_file(
 
 
 def copy_file(src_root: Path, parts: list[str], dst_root: Path) -> int:
-    """Copy the regular file src_root/parts... to dst_root/parts... (mtime kept), never
-    reading or writing through a symlink; returns the bytes copied."""
+    """Put the regular file src_root/parts... at dst_root/parts...: a hard link where one can
+    be made (no second copy of a checkpoint), else a copy (mtime kept); never reading or
+    writing through a symlink. Returns the file's size."""
     dir_fd = _open_dirs(src_root, parts[:-1])
     try:
-        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
-    except OSError as exc:
-        raise ArtifactsRefused(f"{_q('/'.join(parts))} in the artifact store cannot be read: {exc.strerror}") from None
+        try:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
+        except OSError as exc:
+            raise ArtifactsRefused(
+                f"{_q('/'.join(parts))} in the artifact store cannot be read: {exc.strerror}"
+            ) from None
+        with os.fdopen(fd, "rb") as fh:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise ArtifactsRefused(f"{_q('/'.join(parts))} in the artifact store is not a regular file")
+            if _link_file(dir_fd, parts, dst_root):
+                return info.st_size
+            return write_file(dst_root, parts, iter(lambda: fh.read(_COPY_BYTES), b""), mtime=info.st_mtime)
     finally:
         os.close(dir_fd)
-    with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ArtifactsRefused(f"{_q('/'.join(parts))} in the artifact store is not a regular file")
-        return write_file(dst_root, parts, iter(lambda: fh.read(_COPY_BYTES), b""), mtime=info.st_mtime)
+
+
+def _link_file(src_dir_fd: int, parts: list[str], dst_root: Path) -> bool:
+    """Hard-link the store's file into dst_root/parts... (a temporary name renamed into
+    place); False where the output cannot hold a link to it (another file system)."""
+    dst_fd = make_dirs(dst_root, parts[:-1])
+    tmp = f".{parts[-1]}.{secrets.token_hex(4)}.part"
+    try:
+        try:
+            os.link(parts[-1], tmp, src_dir_fd=src_dir_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
+        except OSError:
+            return False  # EXDEV, EPERM (protected hardlinks), a file system without links: copy
+        try:
+            os.replace(tmp, parts[-1], src_dir_fd=dst_fd, dst_dir_fd=dst_fd)
+        except OSError as exc:
+            os.unlink(tmp, dir_fd=dst_fd)
+            if isinstance(exc, IsADirectoryError):
+                raise ArtifactsRefused(
+                    f"{_q('/'.join(parts))} is a directory under {dst_root}: not replacing it"
+                ) from None
+            raise
+        return True
+    finally:
+        os.close(dst_fd)
 
 
 def _open_dirs(root: Path, parts: list[str]) -> int:
@@ -278,15 +193,7 @@ def _open_dirs(root: Path, parts: list[str]) -> int:
     return fd
 
 
-def _pad(n: int) -> int:
-    return -(-n // _BLOCK) * _BLOCK
-
-
 def _q(name: str) -> str:
     """A runner's path in a message: quoted, and bounded (a tar name can be megabytes)."""
     text = repr(name)
     return text if len(text) <= 200 else text[:200] + "...'"
-
-
-def _mib(n: int) -> str:
-    return f"{n / 2**20:.1f} MiB"

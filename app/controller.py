@@ -262,6 +262,7 @@ class Controller:
         node: int | None = None,
         from_store: bool = True,
         start: int | None = None,
+        pull: bool = True,
     ) -> JobRow:
         """Bring the job's log into the store from where it stopped, and its final status.
 
@@ -293,7 +294,7 @@ class Controller:
         if job.synced:
             return job
         return await remote.follow(
-            sink, say or (lambda _t: None), follow=follow, only_node=node, starts=starts if sink else None
+            sink, say or (lambda _t: None), follow=follow, only_node=node, starts=starts if sink else None, pull=pull
         )
 
     async def stop(self, job_id: str, abort: bool = False, grace_s: float | None = None) -> JobRow:
@@ -311,11 +312,18 @@ class Controller:
 
         async def one(job: JobRow) -> None:
             try:
-                await asyncio.wait_for(self.follow(job.id, follow=False), timeout_s)
+                # The status only is timed; a pull takes as long as the bytes take (below).
+                job = await asyncio.wait_for(self.follow(job.id, follow=False, pull=False), timeout_s)
             except (LanpoolError, TimeoutError) as exc:
                 log.info("could not refresh %s: %s", job.id, exc)
                 if isinstance(exc, TimeoutError) or type(exc) is RunnerError:
                     self.store.set_runner(job.runner, state=RunnerState.OFFLINE)
+                return
+            if job.state.is_terminal() and not job.synced:
+                try:  # a slow transfer is not an offline runner; one cut off resumes next time
+                    await self.follow(job.id, follow=False)
+                except LanpoolError as exc:
+                    log.info("could not pull the artifacts of %s: %s", job.id, exc)
 
         await asyncio.gather(*(one(j) for j in pending))
 
@@ -332,11 +340,10 @@ class Controller:
     ) -> list[tuple[str, int]]:
         """Copy a job's artifacts to `output`; `progress(done_bytes, total_bytes)` after each file."""
         job = self.store.job(job_id)
-        if not job.artifacts_pulled:
-            if not job.state.is_terminal():
-                raise UsageError(f"job {job_id} is still {job.status}: artifacts come back when it ends")
-            await self.follow(job_id, follow=False)
-            job = self.store.job(job_id)
+        if not job.artifacts_pulled and not job.synced:  # it may have ended while detached: ask
+            job = await self.follow(job_id, follow=False)
+        if not job.artifacts_pulled and not job.state.is_terminal():
+            raise UsageError(f"job {job_id} is still {job.status}: artifacts come back when it ends")
         return await self.artifacts.copy_out(job, output, progress)
 
     def downloads_dir(self, run_name: str) -> Path:

@@ -48,10 +48,12 @@ def size(n: int) -> str:
     return f"{n} B"
 
 
-def status_text(job: JobRow, runner_state: str | None = None) -> str:
-    """A job's status, with its exit code once it ended (and why a live one may be stale)."""
+def status_text(job: JobRow, runner_state: str | None = None, pulling: int | None = None) -> str:
+    """A job's status, with its exit code once it ended (and why a live one may be stale);
+    `pulling`: how far its artifacts have come back (a pull under way, or left to resume)."""
     if job.exit_code is not None and job.state.is_terminal():
-        return f"{job.status} ({job.exit_code})"
+        text = f"{job.status} ({job.exit_code})"
+        return text if pulling is None else f"{text}, pulling artifacts {pulling}%"
     if runner_state == "OFFLINE" and not job.state.is_terminal() and job.state is not JobState.QUEUED:
         return f"{job.status} (runner offline)"
     return job.status

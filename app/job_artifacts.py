@@ -8,34 +8,21 @@ is checked (app/artifact_files.py) before it is kept.
 
 import asyncio
 import logging
-import secrets
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from app.artifact_files import (
-    ArtifactsRefused,
-    archive_limit,
-    checked_declared,
-    checked_path,
-    copy_file,
-    ensure_room,
-    extract_archive,
-)
+from app.artifact_files import ArtifactsRefused, checked_path, copy_file
+from app.artifact_pull import Final, PullBusy, PullLimits, node_prefix, pull_job, pull_percent
 from app.errors import LanpoolError, NotFoundError, RunnerProtocolError, UsageError
 from app.home import ControllerHome
-from app.runner_client import RunnerSession
 from app.store import ARTIFACTS_REFUSED, JobRow, Store
-from protocol import JobStatus
 
 log = logging.getLogger(__name__)
 
+PULL_BUSY_POLL_S = 0.5
 REFUSED_LINE = "artifacts refused"  # starts the stored line saying why a job's artifacts were not taken
 
-
-def node_prefix(node: int) -> str:
-    """Where node K's artifacts go in the job's artifact dir: node 0's at the top, node K's under node-K/."""
-    return "" if node == 0 else f"node-{node}/"
+__all__ = ["REFUSED_LINE", "Artifacts", "node_prefix", "other_node_path"]
 
 
 def other_node_path(path: str) -> bool:
@@ -45,53 +32,44 @@ def other_node_path(path: str) -> bool:
 
 
 class Artifacts:
-    def __init__(self, store: Store, home: ControllerHome) -> None:
+    def __init__(self, store: Store, home: ControllerHome, limits: PullLimits | None = None) -> None:
         self.store = store
         self.home = home
-        # One pull per job at a time: the TUI may follow a job while stopping it.
+        self.limits = limits
+        # One pull per job at a time in this process (the TUI may follow a job while stopping
+        # it); other processes are kept out by app/artifact_pull.py's lock file.
         self._pull_locks: dict[str, asyncio.Lock] = {}
 
-    async def pull(self, job_id: str, finals: list[tuple[int, RunnerSession, JobStatus]]) -> str:
-        """Download each node's packed artifacts into one staging dir (node K > 0 under
-        node-K/), then put it in place of the job's artifact dir and list the files.
+    def pull_percent(self, job_id: str) -> int | None:
+        """How far a pull of the job's artifacts is, in any process (None: none under way)."""
+        return pull_percent(self.home.artifacts, job_id)
 
-        Every archive is checked (app/artifact_files.py): one the controller will not
-        take refuses the job's artifacts, recorded in the store; the line saying why is
-        returned ("" when they were taken, or there were none)."""
-        finals = [(k, s, st) for k, s, st in finals if st.artifacts_archive]
+    async def pull(self, job_id: str, finals: list[Final], wait: bool = True) -> str:
+        """Stream each node's artifact files into the store (node K > 0 under node-K/) and
+        list them. Whatever a runner sends is checked (app/artifact_pull.py): files the
+        controller will not take refuse the job's artifacts, recorded in the store; the line
+        saying why is returned ("" when they were taken, or there were none). A lost
+        connection raises RunnerError and keeps what arrived: the next pull resumes it.
+        Another process pulling the job is waited for (`wait`), else PullBusy."""
+        finals = [(k, s, st) for k, s, st in finals if st.artifacts]
         if not finals:
             return ""
         async with self._pull_locks.setdefault(job_id, asyncio.Lock()):
-            if self.store.job(job_id).artifacts_pulled:  # another follower of this job was quicker
-                return ""
-            return await self._pull(job_id, finals)
-
-    async def _pull(self, job_id: str, finals: list[tuple[int, RunnerSession, JobStatus]]) -> str:
-        staging = self.home.artifacts / f"{job_id}.{secrets.token_hex(4)}.part"
-        files: list[tuple[str, int]] = []
-        node = finals[0][0]
-        try:
-            for node, session, status in finals:
-                declared = checked_declared(status.artifacts)
-                ensure_room(self.home.artifacts, declared)
-                tar = Path(f"{staging}.node{node}.tar")
+            while True:
+                if self.store.job(job_id).artifacts_pulled:  # another follower of this job was quicker
+                    return ""
                 try:
-                    await session.download(status.artifacts_archive, tar, max_bytes=archive_limit(declared))
-                    await asyncio.to_thread(extract_archive, tar, staging / node_prefix(node), declared)
-                finally:
-                    tar.unlink(missing_ok=True)
-                files += [(node_prefix(node) + path, size) for path, size in declared.items()]
-            if self.store.job(job_id).artifacts_pulled:  # another controller process was quicker
-                return ""
-            dest = self.home.job_artifacts(job_id)
-            if dest.exists():
-                shutil.rmtree(dest)
-            staging.mkdir(exist_ok=True)  # every file was refused or none declared: an empty dir
-            staging.rename(dest)
-            self.store.set_artifacts(job_id, files)
-            return ""
+                    return await self._pull(job_id, finals)
+                except PullBusy:
+                    if not wait:  # `status`: said as "pulling artifacts N%", not waited for
+                        raise
+                    await asyncio.sleep(PULL_BUSY_POLL_S)  # another process (a second `logs -f`)
+
+    async def _pull(self, job_id: str, finals: list[Final]) -> str:
+        try:
+            files = await pull_job(self.home.artifacts, job_id, finals, self.limits or PullLimits.from_env())
         except (ArtifactsRefused, RunnerProtocolError) as exc:
-            line = f"{REFUSED_LINE}: " + (f"node {node}: " if len(finals) > 1 or node else "") + exc.message
+            line = f"{REFUSED_LINE}: {exc.message}"
             log.warning("job %s: %s", job_id, line)
             self.store.refuse_artifacts(job_id)
             return line
@@ -99,9 +77,10 @@ class Artifacts:
             raise LanpoolError(
                 f"could not write the artifacts of job {job_id} under {self.home.artifacts}: {exc.strerror or exc}"
             ) from None
-        finally:
-            if staging.exists():
-                shutil.rmtree(staging, ignore_errors=True)
+        if self.store.job(job_id).artifacts_pulled == ARTIFACTS_REFUSED:
+            return ""
+        self.store.set_artifacts(job_id, files)
+        return ""
 
     def refusal(self, job_id: str) -> str:
         """The stored line saying why the job's artifacts were refused."""

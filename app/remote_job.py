@@ -35,6 +35,7 @@ from app.errors import (
     UsageError,
 )
 from app.job_artifacts import Artifacts
+from app.job_end import finish_job
 from app.multinode import node_env, prefix_node
 from app.runner_client import RunnerSession
 from app.runner_output import OwnOutput
@@ -229,7 +230,6 @@ class RemoteJob:
             "exit_code": status.exit_code,
             "started_at": status.started_at,
             "finished_at": status.finished_at,
-            "artifacts_archive": status.artifacts_archive or None,
         }
         if status.error:
             fields["error"] = status.error
@@ -254,12 +254,15 @@ class RemoteJob:
         only_node: int | None = None,
         starts: dict[int, int] | None = None,
         sessions: list[RunnerSession] | None = None,
+        pull: bool = True,
     ) -> JobRow:
         """Store, show and (for a bigger gang) tag every node's log from `starts` (node -> seq;
         a node not in it from its first line; None: from where the store ends). With follow:
         until every node ended, then bring back the artifacts and record the end. Without:
-        bring the logs and statuses up to date, and finish the job if every node has ended.
-        `sessions` (node k's at k) are used and left open; those opened here are closed."""
+        bring the logs and statuses up to date, and finish the job if every node has ended
+        (without `pull`: its end is recorded, the artifacts left for a later call, which a
+        caller can give all the time they take). `sessions` (node k's at k) are used and
+        left open; those opened here are closed."""
         self.say = say
         await self._wait_for_nodes(follow)
         if only_node is not None and not 0 <= only_node < len(self.nodes):
@@ -288,7 +291,7 @@ class RemoteJob:
                 finals[at.node] = await follower
             if not all(s is not None and JobState(s.state).is_terminal() for s in finals.values()):
                 return self.store.job(self.job_id)
-            return await self._finish(live, finals, self._failure(finals))
+            return await self._finish(live, finals, self._failure(finals), pull, follow=False)
         finally:
             for session in live.values():
                 if session not in given:
@@ -396,40 +399,18 @@ class RemoteJob:
         return f"node {k} ({self.nodes[k].runner}): {_cause(s)}"
 
     async def _finish(
-        self, live: dict[int, RunnerSession], finals: dict[int, JobStatus | None], failure: str
+        self,
+        live: dict[int, RunnerSession],
+        finals: dict[int, JobStatus | None],
+        failure: str,
+        pull: bool = True,
+        follow: bool = True,
     ) -> JobRow:
-        """Every node ended: artifacts (node 0's, and each other node's under node-K/), the end."""
-        ended = [(k, s) for k, s in sorted(finals.items()) if s is not None]
-        refused = await self.jobs.artifacts.pull(self.job_id, [(k, live[k], s) for k, s in ended])
-        if self.size == 1:  # its status is its node's, recorded as it came: a refusal fails a DONE job
-            if refused:
-                job = self.store.job(self.job_id)
-                self.store.set_job_status(
-                    self.job_id,
-                    JobState.FAILED if job.state is JobState.DONE else job.state,
-                    refused,
-                    error=job.error or refused,
-                )
-            self.store.update_job(self.job_id, synced=1)
-            return self.store.job(self.job_id)
-        failure = failure or refused  # what the job declared did not arrive
-        codes = [s.exit_code for s in finals.values() if s is not None and s.exit_code]  # first to end first
-        state = JobState.FAILED if failure else JobState.DONE
-        unfinished = [s for s in finals.values() if s is None or s.state != JobState.DONE]
-        stopped = [s for s in unfinished if s is not None and s.state in (JobState.STOPPED, JobState.ABORTED)]
-        if failure and unfinished and len(stopped) == len(unfinished):
-            # Every node that did not finish was stopped on request (`stop`), none failed.
-            state = JobState.ABORTED if any(s.state == JobState.ABORTED for s in stopped) else JobState.STOPPED
-        self.store.set_job_status(
-            self.job_id,
-            state,
-            failure,
-            error=failure or None,
-            exit_code=(codes[0] if codes else (1 if failure else 0)),
-            finished_at=time.time(),
-            synced=1,
+        """Every node ended: its artifacts and its end (app/job_end.py); a follower waits for
+        another process pulling them, a refresh does not."""
+        return await finish_job(
+            self.store, self.jobs.artifacts, self.job_id, self.size, live, finals, failure, pull, wait=follow
         )
-        return self.store.job(self.job_id)
 
     # -- stop ------------------------------------------------------------------------------
 

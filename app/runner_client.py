@@ -1,4 +1,4 @@
-"""An SSH session with one runner: the lanpool subsystem (and SFTP, for downloads until they move).
+"""An SSH session with one runner: the lanpool subsystem, which carries everything.
 
 Each purpose gets its own channel on the connection (requests, each attached
 log stream), so replies never have to be sorted out of a log stream.
@@ -7,9 +7,7 @@ log stream), so replies never have to be sorted out of a log stream.
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator, Iterable, Iterator
-from pathlib import Path
 from typing import TypeVar
 
 import asyncssh
@@ -18,12 +16,17 @@ from app import __version__
 from app.errors import HostKeyMismatch, LanpoolError, NotFoundError, RunnerError, RunnerProtocolError, RunnerRefused
 from protocol import (
     PROTOCOL_VERSION,
+    ArtifactData,
+    ArtifactEnd,
+    ArtifactRange,
+    ArtifactsSent,
     Attach,
     BlobStored,
     ClientHello,
     Error,
     ErrorCode,
     FrameReader,
+    GetArtifacts,
     GetStatus,
     HaveBlobs,
     Hello,
@@ -358,43 +361,28 @@ class RunnerSession:
         except (OSError, asyncssh.Error) as exc:
             raise RunnerError(f"lost {self.where}: {getattr(exc, 'reason', None) or exc}") from None
 
-    async def download(self, remote: str, local: Path, max_bytes: int | None = None) -> int:
-        """Copy the runner's file `remote` to `local` (created, never through a symlink);
-        more than `max_bytes` is refused (RunnerProtocolError) whatever the runner says
-        its size is. Returns the bytes copied."""
-        copied = 0
+    async def get_artifacts(
+        self, job_id: str, files: list[ArtifactRange]
+    ) -> AsyncIterator[list[ArtifactData | ArtifactEnd | ArtifactsSent | Error]]:
+        """Batches of the GetArtifacts stream, on a channel of its own; the last batch ends
+        with ArtifactsSent or an Error (the request refused, or a file the runner could not
+        send). Any other message is a RunnerProtocolError; what the messages carry is the
+        caller's to check."""
+        channel = await self.open_channel()
         try:
-            async with self.conn.start_sftp_client() as sftp:
-                async with sftp.open(remote, "rb") as src:
-                    fd = os.open(local, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-                    try:
-                        # Parallel reads, as sftp.get does; unlike it, no size the runner reports is
-                        # trusted (a huge one made sftp.get ask for every block up to it, a small one
-                        # cut the file) and no local symlink is ever made. The reads end at EOF or
-                        # one byte past max_bytes, which refuses the file.
-                        size = max_bytes + 1 if max_bytes is not None else -1
-                        async for offset, data in await src.read_parallel(size, 0):
-                            copied += len(data)
-                            if max_bytes is not None and max(copied, offset + len(data)) > max_bytes:
-                                raise RunnerProtocolError(
-                                    f"{self.where}: {_clip(remote)} is larger than the {max_bytes} bytes "
-                                    "its declared contents take: refused"
-                                )
-                            os.pwrite(fd, data, offset)
-                    finally:
-                        os.close(fd)
-        except asyncssh.SFTPError as exc:
-            if isinstance(exc, (asyncssh.SFTPConnectionLost, asyncssh.SFTPNoConnection)):
-                raise RunnerError(f"lost {self.where} while downloading {_clip(remote)}") from None
-            # The runner answered (no such file, not a file...): asking again gets the same.
-            raise RunnerProtocolError(
-                f"downloading {_clip(remote)} from {self.where} failed: {_clip(exc.reason)}"
-            ) from None
-        except (OSError, asyncssh.Error) as exc:
-            raise RunnerError(
-                f"downloading {_clip(remote)} from {self.where} failed: {getattr(exc, 'reason', None) or exc}"
-            ) from None
-        return copied
+            await channel.send(GetArtifacts(job_id, files))
+            while True:
+                batch = await channel.recv_many(REPLY_TIMEOUT_S)  # a runner that stops sending is lost
+                for msg in batch:
+                    if not isinstance(msg, (ArtifactData, ArtifactEnd, ArtifactsSent, Error)):
+                        raise RunnerProtocolError(f"{self.where} sent {type(msg).__name__} among artifact data")
+                yield batch  # type: ignore[misc]
+                if isinstance(batch[-1], ArtifactsSent):
+                    return
+        except TimeoutError:
+            raise RunnerError(f"{self.where} stopped sending artifacts of job {job_id}") from None
+        finally:
+            channel.close()
 
     def close(self) -> None:
         self.conn.close()

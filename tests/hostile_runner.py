@@ -6,13 +6,15 @@ It runs its own event loop in a thread, so a test can drive the controller in-pr
 (asyncio.run) or as a subprocess (`app headless ...`) against it.
 
 Each job it knows is a `Script`: the log it streams, the state it ends in, the
-archive it serves as the job's artifacts, and the misbehaviours to add:
+artifact files it streams back (GetArtifacts), and the misbehaviours to add:
 - `extra_chunks`: LogChunks sent along with the job's own (another job's id,
   another node's number);
 - `raw_status`: the final status as a hand-made map (e.g. an unknown state),
   sent with `encode_frame` since the JobStatus dataclass validates;
-- `archive` / `declared`: any tar bytes (traversal, links, devices, bombs) and the
-  files the status declares.
+- `files` / `declared`: the bytes served for each path (honestly, from the offset
+  asked) and the files the status declares (any paths, any sizes);
+- `artifact_frames`: hand-made messages sent instead of the honest stream;
+- `cut_after`: the channel closes after this many artifact bytes (a drop).
 Jobs submitted by a controller get `default_script` (with their own id).
 """
 
@@ -28,12 +30,16 @@ import asyncssh
 
 from protocol import (
     PROTOCOL_VERSION,
+    ArtifactData,
+    ArtifactEnd,
     ArtifactFile,
+    ArtifactsSent,
     Attach,
     ClientHello,
     Error,
     ErrorCode,
     FrameReader,
+    GetArtifacts,
     GetStatus,
     HaveBlobs,
     Hello,
@@ -62,8 +68,11 @@ class Script:
     extra_chunks: list[LogChunk] = field(default_factory=list)
     raw_status: dict | None = None  # replaces the final JobStatus (unknown state...)
     status_job_id: str | None = None  # the final status names this job instead
-    archive: bytes | None = None  # served as artifacts/JOB.tar
+    files: dict[str, bytes] = field(default_factory=dict)  # streamed on GetArtifacts
     declared: list[tuple[str, int]] = field(default_factory=list)
+    artifact_frames: list | None = None  # messages sent instead of the honest stream
+    cut_after: int | None = None  # close the channel after this many artifact bytes
+    slow_s: float = 0.0  # a pause after each artifact part (a slow link)
 
 
 @dataclass
@@ -71,6 +80,8 @@ class Counters:
     connections: int = 0
     attaches: int = 0
     downloads: int = 0
+    artifact_requests: list = field(default_factory=list)  # each GetArtifacts' [(path, offset)]
+    artifact_bytes: int = 0  # artifact data sent
 
 
 class _Server(asyncssh.SSHServer):
@@ -182,16 +193,13 @@ class HostileRunner:
     # -- what it says -----------------------------------------------------------------------
 
     def add(self, script: Script) -> Script:
-        """Know a job; its archive (if any) is put where the status says it is."""
+        """Know a job."""
         self.scripts[script.job_id] = script
-        if script.archive is not None:
-            (self.transfer / "artifacts" / f"{script.job_id}.tar").write_bytes(script.archive)
         return script
 
     def _status(self, script: Script, state: str | None = None) -> bytes:
         if script.raw_status is not None and state is None:
             return encode_frame({"t": "job_status", "job_id": script.job_id, **script.raw_status})
-        archive = f"artifacts/{script.job_id}.tar" if script.archive is not None else ""
         return encode_message(
             JobStatus(
                 job_id=script.status_job_id or script.job_id,
@@ -200,7 +208,6 @@ class HostileRunner:
                 started_at=1.0,
                 finished_at=2.0 if state is None else None,
                 log_lines=script.log.count(b"\n"),
-                artifacts_archive=archive if state is None else "",
                 artifacts=[ArtifactFile(p, s) for p, s in script.declared] if state is None else [],
             )
         )
@@ -220,12 +227,43 @@ class HostileRunner:
                     except ProtocolError as exc:
                         write(encode_message(Error(exc.code, exc.message)))
                         continue
+                    if isinstance(msg, GetArtifacts) and msg.job_id in self.scripts:
+                        if not await self._artifacts(self.scripts[msg.job_id], msg, process):
+                            return  # a drop: the channel closes half-way
+                        continue
                     await self._answer(msg, write)
                     await process.stdout.drain()
         except (OSError, asyncssh.Error, ProtocolError):
             pass
         finally:
             process.exit(0)
+
+    async def _artifacts(self, script: Script, msg: GetArtifacts, process) -> bool:
+        """Stream the job's files (or its hand-made frames); False when it cut the channel."""
+        asked = [(r.path, r.offset) for r in msg.files] or [(p, 0) for p in script.files]
+        self.counters.artifact_requests.append(asked)
+        if script.artifact_frames is not None:
+            out = [encode_message(m) if not isinstance(m, bytes) else m for m in script.artifact_frames]
+            process.stdout.write(b"".join(out))
+            await process.stdout.drain()
+            return True
+        for path, offset in asked:
+            data = script.files.get(path, b"")
+            for at in range(offset, len(data), 64 * 1024):
+                part = data[at : at + 64 * 1024]
+                if script.cut_after is not None and self.counters.artifact_bytes + len(part) > script.cut_after:
+                    await process.stdout.drain()
+                    process.channel.get_connection().close()  # the connection drops mid-file
+                    return False
+                process.stdout.write(encode_message(ArtifactData(script.job_id, path, at, part)))
+                self.counters.artifact_bytes += len(part)
+                if script.slow_s:
+                    await process.stdout.drain()
+                    await asyncio.sleep(script.slow_s)
+            process.stdout.write(encode_message(ArtifactEnd(script.job_id, path, len(data))))
+        process.stdout.write(encode_message(ArtifactsSent(script.job_id)))
+        await process.stdout.drain()
+        return True
 
     async def _answer(self, msg, write) -> None:
         if isinstance(msg, ClientHello):

@@ -1,12 +1,11 @@
-"""Packing artifacts: what goes into the tar, and what is refused."""
+"""Listing artifacts and reading them back as GetArtifacts does: what is sent, and what is refused."""
 
 import os
-import tarfile
 from pathlib import Path
 
 import pytest
 
-from agent.artifacts import check_artifact_path, pack_artifacts
+from agent.artifacts import ArtifactChanged, check_artifact_path, list_artifacts, read_parts
 from protocol import ArtifactFile
 
 
@@ -31,12 +30,15 @@ def outside(tmp_path: Path) -> Path:
 
 
 def _pack(ws: Path, paths: list[str]):
-    dest = ws.parent / "artifacts.tar"
-    files, warnings = pack_artifacts(ws, paths, dest)
-    with tarfile.open(dest) as tar:
-        members = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
-        names = tar.getnames()
-    return files, warnings, members, names
+    """The files listed, the warnings, and what a controller asking for all of them gets."""
+    files, warnings = list_artifacts(ws, paths)
+    members = {}
+    for f in files:
+        try:
+            members[f.path] = b"".join(d for _at, d in read_parts(ws, f.path, 0, f.size, 1 << 20))
+        except ArtifactChanged:
+            pass
+    return files, warnings, members, list(members)
 
 
 def test_files_and_nested_dirs_are_packed(workspace):
@@ -55,7 +57,7 @@ def test_files_and_nested_dirs_are_packed(workspace):
         "out/metrics.csv": b"epoch,loss\n0,1.5\n",
     }
     assert sorted(names) == sorted(members)  # regular files only, no directory entries
-    assert not (workspace.parent / "artifacts.tar.tmp").exists()
+    assert not (workspace.parent / "artifacts.tar").exists()  # listed, not copied
 
 
 def test_a_file_inside_a_dir_can_be_named(workspace):

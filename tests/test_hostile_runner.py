@@ -1,33 +1,26 @@
 """The controller against a hostile runner (tests/hostile_runner.py: real asyncssh, the
 real protocol encoder, real SQLite): a runner writes only its own job's log and state,
 a status it cannot read ends the follow with one line, job log text reaches no
-terminal as escapes, and no archive or path from a runner writes outside the
-controller's artifact dir or the chosen output dir."""
+terminal as escapes. Artifacts from a hostile runner: tests/test_artifact_stream.py."""
 
 import asyncio
-import gzip
-import io
 import logging
-import lzma
 import os
 import pty
 import select
 import subprocess
 import sys
-import tarfile
 import time
 from pathlib import Path
 
 import pytest
 
-from app.artifact_files import ArtifactsRefused
 from app.cli.render import LogPrinter
 from app.controller import Controller
-from app.errors import LanpoolError, RunnerProtocolError
-from app.store import ARTIFACTS_REFUSED
+from app.errors import RunnerProtocolError
 from protocol import JobState, LogChunk
 from tests.harness import REPO, lanpool_env
-from tests.hostile_runner import HostileRunner, Script, member, seed_job, tar_bytes, trust
+from tests.hostile_runner import HostileRunner, Script, seed_job, trust
 
 ESCAPES = (
     b"clip \x1b]52;c;cm0gLXJmIH4K\x07 title \x1b]0;pwned\x07 clear \x1b[2J "
@@ -83,9 +76,7 @@ def _tree(root: Path) -> set[str]:
 
 def test_a_run_through_the_harness_streams_its_log_and_brings_back_artifacts(hostile, ctl, make_project):
     project = make_project("workflows:\n  - name: wf\n    commands: [echo hi]\n    artifacts: [out]\n")
-    hostile.default_script = Script(
-        log=b"line 1\nline 2\n", archive=tar_bytes((member("out/a.txt"), b"hello")), declared=[("out/a.txt", 5)]
-    )
+    hostile.default_script = Script(log=b"line 1\nline 2\n", files={"out/a.txt": b"hello"}, declared=[("out/a.txt", 5)])
     seen: list[bytes] = []
     outcome = asyncio.run(
         asyncio.wait_for(
@@ -325,198 +316,3 @@ def test_the_tui_log_view_shows_escapes_as_inert_text():
     assert not any(ch in text for ch in "\x1b\x07\x08\x9b\r")
     assert "^[]52;c;cm0gLXJmIH4K^G" in text and "secret" in text and "[bold red]not markup[/]" in text
     assert "raw ^[]52;c;aGk=^G ^[[2J<U+009B>1m" in text
-
-
-# -- artifacts: nothing written outside the artifact dir, refusals stored ---------------------------
-
-
-def _bomb(compress) -> bytes:
-    """A tar of 64 MiB of zeros, compressed: a few KB on the wire."""
-    info = member("big.bin")
-    info.size = 64 * 1024 * 1024
-
-    class Zeros:
-        def __init__(self) -> None:
-            self.left = info.size
-
-        def read(self, n: int) -> bytes:
-            n = min(n, self.left)
-            self.left -= n
-            return bytes(n)
-
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        tar.addfile(info, Zeros())
-    return compress(buf.getvalue())
-
-
-def _cases(home: Path) -> dict[str, tuple[bytes, list[tuple[str, int]], str]]:
-    """name: (archive, declared files, a fragment of the refusal line)."""
-    ok = (member("ok.txt"), b"fine")
-    return {
-        "dotdot": (tar_bytes(ok, (member("../escape.txt"), b"x")), [("ok.txt", 4)], "tar filter"),
-        "absolute": (tar_bytes((member(str(home / ".bashrc")), b"pwned")), [("ok.txt", 4)], "is absolute"),
-        "symlink-up": (
-            tar_bytes((member("d", tarfile.SYMTYPE, ".."), None), (member("d/../../.bashrc"), b"pwned")),
-            [("ok.txt", 4)],
-            "tar filter",
-        ),
-        "symlink-home": (
-            tar_bytes((member("d", tarfile.SYMTYPE, str(home)), None), (member("d/.bashrc"), b"pwned")),
-            [("d/.bashrc", 5)],
-            "tar filter",
-        ),
-        "symlink-inside": (
-            tar_bytes(ok, (member("link", tarfile.SYMTYPE, "ok.txt"), None)),
-            [("ok.txt", 4), ("link", 0)],
-            "a symlink",
-        ),
-        "hardlink": (
-            tar_bytes(ok, (member("h", tarfile.LNKTYPE, "ok.txt"), None)),
-            [("ok.txt", 4), ("h", 0)],
-            "a hard link",
-        ),
-        "hardlink-out": (
-            tar_bytes((member("h", tarfile.LNKTYPE, "../../home/.bashrc"), None)),
-            [("h", 0)],
-            "tar filter",
-        ),
-        "device": (tar_bytes((member("dev", tarfile.CHRTYPE), None)), [("dev", 0)], "tar filter"),
-        "fifo": (tar_bytes((member("fifo", tarfile.FIFOTYPE), None)), [("fifo", 0)], "tar filter"),
-        "xz-bomb": (_bomb(lzma.compress), [("big.bin", 64 * 1024 * 1024)], "not an uncompressed tar"),
-        "gzip-bomb": (_bomb(gzip.compress), [("big.bin", 64 * 1024 * 1024)], "not an uncompressed tar"),
-        "not-a-tar": (b"\x00garbage" * 200, [("ok.txt", 4)], "not an uncompressed tar"),
-        "undeclared": (tar_bytes(ok, (member("extra.txt"), b"x")), [("ok.txt", 4)], "did not declare"),
-        "wrong-size": (tar_bytes(ok), [("ok.txt", 3)], "3 declared"),
-        "missing": (tar_bytes(ok), [("ok.txt", 4), ("gone.txt", 1)], "lacks 1 declared"),
-        "twice": (tar_bytes(ok, ok), [("ok.txt", 4)], "twice"),
-        "declared-dotdot": (tar_bytes(ok), [("../../home/.bashrc", 4)], "'..'"),
-        "declared-absolute": (tar_bytes(ok), [(str(home / ".bashrc"), 4)], "absolute"),
-        "larger-than-declared": (tar_bytes(ok, (member("pad"), bytes(4 << 20))), [("ok.txt", 4)], "larger than"),
-        "more-than-the-disk": (tar_bytes(ok), [("ok.txt", 4), ("huge", 1 << 60)], "do not fit"),
-    }
-
-
-def test_every_hostile_archive_is_refused_and_writes_nothing_outside(hostile, ctl, home, tmp_path):
-    before_home = {p: p.read_bytes() for p in home.rglob("*") if p.is_file()}
-    row = ctl.store.runner(hostile.name)
-    for name, (archive, declared, fragment) in _cases(home).items():
-        job_id = f"job-{name}"
-        seed_job(ctl.store, row, job_id)
-        hostile.add(Script(job_id=job_id, archive=archive, declared=declared))
-        started = time.monotonic()
-        job = _follow(ctl, job_id)
-        assert time.monotonic() - started < 10, name
-        assert job.state is JobState.FAILED and job.synced == 1, (name, job)
-        assert job.error.startswith("artifacts refused: ") and fragment in job.error, (name, job.error)
-        assert job.artifacts_pulled == ARTIFACTS_REFUSED and ctl.store.artifacts(job_id) == [], name
-        with pytest.raises(ArtifactsRefused, match="nothing to download"):
-            asyncio.run(ctl.download_artifacts(job_id, tmp_path / "out" / name))
-        assert not (tmp_path / "out" / name).exists()
-    # Nothing was written outside the artifact dir; no part file or staging dir is left behind.
-    assert {p: p.read_bytes() for p in home.rglob("*") if p.is_file()} == before_home
-    assert not (tmp_path / "escape.txt").exists() and not (ctl.home.root / "escape.txt").exists()
-    assert _tree(ctl.home.artifacts) == set(), _tree(ctl.home.artifacts)
-
-
-def test_after_a_refusal_every_verb_answers_without_a_traceback(hostile, ctl, home, cli, tmp_path):
-    seed_job(ctl.store, ctl.store.runner(hostile.name), "bomb")
-    hostile.add(Script(job_id="bomb", archive=_bomb(lzma.compress), declared=[("big.bin", 64 * 1024 * 1024)]))
-    job = _follow(ctl, "bomb")
-    assert job.state is JobState.FAILED
-    results = {
-        args: cli("headless", *args, timeout=30)
-        for args in (
-            ("status",),
-            ("logs", "bomb"),
-            ("artifacts", "list", "bomb"),
-            ("artifacts", "download", "bomb", "-o", str(tmp_path / "out")),
-        )
-    }
-    for args, result in results.items():
-        assert "Traceback" not in result.stderr, (args, result.stderr)
-    assert [r.returncode for r in results.values()] == [0, 0, 0, 1]
-    download = results[("artifacts", "download", "bomb", "-o", str(tmp_path / "out"))]
-    assert "artifacts refused" in download.stderr and "nothing to download" in download.stderr
-    assert "FAILED" in results[("status",)].stdout
-
-
-def test_a_gang_node_with_a_hostile_archive_fails_the_job_and_keeps_nothing(tmp_path, ctl, home):
-    r0, r1 = _runner(tmp_path, ctl, "node-zero"), _runner(tmp_path, ctl, "node-one")
-    try:
-        rows = [ctl.store.runner(r0.name), ctl.store.runner(r1.name)]
-        seed_job(ctl.store, rows[0], "gang", nodes=rows)
-        r0.add(Script(job_id="gang", archive=tar_bytes((member("a.txt"), b"a")), declared=[("a.txt", 1)]))
-        r1.add(
-            Script(
-                job_id="gang",
-                archive=tar_bytes((member("d", tarfile.SYMTYPE, str(home)), None), (member("d/.bashrc"), b"pwned")),
-                declared=[("d/.bashrc", 5)],
-            )
-        )
-        job = _follow(ctl, "gang")
-        assert job.state is JobState.FAILED and job.artifacts_pulled == ARTIFACTS_REFUSED
-        assert job.error.startswith("artifacts refused: node 1: "), job.error
-        assert (home / ".bashrc").read_bytes() == BASHRC
-        assert _tree(ctl.home.artifacts) == set()
-    finally:
-        r0.stop()
-        r1.stop()
-
-
-def _pulled(hostile, ctl, job_id: str, files: dict[str, bytes]) -> None:
-    seed_job(ctl.store, ctl.store.runner(hostile.name), job_id)
-    hostile.add(
-        Script(
-            job_id=job_id,
-            archive=tar_bytes(*((member(p), d) for p, d in files.items())),
-            declared=[(p, len(d)) for p, d in files.items()],
-        )
-    )
-    job = _follow(ctl, job_id)
-    assert job.state is JobState.DONE and job.artifacts_pulled == 1, job
-
-
-@pytest.mark.parametrize("lie", [0, 1 << 40])
-def test_a_lying_file_size_neither_hangs_nor_bounds_the_copy(hostile, ctl, lie):
-    hostile.size_lie = lie  # the archive's real bytes are what count, up to what was declared
-    _pulled(hostile, ctl, "liar", {"a.txt": b"a" * 3000})
-    assert (ctl.home.job_artifacts("liar") / "a.txt").read_bytes() == b"a" * 3000
-
-
-def test_download_writes_only_under_the_output_dir(hostile, ctl, home, tmp_path):
-    files = {"ckpt/last.ckpt": b"weights", "ckpt/sub/b.bin": b"\x00" * 3000, "top.txt": b"top"}
-    _pulled(hostile, ctl, "good", files)
-    out = tmp_path / "out"
-    asyncio.run(ctl.download_artifacts("good", out))
-    assert {p: (out / p).read_bytes() for p in files} == files
-    # Again, over the same files: replaced, not refused.
-    asyncio.run(ctl.download_artifacts("good", out))
-    assert (out / "top.txt").read_bytes() == b"top"
-
-    # A symlink planted where a file goes is replaced, never written through.
-    planted = tmp_path / "planted"
-    planted.mkdir()
-    (planted / "top.txt").symlink_to(home / ".bashrc")
-    asyncio.run(ctl.download_artifacts("good", planted))
-    assert (home / ".bashrc").read_bytes() == BASHRC
-    assert not (planted / "top.txt").is_symlink() and (planted / "top.txt").read_bytes() == b"top"
-
-    # A symlinked directory on the way is refused.
-    through = tmp_path / "through"
-    through.mkdir()
-    (through / "ckpt").symlink_to(home)
-    with pytest.raises(ArtifactsRefused, match="symlink"):
-        asyncio.run(ctl.download_artifacts("good", through))
-    assert sorted(p.name for p in home.iterdir()) == [".bashrc"]
-
-
-def test_download_refuses_stored_paths_that_leave_the_output_dir(hostile, ctl, home, tmp_path):
-    _pulled(hostile, ctl, "old", {"a.txt": b"a"})
-    # A store written before these checks may hold any path a runner declared.
-    for bad in ("../../home/.bashrc", str(home / ".bashrc"), "a/./b", ""):
-        ctl.store.set_artifacts("old", [(bad, 1)])
-        with pytest.raises(LanpoolError):
-            asyncio.run(ctl.download_artifacts("old", tmp_path / "out"))
-    assert (home / ".bashrc").read_bytes() == BASHRC
-    assert not (tmp_path / "home" / ".bashrc.part").exists()

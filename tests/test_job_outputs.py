@@ -13,8 +13,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-import agent.artifacts as artifacts_mod
-from agent.artifacts import pack_artifacts
+from agent.artifacts import ArtifactChanged, list_artifacts, read_parts
 from agent.workspace_files import NotARegularFile, open_regular
 from app.home import ControllerHome
 from app.keys import load_or_create_client_key
@@ -215,15 +214,24 @@ def _swap_after_resolve(monkeypatch, victim: Path, swap) -> None:
 
 
 def _pack_in_thread(ws: Path, paths: list[str]):
-    result = {}
-    dest = ws.parent / "artifacts.tar"
-    thread = threading.Thread(target=lambda: result.update(out=pack_artifacts(ws, paths, dest)), daemon=True)
+    """List, then read each file as GetArtifacts does, in a thread (a FIFO must not hang it)."""
+    result: dict = {}
+
+    def work() -> None:
+        files, warnings = list_artifacts(ws, paths)
+        members = {}
+        for f in files:
+            try:
+                members[f.path] = (tarfile.REGTYPE, b"".join(d for _at, d in read_parts(ws, f.path, 0, f.size, 4096)))
+            except ArtifactChanged:
+                pass
+        result["out"] = ((files, warnings), members)
+
+    thread = threading.Thread(target=work, daemon=True)
     thread.start()
     thread.join(10)
-    assert not thread.is_alive(), "packing hangs on a FIFO"
-    with tarfile.open(dest) as tar:
-        members = {m.name: (m.type, tar.extractfile(m).read() if m.isfile() else None) for m in tar.getmembers()}
-    return result["out"], members
+    assert not thread.is_alive(), "listing or reading hangs on a FIFO"
+    return result["out"]
 
 
 def test_a_file_swapped_for_a_link_after_the_check_is_not_followed(workspace, tmp_path, monkeypatch):
@@ -250,21 +258,17 @@ def test_a_file_swapped_for_a_fifo_after_the_check_is_not_waited_on(workspace, m
     assert set(members) == {"out/b.txt"}
 
 
-def test_a_file_that_shrinks_while_packed_leaves_a_valid_tar(workspace, monkeypatch):
+def test_a_file_that_changed_after_it_was_listed_is_sent_at_its_listed_size_or_refused(workspace):
     big = workspace / "out" / "big.bin"
     big.write_bytes(b"x" * 100_000)
-    real_init = artifacts_mod._FixedSize.__init__
-
-    def init(self, fh, size):
-        real_init(self, fh, size)
-        if size == 100_000:
-            os.truncate(big, 10)  # after its size was taken for the tar header
-
-    monkeypatch.setattr(artifacts_mod._FixedSize, "__init__", init)
-    (files, warnings), members = _pack_in_thread(workspace, ["out"])
-    assert members["out/big.bin"] == (tarfile.REGTYPE, b"x" * 10 + b"\0" * 99_990)
-    assert members["out/b.txt"] == (tarfile.REGTYPE, b"B")
-    assert any("'out/big.bin' shrank" in w for w in warnings)
+    files, _warnings = list_artifacts(workspace, ["out"])
+    assert {f.path: f.size for f in files}["out/big.bin"] == 100_000
+    big.write_bytes(b"y" * 200_000)  # grew: what was listed goes, no more
+    assert b"".join(d for _at, d in read_parts(workspace, "out/big.bin", 0, 100_000, 4096)) == b"y" * 100_000
+    os.truncate(big, 10)  # shrank: refused where it ends, not padded
+    with pytest.raises(ArtifactChanged, match="shrank"):
+        list(read_parts(workspace, "out/big.bin", 0, 100_000, 4096))
+    assert [at for at, _d in read_parts(workspace, "out/big.bin", 4, 10, 4)] == [4, 8]  # from an offset
 
 
 # The workspace a job starts from (staged from blobs): tests/test_blob_cache.py.

@@ -42,7 +42,7 @@ async def status(ctl: Controller, args: argparse.Namespace) -> int:
                     j.id,
                     j.workflow,
                     j.runner or "-",
-                    status_text(j, runner_state),
+                    status_text(j, runner_state, ctl.artifacts.pull_percent(j.id) if not j.artifacts_pulled else None),
                     ago(j.submitted_at),
                     duration(j.started_at, j.finished_at),
                     str(n_art) if n_art else "-",
