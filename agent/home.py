@@ -7,10 +7,6 @@ data_dir/
   agent.json          pid, name, address of the running agent
   jobs/<id>/          job.json (journal), log.spool, workspace/
   blobs/<sha256>      content-addressed file cache: workspaces are built from it
-  transfer/           the SFTP root: nothing else is reachable over SFTP
-    snapshots/<sha256>.tar   code snapshots uploaded by controllers
-    artifacts/<id>.tar       packed artifacts of jobs that ran here
-    inputs/<id>.tar          artifacts of jobs that ran elsewhere, uploaded as inputs
 """
 
 import json
@@ -44,26 +40,15 @@ class AgentHome:
         return self.root / "blobs"
 
     @property
-    def transfer(self) -> Path:
+    def legacy_transfer(self) -> Path:
+        """The SFTP root of agents before protocol 3 (tars nobody reads now): `app agent gc` removes it."""
         return self.root / "transfer"
-
-    @property
-    def snapshots(self) -> Path:
-        return self.transfer / "snapshots"
-
-    @property
-    def artifacts(self) -> Path:
-        return self.transfer / "artifacts"
-
-    @property
-    def inputs(self) -> Path:
-        return self.transfer / "inputs"
 
     def job_dir(self, job_id: str) -> Path:
         return self.jobs / job_id
 
     def create(self) -> None:
-        for d in (self.root, self.jobs, self.blobs, self.snapshots, self.artifacts, self.inputs):
+        for d in (self.root, self.jobs, self.blobs):
             d.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
 

@@ -26,7 +26,6 @@ class JobRecord:
     pid: int | None = None
     stop_requested: bool = False
     abort_requested: bool = False
-    artifacts_archive: str = ""
     artifact_files: list[dict] = field(default_factory=list)
     executor: str = "process"  # "process" or "docker"
     image: str = ""  # the image a docker job runs in
@@ -75,6 +74,5 @@ class JobRecord:
             finished_at=self.finished_at,
             error=self.error,
             log_lines=log_lines,
-            artifacts_archive=self.artifacts_archive,
             artifacts=[ArtifactFile(**f) for f in self.artifact_files],
         )

@@ -104,4 +104,7 @@ def collect(home: AgentHome, keep_days: float | None, max_size: int | None, now:
         report.bytes_freed += size
         total -= size
     report.bytes_kept = total
+    if home.legacy_transfer.is_dir():  # snapshot and artifact tars of an older version: unused
+        report.bytes_freed += tree_size(home.legacy_transfer)
+        shutil.rmtree(home.legacy_transfer, ignore_errors=True)
     return report

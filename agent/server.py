@@ -1,6 +1,7 @@
-"""The agent's SSH server: public-key auth, the lanpool subsystem, and SFTP confined to
-transfer/ for authorized controllers. Everything else an SSH client may ask for
-(shells, exec, PTYs, agent/X11/port forwarding, other channel types) is refused.
+"""The agent's SSH server: public-key auth and the lanpool subsystem, nothing else.
+Code and artifacts travel inside that subsystem (content-addressed blobs up,
+streamed files back), so there is no SFTP and no general file API; shells, exec,
+PTYs, agent/X11/port forwarding and other channel types are refused.
 """
 
 import asyncio
@@ -12,7 +13,6 @@ import time
 import weakref
 
 import asyncssh
-from asyncssh.channel import SSHChannel
 
 from agent import __version__
 from agent.errors import AgentError
@@ -25,18 +25,15 @@ from agent.mdns import Advertiser, advertise_addresses, txt_record
 from agent.pairing import CODE_TTL_S, Lockout, Pairing, PairingGrant, PairingResponder, PairingState
 from agent.resources import detect_resources
 from agent.session import ChannelSession
-from agent.sftp_root import ConfinedSFTPServer
 from protocol import ENCRYPTION_ALGS, PROTOCOL_VERSION, SUBSYSTEM, key_text
 from protocol.pairing import PAIRING_USER
 
 log = logging.getLogger(__name__)
 
-_SFTP_VERSION = 3
-
 
 class _LanpoolSession(asyncssh.SSHServerProcess):
-    """A session channel that serves the lanpool subsystem, and SFTP when given a
-    factory for it: no shell, no exec (so no scp), no PTY."""
+    """A session channel that serves the lanpool subsystem only: no SFTP, no shell,
+    no exec (so no scp), no PTY."""
 
     def shell_requested(self) -> bool:
         log.warning("refused a shell request")
@@ -50,7 +47,7 @@ class _LanpoolSession(asyncssh.SSHServerProcess):
         return False  # allow_pty=False already refuses it; kept in case that default moves
 
     def subsystem_requested(self, subsystem: str) -> bool:
-        if subsystem == SUBSYSTEM or (subsystem == "sftp" and self._sftp_factory is not None):
+        if subsystem == SUBSYSTEM:
             return super().subsystem_requested(subsystem)
         log.warning("refused the %r subsystem", subsystem[:64])
         return False
@@ -315,13 +312,8 @@ class Agent:
         return add_authorized_key(self.home.authorized_keys, public_key, comment=f"lanpool:{label}" if label else "")
 
     def new_session(self, conn: asyncssh.SSHServerConnection) -> asyncssh.SSHServerSession:
-        # A pairing-only connection gets the lanpool subsystem (which only pairs) and no SFTP at all.
-        sftp = None if conn in self.pairing_grants else self._sftp
-        return _LanpoolSession(self._process, sftp, _SFTP_VERSION, False)
-
-    def _sftp(self, chan: SSHChannel[bytes]) -> asyncssh.SFTPServer:
-        # transfer/ only: snapshots in, packed artifacts out, nothing else.
-        return ConfinedSFTPServer(chan, str(self.home.transfer))
+        # A pairing-only connection is told apart inside the subsystem (it may only pair).
+        return _LanpoolSession(self._process, None, 0, False)  # no SFTP factory, no scp
 
     async def _process(self, process: asyncssh.SSHServerProcess) -> None:
         if process.subsystem != SUBSYSTEM:  # _LanpoolSession lets nothing else through

@@ -341,26 +341,6 @@ class RunnerSession:
             await reader
         await self._control.send_many(batch)
 
-    async def upload(self, data: bytes, remote: str) -> None:
-        """Put `data` at `remote` (relative to the runner's transfer dir) unless already there."""
-        try:
-            async with self.conn.start_sftp_client() as sftp:
-                if await sftp.exists(remote):
-                    return
-                tmp = f"{remote}.part"
-                async with sftp.open(tmp, "wb") as fh:
-                    await fh.write(data)
-                await sftp.posix_rename(tmp, remote)
-        except (OSError, asyncssh.Error) as exc:
-            raise RunnerError(f"uploading to {self.where} failed: {getattr(exc, 'reason', None) or exc}") from None
-
-    async def exists(self, remote: str) -> bool:
-        try:
-            async with self.conn.start_sftp_client() as sftp:
-                return await sftp.exists(remote)
-        except (OSError, asyncssh.Error) as exc:
-            raise RunnerError(f"lost {self.where}: {getattr(exc, 'reason', None) or exc}") from None
-
     async def get_artifacts(
         self, job_id: str, files: list[ArtifactRange]
     ) -> AsyncIterator[list[ArtifactData | ArtifactEnd | ArtifactsSent | Error]]:

@@ -108,7 +108,6 @@ class JobStatus:
     log_lines: int = 0  # lines in the spool so far
     # The job's artifact files, listed when it ended (fetched with GetArtifacts).
     artifacts: list[ArtifactFile] = field(default_factory=list)
-    artifacts_archive: str = ""  # TRANSITIONAL (removed when streamed artifacts land)
 
     def __post_init__(self) -> None:
         if self.state not in JobState.__members__:
@@ -218,10 +217,6 @@ class SubmitJob:
     # Every blob named must be in the runner's cache (HaveBlobs/PutBlob first).
     files: list[FileEntry] = field(default_factory=list)
     working_dir: str = ""
-    # TRANSITIONAL (removed when the blob upload lands): a tar uploaded over SFTP and the
-    # artifact tars of reused dependencies, relative to the SFTP root.
-    snapshot: str = ""
-    inputs: list[str] = field(default_factory=list)
     image: str = ""  # container image; "" = the runner's process executor
     pull: str = "missing"  # never | missing | always
     # gpu (count), cpu, memory_mb, shm_size ("8g"): what the job needs

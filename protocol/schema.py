@@ -81,9 +81,6 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "working_dir": _PATH,
     "path": _PATH,
     "link": _PATH,
-    "snapshot": _PATH,  # TRANSITIONAL
-    "artifacts_archive": _PATH,  # TRANSITIONAL
-    "inputs": _PATH,  # TRANSITIONAL
     "sha256": _SHA256_BOUND,
     "sha256s": _SHA256_BOUND,
     "artifacts": _PATH,  # SubmitJob's paths; JobStatus's ArtifactFile fields have their own names

@@ -169,26 +169,19 @@ def test_garbage_and_oversized_frames_get_error_replies(agent):
     assert agent.proc.poll() is None
 
 
-async def _sftp_escape(agent) -> None:
+async def _sftp_refused(agent) -> None:
     key = load_or_create_client_key(ControllerHome.default().key)
     async with asyncssh.connect(
         agent.host, agent.port, username="x", client_keys=[key], known_hosts=None, agent_path=None, config=[]
     ) as conn:
-        async with conn.start_sftp_client() as sftp:
-            assert sorted(await sftp.listdir("/")) == [".", "..", "artifacts", "inputs", "snapshots"]
-            # The agent's private key sits one level above the SFTP root.
-            for path in ("../host_key", "/../host_key", "../../etc/hostname"):
-                with pytest.raises(asyncssh.SFTPError):
-                    await _read(sftp, path)
+        # An authorized controller gets no file API at all: the agent's private key and every
+        # other file are out of reach because nothing serves paths.
+        with pytest.raises((asyncssh.ChannelOpenError, asyncssh.SFTPError)):
+            await conn.start_sftp_client()
 
 
-async def _read(sftp, path: str) -> bytes:
-    async with sftp.open(path, "rb") as fh:
-        return await fh.read()
-
-
-def test_sftp_is_confined_to_the_transfer_dir(agent):
-    asyncio.run(_sftp_escape(agent))
+def test_sftp_is_not_served(agent):
+    asyncio.run(_sftp_refused(agent))
 
 
 # -- the TUI's entry (`app [PATH]`) ------------------------------------------------------

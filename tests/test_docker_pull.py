@@ -188,7 +188,7 @@ def test_stop_while_the_image_is_being_pulled(registry, docker_client, monkeypat
         try:
             assert job.record.state == JobState.STOPPED and job.record.exit_code is None
             assert job.record.error == "stopped before the job started"
-            assert job.record.artifacts_archive == ""
+            assert job.record.artifact_files == []
             lines = [r.data.decode() for r in job.spool.read(0)]
             assert lines[0].startswith(f"lanpool: pulling image {image}")
             assert "lanpool: stop requested before the job started" in "".join(lines)

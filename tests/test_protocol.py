@@ -69,7 +69,6 @@ AGENT_SAMPLES = [
         finished_at=3.0,
         error="",
         log_lines=42,
-        artifacts_archive="jobs/j-1/artifacts.tar",
         artifacts=[ArtifactFile("model.ckpt", 1234), ArtifactFile("logs/metrics.csv", 0)],
     ),
     JobStatus(job_id="j-2", state="FAILED", exit_code=None, error="could not start: no such file"),
