@@ -25,6 +25,7 @@ from protocol import (
     ClientHello,
     Error,
     ErrorCode,
+    FileEntry,
     FrameReader,
     GetArtifacts,
     GetStatus,
@@ -92,7 +93,10 @@ CLIENT_SAMPLES = [
         commands=["echo hi", "python train.py"],
         env={"LR": "0.001", "DEBUG": "true"},
         artifacts=["model.ckpt", "logs"],
-        snapshot="snapshots/abc.tar",
+        files=[
+            FileEntry(path="src/train.py", sha256="ab" * 32, size=120, mode=0o755),
+            FileEntry(path="src/data", link="../data"),
+        ],
         working_dir="src",
     ),
     StopJob(job_id="j-1", abort=True, grace_s=2.5),
@@ -397,7 +401,7 @@ def test_missing_fields_with_defaults_take_the_default():
         {"t": "submit", "job_id": "j", "run_name": "r", "workflow": "w", "commands": ["true"]}
     )
     assert minimal == SubmitJob("j", "r", "w", ["true"])
-    assert minimal.env == {} and minimal.artifacts == [] and minimal.snapshot == "" and minimal.working_dir == ""
+    assert minimal.env == {} and minimal.artifacts == [] and minimal.files == [] and minimal.working_dir == ""
     attach = decode_client_message({"t": "attach", "job_id": "j"})
     assert attach.from_seq == 0 and attach.follow is True
     status = decode_agent_message({"t": "job_status", "job_id": "j", "state": "RUNNING"})
