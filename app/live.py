@@ -1,8 +1,8 @@
 """Background work of an interactive front end: discovery, runner checks, live logs.
 
-The TUI owns one `LiveFeeds`; everything here writes to the store through the
-controller and tells the front end by callbacks, which the TUI turns into
-messages. No textual here.
+The TUI owns one `LiveFeeds`; everything here goes through the controller and
+its pool (never the store itself) and tells the front end by callbacks, which
+the TUI turns into messages. No textual here.
 """
 
 import asyncio
@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from app.adverts import CONFLICT_BROWSE_S, fold_advert, fold_browse, forget_claims, has_conflicts, record_advert
 from app.controller import Controller, LogSink
 from app.errors import LanpoolError
+from app.pool import CONFLICT_BROWSE_S
 
 if TYPE_CHECKING:  # app.discovery imports zeroconf, which only browsing needs
     from app.discovery import Advert, Browser
@@ -69,9 +69,7 @@ class LiveFeeds:
 
     async def _fold(self, advert: "Advert") -> None:
         try:
-            await fold_advert(
-                self.ctl.store, self.ctl.client_key, advert
-            )  # a new address is checked before it is stored
+            await self.ctl.pool.fold_advert(advert)
         except LanpoolError as exc:
             self._on_error(f"mDNS advert of {advert.name}: {exc.message}")
         self._on_runners()
@@ -79,22 +77,17 @@ class LiveFeeds:
     def _gone(self, service: str) -> None:
         """A service said goodbye: a conflict it made is over, unless another still makes it."""
         self._claims.pop(service, None)
-        names = forget_claims(self.ctl.store, service)
-        if not names:
-            return
-        for advert in list(self._claims.values()):
-            if advert.name in names:
-                record_advert(self.ctl.store, advert)
-        self._spawn(self._recheck(names))
+        names = self.ctl.pool.goodbye(service, list(self._claims.values()))
+        if names:
+            self._spawn(self._recheck(names))
 
     async def _recheck(self, names: list[str]) -> None:
-        rows = [row for row in map(self.ctl.store.runner, names) if row is not None]
-        await asyncio.gather(*(self.ctl.pool.probe(row) for row in rows), return_exceptions=True)
+        await self.ctl.pool.probe_all(names)
         self._on_runners()
 
     async def sweep_conflicts(self) -> None:
         """With a conflict on record, browse afresh: a claim no longer heard is over."""
-        if self._browser is None or not has_conflicts(self.ctl.store):
+        if self._browser is None or not self.ctl.pool.has_conflicts():
             return
         if time.time() - self._last_sweep < CONFLICT_SWEEP_S:
             return
@@ -104,7 +97,7 @@ class LiveFeeds:
         adverts = await discover(self._browser.interfaces, CONFLICT_BROWSE_S)
         heard = {a.service for a in adverts}
         self._claims = {service: a for service, a in self._claims.items() if service in heard}
-        await fold_browse(self.ctl.store, self.ctl.client_key, adverts, started, CONFLICT_BROWSE_S)
+        await self.ctl.pool.fold_browse(adverts, started, CONFLICT_BROWSE_S)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -122,8 +115,7 @@ class LiveFeeds:
             await asyncio.sleep(every_s)
 
     async def check_runners(self) -> None:
-        rows = self.ctl.store.runners()
-        await asyncio.gather(*(self.ctl.pool.probe(row) for row in rows), return_exceptions=True)
+        await self.ctl.pool.probe_all()
         self._on_runners()
 
     def follow(self, job_id: str, start: int | None = None) -> bool:

@@ -17,11 +17,11 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 import asyncssh
 
-from app.adverts import CONFLICT_BROWSE_S, fold_browse, has_conflicts
+from app.adverts import CONFLICT_BROWSE_S, fold_advert, fold_browse, forget_claims, has_conflicts, record_advert
 from app.errors import HostKeyMismatch, LanpoolError, RunnerError, RunnerRefused, UsageError
 from app.home import ControllerHome
 from app.host_keys import UnreadableHostKey, host_key_or_none, pinned_key
@@ -32,13 +32,16 @@ from app.scheduler import Need, place
 from app.store import Store
 from protocol import JobState, wire
 
+if TYPE_CHECKING:  # app.discovery imports zeroconf, which only browsing needs
+    from app.discovery import Advert
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = wire.DEFAULT_PORT
 DISCOVERY_WAIT_S = 1.5  # mDNS browse when no runner is known yet
 QUEUE_POLL_S = 2.0  # how often a queued job looks for room again
 
-__all__ = ["DEFAULT_PORT", "Pool", "RunnerState", "RunnerView", "parse_address"]
+__all__ = ["CONFLICT_BROWSE_S", "DEFAULT_PORT", "Pool", "RunnerState", "RunnerView", "parse_address"]
 
 
 def parse_address(spec: str, default_port: int) -> tuple[str, int]:
@@ -188,6 +191,33 @@ class Pool:
                 fields = {"paired": 1, "last_ok": now, "last_seen": now, "props": json.dumps(props)}
         self.store.set_runner(name, state=state, **fields)
         return state
+
+    async def probe_all(self, names: list[str] | None = None) -> None:
+        """Check every known runner (or those named) now, all at once; one that fails is its own."""
+        rows = self.store.runners() if names is None else [r for r in map(self.store.runner, names) if r is not None]
+        await asyncio.gather(*(self.probe(row) for row in rows), return_exceptions=True)
+
+    # -- adverts heard by a front end that browses all along (hints: app/adverts.py) --------
+
+    async def fold_advert(self, advert: "Advert") -> None:
+        """One advert as it comes: a new address is checked before it is stored."""
+        await fold_advert(self.store, self.client_key, advert)
+
+    async def fold_browse(self, adverts: list["Advert"], started_at: float, browsed_s: float) -> None:
+        """Everything one browse heard: conflicts whose claim it no longer heard are over."""
+        await fold_browse(self.store, self.client_key, adverts, started_at, browsed_s)
+
+    def goodbye(self, service: str, still_heard: list["Advert"]) -> list[str]:
+        """A service said goodbye: the conflicts it made are over, unless an advert still
+        heard makes the same claim. Returns the runners whose conflict ended, to check again."""
+        names = forget_claims(self.store, service)
+        for advert in still_heard:
+            if advert.name in names:
+                record_advert(self.store, advert)
+        return names
+
+    def has_conflicts(self) -> bool:
+        return has_conflicts(self.store)
 
     async def refresh(self, wait_s: float = 1.5, interfaces: list[str] | None = None) -> list[RunnerView]:
         """Browse mDNS for `wait_s` (if any interface), then check every known runner.

@@ -550,3 +550,25 @@ async def test_artifacts_download_to_a_chosen_dir(agent, project, tmp_path):
         assert (dest / "out" / "a.txt").read_text() == "hello\n"
         assert (dest / "out" / "sub" / "b.bin").read_bytes() == bytes(5000)
         assert not app.query_one("#download-box").display
+
+
+@pilot_test
+async def test_download_defaults_to_the_download_dir_never_the_project(agent, project, tmp_path, monkeypatch):
+    """Files downloaded into the project would join its next snapshot (and change its cache key)."""
+    downloads = tmp_path / "downloads"
+    monkeypatch.setenv("LANPOOL_DOWNLOADS", str(downloads))
+    await known_runner(agent)
+    before = sorted(p.relative_to(project) for p in project.rglob("*"))
+    app = tui(project)
+    async with app.run_test(size=SIZE) as pilot:
+        job_id = await submit(pilot, "make")
+        await wait_until(pilot, lambda: app.ctl.store.job(job_id).artifacts_pulled, "the artifacts pulled")
+        run_name = app.ctl.store.job(job_id).run_name
+        await pilot.press("1", "d")
+        assert isinstance(app.screen, FormDialog)
+        field = app.screen.query_one("#field-dir", Input)
+        assert field.value == str(downloads / run_name)
+        await pilot.press("enter")  # the default, as it is
+        await wait_until(pilot, lambda: any("file(s)" in m for m, _ in notes(app)), "the download's notification")
+    assert (downloads / run_name / "out" / "a.txt").read_text() == "hello\n"
+    assert sorted(p.relative_to(project) for p in project.rglob("*")) == before  # nothing new in the project

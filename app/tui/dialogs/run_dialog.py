@@ -16,10 +16,12 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import ModalScreen
+from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
 from app.errors import LanpoolError
 from app.workflows import Project
+from app.workflows.model import Scalar
 from app.workflows.resolve import coerce_override, render_value
 
 
@@ -44,7 +46,7 @@ class RunDialog(ModalScreen[RunRequest | None]):
         self,
         project: Project,
         runners: list[str],
-        variables: Callable[[Project, str], dict[str, object]],
+        variables: Callable[[Project, str], dict[str, Scalar]],
         workflow: str | None = None,
     ) -> None:
         super().__init__()
@@ -53,7 +55,7 @@ class RunDialog(ModalScreen[RunRequest | None]):
         self._variables_of = variables
         names = list(project.workflows)
         self.workflow = workflow if workflow in project.workflows else names[0]
-        self._defaults: dict[str, object] = {}
+        self._defaults: dict[str, Scalar] = {}
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog run-dialog"):
@@ -94,8 +96,9 @@ class RunDialog(ModalScreen[RunRequest | None]):
         self.query_one("#workflow-help", Static).update(wf.help or "")
         box = self.query_one("#variables", VerticalScroll)
         await box.remove_children()
+        # Defaults come from the workflow files, where a variable's value is a scalar.
         self._defaults = self._variables_of(self.project, self.workflow)
-        rows = []
+        rows: list[Widget] = []
         for name, default in sorted(self._defaults.items()):
             kind = type(default).__name__ if default is not None else "str"
             rows.append(

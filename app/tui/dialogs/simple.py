@@ -37,7 +37,7 @@ class Field:
     password: bool = False
 
 
-class FormDialog(ModalScreen[dict | None]):
+class FormDialog(ModalScreen[dict[str, str] | None]):
     """A few labelled inputs; Enter in the last one (or OK) answers {name: text}."""
 
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]

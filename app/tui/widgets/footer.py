@@ -10,12 +10,13 @@ footer's `compact` once instead (the app never changes it).
 
 from textual.app import ComposeResult
 from textual.widgets import Footer as TextualFooter
+from textual.widgets._footer import FooterKey  # not exported; the class whose data_bind leaks
 
 
 class Footer(TextualFooter):
     def compose(self) -> ComposeResult:
         for widget in super().compose():
-            if getattr(widget, "_reactive_connect", None):  # a key's data_bind(compact=Footer.compact)
+            if isinstance(widget, FooterKey) and widget._reactive_connect:  # data_bind(compact=Footer.compact)
                 widget._reactive_connect = None
                 widget.compact = self.compact
             yield widget

@@ -10,6 +10,7 @@ the app for the log's end again (`WantNewest`).
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from rich.cells import cell_len
 from rich.segment import Segment
@@ -46,7 +47,7 @@ class LogView(ScrollView, can_focus=True):
 
         view: "LogView"
 
-    def __init__(self, max_lines: int = 20_000, **kwargs) -> None:
+    def __init__(self, max_lines: int = 20_000, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.max_lines = max_lines
         self.lines: list[LogLine] = []

@@ -5,7 +5,12 @@ the Metrics tab is not on the first screen, and plotext's import is ~60 ms of
 start-up. Until then the chart keeps what it was last asked to draw.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from textual.widget import Widget
+
+if TYPE_CHECKING:  # imported when first shown (above)
+    from textual_plotext import PlotextPlot
 
 MAX_SERIES = 6  # more curves than this on one chart is noise; the rest are listed by name
 
@@ -24,17 +29,17 @@ class MetricsChart(Widget):
     }
     """
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._plot = None  # a PlotextPlot once shown
+        self._plot: PlotextPlot | None = None  # once shown
         self._wanted: tuple[dict, str] = ({}, "no job selected")
 
     def on_show(self) -> None:
         if self._plot is None:
             from textual_plotext import PlotextPlot
 
-            self._plot = PlotextPlot()
-            self.mount(self._plot)
+            plot = self._plot = PlotextPlot()
+            self.mount(plot)
             self._draw()
 
     def show_series(self, series: dict[str, tuple[list[float], list[float]]], title: str) -> None:
@@ -44,6 +49,7 @@ class MetricsChart(Widget):
 
     def _draw(self) -> None:
         series, title = self._wanted
+        assert self._plot is not None, "drawn once shown"
         plt = self._plot.plt
         plt.clear_data()
         plt.clear_figure()

@@ -1,0 +1,250 @@
+"""What the user starts from the TUI: runs, stop and abort, downloads, and the
+runner pool's pair/add/remove. Each asks first where it acts on something (a
+dialog), then does its I/O in a worker; a failed worker becomes a notification
+(LanpoolBase.on_worker_state_changed)."""
+
+import asyncio
+import socket
+from pathlib import Path
+
+from textual import on, work
+from textual.widgets import Label, ProgressBar
+
+from app.controller import Controller, Submitted, parse_address
+from app.errors import LanpoolError
+from app.formatting import size
+from app.home import ControllerHome
+from app.tui.dialogs.run_dialog import RunDialog, RunRequest
+from app.tui.dialogs.simple import ConfirmDialog, Field, FormDialog
+from app.tui.job_view import JobView
+from app.tui.widgets.tables import RunnersTable, RunsTable
+from app.workflows import Project
+
+
+class Actions(JobView):
+    # -- stop / abort ---------------------------------------------------------------------
+
+    def action_stop(self, abort: bool = False) -> None:
+        job_id = self._selected_job()
+        if not job_id:
+            self.notify("select a job in Runs first")
+            return
+        job = self.ctl.runs.job(job_id)
+        if job.state.is_terminal():
+            self.notify(f"job {job_id} already ended: {job.status}")
+            return
+        verb = "Abort" if abort else "Stop"
+        question = f"{verb} job {job_id} ({job.workflow}, run {job.run_name})?" + (
+            "\nNo artifacts come back from an aborted job."
+            if abort
+            else "\nSIGTERM, then SIGKILL after the grace period; artifacts come back."
+        )
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._stop(job_id, abort)
+
+        self.push_screen(ConfirmDialog(question, verb), answered)
+
+    def action_abort(self) -> None:
+        self.action_stop(abort=True)
+
+    @work(group="stop", exit_on_error=False)
+    async def _stop(self, job_id: str, abort: bool) -> None:
+        self.notify(f"{'aborting' if abort else 'stopping'} job {job_id}…")
+        job = await self.ctl.stop(job_id, abort=abort)
+        self.notify(f"job {job_id}: {job.status}")
+        self.show_runs()
+
+    # -- run ------------------------------------------------------------------------------
+
+    def action_run(self) -> None:
+        if self.project is None:
+            self.notify(self.project_error or "no project", severity="error")
+            return
+        if not self.project.workflows:
+            self.notify("the project has no workflows", severity="error")
+            return
+        runners = self.ctl.pool.names()
+        self.push_screen(RunDialog(self.project, runners, self.ctl.variables), self._submit)
+
+    @on(RunDialog.PlanWanted)
+    def _plan_wanted(self, event: RunDialog.PlanWanted) -> None:
+        if self.project is not None:
+            self._plan(event.dialog, self.project, event.request)
+
+    @work(group="plan", exclusive=True, exit_on_error=False)
+    async def _plan(self, dialog: RunDialog, project: Project, request: RunRequest) -> None:
+        await asyncio.sleep(0.2)  # typing: plan once the keys stop
+        try:
+            # Hashing the project's files can take a while: a thread, with its own connection.
+            plan = await asyncio.to_thread(
+                self.ctl.plan_in_thread, project, request.workflow, request.overrides, request.no_cache, False
+            )
+        except LanpoolError as exc:
+            dialog.show_plan(f"[red]{exc.message}[/red]")
+            return
+        rows = [
+            f"{'[green]RUN  [/green]' if j.action == 'run' else '[cyan]REUSE[/cyan]'} {j.workflow}"
+            + (f"  ← {', '.join(j.deps)}" if j.deps else "")
+            + (f"  ({j.reason})" if j.reason else "")
+            for j in plan.jobs
+        ]
+        dialog.show_plan("\n".join(rows))
+
+    def _submit(self, request: RunRequest | None) -> None:
+        if request is not None:
+            self._run(request)
+
+    @work(group="runs", exit_on_error=False)
+    async def _run(self, request: RunRequest) -> None:
+        project = self.project
+        if project is None:  # the Run dialog opens only with a project
+            return
+
+        def submitted(sub: Submitted) -> None:
+            self.feeds.adopt(sub.job_id, me)
+            self.show_runs()
+            table = self.query_one(RunsTable)
+            if sub.job_id in table.rows:  # the cursor goes with the shown job (or its highlight takes Logs back)
+                table.move_cursor(row=table.get_row_index(sub.job_id), animate=False)
+            self.select_job(sub.job_id)
+            self.action_tab("logs")
+            self.notify(f"run {sub.run_name}: job {sub.job_id} on {sub.runner}")
+
+        def say(text: str) -> None:
+            self.notify(text, timeout=6)
+
+        me = asyncio.current_task()
+
+        def sink(job_id: str, stream: str, data: bytes) -> None:
+            # One follower per job feeds the view: this run's, unless the user's
+            # selection started another first (multi-node jobs announce no submit).
+            owner = self.feeds.following.get(job_id)
+            if owner is None or owner.done():
+                self.feeds.adopt(job_id, me)
+                owner = me
+            if owner is me:
+                self._on_log(job_id, stream, data)
+
+        outcome = await self.ctl.run(
+            project,
+            request.workflow,
+            request.runner,
+            request.overrides,
+            sink=sink,
+            say=say,
+            on_submitted=submitted,
+            no_cache=request.no_cache,
+            nodes=request.nodes,
+        )
+        for job in outcome.jobs:
+            self._job_ended(job.id)
+        if not outcome.jobs:
+            self.notify(f"run {outcome.run_name}: every job reused; nothing ran")
+
+    # -- download -------------------------------------------------------------------------
+
+    def action_download(self) -> None:
+        job_id = self._selected_job()
+        if not job_id:
+            self.notify("select a job in Runs first")
+            return
+        job = self.ctl.runs.job(job_id)
+        # Never the project: files there would join the next snapshot (app/home.py).
+        default = str(ControllerHome.downloads(job.run_name))
+
+        def chosen(answer: dict[str, str] | None) -> None:
+            if answer:
+                self._download(job_id, Path(answer["dir"]).expanduser())
+
+        self.push_screen(
+            FormDialog(
+                f"Download the artifacts of job {job_id} (run {job.run_name})",
+                [Field("dir", "to directory", default)],
+                ok="Download",
+            ),
+            chosen,
+        )
+
+    @work(group="download", exclusive=True, exit_on_error=False)
+    async def _download(self, job_id: str, output: Path) -> None:
+        box = self.query_one("#download-box")
+        bar = self.query_one("#download-progress", ProgressBar)
+        label = self.query_one("#download-label", Label)
+        box.display = True
+        label.update(f"downloading to {output}…")
+        bar.update(total=None, progress=0)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(total=max(total, 1), progress=done)
+
+        try:
+            files = await self.ctl.download_artifacts(job_id, output, progress)
+        finally:
+            box.display = False
+        self.notify(f"{len(files)} file(s), {size(sum(n for _, n in files))} -> {output}")
+        self.show_artifacts()
+
+    # -- runners --------------------------------------------------------------------------
+
+    def action_pair(self) -> None:
+        selected = self.query_one(RunnersTable).selected_key or ""
+
+        def chosen(answer: dict[str, str] | None) -> None:
+            if answer:
+                self._pair(answer["target"], answer["code"])
+
+        self.push_screen(
+            FormDialog(
+                "Pair with a runner: `app agent pair` on it shows a code",
+                [Field("target", "runner name or HOST[:PORT]", selected), Field("code", "pairing code")],
+                ok="Pair",
+            ),
+            chosen,
+        )
+
+    @work(group="runners", exit_on_error=False)
+    async def _pair(self, target: str, code: str) -> None:
+        name = await self.ctl.pool.pair(target, code, label=socket.gethostname())
+        self.notify(f"paired with runner {name}")
+        self.show_runners()
+
+    def action_add_runner(self) -> None:
+        def chosen(answer: dict[str, str] | None) -> None:
+            if answer:
+                self._add_runner(answer["address"])
+
+        self.push_screen(
+            FormDialog(
+                "Add a runner by address (where multicast does not reach)",
+                [Field("address", "HOST[:PORT]", placeholder=f"192.168.1.20:{Controller.DEFAULT_PORT}")],
+                ok="Add",
+            ),
+            chosen,
+        )
+
+    @work(group="runners", exit_on_error=False)
+    async def _add_runner(self, address: str) -> None:
+        host, port = parse_address(address, Controller.DEFAULT_PORT)
+        name = await self.ctl.add_runner(host, port)  # the user's act: trusted from now on
+        await self.feeds.check_runners()
+        self.notify(f"added runner {name} at {host}:{port}")
+        self.show_runners()
+
+    def action_remove_runner(self) -> None:
+        name = self.query_one(RunnersTable).selected_key
+        if self.active_tab() != "runners" or not name:
+            self.notify("select a runner in Runners first")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._remove_runner(name)
+
+        self.push_screen(ConfirmDialog(f"Forget runner {name} and its pinned host key?", "Remove"), answered)
+
+    def _remove_runner(self, name: str) -> None:
+        self.ctl.pool.forget(name)
+        self.notify(f"forgot runner {name}")
+        self.show_runners()

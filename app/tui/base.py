@@ -1,0 +1,91 @@
+"""The state the TUI's areas share, and what every area calls: the lowest layer of
+the app (app/tui/app.py has the whole stack).
+
+The app is built in layers, each a module by concern, each a subclass of the one
+below: this base (the shared state, the Runs and Runners lists, errors), then the
+selected job's views (app/tui/job_view.py), then the actions that start work
+(app/tui/actions.py), then the shell (app/tui/app.py: layout, keys, timers). A
+layer calls only what it or a layer below defines, so each reads on its own.
+"""
+
+from collections.abc import Callable
+
+from textual.app import App
+from textual.widgets import Label, TabbedContent
+from textual.worker import Worker, WorkerState
+
+from app.controller import Controller
+from app.errors import LanpoolError
+from app.live import LiveFeeds
+from app.overview import LogLine, MetricsReader
+from app.tui.widgets.tables import RunnersTable, RunsTable
+from app.workflows import Project
+
+LOG_WINDOW = 20_000  # lines held by the log view; older ones are paged in from SQLite
+RUNS_LIMIT = 500  # rows in the runs list (filtering searches the whole store)
+
+
+class LanpoolBase(App[None]):
+    # Set by LanpoolApp.__init__; declared here so that every layer sees their types.
+    ctl: Controller
+    feeds: LiveFeeds
+    clock: Callable[[], float]
+    project: Project | None
+    project_error: str
+    job_id: str | None  # the job the Logs/Metrics/Artifacts tabs show
+    node: int | None  # Logs: one node, or all
+    _pending: list[LogLine]  # live lines not on the screen yet
+    _metrics: MetricsReader | None
+    _oldest: dict[int, int] | None  # per node, the seq of the view's first line
+    _metrics_dirty: bool
+    _runners_dirty: bool
+    runs_filter: str
+    runs_status: str
+
+    def active_tab(self) -> str:
+        return self.query_one("#tabs", TabbedContent).active
+
+    def show_runs(self) -> None:
+        lines = self.ctl.runs.job_lines(self.runs_filter, self.runs_status, RUNS_LIMIT)
+        self.query_one("#runs-table", RunsTable).show_jobs(lines, self.clock())
+
+    def show_runners(self) -> None:
+        self._runners_dirty = False
+        views = self.ctl.pool.views()
+        self.query_one("#runners-table", RunnersTable).show_runners(views, self.clock())
+        live = sum(1 for v in views if v.state in ("LIVE", "BUSY"))
+        gpus = sum(v.gpus_free for v in views if v.state in ("LIVE", "BUSY"))
+        hint = (
+            f"{len(views)} runner(s), {live} answering, {gpus} GPU(s) free.  p: pair  a: add  -: remove"
+            if views
+            else "no runners yet: start `app agent serve` on a GPU machine of this LAN, "
+            "or press a to add one by address"
+        )
+        self.query_one("#runners-hint", Label).update(hint)
+
+    def _runners_changed(self) -> None:
+        self._runners_dirty = True
+
+    def _selected_job(self) -> str | None:
+        """The job an action is for: the highlighted row in Runs, else the job shown."""
+        if self.active_tab() == "runs":
+            return self.query_one(RunsTable).selected_key or self.job_id
+        return self.job_id
+
+    def _error(self, text: str) -> None:
+        self.notify(text, severity="warning", timeout=8)
+
+    def _handle_exception(self, error: Exception) -> None:
+        # A lanpool error raised by a handler (a job gone from the store, a bad address)
+        # is the user's news, not a reason to quit: show it, keep the app running.
+        if isinstance(error, LanpoolError):
+            self.notify(error.message, title="error", severity="error", timeout=10)
+            return
+        super()._handle_exception(error)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """One place turns a failed worker into a notification."""
+        if event.state is WorkerState.ERROR and event.worker.error is not None:
+            error = event.worker.error
+            message = getattr(error, "message", None) or f"{type(error).__name__}: {error}"
+            self.notify(message, title="error", severity="error", timeout=10)

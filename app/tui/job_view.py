@@ -1,0 +1,255 @@
+"""Switching tabs, and the selected job's views: its live log (Logs), loss curves (Metrics) and
+artifacts (Artifacts), and the keys that act on what they show.
+
+One job is selected at a time (`job_id`); selecting it loads the stored tail of
+its log and follows it live when it still runs. New lines arrive on the event
+loop from whichever task follows the job (`_on_log`) and reach the screen in
+batches (`_flush_log`, on a timer), however fast they come.
+"""
+
+import asyncio
+from pathlib import Path
+
+from textual import on, work
+from textual.notifications import SeverityLevel
+from textual.widgets import Label, TabbedContent
+
+from app import overview
+from app.formatting import duration, size, status_text
+from app.overview import MetricsReader
+from app.tui.base import LOG_WINDOW, LanpoolBase
+from app.tui.dialogs.simple import Field, FormDialog
+from app.tui.widgets.artifacts_list import ArtifactsList
+from app.tui.widgets.log_view import LogView
+from app.tui.widgets.metrics_chart import MetricsChart
+from protocol import JobState
+
+
+class JobView(LanpoolBase):
+    def action_tab(self, tab: str) -> None:
+        self.query_one("#tabs", TabbedContent).active = tab
+        target = {
+            "runs": "#runs-table",
+            "runners": "#runners-table",
+            "logs": "#log",
+            "artifacts": "#artifacts-table",
+        }.get(tab)
+        if target:
+            self.query_one(target).focus()
+        if tab == "metrics":
+            self.show_metrics(force=True)
+        elif tab == "runners":
+            self.show_runners()
+        elif tab == "runs":
+            self.show_runs()
+
+    @on(TabbedContent.TabActivated)
+    def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "metrics":
+            self.show_metrics(force=True)
+
+    # -- the selected job ------------------------------------------------------------------
+
+    def select_job(self, job_id: str) -> None:
+        """Show this job in Logs, Metrics and Artifacts; follow it live if it still runs."""
+        self.job_id = job_id
+        self.node = None
+        self._pending.clear()
+        self._metrics = MetricsReader(job_id)
+        self._load_log(job_id)
+        if self.active_tab() == "metrics":
+            self.show_metrics(force=True)
+        self.show_artifacts()
+        job = self.ctl.runs.job(job_id)
+        if not job.synced and job.state is not JobState.QUEUED:
+            # From the line after the window just read: every line shown once.
+            self.feeds.follow(job_id, self.ctl.runs.log_end(job_id))
+
+    def _load_log(self, job_id: str) -> None:
+        window = self.ctl.runs.log_window(job_id, LOG_WINDOW, self.node)
+        self.query_one(LogView).set_lines(window.lines, window.at_start)
+        self._oldest = window.oldest
+        self._show_job_header()
+
+    @on(LogView.WantNewest)
+    def _newest(self, event: LogView.WantNewest) -> None:
+        """G after paging back: the window is the log's end again (what came meanwhile is stored)."""
+        if self.job_id:
+            self._pending.clear()
+            self._load_log(self.job_id)
+
+    @on(LogView.WantOlder)
+    def _older(self, event: LogView.WantOlder) -> None:
+        if not self.job_id:
+            return
+        before = self._oldest
+        if before is None:  # trimmed while following: the view starts that many lines before the stored end
+            before = self.ctl.runs.log_window(self.job_id, len(event.view.lines) + len(self._pending), self.node).oldest
+        window = self.ctl.runs.log_window(self.job_id, LOG_WINDOW // 4, self.node, before=before)
+        self._oldest = window.oldest
+        event.view.prepend(window.lines, window.at_start)
+
+    def _show_job_header(self) -> None:
+        if not self.job_id:
+            return
+        job = self.ctl.runs.job(self.job_id)
+        nodes = self.ctl.runs.nodes(self.job_id)
+        where = ", ".join(n["runner"] for n in nodes) if nodes else (job.runner or "-")
+        status = status_text(job)
+        view = self.query_one(LogView)
+        parts = [
+            f"run {job.run_name}",
+            f"job {job.id}",
+            job.workflow,
+            f"on {where}",
+            status,
+            duration(job.started_at, job.finished_at, self.clock()),
+        ]
+        if len(nodes) > 1:
+            parts.append(f"node {self.node}" if self.node is not None else f"all {len(nodes)} nodes")
+        if not job.state.is_terminal():
+            parts.append("following" if view.following else "paused (G follows)")
+        if job.error:
+            parts.append(job.error)
+        self.query_one("#log-header", Label).update("  ·  ".join(parts))
+
+    # -- live log --------------------------------------------------------------------------
+
+    def _on_log(self, job_id: str, stream: str, data: bytes) -> None:
+        """Sink for every followed job's new log chunks (called on the event loop)."""
+        if job_id != self.job_id:
+            return
+        if stream == "met":
+            self._metrics_dirty = True
+            return
+        lines = overview.decode_lines(data, stream, None)
+        if self.node is not None:
+            tag = f"[node {self.node}] "
+            lines = [line for line in lines if line.text.startswith(tag)]
+        self._pending.extend(lines)
+        if len(self._pending) > LOG_WINDOW:  # the screen is behind: keep only what can be shown
+            del self._pending[:-LOG_WINDOW]
+
+    def _flush_log(self) -> None:
+        if not self._running:
+            return
+        if self._pending:
+            lines, self._pending = self._pending, []
+            view = self.query_one(LogView)
+            first = view.lines[0] if view.lines else None
+            if len(lines) >= LOG_WINDOW:  # the screen fell behind and _on_log kept the newest: show only those
+                view.set_lines(lines, at_start=False)
+            else:
+                view.append(lines)
+            if view.lines[0] is not first:
+                self._oldest = None  # the oldest lines were dropped: _older finds where the view starts now
+        if self._metrics_dirty and self.active_tab() == "metrics":
+            self.show_metrics()
+
+    def _job_ended(self, job_id: str) -> None:
+        job = self.ctl.runs.job(job_id)
+        severity: SeverityLevel = "information" if job.state is JobState.DONE else "warning"
+        self.notify(
+            f"run {job.run_name} ({job.workflow}): {job.status}"
+            + (f" ({job.exit_code})" if job.exit_code is not None else ""),
+            severity=severity,
+        )
+        if job_id == self.job_id:
+            self._show_job_header()
+            self.show_artifacts()
+            self.show_metrics(force=True)
+        self.show_runs()
+
+    # -- metrics and artifacts -------------------------------------------------------------
+
+    def show_metrics(self, force: bool = False) -> None:
+        if self._metrics is None:
+            return
+        changed = self.ctl.runs.read_metrics(self._metrics)
+        self._metrics_dirty = False
+        if changed or force:
+            job = self.ctl.runs.job(self._metrics.job_id)
+            series = overview.metric_series(self._metrics.points)
+            title = f"{job.workflow} · run {job.run_name}" + ("" if series else ": no metrics yet")
+            self.query_one(MetricsChart).show_series(series, title)
+
+    def show_artifacts(self) -> None:
+        if not self.job_id:
+            return
+        job = self.ctl.runs.job(self.job_id)
+        files = self.ctl.runs.artifacts(self.job_id)
+        total = sum(n for _, n in files)
+        if files:
+            text = f"run {job.run_name} · job {job.id}: {len(files)} file(s), {size(total)}.  d: download"
+        elif job.state.is_terminal():
+            text = f"run {job.run_name} · job {job.id}: no artifacts"
+        else:
+            text = f"run {job.run_name} · job {job.id}: artifacts come back when the job ends"
+        self.query_one("#artifacts-header", Label).update(text)
+        self.query_one(ArtifactsList).show_files(files)
+
+    # -- keys of the Logs tab --------------------------------------------------------------
+
+    def search_log(self) -> None:
+        view = self.query_one(LogView)
+        self.push_screen(
+            FormDialog("Search the log", [Field("text", "text (n / N: next / previous)", view.search)], ok="Find"),
+            self._search_log,
+        )
+
+    def _search_log(self, answer: dict[str, str] | None) -> None:
+        if not answer:
+            return
+        view = self.query_one(LogView)
+        if not view.find(answer["text"], forward=False) and not view.find(answer["text"]) and self.job_id:
+            self._search_older(self.job_id, answer["text"])
+
+    @work(group="search", exclusive=True, exit_on_error=False)
+    async def _search_older(self, job_id: str, text: str) -> None:
+        found = await asyncio.to_thread(self.ctl.runs.search_log, job_id, text, 100)  # its own connection
+        self.notify(
+            f"{text!r}: not in the lines shown"
+            + (
+                f"; {len(found)}{'+' if len(found) == 100 else ''} match(es) in older lines: g pages them in"
+                if found
+                else ", nor in the stored log"
+            )
+        )
+
+    def action_node(self, step: int) -> None:
+        if not self.job_id:
+            return
+        nodes: list[int | None] = [n["node"] for n in self.ctl.runs.nodes(self.job_id)]
+        if len(nodes) < 2:
+            self.notify("this job runs on one node")
+            return
+        choices = [None, *nodes]
+        self.node = choices[(choices.index(self.node) + step) % len(choices)]
+        self._pending.clear()
+        self._load_log(self.job_id)
+
+    def action_save_log(self) -> None:
+        job_id = self.job_id
+        if not job_id:
+            self.notify("select a job in Runs first")
+            return
+        job = self.ctl.runs.job(job_id)
+        default = str(Path.cwd() / f"{job.run_name}-{job.id}.log")
+
+        def chosen(answer: dict[str, str] | None) -> None:
+            if answer:
+                self._save_log(job_id, Path(answer["path"]).expanduser())
+
+        self.push_screen(
+            FormDialog("Save the whole log (from the store)", [Field("path", "file", default)], ok="Save"), chosen
+        )
+
+    @work(group="save", exit_on_error=False)
+    async def _save_log(self, job_id: str, path: Path) -> None:
+        count = await asyncio.to_thread(self.ctl.runs.save_log, job_id, path, self.node)  # its own connection
+        self.notify(f"{count} line(s) -> {path}")
+
+    def action_copy_log(self) -> None:
+        view = self.query_one(LogView)
+        self.copy_to_clipboard(view.text)
+        self.notify(f"copied {len(view.lines)} line(s) (terminals with OSC 52 clipboard support)")
