@@ -218,6 +218,9 @@ def _status(home: AgentHome, as_json: bool) -> int:
     return 0 if info else 1
 
 
+_LIVE_GRACE_S = 3600.0
+
+
 def _running_info(home: AgentHome) -> dict | None:
     """agent.json of a live agent, or None (a stale file from a killed agent counts as not running)."""
     try:
@@ -234,7 +237,8 @@ def _gc(home: AgentHome, args: argparse.Namespace) -> None:
     if args.keep_days is not None and args.keep_days < 0:
         raise AgentError("--keep-days must be 0 or more")
     containers = _gc_containers(home, quiet=args.json)
-    report = collect(home, args.keep_days, max_size)
+    # A live agent may be about to use a blob or serve a finished job's artifacts: keep the last hour's.
+    report = collect(home, args.keep_days, max_size, recent_s=_LIVE_GRACE_S if _running_info(home) else 0)
     if args.json:
         print(json.dumps({"containers_removed": containers, **dataclasses.asdict(report)}, indent=2))
         return
@@ -245,6 +249,11 @@ def _gc(home: AgentHome, args: argparse.Namespace) -> None:
         f"{report.blobs_removed} cached blob(s); kept {_mb(report.bytes_kept)} and "
         f"{report.kept_unfinished} unfinished job(s) in {home.root}"
     )
+    if report.kept_recent:
+        print(
+            f"kept {report.kept_recent} job(s)/blob(s) used in the last hour: the agent is running "
+            "(stop it for gc to take them too)"
+        )
 
 
 def _mb(n: int) -> str:

@@ -4,9 +4,10 @@
 total of finished jobs and blobs exceeds --max-size, whichever is oldest of
 the two: a finished job (by when it finished) or a blob (by when it was last
 used). A job that has not finished (queued, starting, running) is never
-touched, nor are its files; a blob a live agent is using only goes when that
-agent is not running (the agent pins what it stages and applies the cache's
-own budget after storing blobs).
+touched, nor are its files. While the agent runs, gc cannot see what it is
+about to use (a blob a controller was just told is there, a finished job whose
+artifacts a controller has yet to pull), so it keeps what was used or finished
+in the last `recent_s` (an hour, from agent/cli.py) and says so.
 """
 
 import logging
@@ -54,6 +55,7 @@ class GcReport:
     blobs_removed: int = 0
     bytes_freed: int = 0
     kept_unfinished: int = 0
+    kept_recent: int = 0  # used or finished too recently to remove while the agent runs
     bytes_kept: int = 0
 
 
@@ -74,7 +76,9 @@ def finished_jobs(home: AgentHome) -> tuple[list[tuple[float, str, Path]], int]:
     return sorted(done), unfinished
 
 
-def collect(home: AgentHome, keep_days: float | None, max_size: int | None, now: float | None = None) -> GcReport:
+def collect(
+    home: AgentHome, keep_days: float | None, max_size: int | None, now: float | None = None, recent_s: float = 0
+) -> GcReport:
     now = time.time() if now is None else now
     report = GcReport()
     jobs, report.kept_unfinished = finished_jobs(home)
@@ -91,6 +95,9 @@ def collect(home: AgentHome, keep_days: float | None, max_size: int | None, now:
         too_old = kind == "job" and keep_days is not None and when < now - keep_days * 86400
         over = max_size is not None and total > max_size
         if not (too_old or over):
+            continue
+        if when > now - recent_s:
+            report.kept_recent += 1
             continue
         if kind == "job":
             shutil.rmtree(path, ignore_errors=True)

@@ -82,3 +82,17 @@ def test_gc_cli_prints_what_it_freed_and_refuses_a_bad_size(tmp_path):
     assert json.loads(res.stdout)["jobs_removed"] == ["old"]
     res = subprocess.run([*base, "--max-size", "lots"], env=env, capture_output=True, text=True, timeout=60)
     assert res.returncode == 1 and res.stderr.count("\n") == 1 and "not a size" in res.stderr
+
+
+def test_with_the_agent_running_what_was_used_in_the_last_hour_stays(tmp_path):
+    """A live agent may just have told a controller that a blob is there, or have a finished
+    job whose artifacts are still to be pulled: gc keeps those, and says so."""
+    home = _home(tmp_path)
+    old = _job(home, "old", "DONE", 7200, 10_000)
+    just_done = _job(home, "just-done", "DONE", 60, 10_000)
+    stale_blob = _blob(home, 1, 10_000, 7200)
+    just_used = _blob(home, 2, 10_000, 30)
+    report = collect(home, None, 0, recent_s=3600)
+    assert report.jobs_removed == ["old"] and report.blobs_removed == 1 and report.kept_recent == 2
+    assert not old.exists() and not stale_blob.exists()
+    assert just_done.exists() and just_used.exists()
