@@ -19,9 +19,10 @@ from typing import cast
 
 import asyncssh
 
+from app.artifact_pull import PullBusy
 from app.errors import LanpoolError, RunnerError, UsageError
 from app.home import ControllerHome
-from app.job_artifacts import Artifacts
+from app.job_artifacts import PULL_BUSY_POLL_S, Artifacts
 from app.names import new_run_name
 from app.overview import MetricsReader
 from app.planning import Plan, known_variables, make_plan
@@ -340,8 +341,14 @@ class Controller:
     ) -> list[tuple[str, int]]:
         """Copy a job's artifacts to `output`; `progress(done_bytes, total_bytes)` after each file."""
         job = self.store.job(job_id)
-        if not job.artifacts_pulled and not job.synced:  # it may have ended while detached: ask
-            job = await self.follow(job_id, follow=False)
+        while not job.artifacts_pulled and not job.synced:  # it may have ended while detached: ask
+            try:
+                job = await self.follow(job_id, follow=False)
+            except PullBusy:  # another process (a `logs -f`, the TUI) is pulling them: wait for it
+                await asyncio.sleep(PULL_BUSY_POLL_S)
+                job = self.store.job(job_id)
+                continue
+            break
         if not job.artifacts_pulled and not job.state.is_terminal():
             raise UsageError(f"job {job_id} is still {job.status}: artifacts come back when it ends")
         return await self.artifacts.copy_out(job, output, progress)

@@ -10,13 +10,14 @@ and `status` neither cuts a slow pull short nor calls its runner OFFLINE.
 import asyncio
 import json
 import os
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from app.artifact_files import ArtifactsRefused
-from app.artifact_pull import staging_dir
+from app.artifact_pull import _pull_lock, staging_dir
 from app.controller import Controller
 from app.errors import LanpoolError
 from app.store import ARTIFACTS_REFUSED
@@ -240,3 +241,28 @@ def test_download_of_a_job_that_ended_while_detached_brings_it_up_to_date(hostil
     files = asyncio.run(ctl.download_artifacts("detached", tmp_path / "out"))
     assert files == [("o/x.txt", 10)] and (tmp_path / "out" / "o" / "x.txt").read_bytes() == b"x" * 10
     assert ctl.store.job("detached").state is JobState.DONE
+
+
+def test_download_waits_for_another_process_pulling_the_same_job(hostile, ctl, tmp_path):
+    """`artifacts download` while a `logs -f` elsewhere holds the job's pull: it waits for that
+    pull to end (then finds the job up to date or pulls what is left), never "try again"."""
+    seed_job(ctl.store, ctl.store.runner(hostile.name), "shared")
+    hostile.add(Script(job_id="shared", files={"o/y.txt": b"y" * 10}, declared=[("o/y.txt", 10)]))
+    held, release = threading.Event(), threading.Event()
+
+    def other_process() -> None:
+        ctl.home.artifacts.mkdir(parents=True, exist_ok=True)
+        with _pull_lock(ctl.home.artifacts, "shared"):  # its own open file: flock keeps us out
+            held.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=other_process)
+    holder.start()
+    assert held.wait(10)
+    threading.Timer(1.5, release.set).start()
+    try:
+        files = asyncio.run(asyncio.wait_for(ctl.download_artifacts("shared", tmp_path / "out"), 60))
+    finally:
+        release.set()
+        holder.join()
+    assert files == [("o/y.txt", 10)] and (tmp_path / "out" / "o" / "y.txt").read_bytes() == b"y" * 10
