@@ -29,7 +29,7 @@ from app.planning import Plan, known_variables, make_plan
 from app.pool import DEFAULT_PORT, Pool, RunnerState, parse_address
 from app.remote_job import JobServices, Launch, LogSink, RemoteJob
 from app.resume import Resumes
-from app.retention import Removal, Retention
+from app.retention import DEFAULT_PRUNE_AGE, Removal, Retention, parse_age
 from app.runner_client import RunnerSession
 from app.runs import Runs
 from app.scheduler import Need
@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 # Front ends import these from here (the Controller is their one door: never app.store).
 __all__ = [
     "ARTIFACTS_REFUSED",
+    "DEFAULT_PRUNE_AGE",
     "Controller",
     "JobRow",
     "LogSink",
@@ -53,6 +54,7 @@ __all__ = [
     "RunOutcome",
     "Submitted",
     "parse_address",
+    "parse_age",
 ]
 
 

@@ -17,6 +17,7 @@ directory itself) is unlinked, and nothing it points at is touched or counted.
 import glob
 import logging
 import os
+import re
 import shutil
 import stat
 import time
@@ -29,6 +30,17 @@ from app.store import JobRow, RunRow, Store
 from protocol import JobState
 
 log = logging.getLogger(__name__)
+
+_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+DEFAULT_PRUNE_AGE = "7d"
+
+
+def parse_age(text: str) -> float:
+    """An age like `12h`, `7d`, `2w` (a whole number and a unit: s, m, h, d, w) as seconds."""
+    match = re.fullmatch(r"(\d{1,9})([smhdw])", text.strip())
+    if not match:
+        raise UsageError(f"expects an age like 12h, 7d or 2w, not {text[:40]!r}")
+    return int(match[1]) * _AGE_UNITS[match[2]]
 
 
 @dataclass

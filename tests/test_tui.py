@@ -154,6 +154,10 @@ def errors(app: LanpoolApp) -> list[str]:
     return [m for m, severity in app.shown if severity == "error"]
 
 
+def rows_index(app: LanpoolApp, key: str) -> int:
+    return list(rows(app, "runs-table")).index(key)
+
+
 def rows(app: LanpoolApp, table_id: str) -> dict[str, dict[str, str]]:
     """The rows of a DataTable as the user sees them: {row key: {column key: text}}."""
     table = app.query_one(f"#{table_id}", DataTable)
@@ -522,6 +526,40 @@ async def test_stop_and_abort_ask_first(agent, project, key, status):
         await pilot.press(key)  # an ended job is not stopped twice
         assert not isinstance(app.screen, ConfirmDialog)
         assert any("already ended" in m for m, _ in notes(app))
+
+
+@pilot_test
+async def test_delete_run_asks_first_and_refuses_a_running_job(agent, project):
+    await known_runner(agent)
+    app = tui(project)
+    async with app.run_test(size=SIZE) as pilot:
+        running = await submit(pilot, "graceful")
+        await pilot.press("1")
+        await wait_status(pilot, running, "RUNNING")
+        await pilot.press("D")  # a run with a job still running: refused, nothing asked
+        assert not isinstance(app.screen, ConfirmDialog)
+        await wait_until(pilot, lambda: any("stop it first" in m for m, _ in notes(app)), "the refusal")
+        assert app.ctl.store.job(running).status == "RUNNING"
+        await app.ctl.stop(running, abort=True)
+
+        done = await submit(pilot, "make")
+        await wait_until(pilot, lambda: app.ctl.store.job(done).artifacts_pulled, "the artifacts pulled")
+        run = app.ctl.store.job(done).run_name
+        stored = app.ctl.home.job_artifacts(done)
+        assert stored.is_dir()
+        await pilot.press("1")
+        await wait_status(pilot, done, "DONE")
+        app.query_one("#runs-table", DataTable).move_cursor(row=rows_index(app, done))
+        await pilot.press("D")
+        assert isinstance(app.screen, ConfirmDialog) and "artifact file(s)" in app.screen.question
+        await pilot.press("n")  # changed my mind: all still there
+        assert app.ctl.store.run(run) is not None and stored.is_dir()
+        await pilot.press("D")
+        await pilot.press("y")
+        await wait_until(pilot, lambda: app.ctl.store.run(run) is None, "the run deleted")
+        assert not stored.exists()
+        await wait_until(pilot, lambda: done not in rows(app, "runs-table"), "the run gone from the table")
+        assert any("deleted 1 run(s)" in m for m, _ in notes(app))
 
 
 @pilot_test

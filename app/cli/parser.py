@@ -2,11 +2,11 @@
 variables that `run` and `plan` take as `--NAME VALUE`."""
 
 import argparse
-import re
 from pathlib import Path
 from typing import Any, NoReturn
 
-from app.errors import ExitCode
+from app.controller import DEFAULT_PRUNE_AGE, parse_age
+from app.errors import ExitCode, UsageError
 from app.workflows.loader import MAX_NODES
 
 
@@ -34,16 +34,12 @@ def _node_count(text: str) -> int:
     return count
 
 
-_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-DEFAULT_PRUNE_AGE = "7d"
-
-
 def age_seconds(text: str) -> float:
-    """`--older-than 7d`: a whole number and a unit (s, m, h, d, w) as seconds."""
-    match = re.fullmatch(r"(\d{1,9})([smhdw])", text.strip())
-    if not match:
-        raise argparse.ArgumentTypeError(f"expects an age like 12h, 7d or 2w, not {text[:40]!r}")
-    return int(match[1]) * _AGE_UNITS[match[2]]
+    """`--older-than 7d` as seconds (app/retention.py reads it, for the TUI too)."""
+    try:
+        return parse_age(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(exc.message) from None
 
 
 def build_parser() -> _Parser:

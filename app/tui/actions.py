@@ -1,5 +1,5 @@
-"""What the user starts from the TUI: runs, stop and abort, downloads, and the
-runner pool's pair/add/remove. Each asks first where it acts on something (a
+"""What the user starts from the TUI: runs, stop and abort, downloads, deleting and
+pruning old runs, and the runner pool's pair/add/remove. Each asks first where it acts on something (a
 dialog), then does its I/O in a worker; a failed worker becomes a notification
 (LanpoolBase.on_worker_state_changed)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from textual import on, work
 from textual.widgets import Label, ProgressBar
 
-from app.controller import Controller, Submitted, parse_address
+from app.controller import DEFAULT_PRUNE_AGE, Controller, Removal, Submitted, parse_address, parse_age
 from app.errors import LanpoolError
 from app.formatting import size
 from app.home import ControllerHome
@@ -186,6 +186,57 @@ class Actions(JobView):
         self.notify(f"{len(files)} file(s), {size(sum(n for _, n in files))} -> {output}")
         self.show_artifacts()
 
+    # -- delete / prune -------------------------------------------------------------------
+
+    def action_delete_run(self) -> None:
+        job_id = self._selected_job()
+        if not job_id:
+            self.notify("select a job in Runs first")
+            return
+        run = self.ctl.runs.job(job_id).run_name
+        try:
+            preview = self.ctl.retention.remove([run], dry_run=True)  # refuses a run still running
+        except LanpoolError as exc:
+            self.notify(exc.message, severity="warning")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                self._removed(self.ctl.retention.remove([run]))
+
+        self.push_screen(ConfirmDialog(f"Delete run {run}?\n{_what(preview)}", "Delete"), answered)
+
+    def action_prune(self) -> None:
+        def chosen(answer: dict[str, str] | None) -> None:
+            if not answer:
+                return
+            try:
+                older_than = parse_age(answer["age"])
+            except LanpoolError as exc:
+                self.notify(exc.message, severity="warning")
+                return
+            preview = self.ctl.retention.prune(older_than, dry_run=True)
+            if not preview.runs:
+                self.notify(f"no ended run is older than {answer['age']}")
+                return
+
+            def answered(yes: bool | None) -> None:
+                if yes:
+                    self._removed(self.ctl.retention.prune(older_than))
+
+            question = f"Delete {len(preview.runs)} run(s) older than {answer['age']}?\n{_what(preview)}"
+            self.push_screen(ConfirmDialog(question, "Delete"), answered)
+
+        self.push_screen(
+            FormDialog("Delete ended runs created longer ago than", [Field("age", "age", DEFAULT_PRUNE_AGE)]), chosen
+        )
+
+    def _removed(self, removal: Removal) -> None:
+        if self.job_id in removal.jobs:  # the log shown was of a job now gone
+            self.job_id = None
+        self.notify(f"deleted {len(removal.runs)} run(s), {len(removal.jobs)} job(s): {size(removal.freed)} freed")
+        self.show_runs()
+
     # -- runners --------------------------------------------------------------------------
 
     def action_pair(self) -> None:
@@ -248,3 +299,10 @@ class Actions(JobView):
         self.ctl.pool.forget(name)
         self.notify(f"forgot runner {name}")
         self.show_runners()
+
+
+def _what(removal: Removal) -> str:
+    return (
+        f"{len(removal.jobs)} job(s), their logs and {removal.files} artifact file(s): "
+        f"{size(removal.freed)} freed on this machine (runners keep their copies until `app agent gc`)."
+    )
