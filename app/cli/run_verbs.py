@@ -94,6 +94,25 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
             raise
         name = submitted[0].run_name
         raise type(exc)(f"{exc.message}; the job may still run: `app headless logs -f {name}` re-attaches") from None
+    if args.json:  # one object on stdout, after any log lines: the run and its jobs as they stand
+        jobs = [ctl.runs.job(s.job_id) for s in outcome.submitted]
+        print(
+            json.dumps(
+                {
+                    "run": outcome.run_name,
+                    "jobs": [
+                        {
+                            "job_id": j.id,
+                            "workflow": j.workflow,
+                            "runner": j.runner,
+                            "status": j.status,
+                            "exit_code": j.exit_code,
+                        }
+                        for j in jobs
+                    ],
+                }
+            )
+        )
     if args.detach:
         return ExitCode.OK
     job = outcome.last
