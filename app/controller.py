@@ -23,8 +23,10 @@ from app.artifact_pull import PullBusy
 from app.errors import LanpoolError, RunnerError, UsageError
 from app.home import ControllerHome
 from app.job_artifacts import PULL_BUSY_POLL_S, Artifacts
+from app.job_submit import submit_job
 from app.names import new_run_name
 from app.overview import MetricsReader
+from app.placement import Placement, largest_need
 from app.planning import Plan, known_variables, make_plan
 from app.pool import DEFAULT_PORT, Pool, RunnerState, parse_address
 from app.remote_job import JobServices, Launch, LogSink, RemoteJob
@@ -32,13 +34,12 @@ from app.resume import Resumes
 from app.retention import DEFAULT_PRUNE_AGE, Removal, Retention, parse_age
 from app.runner_client import RunnerSession
 from app.runs import Runs
-from app.scheduler import Need
 from app.snapshot import Manifest, build_manifest
 from app.store import ARTIFACTS_REFUSED, JobRow, Store
 from app.uploads import workspace_files
 from app.workflows import Project, load_workflows
 from app.workflows.model import Scalar
-from app.workflows.resolve import ResolvedJob, resolve
+from app.workflows.resolve import resolve
 from protocol import JobState, JobStatus
 
 log = logging.getLogger(__name__)
@@ -194,8 +195,8 @@ class Controller:
                 assert planned.reuse is not None  # nothing to run: every job is reused
                 say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
             return outcome
-        placement = _Placement(
-            self.pool, runner_spec, outcome.run_name, say, _largest_need([p.job.resources for p in plan.to_run])
+        placement = Placement(
+            self.pool, runner_spec, outcome.run_name, say, largest_need([p.job.resources for p in plan.to_run])
         )
         manifest: Manifest | None = None
         done: dict[str, JobRow] = {}
@@ -225,7 +226,7 @@ class Controller:
                     manifest = await asyncio.to_thread(build_manifest, project.root)
                 inputs = [done[d] for d in planned.deps] + planned.tagged
                 files = await asyncio.to_thread(workspace_files, manifest, self.home, self.store, inputs)
-                remote, status = await RemoteJob.submit(
+                remote, status = await submit_job(
                     self.jobs,
                     Launch(job_id, outcome.run_name, job, files, manifest.digest, planned.key, planned.inputs),
                     sessions,
@@ -358,49 +359,3 @@ class Controller:
     def downloads_dir(self, run_name: str) -> Path:
         """Where a run's artifacts are downloaded when no directory is given: outside the project."""
         return self.home.downloads(run_name)
-
-
-class _Placement:
-    """Where a run's jobs go, and the run's connections (closed when it ends).
-
-    Its single-node jobs share one runner, chosen once with room for the largest of
-    them (`--runner` may name it, or give its address); each bigger gang gets its own
-    N runners with room, all at once (`--runner` may pin a known name among them)."""
-
-    def __init__(self, pool: Pool, spec: str | None, run_name: str, say: Callable[[str], None], need: Need) -> None:
-        self.pool = pool
-        self.spec = spec
-        self.run_name = run_name
-        self.say = say
-        self.need = need
-        self.single: tuple[str, int] | None = None
-        self.sessions: dict[tuple[str, int], RunnerSession] = {}
-
-    async def sessions_for(self, job: ResolvedJob, job_id: str) -> tuple[list[RunnerSession], list[str]]:
-        """Node k's session at k, and the address node k is reached at."""
-        trust = False
-        if job.nodes == 1:
-            if self.single is None:
-                self.single = await self.pool.choose_runner(
-                    self.spec, self.need, self.run_name, job_id, job.workflow, self.say
-                )
-            hosts, trust = [self.single], self.pool.names_an_address(self.spec)
-        else:
-            pinned = self.spec if self.pool.store.runner(self.spec or "") else None
-            hosts = await self.pool.choose_runners(
-                pinned, Need.of(job.resources), job.nodes, self.run_name, job_id, job.workflow, self.say
-            )
-        for host, port in hosts:
-            if (host, port) not in self.sessions:
-                self.sessions[host, port] = await self.pool.connect(host, port, trust=trust)
-        return [self.sessions[h] for h in hosts], [host for host, _port in hosts]
-
-    def close(self) -> None:
-        for session in self.sessions.values():
-            session.close()
-
-
-def _largest_need(resources: list[dict]) -> Need:
-    """One runner takes the run's single-node jobs: it must have room for the largest of them."""
-    needs = [Need.of(r) for r in resources]
-    return Need(max(n.gpu for n in needs), max(n.cpu for n in needs), max(n.memory_mb for n in needs))

@@ -1,8 +1,8 @@
 """One job on its runners: a gang of N >= 1 nodes, node k on runner k.
 
 Every job is one: a single-node job is a gang of one, with one job_nodes row.
-`RemoteJob` submits, follows, stops and brings back the artifacts of 1..N nodes,
-so a fix lands once. What the size changes is said here, once:
+`RemoteJob` follows, stops and brings back the artifacts of 1..N nodes (it is
+made by app/job_submit.py's submit_job), so a fix lands once. What the size changes is said here, once:
 - env: a gang of N > 1 is wired for torch.distributed (app/multinode.py);
 - status: a gang of one's status is its node's, recorded as the runner says
   it; a bigger gang is RUNNING once every node accepted, and ends as one (DONE,
@@ -23,8 +23,6 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-import asyncssh
-
 from app.errors import (
     HostKeyMismatch,
     LanpoolError,
@@ -36,13 +34,13 @@ from app.errors import (
 )
 from app.job_artifacts import Artifacts
 from app.job_end import finish_job
-from app.multinode import node_env, prefix_node
+from app.multinode import prefix_node
 from app.runner_client import RunnerSession
 from app.runner_output import OwnOutput
 from app.store import JobRow, Store
-from app.uploads import WorkspaceFiles, upload
+from app.uploads import WorkspaceFiles
 from app.workflows.resolve import ResolvedJob
-from protocol import JobState, JobStatus, SubmitJob
+from protocol import JobState, JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -117,89 +115,6 @@ class RemoteJob:
     def shown(self, node: int, stream: str, data: bytes) -> bytes:
         """Log bytes as a front end shows them: a bigger gang's tagged `[node K]` (metrics are data)."""
         return data if self.size == 1 or stream == "met" else prefix_node(node, data)
-
-    # -- submit ---------------------------------------------------------------------
-
-    @classmethod
-    async def submit(
-        cls,
-        jobs: JobServices,
-        launch: Launch,
-        sessions: list[RunnerSession],
-        addresses: list[str],
-        say: Say,
-    ) -> tuple["RemoteJob", JobStatus]:
-        """Submit the job to every session (node k = sessions[k]); returns it and node 0's status.
-        The job is in the store before it is sent, so a crash here loses nothing."""
-        job, job_id, store = launch.job, launch.job_id, jobs.store
-        runners = [store.known_runner(s.hello.name) for s in sessions]
-        spec = {
-            "commands": job.commands,
-            "env": job.env,
-            "artifacts": job.artifacts,
-            "image": job.image,
-            "working_dir": job.working_dir,
-            "snapshot": launch.snapshot_digest,
-            "resources": job.resources,
-            "nodes": len(sessions),
-            "runners": [r["name"] for r in runners],
-        }
-        store.create_job(job_id, launch.run_name, job.workflow, runners[0], spec, launch.cache_key, launch.cache_inputs)
-        gang = cls(jobs, job_id, [NodeAt(k, r["name"], r["host"], r["port"]) for k, r in enumerate(runners)])
-        first: JobStatus | None = None
-        master_port = 0
-        try:
-            for node, session in enumerate(sessions):
-                env = dict(job.env) if gang.size == 1 else node_env(job, node, addresses)
-                if node:
-                    env["MASTER_PORT"] = str(master_port)
-                await upload(session, launch.files, say)
-                accepted, status = await session.submit_accepted(
-                    SubmitJob(
-                        job_id=job_id,
-                        run_name=launch.run_name,
-                        workflow=job.workflow,
-                        commands=job.commands,
-                        env=env,
-                        artifacts=(job.artifacts if node == 0 else []) + job.artifacts_all_nodes,
-                        files=launch.files.entries,
-                        working_dir=job.working_dir,
-                        image=job.image,
-                        pull=job.pull,
-                        resources=job.resources,
-                        executor=job.executor,
-                        pick_master_port=(node == 0 and gang.size > 1),
-                    )
-                )
-                if accepted.job_id != job_id or status.job_id != job_id:
-                    raise RunnerProtocolError(
-                        f"runner {runners[node]['name']} answered for job {status.job_id!r} when sent job {job_id}"
-                    )
-                if node == 0:
-                    first, master_port = status, accepted.master_port
-                gang._note(node, status)
-                if gang.size > 1:
-                    say(
-                        f"node {node}: runner {runners[node]['name']} ({addresses[node]})"
-                        + (f", MASTER_PORT {master_port}" if node == 0 else "")
-                    )
-        except (LanpoolError, OSError, asyncssh.Error) as exc:
-            message = getattr(exc, "message", None) or str(exc)
-            for session in sessions:  # whatever started must not run alone
-                try:
-                    await session.stop(job_id, abort=True, grace_s=None)
-                except LanpoolError:
-                    pass
-            # synced: nothing more will come from the runners for this job
-            store.set_job_status(
-                job_id, JobState.FAILED, f"submit failed: {message}", error=message, finished_at=time.time(), synced=1
-            )
-            where = sessions[0].where if gang.size == 1 else f"all {gang.size} nodes"
-            raise RunnerError(f"could not submit to {where}: {message}") from None
-        if gang.size > 1:
-            store.set_job_status(job_id, JobState.RUNNING, f"on {gang.size} nodes", started_at=time.time())
-        assert first is not None
-        return gang, first
 
     # -- status ---------------------------------------------------------------------------
 

@@ -1,0 +1,96 @@
+"""Submitting a job to its runners: the blobs each lacks, then SubmitJob to every node
+(node k = session k), node 0 first so the others learn its MASTER_PORT. The job is in
+the store before anything is sent, so a crash here loses nothing; a node that fails
+to accept stops every node that did (none may run alone).
+"""
+
+import time
+
+import asyncssh
+
+from app.errors import LanpoolError, RunnerError, RunnerProtocolError
+from app.multinode import node_env
+from app.remote_job import JobServices, Launch, NodeAt, RemoteJob, Say
+from app.runner_client import RunnerSession
+from app.uploads import upload
+from protocol import JobState, JobStatus, SubmitJob
+
+
+async def submit_job(
+    jobs: JobServices,
+    launch: Launch,
+    sessions: list[RunnerSession],
+    addresses: list[str],
+    say: Say,
+) -> tuple[RemoteJob, JobStatus]:
+    """Submit the job to every session (node k = sessions[k]); returns it and node 0's status.
+    The job is in the store before it is sent, so a crash here loses nothing."""
+    job, job_id, store = launch.job, launch.job_id, jobs.store
+    runners = [store.known_runner(s.hello.name) for s in sessions]
+    spec = {
+        "commands": job.commands,
+        "env": job.env,
+        "artifacts": job.artifacts,
+        "image": job.image,
+        "working_dir": job.working_dir,
+        "snapshot": launch.snapshot_digest,
+        "resources": job.resources,
+        "nodes": len(sessions),
+        "runners": [r["name"] for r in runners],
+    }
+    store.create_job(job_id, launch.run_name, job.workflow, runners[0], spec, launch.cache_key, launch.cache_inputs)
+    gang = RemoteJob(jobs, job_id, [NodeAt(k, r["name"], r["host"], r["port"]) for k, r in enumerate(runners)])
+    first: JobStatus | None = None
+    master_port = 0
+    try:
+        for node, session in enumerate(sessions):
+            env = dict(job.env) if gang.size == 1 else node_env(job, node, addresses)
+            if node:
+                env["MASTER_PORT"] = str(master_port)
+            await upload(session, launch.files, say)
+            accepted, status = await session.submit_accepted(
+                SubmitJob(
+                    job_id=job_id,
+                    run_name=launch.run_name,
+                    workflow=job.workflow,
+                    commands=job.commands,
+                    env=env,
+                    artifacts=(job.artifacts if node == 0 else []) + job.artifacts_all_nodes,
+                    files=launch.files.entries,
+                    working_dir=job.working_dir,
+                    image=job.image,
+                    pull=job.pull,
+                    resources=job.resources,
+                    executor=job.executor,
+                    pick_master_port=(node == 0 and gang.size > 1),
+                )
+            )
+            if accepted.job_id != job_id or status.job_id != job_id:
+                raise RunnerProtocolError(
+                    f"runner {runners[node]['name']} answered for job {status.job_id!r} when sent job {job_id}"
+                )
+            if node == 0:
+                first, master_port = status, accepted.master_port
+            gang._note(node, status)
+            if gang.size > 1:
+                say(
+                    f"node {node}: runner {runners[node]['name']} ({addresses[node]})"
+                    + (f", MASTER_PORT {master_port}" if node == 0 else "")
+                )
+    except (LanpoolError, OSError, asyncssh.Error) as exc:
+        message = getattr(exc, "message", None) or str(exc)
+        for session in sessions:  # whatever started must not run alone
+            try:
+                await session.stop(job_id, abort=True, grace_s=None)
+            except LanpoolError:
+                pass
+        # synced: nothing more will come from the runners for this job
+        store.set_job_status(
+            job_id, JobState.FAILED, f"submit failed: {message}", error=message, finished_at=time.time(), synced=1
+        )
+        where = sessions[0].where if gang.size == 1 else f"all {gang.size} nodes"
+        raise RunnerError(f"could not submit to {where}: {message}") from None
+    if gang.size > 1:
+        store.set_job_status(job_id, JobState.RUNNING, f"on {gang.size} nodes", started_at=time.time())
+    assert first is not None
+    return gang, first
