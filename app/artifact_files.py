@@ -57,22 +57,24 @@ def checked_declared(files: Iterable[ArtifactFile]) -> dict[str, int]:
     return out
 
 
-def make_dirs(root: Path, parts: list[str]) -> int:
-    """Open (creating as needed) root/parts[0]/.../parts[-1], never through a symlink;
-    returns the directory's fd (the caller closes it)."""
+def make_dirs(root: Path, parts: list[str], create: bool = True) -> int:
+    """Open root/parts[0]/.../parts[-1] (creating what is missing, unless not `create`),
+    never through a symlink; returns the directory's fd (the caller closes it)."""
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for i, part in enumerate(parts):
-            try:
-                os.mkdir(part, 0o755, dir_fd=fd)
-            except FileExistsError:
-                pass
+            if create:
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                except FileExistsError:
+                    pass
             try:
                 sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError:
+            except OSError as exc:
+                if not create:
+                    raise ArtifactsRefused(f"{_q(part)} under {root} cannot be opened: {exc.strerror}") from None
                 raise ArtifactsRefused(
-                    f"{_q('/'.join(parts[: i + 1]))} under {root} is a symlink or not a "
-                    "directory: not writing through it"
+                    f"{_q('/'.join(parts[: i + 1]))} under {root} is a symlink or not a directory: not writing through it"
                 ) from None
             os.close(fd)
             fd = sub
@@ -133,7 +135,7 @@ def copy_file(src_root: Path, parts: list[str], dst_root: Path) -> int:
     """Put the regular file src_root/parts... at dst_root/parts...: a hard link where one can
     be made (no second copy of a checkpoint), else a copy (mtime kept); never reading or
     writing through a symlink. Returns the file's size."""
-    dir_fd = _open_dirs(src_root, parts[:-1])
+    dir_fd = make_dirs(src_root, parts[:-1], create=False)
     try:
         try:
             fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=dir_fd)
@@ -174,23 +176,6 @@ def _link_file(src_dir_fd: int, parts: list[str], dst_root: Path) -> bool:
         return True
     finally:
         os.close(dst_fd)
-
-
-def _open_dirs(root: Path, parts: list[str]) -> int:
-    """Like make_dirs, but only opens: a missing directory is an error, not created."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        for part in parts:
-            try:
-                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-            except OSError as exc:
-                raise ArtifactsRefused(f"{_q(part)} under {root} cannot be opened: {exc.strerror}") from None
-            os.close(fd)
-            fd = sub
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
 
 
 def _q(name: str) -> str:

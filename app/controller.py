@@ -123,8 +123,7 @@ class Controller:
         reuse: bool = False,
     ) -> Plan:
         """What a run would do: each job of the DAG, run or reused, and why."""
-        project.get(workflow_name)
-        return make_plan(project, self.store, self.home, workflow_name, overrides or {}, no_cache, reuse)
+        return self._plan(self.store, project, workflow_name, overrides, no_cache, reuse)
 
     def plan_in_thread(
         self,
@@ -135,10 +134,21 @@ class Controller:
         reuse: bool = False,
     ) -> Plan:
         """`plan` for a worker thread (hashing the project's files can take a while): on its own connection."""
-        project.get(workflow_name)
         return self.runs.in_own_store(
-            lambda store: make_plan(project, store, self.home, workflow_name, overrides or {}, no_cache, reuse)
+            lambda store: self._plan(store, project, workflow_name, overrides, no_cache, reuse)
         )
+
+    def _plan(
+        self,
+        store: Store,
+        project: Project,
+        workflow_name: str,
+        overrides: dict[str, str] | None,
+        no_cache: bool,
+        reuse: bool,
+    ) -> Plan:
+        project.get(workflow_name)  # an unknown workflow: one line, before any hashing
+        return make_plan(project, store, self.home, workflow_name, overrides or {}, no_cache, reuse)
 
     def variables(self, project: Project, workflow_name: str) -> dict[str, Scalar]:
         """Every variable a run of the workflow takes (its DAG's), with its default."""
