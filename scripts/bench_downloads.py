@@ -169,12 +169,12 @@ def main(argv: list[str] | None = None) -> int:
         for i in range(args.pairs):
             say(f"pair {i + 1}/{args.pairs}")
             back = tmp / "scp.bin"
-            scp.append(_timed(lambda: subprocess.run(sshd.scp_args(src, back), check=True)))
+            scp.append(_timed(lambda back=back: subprocess.run(sshd.scp_args(src, back), check=True)))
             back.unlink()
             # pull alone: the job ended while detached; `status` brings it (and its artifact) back
             run = _run_detached(project, env)
             _ended_on_runner(agent.data_dir, run)
-            pull.append(_timed(lambda: _status(project, env, run)))
+            pull.append(_timed(lambda run=run: _status(project, env, run)))
             stored = list((tmp / "controller" / "artifacts").glob("*/out/big.bin"))
             if not stored or stored[-1].stat().st_size != src.stat().st_size:
                 raise BenchError("the artifact did not arrive whole")
