@@ -67,7 +67,8 @@ class JobPythons:
             layers = [str(_site_packages(req_env))]  # its own _lanpool.pth adds the interpreter's below it
             paths.insert(0, str(req_env / "bin"))
         await _make_venv(interp, env_dir, layers)
-        _say(sink, f"python {interp.version} env {env_dir.name} ready in {time.monotonic() - started:.2f}s")
+        if version or requirements:  # a plain job's env is no news: its log stays the job's own
+            _say(sink, f"python {interp.version} env {env_dir.name} ready in {time.monotonic() - started:.2f}s")
         return {
             "VIRTUAL_ENV": str(env_dir),
             "PATH": os.pathsep.join([str(env_dir / "bin"), *paths, os.environ.get("PATH", "")]),

@@ -9,6 +9,7 @@ import hashlib
 import re
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 
@@ -222,3 +223,69 @@ def test_python_and_requirements_fields_are_bounded():
     for bad in ({"python": "3.10; rm -rf /"}, {"python": "3" * 40}, {"requirements": "a\nb"}):
         with pytest.raises(ProtocolError):
             decode_client_message(encode_message(SubmitJob("j1", "r", "w", ["true"], **bad))[4:])
+
+
+def test_a_stop_during_the_install_kills_pip_and_keeps_nothing(tmp_path: Path):
+    """Cancelling the start (what a stop does) kills pip's whole process group; no half layer is kept."""
+    workspace = tmp_path / "job" / "workspace"
+    slow = workspace / "slowpkg"
+    slow.mkdir(parents=True)
+    # An in-tree build backend that needs nothing installed (so pip stays offline) and hangs.
+    (slow / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "slow_backend"\nbackend-path = ["."]\n'
+    )
+    (slow / "slow_backend.py").write_text(
+        "import os, time\n"
+        f"def get_requires_for_build_wheel(config_settings=None):\n"
+        f"    open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(120)\n    return []\n"
+    )
+    (workspace / "requirements.txt").write_text("--no-index\n./slowpkg\n")
+    pythons = JobPythons(Pythons.discover(), tmp_path / "cache")
+
+    async def scenario() -> None:
+        task = asyncio.create_task(
+            pythons.prepare(
+                tmp_path / "job" / "pyenv", workspace, workspace, "", "requirements.txt", lambda s, d, c=False: None
+            )
+        )
+        for _ in range(600):
+            if (tmp_path / "pid").exists():
+                break
+            await asyncio.sleep(0.05)
+        assert (tmp_path / "pid").exists(), "pip never reached the build backend"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+
+    asyncio.run(scenario())
+    pid = int((tmp_path / "pid").read_text())
+    for _ in range(50):
+        if not Path(f"/proc/{pid}").exists():
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists()  # the build backend, a grandchild of pip, is gone
+    assert not any((d / ".lanpool-ready").exists() for d in (tmp_path / "cache").iterdir())
+
+
+def test_container_jobs_install_requirements_first_in_their_log():
+    from agent.job_env import container_commands
+
+    req = SubmitJob("j1", "r", "w", ["python main.py"], requirements="my reqs.txt", python="3.10")
+    assert container_commands(req) == [
+        "pip install --disable-pip-version-check --no-input -r 'my reqs.txt'",
+        "python main.py",
+    ]
+    assert container_commands(SubmitJob("j1", "r", "w", ["true"])) == ["true"]
+
+
+def test_a_version_is_not_checked_for_container_jobs():
+    from agent.executors import ExecutorChoice, ProcessExecutor
+
+    class Docker:
+        name, in_container = "docker", True
+
+    choice = ExecutorChoice("auto", ProcessExecutor(), Docker())  # type: ignore[arg-type]
+    assert choice.choose("python:2.5-slim", "", "2.5")[0].name == "docker"  # the image has it
+    with pytest.raises(ExecutorError, match="python 2.5 is not on this runner"):
+        choice.choose("", "", "2.5")

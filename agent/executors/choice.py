@@ -34,7 +34,7 @@ class ExecutorChoice:
         """The executor for a job, and a note for its log ("" if none); ExecutorError if it cannot run here
         (`python`, a version a process job needs, included)."""
         executor, note = self._choose(image, hint)
-        if not executor.in_container and python:
+        if python and not executor.in_container:
             check = getattr(executor, "pythons", None)  # a ProcessExecutor's JobPythons
             if check is not None:
                 check.check(python)
