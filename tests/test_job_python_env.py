@@ -289,3 +289,29 @@ def test_a_version_is_not_checked_for_container_jobs():
     assert choice.choose("python:2.5-slim", "", "2.5")[0].name == "docker"  # the image has it
     with pytest.raises(ExecutorError, match="python 2.5 is not on this runner"):
         choice.choose("", "", "2.5")
+
+
+def test_job_python_chooses_the_base(tmp_path: Path, controller_home: Path, cli, make_project):
+    from tests.harness import start_agent
+
+    others = [i for i in Pythons.discover().all[1:] if i.version != Pythons.discover().base.version]
+    if not others:
+        pytest.skip("no second python 3.x interpreter on this machine")
+    base = others[-1]
+    bad = subprocess.run(
+        [AGENT_PYTHON, "-m", "app.cli.main", "agent", "serve", "--no-mdns", "--port", "0", "--host", "127.0.0.1"]
+        + ["--data-dir", str(tmp_path / "bad"), "--job-python", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 1 and bad.stderr.strip().count("\n") == 0
+    assert "--job-python" in bad.stderr and "Traceback" not in bad.stderr
+    agent = start_agent(tmp_path / "agent", controller_home, extra_args=["--job-python", base.path])
+    try:
+        project = make_project("workflows:\n  - name: v\n    commands:\n      - python -V\n")
+        done = cli("headless", "run", "v", "--runner", agent.address, cwd=project)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"Python {base.version}." in done.stdout
+    finally:
+        agent.stop()
