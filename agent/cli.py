@@ -89,6 +89,13 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
         metavar="SIZE",
         help="bound on the cache of uploaded files (e.g. 20G, the default); least recently used go first",
     )
+    serve.add_argument(
+        "--job-python",
+        default=None,
+        metavar="PATH",
+        help="the interpreter process jobs' environments are layered on: its packages (torch, "
+        "Lightning) are theirs (default: the agent's own); python3.X on PATH and pyenv's serve `version:`",
+    )
     serve.add_argument("-v", "--verbose", action="store_true", help="log every connection and job")
 
     auth = sub.add_parser("authorize", help="allow a controller's public key to connect")
@@ -172,6 +179,7 @@ async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
         mdns_interfaces=args.mdns_interface or None,
         pairing_ttl_s=args.pairing_ttl * 60,
         blob_cache_size=parse_size(args.blob_cache_size) if args.blob_cache_size else None,
+        job_python=args.job_python,
     )
 
 

@@ -5,6 +5,7 @@ for node 0 of a multi-node job; GLOO/NCCL_SOCKET_IFNAME name the interface that
 carries the node's LAN address; the GPU variables make the job see exactly its GPUs.
 """
 
+import shlex
 import socket
 from pathlib import Path
 
@@ -30,6 +31,15 @@ def job_env(
     if asked_gpus or in_container:  # a process that did not ask sees every GPU, as before
         env.update(gpu_env(gpus, in_container))
     return env
+
+
+def container_commands(req: SubmitJob) -> list[str]:
+    """A container job's commands: its requirements installed first, pip's progress in its log
+    (a process job gets its own environment instead: agent.job_python)."""
+    if not req.requirements:
+        return list(req.commands)
+    install = f"pip install --disable-pip-version-check --no-input -r {shlex.quote(req.requirements)}"
+    return [install, *req.commands]
 
 
 def free_port() -> int:

@@ -25,7 +25,7 @@ from agent.executors import Execution, Executor, ExecutorChoice, ExecutorError, 
 from agent.gpus import GpuAllocator, GpuError
 from agent.home import AgentHome
 from agent.job import Job
-from agent.job_env import free_port, job_env
+from agent.job_env import container_commands, free_port, job_env
 from agent.job_request import JobError, check_job_id, check_request, parse_resources
 from agent.journal import JobRecord
 from agent.metrics_tail import POLL_S as METRICS_POLL_S
@@ -142,7 +142,7 @@ class JobManager:
             raise JobError(ErrorCode.JOB_EXISTS, f"job {req.job_id!r} already exists on this runner")
         check_request(req)
         try:
-            executor, note = self.executors.choose(req.image, req.executor)
+            executor, note = self.executors.choose(req.image, req.executor, req.python)
         except ExecutorError as exc:
             raise JobError(ErrorCode.BAD_REQUEST, str(exc)) from None
         resources = parse_resources(req.resources)
@@ -189,11 +189,13 @@ class JobManager:
         env = job_env(req, workspace, executor.in_container, gpus, resources.gpu is not None, record.master_port)
         launch = Launch(
             req.job_id,
-            list(req.commands),
+            container_commands(req) if executor.in_container else list(req.commands),
             workspace,
             working_dir,
             env,
             run_name=req.run_name,
+            python=req.python,
+            requirements=req.requirements,
             image=record.image,
             pull=req.pull,
             gpus=tuple(gpus),

@@ -19,10 +19,12 @@ from agent.errors import AgentError
 from agent.executors import ExecutorChoice, ProcessExecutor
 from agent.gpus import GpuAllocator, detect_gpus
 from agent.home import AgentHome
+from agent.job_python import JobPythons
 from agent.jobs import DEFAULT_GRACE_S, JobManager
 from agent.keys import add_authorized_key, load_or_create_host_key
 from agent.mdns import Advertiser, advertise_addresses, txt_record
 from agent.pairing import CODE_TTL_S, Lockout, Pairing, PairingGrant, PairingResponder, PairingState
+from agent.pythons import Pythons
 from agent.resources import detect_resources
 from agent.session import ChannelSession
 from protocol import ENCRYPTION_ALGS, PROTOCOL_VERSION, SUBSYSTEM, key_text
@@ -165,8 +167,11 @@ class _AgentSSHServer(asyncssh.SSHServer):
         return False
 
 
-def build_executors(mode: str, home: AgentHome, volumes: list[str] | None = None) -> ExecutorChoice:
-    """The executors of `--executor MODE`: Docker when asked and an engine answers now."""
+def build_executors(
+    mode: str, home: AgentHome, volumes: list[str] | None = None, job_python: str | None = None
+) -> ExecutorChoice:
+    """The executors of `--executor MODE`: Docker when asked and an engine answers now; process
+    jobs in environments on `job_python` (`--job-python`, default the agent's own interpreter)."""
     docker = None
     if mode == "docker" or (mode == "auto" and _engine_may_exist()):
         from agent.executors.docker import DockerExecutor, DockerUnavailable, parse_volume
@@ -181,7 +186,8 @@ def build_executors(mode: str, home: AgentHome, volumes: list[str] | None = None
             if mode == "docker":
                 raise AgentError(f"--executor docker: {exc}") from None
             log.warning("%s; jobs run as plain processes", exc)
-    return ExecutorChoice(mode, ProcessExecutor(), docker)
+    pythons = JobPythons(Pythons.discover(job_python), home.root / "pyenvs")
+    return ExecutorChoice(mode, ProcessExecutor(pythons), docker)
 
 
 def _engine_may_exist() -> bool:
@@ -204,8 +210,10 @@ class Agent:
         mdns_interfaces: list[str] | None = None,
         pairing_ttl_s: float = CODE_TTL_S,
         blob_cache_size: int | None = None,
+        job_python: str | None = None,
     ) -> None:
         self.home = home
+        self.job_python = job_python
         self.blob_cache_size = blob_cache_size
         self.name = name
         self.host = host
@@ -231,13 +239,16 @@ class Agent:
         host_key = load_or_create_host_key(self.home.host_key)
         if not self.home.authorized_keys.exists():
             self.home.authorized_keys.touch(mode=0o600)
-        executors = await asyncio.to_thread(build_executors, self.executor_mode, self.home, self.docker_volumes)
+        executors = await asyncio.to_thread(
+            build_executors, self.executor_mode, self.home, self.docker_volumes, self.job_python
+        )
         gpus = await asyncio.to_thread(detect_gpus)
         self.manager = JobManager(self.home, executors, self.grace_s, GpuAllocator([g.index for g in gpus]))
         if self.blob_cache_size is not None:
             self.manager.blobs.budget = self.blob_cache_size
         self.manager.blobs.create()
-        self.resources = detect_resources(gpus, executors.kind)
+        pythons = executors.process.pythons.pythons if isinstance(executors.process, ProcessExecutor) else None
+        self.resources = detect_resources(gpus, executors.kind, pythons.versions() if pythons else "")
         await self.manager.load_journal()
         self.manager.listeners.append(self._on_jobs_changed)
         self._server = await asyncssh.create_server(
@@ -356,6 +367,7 @@ async def serve(
     mdns_interfaces: list[str] | None = None,
     pairing_ttl_s: float = CODE_TTL_S,
     blob_cache_size: int | None = None,
+    job_python: str | None = None,
 ) -> None:
     """Run an agent until SIGINT/SIGTERM."""
     agent = Agent(
@@ -370,6 +382,7 @@ async def serve(
         mdns_interfaces=mdns_interfaces,
         pairing_ttl_s=pairing_ttl_s,
         blob_cache_size=blob_cache_size,
+        job_python=job_python,
     )
     await agent.start()
     print(

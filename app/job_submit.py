@@ -32,6 +32,8 @@ async def submit_job(
         "env": job.env,
         "artifacts": job.artifacts,
         "image": job.image,
+        "python": job.python,
+        "requirements": job.requirements,
         "working_dir": job.working_dir,
         "snapshot": launch.snapshot_digest,
         "resources": job.resources,
@@ -63,6 +65,8 @@ async def submit_job(
                     resources=job.resources,
                     executor=job.executor,
                     pick_master_port=(node == 0 and gang.size > 1),
+                    python=job.python,
+                    requirements=job.requirements,
                 )
             )
             if accepted.job_id != job_id or status.job_id != job_id:

@@ -159,6 +159,8 @@ def _inputs(job: ResolvedJob, files: dict[str, str], dep_keys: dict[str, str], t
     }
     if job.resume_from:  # only when set: keys of jobs without it stay what they were
         spec["resume_from"] = job.resume_from
+    if job.python or job.requirements:  # the pip line left the commands: the key still sees them
+        spec["python"], spec["requirements"] = job.python, job.requirements
     files_digest = _digest(files)
     return {
         "spec": spec,

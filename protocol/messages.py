@@ -224,6 +224,8 @@ class SubmitJob:
     executor: str = ""  # hint: "docker" or "process"; "" = the runner decides
     # Node 0 of a multi-node job: pick a free port here and set MASTER_PORT to it.
     pick_master_port: bool = False
+    python: str = ""  # "3.10": the version the job needs ("" = the runner's base interpreter)
+    requirements: str = ""  # a file in the workspace (relative to working_dir) installed before the commands
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,13 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "stream": _WORD,
     "pull": _WORD,
     "executor": _WORD,
+    "python": _Bound(
+        max_len=16,
+        text=True,
+        pattern=re.compile(r"[0-9]{1,3}(\.[0-9]{1,4}){0,2}"),
+        pattern_says="must be a version such as 3.10",
+    ),
+    "requirements": _PATH,
     "workspace": _PATH,
     "working_dir": _PATH,
     "path": _PATH,

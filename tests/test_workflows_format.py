@@ -158,10 +158,10 @@ def test_python_provider_with_a_list_of_args(dstack_project: Project):
     assert (wf.requirements, wf.script, wf.args) == ("requirements.txt", "download_model.py", ["--model", "$model"])
     assert wf.commands == []
     job = resolve(dstack_project, "download-model", {}, BUILTINS)
-    assert job.image == "python:3.10"
-    assert job.commands[0] == "pip install -q -r requirements.txt"
+    assert job.image == "python:3.10-slim"
+    assert (job.python, job.requirements) == ("3.10", "requirements.txt")  # the runner installs them
     # each list element is one argument; the variable is substituted inside it
-    assert job.commands[1] in ("python download_model.py --model 117M", 'python download_model.py --model "117M"')
+    assert job.commands[0] in ("python download_model.py --model 117M", 'python download_model.py --model "117M"')
 
 
 def test_python_provider_with_a_string_of_args(dstack_project: Project):
@@ -169,9 +169,8 @@ def test_python_provider_with_a_string_of_args(dstack_project: Project):
     assert wf.version == "3.9"
     assert wf.args == "--model-name $model --run $run_name $variables_as_args"
     job = resolve(dstack_project, "finetune-model", {}, BUILTINS)
-    assert job.image == "python:3.9"
+    assert job.image == "python:3.9-slim"
     assert job.commands == [
-        "pip install -q -r requirements.txt",
         "python finetune.py --model-name 117M --run run-1 --steps 1000 --sample_every 100",
     ]
 

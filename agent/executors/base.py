@@ -30,6 +30,8 @@ class Launch:
     working_dir: Path
     env: dict[str, str] = field(default_factory=dict)
     run_name: str = ""
+    python: str = ""  # "3.10": the interpreter a process job runs with; "" = the runner's base
+    requirements: str = ""  # a requirements file (relative to working_dir) installed before the commands
     # Containers only (the process executor runs on the host as it is):
     image: str = ""
     pull: str = "missing"  # never | missing | always

@@ -30,8 +30,17 @@ class ExecutorChoice:
         """What runs jobs that name an image here: "docker" or "process" (shown to controllers)."""
         return "docker" if self.docker is not None else "process"
 
-    def choose(self, image: str, hint: str = "") -> tuple[Executor, str]:
-        """The executor for a job, and a note for its log ("" if none); ExecutorError if it cannot run here."""
+    def choose(self, image: str, hint: str = "", python: str = "") -> tuple[Executor, str]:
+        """The executor for a job, and a note for its log ("" if none); ExecutorError if it cannot run here
+        (`python`, a version a process job needs, included)."""
+        executor, note = self._choose(image, hint)
+        if python and not executor.in_container:
+            check = getattr(executor, "pythons", None)  # a ProcessExecutor's JobPythons
+            if check is not None:
+                check.check(python)
+        return executor, note
+
+    def _choose(self, image: str, hint: str) -> tuple[Executor, str]:
         if hint not in ("", "docker", "process"):
             raise ExecutorError(f"unknown executor {hint!r}: use 'docker' or 'process'")
         if hint == "process":

@@ -4,9 +4,10 @@ import asyncio
 import contextlib
 import os
 import signal
-import sys
 
 from agent.executors.base import Adoption, ExecutorError, Handle, Launch, Outcome, OutputSink
+from agent.job_python import JobPythons
+from agent.pythons import Pythons
 
 _READ_SIZE = 64 * 1024
 # A line longer than this is cut, so one runaway line cannot hold memory.
@@ -21,13 +22,29 @@ class ProcessExecutor:
     name = "process"
     in_container = False
     outlives_agent = False  # its pipes die with the agent
-    cancellable_start = False  # a process starts at once: a stop signals it once started
+    # Building the job's Python environment may install requirements for minutes:
+    # a stop gives that up (a cancelled spawn kills the just-started bash).
+    cancellable_start = True
+
+    def __init__(self, pythons: JobPythons | None = None) -> None:
+        """`pythons` None: the agent's own interpreter as the base, requirements uncached."""
+        self.pythons = pythons or JobPythons(Pythons.discover(), None)
 
     async def start(self, launch: Launch, sink: OutputSink) -> "ProcessExecution":
         env = dict(os.environ)
-        # `python` in a job is the agent's own interpreter (its venv has torch
-        # and lightning), ahead of whatever else is on PATH.
-        env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
+        env.pop("PYTHONHOME", None)
+        # The job's own env (jobs/<id>/pyenv) on a base that has torch and lightning: `python`
+        # and `pip` in the commands are its, so a `pip install` never writes the agent's.
+        env.update(
+            await self.pythons.prepare(
+                launch.workspace.parent / "pyenv",
+                launch.workspace,
+                launch.working_dir,
+                launch.python,
+                launch.requirements,
+                sink,
+            )
+        )
         env.update(launch.env)
         # set -e: a failing command ends the job with its exit code, as in dstack.
         script = "set -e\n" + "\n".join(launch.commands) + "\n"

@@ -34,6 +34,8 @@ class ResolvedJob:
     executor: str
     variables: dict[str, str] = field(default_factory=dict)
     resume_from: str = ""  # RUN|JOB|WORKFLOW:TAG to resume from ("" : none)
+    python: str = ""  # `version:` of provider python: the interpreter (or image) the runner gives the job
+    requirements: str = ""  # installed by the runner into the job's own environment, before the commands
 
 
 def coerce_override(name: str, text: str, default: Scalar | None) -> Scalar:
@@ -115,7 +117,7 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
     if any(c.isspace() for c in resume_from):
         raise err(f"'resume-from' must be one run name, job id or WORKFLOW:TAG, not {resume_from!r}", "resume-from")
     if wf.provider == "python" and not image:
-        image = f"python:{wf.version or DEFAULT_PYTHON}"
+        image = f"python:{wf.version or DEFAULT_PYTHON}-slim"  # where the job runs in a container
     return ResolvedJob(
         workflow=wf.name,
         commands=commands,
@@ -130,6 +132,8 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         executor=wf.executor,
         variables={k: v for k, v in values.items() if k in _used_variables(wf, own)},
         resume_from=resume_from,
+        python=wf.version if wf.provider == "python" else "",
+        requirements=wf.requirements if wf.provider == "python" else "",
     )
 
 
@@ -155,12 +159,11 @@ def _used_variables(wf: Workflow, own: dict[str, str]) -> set[str]:
 
 
 def _commands_of(wf: Workflow) -> list[str]:
-    """The shell lines of a workflow; `provider: python` becomes pip + python lines."""
+    """The shell lines of a workflow; `provider: python` becomes a python line (its `requirements:`
+    the runner installs into the job's own environment: ResolvedJob.requirements)."""
     if wf.provider != "python":
         return wf.commands
     lines = []
-    if wf.requirements:
-        lines.append(f"pip install -q -r {wf.requirements}")
     if isinstance(wf.args, str):
         args = wf.args
     else:

@@ -1,0 +1,176 @@
+"""Each process job's own Python environment, layered on an interpreter the runner offers.
+
+jobs/<id>/pyenv is a venv made with `--without-pip` (tens of milliseconds) whose
+`_lanpool.pth` adds, after its own site-packages, the requirements environment
+(if the job has `requirements:`) and then the interpreter's site-packages: the
+job sees the runner's torch and Lightning without a copy, and `pip install` in
+its commands (a `pip` script in its bin/ runs `python -m pip` with the base's
+pip) writes into jobs/<id>/pyenv only. pip never removes a package from a layer
+below ("outside environment"): a newer version lands in the job's env and
+shadows it.
+
+Requirements install once per (interpreter, requirements text) into
+pyenvs/<key>/ of the agent's data dir, with pip's output in the job's log, and
+are reused read-only by every later job with the same key: jobs layer on it and
+never install into it. The key is the file's text, not what it points at (a
+local `./pkg` that changed is not noticed: change the file, or `app agent gc`).
+"""
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+from agent.executors.base import ExecutorError, OutputSink
+from agent.pythons import Interpreter, Pythons, PythonsError
+
+log = logging.getLogger(__name__)
+
+_DONE = ".lanpool-ready"  # written last: a requirements env without it is half-built
+_INSTALL_TIMEOUT_S = 3 * 3600.0
+_MAX_LINE = 1024 * 1024
+
+
+class JobPythons:
+    def __init__(self, pythons: Pythons, cache_dir: Path | None) -> None:
+        """`cache_dir` None: requirements install into each job's env, uncached."""
+        self.pythons = pythons
+        self.cache_dir = cache_dir
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def check(self, version: str) -> None:
+        """ExecutorError (one line, what the runner has) when `version` is not here."""
+        try:
+            self.pythons.pick(version)
+        except PythonsError as exc:
+            raise ExecutorError(str(exc)) from None
+
+    async def prepare(
+        self, env_dir: Path, workspace: Path, working_dir: Path, version: str, requirements: str, sink: OutputSink
+    ) -> dict[str, str]:
+        """Build the job's env (and its requirements layer); the variables that make the job use it."""
+        try:
+            interp = self.pythons.pick(version)
+        except PythonsError as exc:
+            raise ExecutorError(str(exc)) from None
+        started = time.monotonic()
+        layers = list(interp.site_dirs)
+        paths = [interp.bin_dir]
+        if requirements:
+            req_file = _requirements_file(workspace, working_dir, requirements)
+            req_env = await self._requirements_env(interp, env_dir, working_dir, req_file, requirements, sink)
+            layers = [str(_site_packages(req_env))]  # its own _lanpool.pth adds the interpreter's below it
+            paths.insert(0, str(req_env / "bin"))
+        await _make_venv(interp, env_dir, layers)
+        if version or requirements:  # a plain job's env is no news: its log stays the job's own
+            _say(sink, f"python {interp.version} env {env_dir.name} ready in {time.monotonic() - started:.2f}s")
+        return {
+            "VIRTUAL_ENV": str(env_dir),
+            "PATH": os.pathsep.join([str(env_dir / "bin"), *paths, os.environ.get("PATH", "")]),
+        }
+
+    async def _requirements_env(
+        self, interp: Interpreter, env_dir: Path, working_dir: Path, req_file: Path, requirements: str, sink: OutputSink
+    ) -> Path:
+        text = req_file.read_bytes()
+        key = hashlib.sha256(f"{interp.path}\0{interp.version}\0".encode() + text).hexdigest()[:20]
+        if self.cache_dir is None:
+            target = env_dir.with_name(env_dir.name + "-requirements")
+        else:
+            target = self.cache_dir / key
+        lock = self._locks.setdefault(key, asyncio.Lock())  # two jobs with one key: one installs
+        async with lock:
+            if (target / _DONE).exists():
+                _say(sink, f"requirements {requirements}: cached ({key}), nothing to install")
+                return target
+            shutil.rmtree(target, ignore_errors=True)  # a half-built one (the agent stopped mid-install)
+            await _make_venv(interp, target, list(interp.site_dirs))
+            _say(sink, f"requirements {requirements}: installing into python {interp.version} env {key}")
+            started = time.monotonic()
+            command = [str(target / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
+            code = await _run(
+                f"pip install -r {requirements}",
+                [*command, "--no-input", "-r", str(req_file)],
+                working_dir,
+                {"VIRTUAL_ENV": str(target)},
+                sink,
+            )
+            if code != 0:
+                shutil.rmtree(target, ignore_errors=True)
+                raise ExecutorError(f"pip install -r {requirements} failed (exit {code}); its output is in the log")
+            (target / _DONE).write_text(requirements + "\n")
+            _say(sink, f"requirements {requirements}: installed in {time.monotonic() - started:.1f}s, cached")
+        return target
+
+
+def _requirements_file(workspace: Path, working_dir: Path, requirements: str) -> Path:
+    """The file, which must be in the job's workspace (relative to its working dir, as pip -r took it)."""
+    path = (working_dir / requirements).resolve()
+    if not path.is_relative_to(workspace.resolve()) or not path.is_file():
+        raise ExecutorError(f"requirements {requirements!r}: no such file in the job's workspace")
+    return path
+
+
+async def _make_venv(interp: Interpreter, env_dir: Path, layers: list[str]) -> None:
+    """A venv without pip, seeing `layers` after its own site-packages; `pip` runs the layers' pip into it."""
+    env_dir.parent.mkdir(parents=True, exist_ok=True)
+    code = await _run(
+        "python -m venv", [interp.path, "-I", "-m", "venv", "--without-pip", str(env_dir)], env_dir.parent, {}, None
+    )
+    if code != 0:
+        raise ExecutorError(f"could not create the job's python {interp.version} environment (venv exit {code})")
+    # `import site` lines so the layers' own .pth files (editable installs) are read too.
+    pth = "".join(f"import site; site.addsitedir({d!r})\n" for d in layers)
+    (_site_packages(env_dir) / "_lanpool.pth").write_text(pth)
+    python = env_dir / "bin" / "python"
+    for name in ("pip", "pip3", f"pip{interp.version}"):
+        script = env_dir / "bin" / name
+        script.write_text(f'#!/bin/sh\nexec "{python}" -m pip "$@"\n')
+        script.chmod(0o755)
+
+
+def _site_packages(env_dir: Path) -> Path:
+    found = sorted((env_dir / "lib").glob("python3*/site-packages"))
+    if not found:
+        raise ExecutorError(f"the python environment {env_dir.name} has no site-packages")
+    return found[0]
+
+
+async def _run(what: str, argv: list[str], cwd: Path, extra_env: dict[str, str], sink: OutputSink | None) -> int:
+    """Run a helper command, its output to the job's log; killed with its group if the start is cancelled."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH", "PIP_USER")}
+    env.update(extra_env)
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=cwd,
+        env=env,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+        limit=_MAX_LINE,
+    )
+    assert proc.stdout is not None
+    try:
+        async with asyncio.timeout(_INSTALL_TIMEOUT_S):
+            async for line in proc.stdout:
+                if sink is not None:
+                    sink("out", line if line.endswith(b"\n") else line + b"\n")
+            return await proc.wait()
+    except (asyncio.CancelledError, TimeoutError, ValueError) as exc:  # ValueError: a line past _MAX_LINE
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        why = f"ran over {_INSTALL_TIMEOUT_S / 3600:g} h" if isinstance(exc, TimeoutError) else "wrote a line too long"
+        raise ExecutorError(f"{what} {why}; killed") from None
+
+
+def _say(sink: OutputSink, text: str) -> None:
+    sink("sys", f"lanpool: {text}\n".encode())

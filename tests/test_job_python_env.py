@@ -1,0 +1,317 @@
+"""Each process job in its own Python environment (issue #14): layered on the runner's base
+interpreter, requirements installed into a cached layer with pip's output in the job's log,
+`version:` matched to an interpreter of the runner or refused at submit, and the agent's
+own environment never written by a job. Offline: the packages are wheels made here."""
+
+import asyncio
+import base64
+import hashlib
+import re
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from agent.executors import ExecutorError
+from agent.job_python import JobPythons
+from agent.pythons import Pythons
+from protocol import ProtocolError, SubmitJob, decode_client_message, encode_message
+
+AGENT_PYTHON = sys.executable  # tests/harness.py starts the agent with this interpreter
+
+
+def make_wheel(dest: Path, name: str, body: str = "VALUE = 42\n") -> Path:
+    """A pure-python wheel of module `name` (pip installs it offline, without building anything)."""
+    dist = name.replace("_", "-")
+    files = {
+        f"{name}/__init__.py": body,
+        f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n",
+        f"{name}-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(text.encode())}")
+    record.append(f"{name}-1.0.dist-info/RECORD,,")
+    dest.mkdir(parents=True, exist_ok=True)
+    wheel = dest / f"{name}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as zf:
+        for path, text in files.items():
+            zf.writestr(path, text)
+        zf.writestr(f"{name}-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+    return wheel
+
+
+def _freeze() -> str:
+    return subprocess.run(
+        [AGENT_PYTHON, "-m", "pip", "freeze", "--all"], capture_output=True, text=True, check=True
+    ).stdout
+
+
+PY_WORKFLOWS = """
+workflows:
+  - name: demo
+    provider: python
+    script: main.py
+    requirements: requirements.txt
+    args: [--n, "${{ n }}"]
+"""
+MAIN_PY = """
+import sys, lanpool_demo, msgpack
+print("demo value", lanpool_demo.VALUE, "n", sys.argv[2])
+print("prefix", sys.prefix)
+print("demo from", lanpool_demo.__file__)
+"""
+
+
+def _ready_seconds(out: str) -> float:
+    found = re.findall(r"env pyenv ready in ([0-9.]+)s", out)
+    assert found, out
+    return float(found[-1])
+
+
+def test_requirements_install_into_a_cached_layer_with_output_in_the_log(agent, cli, make_project):
+    project = make_project(
+        PY_WORKFLOWS,
+        files={
+            "main.py": MAIN_PY,
+            "requirements.txt": "--no-index\n./wheels/lanpool_demo-1.0-py3-none-any.whl\n",
+            ".lanpool/variables.yaml": "variables:\n  demo:\n    n: 1\n",
+        },
+    )
+    make_wheel(project / "wheels", "lanpool_demo")
+    before = _freeze()
+
+    first = cli("headless", "run", "demo", "--runner", agent.address, cwd=project)
+    assert first.returncode == 0, first.stdout + first.stderr
+    out = first.stdout + first.stderr  # the agent's own ("sys") lines go to stderr
+    assert "requirements requirements.txt: installing into python" in out
+    assert "Successfully installed lanpool-demo-1.0" in out  # pip's own output, in the job's log
+    assert "demo value 42 n 1" in out  # the layer and the base (msgpack) both seen
+    assert re.search(r"prefix .*/jobs/[^/]+/pyenv$", out, re.M)
+    assert "/pyenvs/" in out  # the package lives in the cached layer, not in the job's env
+
+    second = cli("headless", "run", "demo", "--runner", agent.address, "--no-cache", cwd=project)
+    assert second.returncode == 0, second.stdout + second.stderr
+    out = second.stdout + second.stderr
+    assert "nothing to install" in out
+    assert "Successfully installed" not in out and "installing into" not in out
+    assert "demo value 42" in out
+    print("env ready: first", _ready_seconds(first.stdout + first.stderr), "s, cached", _ready_seconds(out), "s")
+    assert _ready_seconds(out) < 2.0  # a venv and a .pth: no install
+    assert _freeze() == before  # neither run wrote the agent's environment
+
+
+def test_a_jobs_pip_install_goes_to_its_own_env_never_the_agents(agent, cli, make_project, tmp_path):
+    project = make_project(
+        """
+workflows:
+  - name: installs
+    commands:
+      - pip install --no-index ./wheels/lanpool_probe-1.0-py3-none-any.whl
+      - python -c "import lanpool_probe, sys; print('probe at', lanpool_probe.__file__)"
+      - python -m pip install --no-index ./wheels/lanpool_probe2-1.0-py3-none-any.whl
+      - python -c "import msgpack; print('base seen')"
+      - echo "venv $VIRTUAL_ENV"
+  - name: later
+    commands:
+      - python -c "import lanpool_probe" || echo "probe not installed here"
+"""
+    )
+    make_wheel(project / "wheels", "lanpool_probe")
+    make_wheel(project / "wheels", "lanpool_probe2")
+    before = _freeze()
+    done = cli("headless", "run", "installs", "--runner", agent.address, cwd=project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"probe at .*/jobs/[^/]+/pyenv/lib/python3[^/]*/site-packages/lanpool_probe", done.stdout)
+    assert "base seen" in done.stdout
+    assert _freeze() == before  # pip freeze of the agent's interpreter unchanged
+    probe = subprocess.run([AGENT_PYTHON, "-c", "import lanpool_probe"], capture_output=True)
+    assert probe.returncode != 0  # and the agent cannot import what the job installed
+    # Another job does not see it either: each job has its own env.
+    later = cli("headless", "run", "later", "--runner", agent.address, cwd=project)
+    assert "probe not installed here" in later.stdout, later.stdout + later.stderr
+
+
+def test_a_version_the_runner_lacks_is_refused_at_submit_with_what_it_has(agent, cli, make_project):
+    project = make_project(
+        "workflows:\n  - name: old\n    provider: python\n    version: '2.5'\n    script: main.py\n",
+        files={"main.py": "print('never')\n"},
+    )
+    done = cli("headless", "run", "old", "--runner", agent.address, cwd=project)
+    assert done.returncode != 0
+    assert "never" not in done.stdout
+    err = done.stderr.strip().splitlines()
+    line = next(x for x in err if "python 2.5 is not on this runner" in x)
+    assert f"it has {sys.version_info.major}.{sys.version_info.minor} (base" in line
+    assert "Traceback" not in done.stderr
+
+
+def test_a_version_the_runner_has_runs_with_that_interpreter(agent, cli, make_project):
+    others = [i for i in Pythons.discover().all[1:] if i.version in ("3.10", "3.12", "3.13", "3.9")]
+    if not others:
+        pytest.skip("no second python 3.x interpreter on this machine")
+    version = others[0].version
+    project = make_project(
+        f"workflows:\n  - name: v\n    provider: python\n    version: '{version}'\n    script: main.py\n",
+        files={"main.py": "import sys; print('running %d.%d' % sys.version_info[:2])\n"},
+    )
+    done = cli("headless", "run", "v", "--runner", agent.address, cwd=project)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"running {version}" in done.stdout
+
+
+def test_runner_reports_its_interpreters_base_first(agent):
+    from tests.test_docker_executor import _hello
+
+    reported = asyncio.run(_hello(agent)).resources["python"]
+    assert isinstance(reported, str)
+    assert reported.split(",")[0] == f"{sys.version_info.major}.{sys.version_info.minor}"
+    assert reported.split(",") == [i.version for i in Pythons.discover().all]
+
+
+# -- the pieces, without an agent ------------------------------------------------------
+
+
+def test_requirements_outside_the_workspace_are_refused(tmp_path: Path):
+    workspace = tmp_path / "job" / "workspace"
+    workspace.mkdir(parents=True)
+    (tmp_path / "secret.txt").write_text("nothing\n")
+    lines: list[bytes] = []
+    pythons = JobPythons(Pythons.discover(), tmp_path / "cache")
+    with pytest.raises(ExecutorError, match="no such file in the job's workspace"):
+        asyncio.run(
+            pythons.prepare(
+                tmp_path / "job" / "pyenv",
+                workspace,
+                workspace,
+                "",
+                "../../secret.txt",
+                lambda s, d, c=False: lines.append(d),
+            )
+        )
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_failed_install_fails_the_start_and_is_not_cached(tmp_path: Path):
+    workspace = tmp_path / "job" / "workspace"
+    workspace.mkdir(parents=True)
+    (workspace / "requirements.txt").write_text("--no-index\nno-such-package-lanpool==9\n")
+    lines: list[bytes] = []
+    pythons = JobPythons(Pythons.discover(), tmp_path / "cache")
+    with pytest.raises(ExecutorError, match=r"pip install -r requirements.txt failed"):
+        asyncio.run(
+            pythons.prepare(
+                tmp_path / "job" / "pyenv",
+                workspace,
+                workspace,
+                "",
+                "requirements.txt",
+                lambda s, d, c=False: lines.append(d),
+            )
+        )
+    assert any(b"no-such-package-lanpool" in line for line in lines)  # pip's reason is in the log
+    assert list((tmp_path / "cache").iterdir()) == []  # nothing half-built is kept for the next job
+
+
+def test_python_and_requirements_fields_are_bounded():
+    ok = SubmitJob("j1", "r", "w", ["true"], python="3.10", requirements="req/requirements.txt")
+    assert decode_client_message(encode_message(ok)[4:]) == ok
+    for bad in ({"python": "3.10; rm -rf /"}, {"python": "3" * 40}, {"requirements": "a\nb"}):
+        with pytest.raises(ProtocolError):
+            decode_client_message(encode_message(SubmitJob("j1", "r", "w", ["true"], **bad))[4:])
+
+
+def test_a_stop_during_the_install_kills_pip_and_keeps_nothing(tmp_path: Path):
+    """Cancelling the start (what a stop does) kills pip's whole process group; no half layer is kept."""
+    workspace = tmp_path / "job" / "workspace"
+    slow = workspace / "slowpkg"
+    slow.mkdir(parents=True)
+    # An in-tree build backend that needs nothing installed (so pip stays offline) and hangs.
+    (slow / "pyproject.toml").write_text(
+        '[build-system]\nrequires = []\nbuild-backend = "slow_backend"\nbackend-path = ["."]\n'
+    )
+    (slow / "slow_backend.py").write_text(
+        "import os, time\n"
+        f"def get_requires_for_build_wheel(config_settings=None):\n"
+        f"    open({str(tmp_path / 'pid')!r}, 'w').write(str(os.getpid()))\n"
+        "    time.sleep(120)\n    return []\n"
+    )
+    (workspace / "requirements.txt").write_text("--no-index\n./slowpkg\n")
+    pythons = JobPythons(Pythons.discover(), tmp_path / "cache")
+
+    async def scenario() -> None:
+        task = asyncio.create_task(
+            pythons.prepare(
+                tmp_path / "job" / "pyenv", workspace, workspace, "", "requirements.txt", lambda s, d, c=False: None
+            )
+        )
+        for _ in range(600):
+            if (tmp_path / "pid").exists():
+                break
+            await asyncio.sleep(0.05)
+        assert (tmp_path / "pid").exists(), "pip never reached the build backend"
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+
+    asyncio.run(scenario())
+    pid = int((tmp_path / "pid").read_text())
+    for _ in range(50):
+        if not Path(f"/proc/{pid}").exists():
+            break
+        time.sleep(0.1)
+    assert not Path(f"/proc/{pid}").exists()  # the build backend, a grandchild of pip, is gone
+    assert not any((d / ".lanpool-ready").exists() for d in (tmp_path / "cache").iterdir())
+
+
+def test_container_jobs_install_requirements_first_in_their_log():
+    from agent.job_env import container_commands
+
+    req = SubmitJob("j1", "r", "w", ["python main.py"], requirements="my reqs.txt", python="3.10")
+    assert container_commands(req) == [
+        "pip install --disable-pip-version-check --no-input -r 'my reqs.txt'",
+        "python main.py",
+    ]
+    assert container_commands(SubmitJob("j1", "r", "w", ["true"])) == ["true"]
+
+
+def test_a_version_is_not_checked_for_container_jobs():
+    from agent.executors import ExecutorChoice, ProcessExecutor
+
+    class Docker:
+        name, in_container = "docker", True
+
+    choice = ExecutorChoice("auto", ProcessExecutor(), Docker())  # type: ignore[arg-type]
+    assert choice.choose("python:2.5-slim", "", "2.5")[0].name == "docker"  # the image has it
+    with pytest.raises(ExecutorError, match="python 2.5 is not on this runner"):
+        choice.choose("", "", "2.5")
+
+
+def test_job_python_chooses_the_base(tmp_path: Path, controller_home: Path, cli, make_project):
+    from tests.harness import start_agent
+
+    others = [i for i in Pythons.discover().all[1:] if i.version != Pythons.discover().base.version]
+    if not others:
+        pytest.skip("no second python 3.x interpreter on this machine")
+    base = others[-1]
+    bad = subprocess.run(
+        [AGENT_PYTHON, "-m", "app.cli.main", "agent", "serve", "--no-mdns", "--port", "0", "--host", "127.0.0.1"]
+        + ["--data-dir", str(tmp_path / "bad"), "--job-python", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 1 and bad.stderr.strip().count("\n") == 0
+    assert "--job-python" in bad.stderr and "Traceback" not in bad.stderr
+    agent = start_agent(tmp_path / "agent", controller_home, extra_args=["--job-python", base.path])
+    try:
+        project = make_project("workflows:\n  - name: v\n    commands:\n      - python -V\n")
+        done = cli("headless", "run", "v", "--runner", agent.address, cwd=project)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert f"Python {base.version}." in done.stdout
+    finally:
+        agent.stop()
