@@ -254,7 +254,7 @@ def _gc(home: AgentHome, args: argparse.Namespace) -> None:
         print(f"removed job {job_id}")
     print(
         f"freed {_mb(report.bytes_freed)}: {len(report.jobs_removed)} finished job(s), "
-        f"{report.blobs_removed} cached blob(s); kept {_mb(report.bytes_kept)} and "
+        f"{report.blobs_removed} cached blob(s), {report.pyenvs_removed} requirements env(s); kept {_mb(report.bytes_kept)} and "
         f"{report.kept_unfinished} unfinished job(s) in {home.root}"
     )
     if report.kept_recent:

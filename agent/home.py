@@ -7,6 +7,7 @@ data_dir/
   agent.json          pid, name, address of the running agent
   jobs/<id>/          job.json (journal), log.spool, workspace/
   blobs/<sha256>      content-addressed file cache: workspaces are built from it
+  pyenvs/<key>/       installed `requirements:` layers jobs' Python environments share
 """
 
 import json
@@ -43,6 +44,10 @@ class AgentHome:
     def legacy_transfer(self) -> Path:
         """The SFTP root of agents before protocol 3 (tars nobody reads now): `app agent gc` removes it."""
         return self.root / "transfer"
+
+    @property
+    def pyenvs(self) -> Path:
+        return self.root / "pyenvs"
 
     def job_dir(self, job_id: str) -> Path:
         return self.jobs / job_id

@@ -87,6 +87,7 @@ class JobPythons:
         async with lock:
             if (target / _DONE).exists():
                 _say(sink, f"requirements {requirements}: cached ({key}), nothing to install")
+                os.utime(target / _DONE)  # last used: `app agent gc` removes the least recently used first
                 return target
             shutil.rmtree(target, ignore_errors=True)  # a half-built one (the agent stopped mid-install)
             await _make_venv(interp, target, list(interp.site_dirs))

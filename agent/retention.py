@@ -1,15 +1,17 @@
-"""What a runner keeps on disk: finished jobs' directories and the blob cache, within a budget.
+"""What a runner keeps on disk: finished jobs' directories, the blob cache and the installed
+requirements layers of jobs' Python environments, within a budget.
 
 `app agent gc` removes finished jobs older than --keep-days, then, while the
 total of finished jobs and blobs exceeds --max-size, whichever is oldest of
-the two: a finished job (by when it finished) or a blob (by when it was last
-used). A job that has not finished (queued, starting, running) is never
+them: a finished job (by when it finished), a blob or a requirements layer (by
+when it was last used; a layer an unfinished job's environment uses is kept). A job that has not finished (queued, starting, running) is never
 touched, nor are its files. While the agent runs, gc cannot see what it is
 about to use (a blob a controller was just told is there, a finished job whose
 artifacts a controller has yet to pull), so it keeps what was used or finished
 in the last `recent_s` (an hour, from agent/cli.py) and says so.
 """
 
+import contextlib
 import logging
 import os
 import re
@@ -53,27 +55,51 @@ def tree_size(path: Path) -> int:
 class GcReport:
     jobs_removed: list[str] = field(default_factory=list)
     blobs_removed: int = 0
+    pyenvs_removed: int = 0  # installed requirements layers
     bytes_freed: int = 0
     kept_unfinished: int = 0
     kept_recent: int = 0  # used or finished too recently to remove while the agent runs
     bytes_kept: int = 0
 
 
-def finished_jobs(home: AgentHome) -> tuple[list[tuple[float, str, Path]], int]:
-    """(finished_at, job id, dir) of finished jobs, oldest first; and how many have not finished."""
-    done, unfinished = [], 0
+def finished_jobs(home: AgentHome) -> tuple[list[tuple[float, str, Path]], list[Path]]:
+    """(finished_at, job id, dir) of finished jobs, oldest first; and the dirs of those not finished."""
+    done: list[tuple[float, str, Path]] = []
+    unfinished: list[Path] = []
     if not home.jobs.is_dir():
-        return [], 0
+        return [], []
     for job_dir in home.jobs.iterdir():
         try:
             record = JobRecord.load(job_dir)
         except (OSError, ValueError, TypeError, KeyError):
             continue  # not a journal this agent can read: not ours to judge
         if not record.terminal:
-            unfinished += 1
+            unfinished.append(job_dir)
             continue
         done.append((record.finished_at or job_dir.stat().st_mtime, record.job_id, job_dir))
     return sorted(done), unfinished
+
+
+def requirement_layers(home: AgentHome, unfinished: list[Path]) -> list[tuple[float, int, Path]]:
+    """(last used, size, dir) of the installed requirements layers no unfinished job layers on.
+
+    A job's env names its layer in its `_lanpool.pth` (agent/job_python.py); the layer's
+    ready marker is touched each time a job reuses it."""
+    if not home.pyenvs.is_dir():
+        return []
+    in_use = set()
+    for job_dir in unfinished:
+        for pth in (job_dir / "pyenv").glob("lib/python3*/site-packages/_lanpool.pth"):
+            with contextlib.suppress(OSError):
+                in_use.add(pth.read_text())
+    out = []
+    for layer in home.pyenvs.iterdir():
+        if layer.is_symlink() or not layer.is_dir() or any(str(layer) + "/" in text for text in in_use):
+            continue
+        marker = layer / ".lanpool-ready"
+        used = marker.stat().st_mtime if marker.exists() else layer.stat().st_mtime
+        out.append((used, tree_size(layer), layer))
+    return out
 
 
 def collect(
@@ -81,7 +107,8 @@ def collect(
 ) -> GcReport:
     now = time.time() if now is None else now
     report = GcReport()
-    jobs, report.kept_unfinished = finished_jobs(home)
+    jobs, unfinished = finished_jobs(home)
+    report.kept_unfinished = len(unfinished)
     blobs = BlobCache(home.blobs)
     # Oldest first, jobs and blobs together: (when, kind, size, path, job id).
     candidates: list[tuple[float, str, int, Path, str]] = [
@@ -89,10 +116,11 @@ def collect(
     ]
     if home.blobs.is_dir():
         candidates += [(mtime, "blob", size, path, "") for mtime, size, path in blobs.entries()]
+    candidates += [(used, "pyenv", size, path, "") for used, size, path in requirement_layers(home, unfinished)]
     candidates.sort(key=lambda c: c[0])
     total = sum(c[2] for c in candidates)
     for when, kind, size, path, job_id in candidates:
-        too_old = kind == "job" and keep_days is not None and when < now - keep_days * 86400
+        too_old = kind in ("job", "pyenv") and keep_days is not None and when < now - keep_days * 86400
         over = max_size is not None and total > max_size
         if not (too_old or over):
             continue
@@ -102,6 +130,9 @@ def collect(
         if kind == "job":
             shutil.rmtree(path, ignore_errors=True)
             report.jobs_removed.append(job_id)
+        elif kind == "pyenv":
+            shutil.rmtree(path, ignore_errors=True)
+            report.pyenvs_removed += 1
         else:
             try:
                 path.unlink()

@@ -186,7 +186,7 @@ def build_executors(
             if mode == "docker":
                 raise AgentError(f"--executor docker: {exc}") from None
             log.warning("%s; jobs run as plain processes", exc)
-    pythons = JobPythons(Pythons.discover(job_python), home.root / "pyenvs")
+    pythons = JobPythons(Pythons.discover(job_python), home.pyenvs)
     return ExecutorChoice(mode, ProcessExecutor(pythons), docker)
 
 

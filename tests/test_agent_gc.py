@@ -96,3 +96,30 @@ def test_with_the_agent_running_what_was_used_in_the_last_hour_stays(tmp_path):
     assert report.jobs_removed == ["old"] and report.blobs_removed == 1 and report.kept_recent == 2
     assert not old.exists() and not stale_blob.exists()
     assert just_done.exists() and just_used.exists()
+
+
+def test_requirements_layers_go_least_recently_used_first_never_one_in_use(tmp_path):
+    home = _home(tmp_path)
+    running = _job(home, "running", "RUNNING", None, 10)
+
+    def layer(key: str, used_ago: float) -> Path:
+        path = home.pyenvs / key
+        (path / "lib").mkdir(parents=True)
+        (path / "lib" / "pkg.py").write_bytes(b"x" * 10_000)
+        marker = path / ".lanpool-ready"
+        marker.write_text("requirements.txt\n")
+        os.utime(marker, (time.time() - used_ago, time.time() - used_ago))
+        return path
+
+    in_use = layer("aaaa", 9000)  # the oldest, but a running job's env layers on it
+    stale = layer("bbbb", 5000)
+    fresh = layer("cccc", 10)
+    pth = running / "pyenv" / "lib" / "python3.11" / "site-packages" / "_lanpool.pth"
+    pth.parent.mkdir(parents=True)
+    pth.write_text(f"import site; site.addsitedir('{in_use}/lib/python3.11/site-packages')\n")
+    report = collect(home, None, 15_000)
+    assert report.pyenvs_removed == 1 and not stale.exists()
+    assert in_use.exists() and fresh.exists()
+    os.utime(fresh / ".lanpool-ready", (time.time() - 2000, time.time() - 2000))
+    report = collect(home, 0.01, None)  # --keep-days 0.01: layers unused for ~15 minutes go, unless in use
+    assert report.pyenvs_removed == 1 and not fresh.exists() and in_use.exists()
