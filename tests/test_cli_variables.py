@@ -194,4 +194,4 @@ def test_a_hyphenated_variable_reaches_the_job(agent, cli, make_project):
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("batch-size=32 args=") and "--batch-size 32" in res.stdout, res.stdout
     _error(cli("headless", "plan", "h", "--batch", "32", cwd=project), "unknown variable --batch for 'h'")
-    assert _plan_vars(cli, project, "h", "--batch_size=16", "--json") == {"batch-size": 16}
+    assert _plan_vars(cli, project, "h", "--batch_size=16", "--json") == {"batch-size": "16"}

@@ -53,6 +53,7 @@ def _project(ctl: Controller, args: argparse.Namespace, verb: str) -> Project:
 def _workflow_help(ctl: Controller, project: Project, name: str, verb: str) -> None:
     wf = project.get(name)
     print(f"usage: app headless {verb} [options] {name} [--VARIABLE VALUE ...]")
+    print("lanpool's options go before the workflow name (after it too, where no variable is spelled the same)")
     if wf.help:
         print(f"\n{wf.help}")
     variables = ctl.variables(project, name)
@@ -63,10 +64,7 @@ def _workflow_help(ctl: Controller, project: Project, name: str, verb: str) -> N
             print(f"  --{var.ljust(width)} {render_value(default)}")
     else:
         print("\nno variables (define them in .lanpool/variables.yaml)")
-    print(
-        "\noptions, before the workflow name: --runner NAME|HOST[:PORT], -d/--detach, --no-cache, --reuse, "
-        "--tag NAME, --json (after the name too, unless a variable is spelled the same)"
-    )
+    print("\noptions: --runner NAME|HOST[:PORT], -d/--detach, --no-cache, --reuse, --tag NAME, --json")
 
 
 def _list_workflows(project: Project, as_json: bool) -> None:
