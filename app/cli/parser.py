@@ -1,10 +1,12 @@
-"""The command line of `app headless`: its verbs and options, and the workflow
-variables that `run` and `plan` take as `--NAME VALUE`."""
+"""The command line of `app headless`: its verbs and options. `run` and `plan` take
+lanpool's options before the workflow name and its variables (`--NAME VALUE`) after
+it: app/cli/workflow_args.py reads those."""
 
 import argparse
 from pathlib import Path
 from typing import Any, NoReturn
 
+from app.cli.workflow_args import Options
 from app.controller import DEFAULT_PRUNE_AGE, parse_age
 from app.errors import ExitCode, UsageError
 from app.workflows.loader import MAX_NODES
@@ -50,26 +52,19 @@ def build_parser() -> _Parser:
         "run",
         add_help=False,
         help="run a workflow on a runner, streaming its logs",
-        usage="app headless run [WORKFLOW] [--VARIABLE VALUE ...] [options]",
+        usage="app headless run [options] [WORKFLOW [--VARIABLE VALUE ...]]",
+        description="lanpool's options go before the workflow name, the workflow's variables after it.",
     )
     run.add_argument("workflow", nargs="?", help="workflow name (omit to list the workflows)")
-    run.add_argument(
-        "--runner",
-        help="a paired or added runner's NAME, or HOST[:PORT]: an address trusts and pins "
-        "what answers there, like `runners add` (default: the best-fitting trusted runner)",
-    )
-    run.add_argument("-d", "--detach", action="store_true", help="submit and return; follow later with `logs -f`")
-    run.add_argument(
-        "--nodes", type=_node_count, default=None, help="run the workflow on N runners at once (multi-node DDP), N >= 1"
-    )
-    run.add_argument("--resume", metavar="RUN|JOB", help="resume from that job's checkpoint (placed on every node)")
+    _run_options(run)
     _plan_options(run)
 
     plan = sub.add_parser(
         "plan",
         add_help=False,
         help="show what `run` would do: each job, run or reused, and why",
-        usage="app headless plan WORKFLOW [--VARIABLE VALUE ...] [options]",
+        usage="app headless plan [options] WORKFLOW [--VARIABLE VALUE ...]",
+        description="lanpool's options go before the workflow name, the workflow's variables after it.",
     )
     plan.add_argument("workflow", help="workflow name")
     _plan_options(plan)
@@ -152,6 +147,19 @@ def build_parser() -> _Parser:
     return parser
 
 
+def _run_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--runner",
+        help="a paired or added runner's NAME, or HOST[:PORT]: an address trusts and pins "
+        "what answers there, like `runners add` (default: the best-fitting trusted runner)",
+    )
+    p.add_argument("-d", "--detach", action="store_true", help="submit and return; follow later with `logs -f`")
+    p.add_argument(
+        "--nodes", type=_node_count, default=None, help="run the workflow on N runners at once (multi-node DDP), N >= 1"
+    )
+    p.add_argument("--resume", metavar="RUN|JOB", help="resume from that job's checkpoint (placed on every node)")
+
+
 def _plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-h", "--help", action="store_true", help="this help; with a workflow: its variables")
     p.add_argument(
@@ -166,33 +174,66 @@ def _plan_options(p: argparse.ArgumentParser) -> None:
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    """Like parse_args, but `run`/`plan` keep unknown `--name value` pairs as variable overrides."""
+    """The command line as a Namespace. For `run` and `plan` only the options before the
+    workflow name are read here; the words after it stay in `tail` until the workflow's
+    variables are known (app/cli/workflow_args.py: read_tail, through `apply_tail`)."""
     parser = build_parser()
-    args, extra = parser.parse_known_args(argv)
-    if args.verb not in ("run", "plan"):
-        if extra:
-            parser.error(f"unrecognized arguments: {' '.join(extra)}")
-        return args
-    args.overrides = _overrides(extra, parser)
+    if not argv or argv[0] not in parser.verb_parsers:
+        return parser.parse_args(argv)
+    verb = argv[0]
+    head, workflow, tail = _split_at_workflow(parser, verb, argv[1:])
+    args = parser.parse_args([verb, *head, *(["--", workflow] if workflow is not None else [])])
+    args.tail, args.overrides = tail, {}
     if args.help and not args.workflow:
-        parser.verb_parsers[args.verb].print_help()
+        parser.verb_parsers[verb].print_help()
         parser.exit(ExitCode.OK)
     return args
 
 
-def _overrides(tokens: list[str], parser: argparse.ArgumentParser) -> dict[str, str]:
-    out: dict[str, str] = {}
+def verb_options(verb: str) -> Options:
+    """`run`'s or `plan`'s option spellings, for reading the words after the workflow name."""
+    return _options(build_parser().verb_parsers[verb])
+
+
+def apply_options(verb: str, words: list[str], args: argparse.Namespace) -> None:
+    """Set on `args` the lanpool options given after the workflow name (checked and typed as before it)."""
+    if not words:
+        return
+    only = _Parser(prog=f"app headless {verb}", add_help=False)
+    if verb == "run":
+        _run_options(only)
+    _plan_options(only)
+    only.parse_args(words, namespace=args)  # what was given before the name stays unless repeated here
+
+
+def _options(verb_parser: argparse.ArgumentParser) -> Options:
+    takes_value: dict[str, bool] = {}
+    aliases: dict[str, tuple[str, ...]] = {}
+    for action in verb_parser._actions:
+        for spelling in action.option_strings:
+            takes_value[spelling] = action.nargs != 0
+            aliases[spelling] = tuple(action.option_strings)
+    return Options(takes_value, aliases)
+
+
+def _split_at_workflow(parser: _Parser, verb: str, words: list[str]) -> tuple[list[str], str | None, list[str]]:
+    """Options before the workflow name, the name, the words after it (variables, mostly)."""
+    options = _options(parser.verb_parsers[verb])
     i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        if not token.startswith("--") or len(token) == 2:
-            parser.error(f"unexpected argument {token!r}: variables are given as --NAME VALUE")
-        name, eq, value = token[2:].partition("=")
-        if not eq:
-            if i + 1 >= len(tokens):
-                parser.error(f"--{name} needs a value")
-            value = tokens[i + 1]
-            i += 1
-        out[name.replace("-", "_") if "-" in name else name] = value
-        i += 1
-    return out
+    while i < len(words):
+        word = words[i]
+        if word == "--":  # `run -- NAME ...`: a name that looks like an option
+            return words[:i], (words[i + 1] if i + 1 < len(words) else None), words[i + 2 :]
+        if not word.startswith("-") or word == "-":
+            return words[:i], word, words[i + 1 :]
+        spelled, eq, _ = word.partition("=")
+        if spelled in options.takes_value:
+            i += 2 if options.takes_value[spelled] and not eq else 1
+        elif spelled.startswith("--"):
+            parser.error(
+                f"{spelled} is not an option of `{verb}`; a workflow's variables go after its name: "
+                f"app headless {verb} WORKFLOW {spelled} VALUE"
+            )
+        else:
+            i += 1  # `-dh`: argparse reads (or refuses) short options put together
+    return words, None, []

@@ -5,24 +5,55 @@ import json
 from pathlib import Path
 
 from app.cli import render
+from app.cli.parser import apply_options, verb_options
 from app.cli.render import say
+from app.cli.workflow_args import read_tail, tail_value
 from app.controller import ARTIFACTS_REFUSED, Controller, JobRow, Submitted
 from app.errors import ExitCode, LanpoolError, UsageError
 from app.formatting import duration, status_text
 from app.workflows import Project, find_project
 from app.workflows.resolve import render_value
 
+_NO_PROJECT = "no .lanpool/workflows.yaml (or .dstack/workflows.yaml) here or above: see README 'Workflows'"
 
-def _project(ctl: Controller, args: argparse.Namespace) -> Project:
+
+def _project(ctl: Controller, args: argparse.Namespace, verb: str) -> Project:
+    """The project, with the words after the workflow name read: `args.overrides` set, and
+    the lanpool options among them applied (app/cli/workflow_args.py has the rule)."""
     root = args.project or find_project(Path.cwd())
-    if root is None:
-        raise UsageError("no .lanpool/workflows.yaml (or .dstack/workflows.yaml) here or above: see README 'Workflows'")
-    return ctl.load_project(root)
+    moved = tail_value(args.tail, "--project")  # a project dir after the name, unless W has a variable `project`
+    project: Project | None = None
+    variables: dict[str, object] = {}
+    try:
+        if root is None:
+            raise UsageError(_NO_PROJECT)
+        project = ctl.load_project(root)
+        variables = dict(ctl.variables(project, args.workflow)) if args.workflow else {}
+    except LanpoolError:
+        if moved is None:
+            raise
+    if moved is not None and "project" not in variables:
+        project = ctl.load_project(Path(moved))
+        variables = dict(ctl.variables(project, args.workflow)) if args.workflow else {}
+        if "project" in variables:  # the dir given holds a W whose variable `project` it could also be
+            raise UsageError(
+                f"--project {moved}: the project dir, or variable 'project' of {args.workflow!r} there? "
+                f"Put the dir before the name: app headless {verb} --project {moved} {args.workflow} --project VALUE"
+            )
+    if project is None:  # not reached: a failed load re-raised or was replaced by the dir after the name
+        raise UsageError(_NO_PROJECT)
+    tail = read_tail(args.tail, variables, verb_options(verb), verb, args.workflow or "")
+    apply_options(verb, tail.options, args)
+    args.overrides = tail.overrides
+    for note in tail.notes:
+        say(note)
+    return project
 
 
 def _workflow_help(ctl: Controller, project: Project, name: str, verb: str) -> None:
     wf = project.get(name)
-    print(f"usage: app headless {verb} {name} [--VARIABLE VALUE ...] [options]")
+    print(f"usage: app headless {verb} [options] {name} [--VARIABLE VALUE ...]")
+    print("lanpool's options go before the workflow name (after it too, where no variable is spelled the same)")
     if wf.help:
         print(f"\n{wf.help}")
     variables = ctl.variables(project, name)
@@ -56,7 +87,7 @@ def _list_workflows(project: Project, as_json: bool) -> None:
 
 
 async def run(ctl: Controller, args: argparse.Namespace) -> int:
-    project = _project(ctl, args)
+    project = _project(ctl, args, "run")
     if not args.workflow:
         _list_workflows(project, args.json)
         return ExitCode.OK
@@ -126,7 +157,7 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
 
 
 async def plan(ctl: Controller, args: argparse.Namespace) -> int:
-    project = _project(ctl, args)
+    project = _project(ctl, args, "plan")
     if args.help:
         _workflow_help(ctl, project, args.workflow, "plan")
         return ExitCode.OK
