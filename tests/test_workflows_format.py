@@ -172,7 +172,8 @@ def test_python_provider_with_a_string_of_args(dstack_project: Project):
     assert job.image == "python:3.9"
     assert job.commands == [
         "pip install -q -r requirements.txt",
-        "python finetune.py --model-name 117M --run run-1 --steps 1000 --sample_every 100",
+        # $variables_as_args holds every variable the workflow sees, the global `model` first
+        "python finetune.py --model-name 117M --run run-1 --model 117M --steps 1000 --sample_every 100",
     ]
 
 
