@@ -17,7 +17,7 @@ from app.snapshot import file_hashes
 from app.store import JobRow, Store
 from app.workflows import Project, WorkflowError
 from app.workflows.model import Dependency
-from app.workflows.resolve import ResolvedJob, resolve
+from app.workflows.resolve import ResolvedJob, override_target, resolve
 
 # Built-ins are left as placeholders in keys: they differ on every run.
 KEY_BUILTINS = {"run_name": "{run_name}", "job_id": "{job_id}"}
@@ -93,7 +93,12 @@ def dag_order(project: Project, workflow: str) -> list[str]:
 def check_overrides(project: Project, workflow: str, overrides: dict[str, str]) -> None:
     known = known_variables(project, workflow)
     for name in overrides:
-        if name not in known:
+        if override_target(name, known) is None:
+            alike = [n for n in known if n.replace("-", "_") == name.replace("-", "_")]
+            if len(alike) > 1:
+                raise WorkflowError(
+                    f"--{name} could mean variable {alike[0]!r} or {alike[1]!r}: rename one in {project.variables_path}"
+                )
             valid = ", ".join(f"--{n}" for n in sorted(known)) or f"none (add them to {project.variables_path})"
             raise WorkflowError(f"unknown variable --{name} for {workflow!r}; valid: {valid}")
 

@@ -1,6 +1,7 @@
 """Turning a workflow and its variables into the concrete job a runner executes."""
 
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from app.workflows.entry import MAX_NODES, check_artifact_path
@@ -62,9 +63,23 @@ def workflow_variables(project: Project, wf: Workflow, overrides: dict[str, str]
     """Defaults (global, then the workflow's own) with the overrides that name them applied."""
     values = dict(project.variables_of(wf.name))
     for name, text in overrides.items():
-        if name in values:
-            values[name] = coerce_override(name, text, values[name])
+        target = override_target(name, values)
+        if target is not None:
+            values[target] = coerce_override(target, text, values[target])
     return values
+
+
+def override_target(name: str, variables: Iterable[str]) -> str | None:
+    """The variable an override names: itself, else the one variable spelled alike with `-` for `_`.
+
+    (A CLI that turned `--batch-size` into `batch_size`, argparse's habit, still reaches
+    `batch-size`.) None where no variable, or two (`batch-size` and `batch_size`), could be meant.
+    """
+    names = list(variables)
+    if name in names:
+        return name
+    alike = [n for n in names if n.replace("-", "_") == name.replace("-", "_")]
+    return alike[0] if len(alike) == 1 else None
 
 
 def resolve(project: Project, name: str, overrides: dict[str, str], builtins: dict[str, str]) -> ResolvedJob:
