@@ -40,9 +40,7 @@ def test_early_2022_python_script_python_gpu_and_latest(tmp_path: Path):
     assert train.resources == {"gpu": 1}
     assert train.depends_on == [Dependency("download", "latest")] and train.depends_on[0].latest
     job = resolve(project, "train", {"batch-size": "32"}, BUILTINS)
-    assert job.commands == [
-        "python train.py --model 117M --batch-size 32 --test-batch-size 1000 --learning.rate 0.01"
-    ]
+    assert job.commands == ["python train.py --model 117M --batch-size 32 --test-batch-size 1000 --learning.rate 0.01"]
     assert job.env == {"MODEL": "117M", "BATCH_SIZE": "32", "TEST_BATCH_SIZE": "1000", "LEARNING_RATE": "0.01"}
     assert job.resources == {"gpu": 1}
     download = resolve(project, "download", {}, BUILTINS)
