@@ -16,7 +16,8 @@ from app.home import ControllerHome
 from app.snapshot import file_hashes
 from app.store import JobRow, Store
 from app.workflows import Project, WorkflowError
-from app.workflows.resolve import ResolvedJob, resolve
+from app.workflows.model import Dependency
+from app.workflows.resolve import ResolvedJob, override_target, resolve
 
 # Built-ins are left as placeholders in keys: they differ on every run.
 KEY_BUILTINS = {"run_name": "{run_name}", "job_id": "{job_id}"}
@@ -92,8 +93,13 @@ def dag_order(project: Project, workflow: str) -> list[str]:
 def check_overrides(project: Project, workflow: str, overrides: dict[str, str]) -> None:
     known = known_variables(project, workflow)
     for name in overrides:
-        if name not in known:
-            valid = ", ".join(f"--{n}" for n in sorted(known)) or "none (add them to variables.yaml)"
+        if override_target(name, known) is None:
+            alike = [n for n in known if n.replace("-", "_") == name.replace("-", "_")]
+            if len(alike) > 1:
+                raise WorkflowError(
+                    f"--{name} could mean variable {alike[0]!r} or {alike[1]!r}: rename one in {project.variables_path}"
+                )
+            valid = ", ".join(f"--{n}" for n in sorted(known)) or f"none (add them to {project.variables_path})"
             raise WorkflowError(f"unknown variable --{name} for {workflow!r}; valid: {valid}")
 
 
@@ -118,16 +124,7 @@ def make_plan(
             files = all_files
         else:
             files = file_hashes(project.root, wf.repo_include)
-        tagged = []
-        for dep in wf.depends_on:
-            if dep.tag:
-                found = store.tagged_job(dep.tag, dep.workflow)
-                if found is None:
-                    raise UsageError(
-                        f"workflow {name!r} depends on {dep.workflow}:{dep.tag}, but no run tagged "
-                        f"{dep.tag!r} has a finished {dep.workflow!r} job: run it with --tag {dep.tag}"
-                    )
-                tagged.append(found)
+        tagged = [job for dep in wf.depends_on if dep.tag for job in _fixed_inputs(store, project, name, dep)]
         deps = [d.workflow for d in wf.depends_on if not d.tag]
         inputs = _inputs(job, files, {d: keys[d] for d in deps}, {t.workflow: t.id for t in tagged})
         key = _digest(inputs)
@@ -144,6 +141,34 @@ def make_plan(
         )
         plan.jobs.append(planned)
     return plan
+
+
+def _fixed_inputs(store: Store, project: Project, name: str, dep: Dependency) -> list[JobRow]:
+    """The finished jobs a `WORKFLOW:TAG`, `WORKFLOW:latest` or `:TAG` dependency stands for."""
+    if dep.latest:  # dstack's `download:latest`: the newest DONE run of it in this project
+        found = store.latest_done_job(str(project.root), dep.workflow)
+        if found is None:
+            raise UsageError(
+                f"workflow {name!r} depends on {dep}, but {dep.workflow!r} has no finished (DONE) run "
+                f"in this project: run `app headless run {dep.workflow}` first"
+            )
+        return [found]
+    tag = dep.tag or ""
+    if not dep.workflow:  # late 2022 `- tag: NAME`: every finished job of the run tagged NAME
+        jobs = store.tagged_jobs(tag)
+        if not jobs:
+            raise UsageError(
+                f"workflow {name!r} depends on the run tagged {tag!r}, but no run with that tag has "
+                f"a finished job: run a workflow with --tag {tag}"
+            )
+        return jobs
+    found = store.tagged_job(tag, dep.workflow)
+    if found is None:
+        raise UsageError(
+            f"workflow {name!r} depends on {dep}, but no run tagged {tag!r} has a finished "
+            f"{dep.workflow!r} job: run it with --tag {tag}"
+        )
+    return [found]
 
 
 def _inputs(job: ResolvedJob, files: dict[str, str], dep_keys: dict[str, str], tagged: dict[str, str]) -> dict:

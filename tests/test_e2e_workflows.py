@@ -95,9 +95,12 @@ def test_three_step_dag_reuses_unchanged_steps(agent, cli, make_project):
     third = cli("headless", "run", "train", cwd=project, check=True)
     assert "prepare ran" in third.stdout and "train sees 20 bytes" in third.stdout
 
-    # A variable override re-runs the steps that use it, and only those.
+    # A variable override re-runs the steps that see it, and only those: a workflow's own
+    # variable its workflow; a global every step, since each sees it in its env ($MODEL).
+    plan = _plan(cli, project, "--lr", "0.5", "--reuse")
+    assert [plan[w]["action"] for w in ("prepare", "encode", "train")] == ["reuse", "reuse", "run"]
     plan = _plan(cli, project, "--model", "345M")
-    assert plan["prepare"]["action"] == "reuse"
+    assert plan["prepare"]["action"] == "run" and "variables model" in plan["prepare"]["reason"]
     assert plan["encode"]["action"] == "run" and "variables model" in plan["encode"]["reason"]
     fourth = cli("headless", "run", "train", "--model", "345M", "--lr", "0.5", cwd=project, check=True)
     assert "encode ran with model 345M" in fourth.stdout and "model 345M, lr 0.5" in fourth.stdout

@@ -146,12 +146,14 @@ def test_builtins(project: Project):
     assert job.env["OUT"] == "out/base-swift-otter-1"
 
 
-def test_variables_as_args_are_the_workflows_own_escaped(project: Project, tmp_path: Path):
+GLOBAL_ARGS = ["--model", "117M", "--image", "python:3.11-slim", "--run_tag", "base", "--script", "sample.py"]
+
+
+def test_variables_as_args_hold_every_variable_escaped(project: Project, tmp_path: Path):
     job = resolve(project, "train", {}, BUILTINS)
-    line = job.commands[1]
-    assert "--model" not in line and "--image" not in line  # global ones are not its own
-    lines = _bash(line, tmp_path).splitlines()
+    lines = _bash(job.commands[1], tmp_path).splitlines()
     assert lines == [
+        *GLOBAL_ARGS,  # the globals too (dstack's GPT-2 tutorial takes --model from them)
         "--lr",
         "0.001",
         "--amp",
@@ -172,7 +174,8 @@ def test_variables_as_args_are_the_workflows_own_escaped(project: Project, tmp_p
 
 def test_variables_as_args_take_overrides(project: Project, tmp_path: Path):
     job = resolve(project, "train", {"lr": "0.5", "model": "345M"}, BUILTINS)
-    assert _bash(job.commands[1], tmp_path).splitlines()[:2] == ["--lr", "0.5"]
+    argv = _bash(job.commands[1], tmp_path).splitlines()
+    assert argv[:2] == ["--model", "345M"] and argv[8:10] == ["--lr", "0.5"]
     assert "model=345M" in job.commands[2]
 
 
@@ -180,7 +183,7 @@ def test_variables_as_args_in_python_args(project: Project, tmp_path: Path):
     job = resolve(project, "tune", {}, BUILTINS)
     assert len(job.commands) == 1 and job.commands[0].startswith("python tune.py ")
     argv = _bash(job.commands[0].replace("python tune.py", "printf '%s\\n'", 1), tmp_path).splitlines()
-    assert argv == ["--model", "117M", "--note", "a b", "--trials", "8", "--note", "a b"]
+    assert argv == ["--model", "117M", "--note", "a b", *GLOBAL_ARGS, "--trials", "8", "--note", "a b"]
 
 
 def test_python_args_as_a_string(project: Project):
@@ -195,7 +198,22 @@ def test_commands_and_bools(project: Project):
 
 def test_env_artifacts_resources_nodes_image(project: Project):
     job = resolve(project, "train", {}, BUILTINS)
-    assert job.env == {"MODEL": "117M", "OUT": "out/base-swift-otter-1", "AMP": "true"}
+    assert job.env == {
+        # the workflow's env: its values win over the variables' copies
+        "MODEL": "117M",
+        "OUT": "out/base-swift-otter-1",
+        "AMP": "true",
+        # every other variable, in upper case, as dstack did
+        "IMAGE": "python:3.11-slim",
+        "RUN_TAG": "base",
+        "SCRIPT": "sample.py",
+        "LR": "0.001",
+        "STEPS": "100",
+        "GPUS": "2",
+        "MEM": "16GB",
+        "NODES": "1",
+        "MSG": "it's a $(touch pwned) test",
+    }
     assert job.artifacts == ["checkpoints/117M"] and job.artifacts_all_nodes == ["logs/base"]
     assert job.resources == {"gpu": 2, "memory_mb": 16 * 1024}
     assert job.nodes == 1

@@ -610,3 +610,26 @@ async def test_download_defaults_to_the_download_dir_never_the_project(agent, pr
         await wait_until(pilot, lambda: any("file(s)" in m for m, _ in notes(app)), "the download's notification")
     assert (downloads / run_name / "out" / "a.txt").read_text() == "hello\n"
     assert sorted(p.relative_to(project) for p in project.rglob("*")) == before  # nothing new in the project
+
+
+@pilot_test
+async def test_dstack_variable_names_with_dots_and_hyphens_in_the_run_dialog(make_project):
+    # Widget ids take no `.`: `learning.rate` must still get its field, and its override.
+    project = make_project(
+        "workflows:\n  - name: t\n    commands: ['echo ${{ learning.rate }} ${{ batch-size }}']\n",
+        name="dotted",
+        files={".lanpool/variables.yaml": "variables:\n  t:\n    learning.rate: 0.1\n    batch-size: 64\n"},
+    )
+    app = tui(project)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("r")
+        dialog = app.screen
+        assert isinstance(dialog, RunDialog)
+        await wait_until(pilot, lambda: len(dialog.query(".var-value")) == 2, "both variables' fields")
+        fields = list(dialog.query(".var-value").results(Input))
+        assert sorted(f.value for f in fields) == ["0.1", "64"]
+        for field in fields:
+            field.value = "0.5" if field.value == "0.1" else "32"
+        await pilot.pause()
+        request = dialog.request()
+        assert request is not None and request.overrides == {"learning.rate": "0.5", "batch-size": "32"}

@@ -171,7 +171,8 @@ def test_python_provider_with_a_string_of_args(dstack_project: Project):
     job = resolve(dstack_project, "finetune-model", {}, BUILTINS)
     assert job.image == "python:3.9-slim"
     assert job.commands == [
-        "python finetune.py --model-name 117M --run run-1 --steps 1000 --sample_every 100",
+        # $variables_as_args holds every variable the workflow sees, the global `model` first
+        "python finetune.py --model-name 117M --run run-1 --model 117M --steps 1000 --sample_every 100",
     ]
 
 

@@ -58,12 +58,12 @@ def _workflow_help(ctl: Controller, project: Project, name: str, verb: str) -> N
         print(f"\n{wf.help}")
     variables = ctl.variables(project, name)
     if variables:
-        print("\nvariables (defaults from variables.yaml):")
+        print(f"\nvariables (defaults from {project.variables_path}):")
         width = max(len(v) for v in variables) + 2
         for var, default in sorted(variables.items()):
             print(f"  --{var.ljust(width)} {render_value(default)}")
     else:
-        print("\nno variables (define them in .lanpool/variables.yaml)")
+        print(f"\nno variables (define them in {project.variables_path})")
     print("\noptions: --runner NAME|HOST[:PORT], -d/--detach, --no-cache, --reuse, --tag NAME, --json")
 
 

@@ -39,6 +39,25 @@ class JobRows(Table):
         ).fetchone()
         return JobRow(*row) if row else None
 
+    def tagged_jobs(self, tag: str) -> list[JobRow]:
+        """Every DONE job of the run tagged `tag` (a dstack `- tag: NAME` dependency)."""
+        rows = self.conn.execute(
+            f"SELECT {JOB_COLS} FROM jobs WHERE run_name = (SELECT name FROM runs WHERE tag = ?) "
+            "AND status = 'DONE' AND synced = 1 ORDER BY finished_at",
+            (tag,),
+        ).fetchall()
+        return [JobRow(*row) for row in rows]
+
+    def latest_done_job(self, project_dir: str, workflow: str) -> JobRow | None:
+        """The newest DONE job of `workflow` in this project (a dstack `WORKFLOW:latest` dependency)."""
+        row = self.conn.execute(
+            f"SELECT {', '.join('j.' + c.strip() for c in JOB_COLS.split(','))} FROM jobs j JOIN runs r ON r.name = j.run_name "
+            "WHERE r.project_dir = ? AND j.workflow = ? AND j.status = 'DONE' AND j.synced = 1 "
+            "ORDER BY j.finished_at DESC LIMIT 1",
+            (project_dir, workflow),
+        ).fetchone()
+        return JobRow(*row) if row else None
+
     def tag_exists(self, tag: str) -> bool:
         return self.conn.execute("SELECT 1 FROM runs WHERE tag = ?", (tag,)).fetchone() is not None
 

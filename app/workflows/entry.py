@@ -1,7 +1,8 @@
 """One entry of `workflows:` checked key by key and turned into a Workflow.
 
-Both dialects are read: lanpool's keys and those of the 2022 dstack format
-(`provider: python` with `script`, `environment`, KEY=VALUE env lists).
+Both dialects are read: lanpool's keys and those of the 2022 dstack formats
+(`provider: python` with `script`, `environment`, KEY=VALUE env lists; the
+older and newer spellings are first rewritten by app/workflows/dialects.py).
 Every error names the entry's workflow and the line of the key at fault.
 """
 
@@ -10,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from app.workflows.dialects import normalize
 from app.workflows.model import ArtifactSpec, Dependency, Scalar, Workflow, WorkflowError, render_value
 from app.workflows.resources import check_resources
 from app.workflows.yaml_lines import LineMap
@@ -49,9 +51,11 @@ def _unknown_key(key: Any, known: tuple[str, ...], what: str, path: Path, line: 
     return WorkflowError(f"unknown key {key!r} in {what}{hint}", path, line)
 
 
-def parse_workflow(item: Any, path: Path, parent_line: int) -> Workflow:
+def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | None = None) -> Workflow:
+    """One entry; what a 2022 spelling left out (ignored keys) is said in `notes`."""
     if not isinstance(item, LineMap):  # every YAML mapping loads as a LineMap
         raise WorkflowError("each entry of 'workflows' must be a mapping with a 'name'", path, parent_line)
+    item = normalize(item, path, notes if notes is not None else [])
     for key in item:
         if key not in WORKFLOW_KEYS:
             raise _unknown_key(key, WORKFLOW_KEYS, "a workflow", path, item.line_of(key))

@@ -1,8 +1,10 @@
 """Reading `.lanpool/` (or `.dstack/`) workflow and variable files, and the checks that span workflows."""
 
 import difflib
+import re
 from pathlib import Path
 
+from app.workflows.dialects import log_notes
 from app.workflows.entry import MAX_NODES, parse_workflow
 from app.workflows.model import Project, Scalar, Workflow, WorkflowError
 from app.workflows.substitute import variable_names_used
@@ -12,6 +14,9 @@ __all__ = ["MAX_NODES", "find_project", "load_workflows"]  # MAX_NODES: the CLI'
 
 PROJECT_DIRS = (".lanpool", ".dstack")  # .lanpool wins; .dstack is the 2022 dstack layout
 BUILTINS = ("run_name", "job_id", "variables_as_args")
+# dstack's variable names: `batch-size`, `test.batch_size`. Each is also an environment
+# variable (BATCH_SIZE), so a name starts with a letter or _ and ends with neither - nor `.`.
+VARIABLE_NAME = re.compile(r"[A-Za-z_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?")
 
 
 def find_project(start: Path) -> Path | None:
@@ -39,8 +44,9 @@ def load_workflows(root: Path) -> Project:
     if not isinstance(data, LineMap) or not isinstance(data.get("workflows"), list):
         raise WorkflowError("expected a top-level 'workflows:' list", path, getattr(data, "line", 1))
     workflows: dict[str, Workflow] = {}
+    notes: list[str] = []
     for item in data["workflows"]:
-        wf = parse_workflow(item, path, data.line_of("workflows"))
+        wf = parse_workflow(item, path, data.line_of("workflows"), notes)
         if wf.name in workflows:
             raise WorkflowError(
                 f"duplicate workflow name {wf.name!r} (first at line {workflows[wf.name].line})", path, wf.line
@@ -54,9 +60,11 @@ def load_workflows(root: Path) -> Project:
         workflows=workflows,
         variables=variables,
         variables_file=variables_file if variables_file.is_file() else None,
+        notes=notes,
     )
     _check_dependencies(project)
     _check_variables_defined(project)
+    log_notes(notes)
     return project
 
 
@@ -81,9 +89,11 @@ def _load_variables(path: Path, workflows: dict[str, Workflow]) -> dict[str, dic
         if not isinstance(values, LineMap):
             raise WorkflowError(f"variables of {section!r} must be a mapping of names to values", path, line)
         for name, value in values.items():
-            if not isinstance(name, str) or not name.isidentifier():
+            if not isinstance(name, str) or not VARIABLE_NAME.fullmatch(name):
                 raise WorkflowError(
-                    f"{name!r} is not a valid variable name (letters, digits, _)", path, values.line_of(name)
+                    f"{name!r} is not a valid variable name (letters, digits, _, - and ., starting with a letter)",
+                    path,
+                    values.line_of(name),
                 )
             if name in BUILTINS:
                 raise WorkflowError(f"{name!r} is built in; pick another variable name", path, values.line_of(name))
@@ -98,6 +108,8 @@ def _load_variables(path: Path, workflows: dict[str, Workflow]) -> dict[str, dic
 def _check_dependencies(project: Project) -> None:
     for wf in project.workflows.values():
         for dep in wf.depends_on:
+            if not dep.workflow and dep.tag:
+                continue  # `- tag: NAME`: a run, whatever its workflows
             if dep.workflow not in project.workflows:
                 close = difflib.get_close_matches(dep.workflow, list(project.workflows), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
@@ -144,10 +156,9 @@ def _check_variables_defined(project: Project) -> None:
             for text in texts:
                 missing = sorted(variable_names_used(text) - defined)
                 if missing:
-                    where = project.variables_file or (project.workflows_file.parent / "variables.yaml")
                     raise WorkflowError(
                         f"workflow {wf.name!r} uses variable {missing[0]!r}, which is never defined: "
-                        f"add it to {where.name} under 'global' or {wf.name!r}",
+                        f"add it to {project.variables_path} under 'global' or {wf.name!r}",
                         wf.file,
                         wf.line_of(key),
                     )

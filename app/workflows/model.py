@@ -23,10 +23,22 @@ class WorkflowError(UsageError):
         self.line = line
 
 
+LATEST = "latest"
+
+
 @dataclass(frozen=True)
 class Dependency:
     workflow: str
-    tag: str | None = None  # `prepare:NAME`: the run tagged NAME, not a fresh plan
+    # `prepare:NAME`: the run tagged NAME, not a fresh plan; `prepare:latest`: the latest
+    # DONE run of prepare (dstack's meaning). No workflow (`:NAME`): every job of the run tagged NAME.
+    tag: str | None = None
+
+    @property
+    def latest(self) -> bool:
+        return self.tag == LATEST
+
+    def __str__(self) -> str:
+        return f"{self.workflow}:{self.tag}" if self.tag else self.workflow
 
 
 @dataclass(frozen=True)
@@ -76,6 +88,12 @@ class Project:
     # section ("global" or a workflow name) -> variable -> default value
     variables: dict[str, dict[str, Scalar]] = field(default_factory=dict)
     variables_file: Path | None = None
+    notes: list[str] = field(default_factory=list)  # what loading ignored (2022 keys lanpool has no use for)
+
+    @property
+    def variables_path(self) -> str:
+        """The variables file as the user knows it: `.dstack/variables.yaml` in a dstack project."""
+        return f"{self.workflows_file.parent.name}/variables.yaml"
 
     def get(self, name: str) -> Workflow:
         try:

@@ -1,6 +1,7 @@
 """Turning a workflow and its variables into the concrete job a runner executes."""
 
 import shlex
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from app.workflows.entry import MAX_NODES, check_artifact_path
@@ -10,11 +11,11 @@ from app.workflows.resources import normalize_resources
 from app.workflows.substitute import (
     UndefinedVariable,
     UnsafeVariable,
-    escape_word,
     names_referenced,
     substitute_commands,
     substitute_text,
 )
+from app.workflows.variable_env import variable_of_env, variables_as_args, variables_env
 
 DEFAULT_PYTHON = "3.11"
 
@@ -64,9 +65,23 @@ def workflow_variables(project: Project, wf: Workflow, overrides: dict[str, str]
     """Defaults (global, then the workflow's own) with the overrides that name them applied."""
     values = dict(project.variables_of(wf.name))
     for name, text in overrides.items():
-        if name in values:
-            values[name] = coerce_override(name, text, values[name])
+        target = override_target(name, values)
+        if target is not None:
+            values[target] = coerce_override(target, text, values[target])
     return values
+
+
+def override_target(name: str, variables: Iterable[str]) -> str | None:
+    """The variable an override names: itself, else the one variable spelled alike with `-` for `_`.
+
+    (A CLI that turned `--batch-size` into `batch_size`, argparse's habit, still reaches
+    `batch-size`.) None where no variable, or two (`batch-size` and `batch_size`), could be meant.
+    """
+    names = list(variables)
+    if name in names:
+        return name
+    alike = [n for n in names if n.replace("-", "_") == name.replace("-", "_")]
+    return alike[0] if len(alike) == 1 else None
 
 
 def resolve(project: Project, name: str, overrides: dict[str, str], builtins: dict[str, str]) -> ResolvedJob:
@@ -74,9 +89,8 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
     wf = project.get(name)
     typed = workflow_variables(project, wf, overrides)
     values = {k: render_value(v) for k, v in typed.items()}
-    own = {k: values[k] for k in project.variables.get(wf.name, {})}
-    as_args = " ".join(f"--{k} {escape_word(v)}" for k, v in own.items())
-    text_values = {**values, **builtins, "variables_as_args": " ".join(f"--{k} {v}" for k, v in own.items())}
+    as_args = variables_as_args(values, escaped=True)
+    text_values = {**values, **builtins, "variables_as_args": variables_as_args(values, escaped=False)}
 
     def err(message: str, key: str) -> WorkflowError:
         return WorkflowError(f"workflow {wf.name!r}: {message}", wf.file, wf.line_of(key))
@@ -88,10 +102,11 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         # evaluates a value; strings may not.
         ints = {k for k, v in typed.items() if isinstance(v, int) and not isinstance(v, bool)}
         env_copies = {k: min(names) for k, v in wf.env.items() if (names := names_referenced(v) & set(typed) - ints)}
+        env_copies |= {e: n for e, n in variable_of_env(values, wf.env).items() if n not in ints}
         commands = substitute_commands(
             _commands_of(wf), {**values, **builtins}, {"variables_as_args": as_args}, ints, env_copies
         )
-        env = {k: substitute_text(v, text_values) for k, v in wf.env.items()}
+        env = {**variables_env(values, wf.env), **{k: substitute_text(v, text_values) for k, v in wf.env.items()}}
         artifacts: list[str] = []
         artifacts_all: list[str] = []
         for spec in wf.artifacts:
@@ -130,32 +145,12 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         resources=resources,
         nodes=int(nodes_text),
         executor=wf.executor,
-        variables={k: v for k, v in values.items() if k in _used_variables(wf, own)},
+        # Every variable reaches the job (its env, $variables_as_args): each is one of its inputs.
+        variables=values,
         resume_from=resume_from,
         python=wf.version if wf.provider == "python" else "",
         requirements=wf.requirements if wf.provider == "python" else "",
     )
-
-
-def _used_variables(wf: Workflow, own: dict[str, str]) -> set[str]:
-    """The variables a workflow refers to: only these are part of its inputs (cache key)."""
-    texts = [
-        *_commands_of(wf),
-        *wf.env.values(),
-        *(a.path for a in wf.artifacts),
-        wf.image,
-        str(wf.nodes),
-        str(wf.resources),
-        wf.script,
-        wf.requirements,
-        wf.resume_from,
-    ]
-    names: set[str] = set()
-    for text in texts:
-        names |= names_referenced(text)
-    if "variables_as_args" in names:
-        names |= set(own)
-    return names
 
 
 def _commands_of(wf: Workflow) -> list[str]:

@@ -1,6 +1,7 @@
 """Variable substitution in workflow fields, shell-safe in commands.
 
-Syntaxes: `$name`, `${name}` and `${{ name }}` (also `${{ variables.name }}`).
+Syntaxes: `$name`, `${name}` and `${{ name }}` (also `${{ variables.name }}`);
+a name with `-` or `.` in it (`batch-size`) only as `${{ batch-size }}`.
 A `$name` or `${name}` that names no variable is left for the shell ($HOME,
 $PATH); a `${{ name }}` that names none is an error, since it can only have
 meant a variable. In commands, a reference bash would not expand (`\\$name`,
@@ -32,7 +33,8 @@ from app.workflows.shell_model import scan
 from app.workflows.shell_sinks import Placement
 
 _VAR = re.compile(
-    r"\$\{\{\s*(?:variables\.)?(?P<t>[A-Za-z_][A-Za-z0-9_]*)\s*\}\}"  # ${{ name }}
+    # ${{ name }}: dstack's names may hold - and . (`${{ batch-size }}`); the shell forms may not
+    r"\$\{\{\s*(?:variables\.)?(?P<t>[A-Za-z_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?)\s*\}\}"
     r"|\$\{(?P<b>[A-Za-z_][A-Za-z0-9_]*)\}"  # ${name}
     r"|\$(?P<p>[A-Za-z_][A-Za-z0-9_]*)"  # $name
 )

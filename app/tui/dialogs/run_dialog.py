@@ -104,12 +104,12 @@ class RunDialog(ModalScreen[RunRequest | None]):
             rows.append(
                 Horizontal(
                     Label(f"{name} ({kind})", classes="var-name"),
-                    Input(value=render_value(default), id=f"var-{name}", classes="var-value"),
+                    Input(value=render_value(default), id=_var_id(name), classes="var-value"),
                     classes="var-row",
                 )
             )
         if not rows:
-            rows.append(Label("no variables (define them in .lanpool/variables.yaml)", classes="hint"))
+            rows.append(Label(f"no variables (define them in {self.project.variables_path})", classes="hint"))
         await box.mount_all(rows)
         self.want_plan()
 
@@ -143,7 +143,7 @@ class RunDialog(ModalScreen[RunRequest | None]):
         overrides = {}
         try:
             for name, default in self._defaults.items():
-                widgets = self.query(f"#var-{name}")
+                widgets = self.query(f"#{_var_id(name)}")
                 if not widgets:
                     continue
                 text = widgets.first(Input).value
@@ -180,3 +180,8 @@ class RunDialog(ModalScreen[RunRequest | None]):
             self.action_submit()
         else:
             self.dismiss(None)
+
+
+def _var_id(name: str) -> str:
+    """A widget id for variable `name`: ids take no `.` (dstack's `learning.rate`), so such a name goes in hex."""
+    return f"var-{name}" if "." not in name else "var-x" + name.encode().hex()
