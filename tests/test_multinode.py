@@ -96,8 +96,12 @@ workflows:
     assert job["status"] == "FAILED" and "node 1" in job["error"]
 
 
-def _pids_of_node(rank: int) -> list[int]:
+def _pids_of_node(rank: int, agents) -> list[int]:
+    """Trainers of node `rank` run by these agents (their workspace is under an agent's data
+    dir): other suites on the machine may train the same recipe at the same time."""
     import os
+
+    roots = tuple(str(a.data_dir.resolve()) + "/" for a in agents)
 
     found = []
     for pid in os.listdir("/proc"):
@@ -106,7 +110,10 @@ def _pids_of_node(rank: int) -> list[int]:
         try:
             cmd = open(f"/proc/{pid}/cmdline", "rb").read()
             env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            cwd = os.readlink(f"/proc/{pid}/cwd")
         except OSError:
+            continue
+        if not cwd.startswith(roots):
             continue
         if b"training.autoencoder" in cmd and f"LANPOOL_NODE_RANK={rank}".encode() in env:
             found.append(int(pid))
@@ -137,17 +144,13 @@ workflows:
     while time.time() < deadline:
         if (
             proc.poll() is None
-            and _pids_of_node(1)
-            and "epoch 2"
-            in cli(
-                "headless",
-                "logs",
-                json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout)[0]["run"],
-            ).stdout
+            and _pids_of_node(1, two_agents)
+            and (runs := json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout))
+            and "epoch 2" in cli("headless", "logs", runs[0]["run"]).stdout
         ):
             break
         time.sleep(0.5)
-    frozen = _pids_of_node(1)
+    frozen = _pids_of_node(1, two_agents)
     assert frozen, "node 1's trainer never started"
     for pid in frozen:
         os.kill(pid, signal.SIGSTOP)
