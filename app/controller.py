@@ -26,7 +26,7 @@ from app.job_artifacts import PULL_BUSY_POLL_S, Artifacts
 from app.job_submit import submit_job
 from app.names import new_run_name
 from app.overview import MetricsReader
-from app.placement import Placement, largest_need
+from app.placement import Placement
 from app.planning import Plan, known_variables, make_plan
 from app.pool import DEFAULT_PORT, Pool, RunnerState, parse_address
 from app.remote_job import JobServices, Launch, LogSink, RemoteJob
@@ -39,7 +39,7 @@ from app.store import ARTIFACTS_REFUSED, JobRow, Store
 from app.uploads import workspace_files
 from app.workflows import Project, load_workflows
 from app.workflows.model import Scalar
-from app.workflows.resolve import resolve
+from app.workflows.resolve import ResolvedJob, resolve
 from protocol import JobState, JobStatus
 
 log = logging.getLogger(__name__)
@@ -205,12 +205,11 @@ class Controller:
                 assert planned.reuse is not None  # nothing to run: every job is reused
                 say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
             return outcome
-        placement = Placement(
-            self.pool, runner_spec, outcome.run_name, say, largest_need([p.job.resources for p in plan.to_run])
-        )
+        placement = Placement(self.pool, runner_spec, outcome.run_name, say)
         manifest: Manifest | None = None
         done: dict[str, JobRow] = {}
         try:
+            await placement.check([self._sized(p.job, p.workflow == workflow_name, nodes) for p in plan.to_run])
             for planned in plan.jobs:
                 if planned.action == "reuse":
                     assert planned.reuse is not None
@@ -219,8 +218,7 @@ class Controller:
                     continue
                 job_id = job_ids[planned.workflow]
                 job = resolve(project, planned.workflow, overrides, {"run_name": outcome.run_name, "job_id": job_id})
-                if nodes and planned.workflow == workflow_name:
-                    job = dataclasses.replace(job, nodes=nodes)
+                job = self._sized(job, planned.workflow == workflow_name, nodes)
                 if planned.workflow in resumes:
                     resume_job, resume_ckpt = resumes[planned.workflow]
                     # Same explicit path on every node: never "last" without shared storage.
@@ -250,6 +248,8 @@ class Controller:
                 if not follow:
                     return outcome
                 row = await remote.follow(sink, say, sessions=sessions)
+                for warning in self.store.warnings(job_id):
+                    say(f"{planned.workflow}: warning: {warning}")
                 outcome.jobs.append(row)
                 done[planned.workflow] = row
                 if row.state is not JobState.DONE:
@@ -260,6 +260,11 @@ class Controller:
         finally:
             placement.close()
         return outcome
+
+    @staticmethod
+    def _sized(job: ResolvedJob, requested: bool, nodes: int | None) -> ResolvedJob:
+        """`--nodes N` sizes the requested workflow's job only."""
+        return dataclasses.replace(job, nodes=nodes) if nodes and requested else job
 
     # -- jobs ------------------------------------------------------------------------------
 

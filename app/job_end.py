@@ -5,14 +5,16 @@ artifacts fails a DONE job); a bigger gang ends as one (DONE, the first node's
 failure, or STOPPED/ABORTED when each unfinished node was stopped on request).
 The job is synced (nothing more to ask its runners) only once its artifacts
 are pulled: a pull left for later (`pull=False`) or cut off is resumed by the
-next follow.
+next follow. A declared artifact that did not come back is a warning kept with
+the job (shown by `status`, and the job is never reused from the cache).
 """
 
 import time
+from pathlib import PurePosixPath
 
 from app.job_artifacts import Artifacts
 from app.runner_client import RunnerSession
-from app.store import JobRow, Store
+from app.store import ARTIFACTS_REFUSED, JobRow, Store
 from protocol import JobState, JobStatus
 
 
@@ -31,6 +33,8 @@ async def finish_job(
     `wait`: for another process pulling them (else PullBusy)."""
     ended = [(k, s) for k, s in sorted(finals.items()) if s is not None]
     refused = await artifacts.pull(job_id, [(k, live[k], s) for k, s in ended], wait) if pull else ""
+    if pull and not refused and ended:
+        _note_missing(store, job_id)
     if size == 1:
         job = store.job(job_id)
         if refused:
@@ -50,3 +54,24 @@ async def finish_job(
     fields = {"error": failure or None, "exit_code": code, "finished_at": time.time(), "synced": int(pull)}
     store.set_job_status(job_id, state, failure, **fields)
     return store.job(job_id)
+
+
+def _note_missing(store: Store, job_id: str) -> None:
+    """Warn about each artifact the job declared of which no file came back (the agent's
+    log line says the same on the runner's side)."""
+    job = store.job(job_id)
+    if job.state is JobState.ABORTED or job.artifacts_pulled == ARTIFACTS_REFUSED:
+        return
+    for path in missing_outputs(job.artifact_paths, [p for p, _size in store.artifacts(job_id)]):
+        store.add_warning(job_id, f"artifact {path!r} was not produced")
+
+
+def missing_outputs(declared: list[str], files: list[str]) -> list[str]:
+    """The declared artifact paths with no file at or under them among `files`."""
+    have = [PurePosixPath(f) for f in files]
+    missing = []
+    for path in declared:
+        want = PurePosixPath(path)
+        if not any(f == want or want in f.parents for f in have):
+            missing.append(path)
+    return missing

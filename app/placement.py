@@ -1,54 +1,91 @@
-"""Where a run's jobs go: the runners chosen for it, and its connections to them."""
+"""Where a run's jobs go: each job on its own runner with room for it, and the run's connections."""
 
 from collections.abc import Callable
 
-from app.pool import Pool
+from app.errors import UsageError
+from app.pool import DEFAULT_PORT, DISCOVERY_WAIT_S, Pool, parse_address
 from app.runner_client import RunnerSession
-from app.scheduler import Need
+from app.runner_views import RunnerState, RunnerView, bounded_props
+from app.scheduler import Capacity, Need, place
 from app.workflows.resolve import ResolvedJob
 
 
 class Placement:
     """Where a run's jobs go, and the run's connections (closed when it ends).
 
-    Its single-node jobs share one runner, chosen once with room for the largest of
-    them (`--runner` may name it, or give its address); each bigger gang gets its own
-    N runners with room, all at once (`--runner` may pin a known name among them)."""
+    Each job is placed on its own, sized by its own resources: a DAG's CPU step
+    goes to a CPU box and its GPU step to the GPU box, the dependencies'
+    artifacts moving through the controller's store (app/uploads.py). A gang
+    gets its N runners at once. `--runner` pins every single-node job: a known
+    name, or an address (connected to and trusted as `runners add` does); a job
+    that can never fit the pinned runner is an error naming it."""
 
-    def __init__(self, pool: Pool, spec: str | None, run_name: str, say: Callable[[str], None], need: Need) -> None:
+    def __init__(self, pool: Pool, spec: str | None, run_name: str, say: Callable[[str], None]) -> None:
         self.pool = pool
         self.spec = spec
         self.run_name = run_name
         self.say = say
-        self.need = need
-        self.single: tuple[str, int] | None = None
+        self.address = parse_address(spec, DEFAULT_PORT) if pool.names_an_address(spec) else None
         self.sessions: dict[tuple[str, int], RunnerSession] = {}
+
+    async def check(self, jobs: list[ResolvedJob]) -> None:
+        """Refuse the run before any job starts when one of them can never fit: the error
+        names that job, what it needs and what the best runner has. (A run of one job
+        is told the same by its own placement, so it is not probed twice.)"""
+        if self.address is not None:
+            for job in jobs:
+                if job.nodes == 1:
+                    await self._pinned_address(job)
+            return
+        if len(jobs) < 2:
+            return
+        views = await self.pool.refresh(wait_s=0 if self.pool.store.runners() else DISCOVERY_WAIT_S)
+        pool = [v.capacity() for v in views]
+        for job in jobs:
+            decision = place(Need.of(job.resources), pool, nodes=job.nodes, pinned=self._pinned_name(job))
+            if decision.rejected:
+                raise UsageError(f"cannot run {job.workflow}: {decision.rejected}")
 
     async def sessions_for(self, job: ResolvedJob, job_id: str) -> tuple[list[RunnerSession], list[str]]:
         """Node k's session at k, and the address node k is reached at."""
-        trust = False
-        if job.nodes == 1:
-            if self.single is None:
-                self.single = await self.pool.choose_runner(
-                    self.spec, self.need, self.run_name, job_id, job.workflow, self.say
-                )
-            hosts, trust = [self.single], self.pool.names_an_address(self.spec)
-        else:
-            pinned = self.spec if self.pool.store.runner(self.spec or "") else None
-            hosts = await self.pool.choose_runners(
-                pinned, Need.of(job.resources), job.nodes, self.run_name, job_id, job.workflow, self.say
-            )
+        if job.nodes == 1 and self.address is not None:
+            session = await self._pinned_address(job)
+            return [session], [self.address[0]]
+        hosts = await self.pool.choose_runners(
+            self._pinned_name(job), Need.of(job.resources), job.nodes, self.run_name, job_id, job.workflow, self.say
+        )
         for host, port in hosts:
             if (host, port) not in self.sessions:
-                self.sessions[host, port] = await self.pool.connect(host, port, trust=trust)
+                self.sessions[host, port] = await self.pool.connect(host, port)
         return [self.sessions[h] for h in hosts], [host for host, _port in hosts]
 
     def close(self) -> None:
         for session in self.sessions.values():
             session.close()
 
+    def _pinned_name(self, job: ResolvedJob) -> str | None:
+        """The known runner `--runner` names, if any; a gang is pinned only by a known name."""
+        if self.spec is None or self.address is not None:
+            return None
+        if job.nodes > 1 and self.pool.store.runner(self.spec) is None:
+            return None
+        return self.spec
 
-def largest_need(resources: list[dict]) -> Need:
-    """One runner takes the run's single-node jobs: it must have room for the largest of them."""
-    needs = [Need.of(r) for r in resources]
-    return Need(max(n.gpu for n in needs), max(n.cpu for n in needs), max(n.memory_mb for n in needs))
+    async def _pinned_address(self, job: ResolvedJob) -> RunnerSession:
+        """The session with `--runner HOST:PORT` (naming it trusts it), once it is known the
+        job could ever fit there (by the resources its Hello reports)."""
+        assert self.address is not None
+        if self.address not in self.sessions:
+            self.sessions[self.address] = await self.pool.connect(*self.address, trust=True)
+        session = self.sessions[self.address]
+        decision = place(Need.of(job.resources), [hello_capacity(session)], pinned=session.hello.name)
+        if decision.rejected:
+            raise UsageError(f"cannot run {job.workflow}: {decision.rejected}")
+        return session
+
+
+def hello_capacity(session: RunnerSession) -> Capacity:
+    """A runner as its Hello describes it (just connected to, and trusted by naming it)."""
+    props = bounded_props(dict(session.hello.resources))
+    view = RunnerView(session.hello.name, "", 0, "manual", RunnerState.LIVE, props, None, 0, trusted=True)
+    return view.capacity()

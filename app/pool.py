@@ -238,15 +238,6 @@ class Pool:
         await asyncio.gather(*(self.probe(row) for row in self.store.runners()))
         return views(self.store)
 
-    async def choose_runner(
-        self, spec: str | None, need: Need, run_name: str, job_id: str, workflow: str, say: Callable[[str], None]
-    ) -> tuple[str, int]:
-        """Where the run goes: `spec` if it is an address, else the best-fitting runner of the
-        pool (`spec` pins a known name). While nothing fits, the job is QUEUED and we wait."""
-        if self.names_an_address(spec):
-            return parse_address(spec, DEFAULT_PORT)  # by address: the user's act, pinned by connect
-        return (await self.choose_runners(spec, need, 1, run_name, job_id, workflow, say))[0]
-
     async def choose_runners(
         self,
         spec: str | None,

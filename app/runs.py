@@ -45,6 +45,10 @@ class Runs:
     def artifacts(self, job_id: str) -> list[tuple[str, int]]:
         return self.store.artifacts(job_id)
 
+    def warnings(self, job_id: str) -> list[str]:
+        """What went wrong with a job that ended, e.g. "artifact 'x' was not produced"."""
+        return self.store.warnings(job_id)
+
     def log_end(self, job_id: str) -> int:
         """Where node 0's stored log ends: a live follow starts there."""
         return self.store.log_end(job_id)

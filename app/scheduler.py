@@ -84,7 +84,7 @@ def place(need: Need, pool: list[Capacity], nodes: int = 1, pinned: str | None =
     candidates = [c for c in pool if c.usable or c.why_not == "offline"]
     ever = [c for c in candidates if c.fits_ever(need)]
     if len(ever) < nodes:
-        return Decision([], rejected=_never_reason(need, pool, candidates, nodes))
+        return Decision([], rejected=_never_reason(need, pool, candidates, nodes, pinned))
     now = sorted((c for c in ever if c.fits_now(need)), key=lambda c: (c.slack(need), c.name))
     if len(now) >= nodes:
         return Decision([c.name for c in now[:nodes]])
@@ -96,7 +96,9 @@ _TRUST_HINT = (
 )
 
 
-def _never_reason(need: Need, pool: list[Capacity], candidates: list[Capacity], nodes: int) -> str:
+def _never_reason(
+    need: Need, pool: list[Capacity], candidates: list[Capacity], nodes: int, pinned: str | None = None
+) -> str:
     if not pool:
         return "no runner is known: start `app agent serve` on a machine and pair it"
     if not candidates:
@@ -106,10 +108,8 @@ def _never_reason(need: Need, pool: list[Capacity], candidates: list[Capacity], 
     biggest = max(pool, key=lambda c: (c.gpus, c.cpus, c.memory_mb))
     if nodes > 1:
         return f"needs {nodes} runners with {need} each; only {sum(c.fits_ever(need) for c in pool)} could ever fit it"
-    return (
-        f"needs {need}; the largest runner ({biggest.name}) has {biggest.gpus} GPU, {biggest.cpus} CPU, "
-        f"{biggest.memory_mb} MB memory"
-    )
+    which = f"runner {biggest.name} (--runner)" if pinned else f"the largest runner ({biggest.name})"
+    return f"needs {need}; {which} has {biggest.gpus} GPU, {biggest.cpus} CPU, {biggest.memory_mb} MB memory"
 
 
 def _wait_reason(need: Need, ever: list[Capacity], nodes: int, free_now: int) -> str:

@@ -8,6 +8,7 @@ from app.cli.render import say
 from app.controller import Controller, JobRow
 from app.errors import ExitCode, LanpoolError, UsageError
 from app.formatting import ago, duration, size, status_text
+from app.terminal_text import safe_line
 
 
 async def status(ctl: Controller, args: argparse.Namespace) -> int:
@@ -31,9 +32,10 @@ async def status(ctl: Controller, args: argparse.Namespace) -> int:
     if not runs:
         print("no runs yet: `app headless run WORKFLOW` starts one")
         return ExitCode.OK
-    rows = []
+    rows, warned = [], []
     for r in runs:
         for j in jobs[r.name]:
+            warned += [f"job {j.id} ({j.workflow}): {w}" for w in ctl.runs.warnings(j.id)]
             n_art = len(ctl.runs.artifacts(j.id))
             runner_state = ctl.pool.state_of(j.runner) if j.runner else None
             rows.append(
@@ -49,6 +51,8 @@ async def status(ctl: Controller, args: argparse.Namespace) -> int:
                 ]
             )
     print(render.table(["RUN", "JOB", "WORKFLOW", "RUNNER", "STATUS", "SUBMITTED", "DURATION", "ARTIFACTS"], rows))
+    for line in warned:
+        print(safe_line(f"warning: {line}"))
     return ExitCode.OK
 
 
@@ -141,4 +145,5 @@ def _job_json(ctl: Controller, j: JobRow) -> dict:
         "started_at": j.started_at,
         "finished_at": j.finished_at,
         "artifacts": [{"path": p, "size": s} for p, s in ctl.runs.artifacts(j.id)],
+        "warnings": ctl.runs.warnings(j.id),
     }

@@ -8,6 +8,10 @@ from app.store.rows import JOB_COLS, JOB_FIELDS, JobRow, RunRow, Table, escape_l
 from app.store.transactions import atomic
 from protocol import JobState
 
+# A job_events status that is no job state: a warning about a job (e.g. an output it did
+# not produce). Kept as an event, so the schema stays as it is.
+WARNING = "WARNING"
+
 
 class JobRows(Table):
     def run_name_taken(self, name: str) -> bool:
@@ -62,11 +66,13 @@ class JobRows(Table):
         return self.conn.execute("SELECT 1 FROM runs WHERE tag = ?", (tag,)).fetchone() is not None
 
     def reusable_job(self, cache_key: str) -> JobRow | None:
-        """The newest DONE job with these inputs whose artifacts are in the local store."""
+        """The newest DONE job with these inputs whose artifacts are in the local store.
+        A job with a warning (an output it declared but did not produce) is never reused."""
         row = self.conn.execute(
             f"SELECT {JOB_COLS} FROM jobs WHERE cache_key = ? AND status = 'DONE' AND synced = 1 "
+            "AND NOT EXISTS (SELECT 1 FROM job_events e WHERE e.job_id = jobs.id AND e.status = ?) "
             "ORDER BY finished_at DESC LIMIT 1",
-            (cache_key,),
+            (cache_key, WARNING),
         ).fetchone()
         return JobRow(*row) if row else None
 
@@ -221,6 +227,21 @@ class JobRows(Table):
             + "ORDER BY j.submitted_at DESC LIMIT ?"
         )
         return [(JobRow(*row[:16]), *row[16:]) for row in self.conn.execute(sql, (*params, limit))]
+
+    def add_warning(self, job_id: str, line: str) -> None:
+        """Note something wrong with a job that ended (kept with its events, once per line)."""
+        with atomic(self.conn):
+            if line not in self.warnings(job_id):
+                self.conn.execute(
+                    "INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",
+                    (job_id, time.time(), WARNING, line),
+                )
+
+    def warnings(self, job_id: str) -> list[str]:
+        rows = self.conn.execute(
+            "SELECT detail FROM job_events WHERE job_id = ? AND status = ? ORDER BY rowid", (job_id, WARNING)
+        )
+        return [r[0] for r in rows]
 
     def job_events(self, job_id: str) -> list[tuple[float, str, str]]:
         return self.conn.execute(
