@@ -98,6 +98,21 @@ def test_download_without_output_goes_to_the_downloads_dir_not_the_project(agent
     assert sorted(p.name for p in project.iterdir()) == before  # nothing landed in the project (the cwd)
 
 
+def test_run_json_prints_the_run_and_its_jobs_last(agent, cli, make_project):
+    """For scripts: `run --json` ends stdout with one object (after any log lines); with -d the
+    job as just submitted, else as it ended, with its exit code and warnings."""
+    project = make_project(WORKFLOWS)
+    attached = cli("headless", "run", "fail", "--runner", agent.address, "--json", cwd=project)
+    out = json.loads(attached.stdout.strip().splitlines()[-1])
+    (job,) = out["jobs"]
+    assert attached.returncode == 3 and job["status"] == "FAILED" and job["exit_code"] == 3
+    assert job["workflow"] == "fail" and job["warnings"] == [] and out["run"]
+    detached = cli("headless", "run", "graceful", "--runner", agent.address, "-d", "--json", cwd=project, check=True)
+    out = json.loads(detached.stdout.strip().splitlines()[-1])
+    assert out["jobs"][0]["status"] in ("SUBMITTED", "RUNNING") and out["jobs"][0]["exit_code"] is None
+    cli("headless", "stop", out["run"], "--abort", check=True)
+
+
 def test_exit_code_of_the_job_is_the_exit_code_of_run(agent, cli, make_project):
     project = make_project(WORKFLOWS)
     res = cli("headless", "run", "fail", "--runner", agent.address, cwd=project)

@@ -138,6 +138,7 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
                             "runner": j.runner,
                             "status": j.status,
                             "exit_code": j.exit_code,
+                            "warnings": ctl.runs.warnings(j.id),
                         }
                         for j in jobs
                     ],
