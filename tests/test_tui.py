@@ -529,6 +529,25 @@ async def test_stop_and_abort_ask_first(agent, project, key, status):
 
 
 @pilot_test
+async def test_a_missing_artifact_is_a_warning_in_the_log_header(agent, make_project):
+    project = make_project(
+        WORKFLOWS + '  - name: forgetful\n    commands: ["echo made nothing"]\n    artifacts: [model.ckpt]\n',
+        files={".lanpool/variables.yaml": VARIABLES},
+    )
+    await known_runner(agent)
+    app = tui(project)
+    async with app.run_test(size=SIZE) as pilot:
+        job_id = await submit(pilot, "forgetful")
+        await wait_until(pilot, lambda: app.ctl.store.warnings(job_id), "the job's warning recorded")
+        await pilot.press("3")
+        await wait_until(
+            pilot,
+            lambda: "warning: artifact 'model.ckpt' was not produced" in label_text(app, "#log-header"),
+            "the warning in the log header",
+        )
+
+
+@pilot_test
 async def test_delete_run_asks_first_and_refuses_a_running_job(agent, project):
     await known_runner(agent)
     app = tui(project)

@@ -111,6 +111,7 @@ class JobView(LanpoolBase):
             parts.append("following" if view.following else "paused (G follows)")
         if job.error:
             parts.append(job.error)
+        parts += [f"warning: {w}" for w in self.ctl.runs.warnings(job.id)]  # e.g. an artifact not produced
         self.query_one("#log-header", Label).update("  ·  ".join(parts))
 
     # -- live log --------------------------------------------------------------------------
