@@ -236,7 +236,7 @@ class ChannelSession:
                 if records:
                     frames = []
                     for rec in records:
-                        frames.append(encode_message(LogChunk(job_id, rec.seq, rec.stream, rec.data)))
+                        frames.append(encode_message(LogChunk(job_id, rec.seq, rec.stream, rec.data, at=rec.at)))
                         cursor = rec.seq + rec.n_lines
                     await self._write(b"".join(frames))
                     continue

@@ -1,18 +1,27 @@
 """Append-only log spool of one job, with line sequence numbers.
 
-Each record is a header (first line's seq, line count, stream id, byte length)
-and whole lines. Lines are numbered per job across streams, so readers resume
+Each record is a header (first line's seq, line count, stream id, byte length,
+arrival time) and whole lines. Lines are numbered per job across streams, so readers resume
 from any seq and get each line once. The file is the single source for every
 reader: live followers and late re-attaches read the same bytes.
+
+Files start with a magic; a spool written before records carried their arrival
+time has none and is read (and appended to) in that older layout, its times 0.
 """
 
 import bisect
 import os
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
-_HEADER = struct.Struct(">QIBI")  # seq, n_lines, stream id, length
+MAGIC = b"LPSPOOL2"
+_HEADER = struct.Struct(">QIBId")  # seq, n_lines, stream id, length, arrival time (Unix seconds)
+_OLD_HEADER = struct.Struct(">QIBI")  # files without MAGIC: no arrival time
+# Records of one stream are merged into one read result while they arrived this close
+# together: a fast job still costs few frames, and each line's time is off by at most this.
+MERGE_S = 0.1
 STREAMS = ("out", "err", "sys", "met")  # met: metrics JSON lines (agent/metrics_tail.py)
 _STREAM_IDS = {name: i for i, name in enumerate(STREAMS)}
 
@@ -22,6 +31,7 @@ class SpoolRecord:
     seq: int
     stream: str
     data: bytes  # whole lines, each ending in b"\n"
+    at: float = 0.0  # when the first line arrived (0: unknown, a spool of an older agent)
 
     @property
     def n_lines(self) -> int:
@@ -37,22 +47,34 @@ class LogSpool:
         self._offsets: list[int] = []
         self.next_seq = 0
         self.size = 0
-        if path.exists():
+        self._header = _HEADER
+        if path.exists() and path.stat().st_size:
             self._load_index(repair=writable)
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) if writable else -1
+        if writable and self.size == 0:  # a new file (or a magic torn by a crash)
+            os.truncate(path, 0)
+            os.write(self._fd, MAGIC)
+            self.size = len(MAGIC)
+            self._header = _HEADER
 
     def _load_index(self, repair: bool) -> None:
         with open(self.path, "rb") as fh:
             data = fh.read()
-        pos = 0
-        while pos + _HEADER.size <= len(data):
-            seq, n, _stream, length = _HEADER.unpack_from(data, pos)
-            if pos + _HEADER.size + length > len(data):
+        if data.startswith(MAGIC):
+            pos = len(MAGIC)
+        elif MAGIC.startswith(data):
+            pos = 0  # the magic itself was torn: an empty spool
+        else:
+            pos, self._header = 0, _OLD_HEADER
+        header = self._header
+        while pos + header.size <= len(data):
+            seq, n, _stream, length = header.unpack_from(data, pos)[:4]
+            if pos + header.size + length > len(data):
                 break  # torn last record from a crash: ignored, then overwritten below
             self._seqs.append(seq)
             self._offsets.append(pos)
             self.next_seq = seq + n
-            pos += _HEADER.size + length
+            pos += header.size + length
         if pos != len(data) and repair:
             os.truncate(self.path, pos)
         self.size = pos
@@ -63,40 +85,45 @@ class LogSpool:
         if n == 0:
             return self.next_seq
         seq = self.next_seq
-        os.write(self._fd, _HEADER.pack(seq, n, _STREAM_IDS[stream], len(lines)) + lines)
+        fields: tuple = (seq, n, _STREAM_IDS[stream], len(lines))
+        if self._header is _HEADER:
+            fields += (time.time(),)
+        os.write(self._fd, self._header.pack(*fields) + lines)
         self._seqs.append(seq)
         self._offsets.append(self.size)
-        self.size += _HEADER.size + len(lines)
+        self.size += self._header.size + len(lines)
         self.next_seq = seq + n
         return seq
 
     def read(self, from_seq: int, max_bytes: int = 256 * 1024) -> list[SpoolRecord]:
         """Records holding lines from `from_seq` on, about `max_bytes` in all.
 
-        The first record is cut so that it starts exactly at `from_seq`.
+        The first record is cut so that it starts exactly at `from_seq`. Records of one
+        stream that arrived within MERGE_S of each other come back as one.
         """
         if from_seq >= self.next_seq or not self._seqs:
             return []
         i = max(0, bisect.bisect_right(self._seqs, from_seq) - 1)
-        runs: list[tuple[int, str, list[bytes]]] = []  # (seq, stream, parts): same-stream runs merged
+        runs: list[tuple[int, str, float, list[bytes]]] = []  # (seq, stream, at, parts)
         total = 0
+        header = self._header
         with open(self.path, "rb") as fh:
             fh.seek(self._offsets[i])
             while i < len(self._seqs) and total < max_bytes:
-                seq, n, stream_id, length = _HEADER.unpack(fh.read(_HEADER.size))
+                seq, _n, stream_id, length, *rest = header.unpack(fh.read(header.size))
+                at = rest[0] if rest else 0.0
                 data = fh.read(length)
                 if seq < from_seq:
                     data = _drop_lines(data, from_seq - seq)
                     seq = from_seq
                 stream = STREAMS[stream_id]
-                if runs and runs[-1][1] == stream:
-                    runs[-1][2].append(data)
+                if runs and runs[-1][1] == stream and at - runs[-1][2] < MERGE_S:
+                    runs[-1][3].append(data)
                 else:
-                    runs.append((seq, stream, [data]))
+                    runs.append((seq, stream, at, [data]))
                 total += len(data)
                 i += 1
-        out = [SpoolRecord(seq, stream, b"".join(parts)) for seq, stream, parts in runs]
-        return out
+        return [SpoolRecord(seq, stream, b"".join(parts), at) for seq, stream, at, parts in runs]
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -24,7 +24,7 @@ class OwnOutput:
         self.dropped = 0
 
     def take(self, batch: list) -> tuple[list[tuple], JobStatus | None]:
-        """Store rows (job_id, node, seq, n_lines, stream, data) of the batch's own chunks,
+        """Store rows (job_id, node, seq, n_lines, stream, data, at) of the batch's own chunks,
         and its final status (None if the batch does not end with one)."""
         rows = []
         for m in batch:
@@ -43,7 +43,7 @@ class OwnOutput:
                     )
                 self.dropped += 1
                 continue
-            rows.append((self.job_id, self.node, m.seq, m.n_lines, m.stream, m.data))
+            rows.append((self.job_id, self.node, m.seq, m.n_lines, m.stream, m.data, m.at))
         final = batch[-1] if batch and isinstance(batch[-1], JobStatus) else None
         if final is not None and final.job_id != self.job_id:
             raise RunnerProtocolError(

@@ -89,6 +89,7 @@ class LogChunk:
     stream: str  # "out", "err" or "sys" (lines the agent itself adds)
     data: bytes
     node: int = 0
+    at: float = 0.0  # when the agent received the first line (Unix seconds; 0: not known)
 
     @property
     def n_lines(self) -> int:

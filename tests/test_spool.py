@@ -129,7 +129,7 @@ def test_torn_last_record_is_dropped_and_appends_continue(spool, cut):
     path = spool.path
     spool.close()
     size = path.stat().st_size
-    last_len = len(RECORDS[-1][1]) + 17  # header (8 + 4 + 1 + 4 bytes) + data
+    last_len = len(RECORDS[-1][1]) + 25  # header (8 + 4 + 1 + 4 + 8 bytes) + data
     with open(path, "r+b") as fh:
         fh.truncate(size - cut)
     again = LogSpool(path, writable=True)

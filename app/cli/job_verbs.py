@@ -8,6 +8,7 @@ from app.cli.render import say
 from app.controller import Controller, JobRow
 from app.errors import ExitCode, LanpoolError, UsageError
 from app.formatting import ago, duration, size, status_text
+from app.log_select import LogSelection, parse_since
 from app.terminal_text import safe_line
 
 
@@ -61,6 +62,8 @@ async def logs(ctl: Controller, args: argparse.Namespace) -> int:
     if args.node is not None and len(jobs) > 1:  # a run's jobs: those that have that node
         jobs = [j for j in jobs if ctl.node_count(j.id) > args.node] or jobs[-1:]
     printer = render.LogPrinter(raw=args.raw)
+    if args.tail is not None or args.since or args.timestamps:
+        return await _chosen_logs(ctl, args, jobs, printer)
     for job in jobs:
         try:
             await ctl.follow(job.id, printer, follow=args.follow, say=say, node=args.node)
@@ -69,6 +72,27 @@ async def logs(ctl: Controller, args: argparse.Namespace) -> int:
                 raise
             # The stored log was printed; the runner could not add to it.
             say(f"(stored log only: {exc.message})")
+    return ExitCode.OK
+
+
+async def _chosen_logs(
+    ctl: Controller, args: argparse.Namespace, jobs: list[JobRow], printer: render.LogPrinter
+) -> int:
+    """`logs` with --tail, --since or -t: the store brought up to date, then read with
+    the lines' times (app/log_select.py)."""
+    if args.tail is not None and args.tail < 0:
+        raise UsageError(f"--tail {args.tail}: give a number of lines, 0 or more")
+    since = parse_since(args.since) if args.since else None
+    await ctl.refresh(jobs)
+    for job in jobs:
+        if args.node is not None and not 0 <= args.node < (size := ctl.node_count(job.id)):
+            raise UsageError(f"job {job.id} runs on {size} node(s): --node takes 0 to {size - 1}, not {args.node}")
+        chosen = LogSelection(
+            ctl.store, job.id, printer, tail=args.tail, since=since, timestamps=args.timestamps, node=args.node
+        )
+        chosen.print_stored()
+        if args.follow and not ctl.store.job(job.id).synced:
+            await ctl.follow(job.id, chosen, follow=True, say=say, node=args.node, from_store=False)
     return ExitCode.OK
 
 

@@ -78,6 +78,13 @@ def build_parser() -> _Parser:
     logs.add_argument("ref", metavar="RUN|JOB")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the job ends")
     logs.add_argument("--node", type=int, default=None, help="only this node's lines (multi-node jobs)")
+    logs.add_argument("--tail", type=int, default=None, metavar="N", help="only the last N lines (of each node)")
+    logs.add_argument(
+        "--since",
+        metavar="WHEN",
+        help="only lines since then: 10m, 2h, 1d ago, or a local time (2025-05-01 14:00, 14:00)",
+    )
+    logs.add_argument("-t", "--timestamps", action="store_true", help="each line with the time its runner received it")
     logs.add_argument(
         "--raw",
         action="store_true",

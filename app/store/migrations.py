@@ -138,6 +138,12 @@ def _m007_every_job_has_nodes(db: "sqlite_utils.Database") -> None:
                   WHERE runner != '' AND id NOT IN (SELECT job_id FROM job_nodes)""")
 
 
+def _m008_log_times(db: "sqlite_utils.Database") -> None:
+    # When the agent received each chunk's first line (`logs -t`, `--since`); NULL for
+    # chunks stored before, or sent by an agent that does not say.
+    db.execute("ALTER TABLE log_chunks ADD COLUMN at REAL")
+
+
 MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m001_initial,
     _m002_cache,
@@ -146,6 +152,7 @@ MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m005_stream_index,
     _m006_trust,
     _m007_every_job_has_nodes,
+    _m008_log_times,
 ]
 
 

@@ -7,12 +7,15 @@ from app.store.transactions import atomic
 
 
 class OutputRows(Table):
-    def add_log_chunks(self, chunks: Iterable[tuple[str, int, int, int, str, bytes]]) -> None:
-        """Store (job_id, node, seq, n_lines, stream, data) rows; a chunk seen twice is kept once."""
+    def add_log_chunks(self, chunks: Iterable[tuple]) -> None:
+        """Store (job_id, node, seq, n_lines, stream, data[, at]) rows; a chunk seen twice is kept once.
+        `at`: when the agent received the chunk's first line (0 or absent: not known, stored NULL)."""
+        rows = ((*r[:6], (r[6] or None) if len(r) > 6 else None) for r in chunks)
         with atomic(self.conn):
             self.conn.executemany(
-                "INSERT OR IGNORE INTO log_chunks (job_id, node, seq, n_lines, stream, data) VALUES (?, ?, ?, ?, ?, ?)",
-                chunks,
+                "INSERT OR IGNORE INTO log_chunks (job_id, node, seq, n_lines, stream, data, at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                rows,
             )
 
     def log_end(self, job_id: str, node: int = 0) -> int:
@@ -61,6 +64,17 @@ class OutputRows(Table):
                 break
         out.reverse()
         return out
+
+    def timed_chunks(
+        self, job_id: str, node: int, from_seq: int = 0, streams: tuple[str, ...] = ("out", "err", "sys")
+    ) -> Iterator[tuple[int, str, bytes, float | None]]:
+        """(seq, stream, data, at) of one node's chunks holding lines from `from_seq` on, in order."""
+        marks = ",".join("?" * len(streams))
+        yield from self.conn.execute(
+            f"SELECT seq, stream, data, at FROM log_chunks WHERE job_id = ? AND node = ? AND seq + n_lines > ? "
+            f"AND stream IN ({marks}) ORDER BY seq",
+            (job_id, node, from_seq, *streams),
+        )
 
     def stream_since(self, job_id: str, stream: str, after: dict[int, int]) -> list[tuple[int, int, int, bytes]]:
         """(node, seq, n_lines, data) of one stream's chunks newer than `after` (node -> seq)."""
