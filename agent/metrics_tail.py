@@ -11,6 +11,7 @@ import logging
 import os
 from pathlib import Path
 
+from agent.logger_files import LoggerFiles
 from agent.workspace_files import NotARegularFile, open_regular
 
 log = logging.getLogger(__name__)
@@ -21,12 +22,15 @@ _MAX_READ = 4 * 1024 * 1024
 
 
 class MetricsTail:
-    """Reads whole new lines from a file that a job appends to."""
+    """Reads whole new lines from a file that a job appends to (or, while there is
+    none, the job's CSVLogger and TensorBoardLogger files: agent/logger_files.py)."""
 
     def __init__(self, workspace: Path, offset: int = 0) -> None:
         self.workspace = workspace
         self.offset = offset
         self._refused = False  # logged once, not every poll
+        # CSVLogger/TensorBoardLogger files: read while the job writes no lanpool metrics file
+        self.logger_files = LoggerFiles(workspace)
 
     def read(self, final: bool = False) -> bytes:
         """New whole lines since the last read; with `final`, a last line without newline too.
@@ -40,8 +44,8 @@ class MetricsTail:
                 log.warning("metrics file of %s not read: %s", self.workspace, exc)
                 self._refused = True
             return b""
-        except OSError:
-            return b""  # not written yet
+        except OSError:  # not written (yet): the job may log with Lightning's own loggers
+            return self.logger_files.read(final) if self.offset == 0 else b""
         try:
             data = os.pread(fd, _MAX_READ, self.offset)
         except OSError:

@@ -139,7 +139,9 @@ async def metrics(ctl: Controller, args: argparse.Namespace) -> int:
         print(json.dumps(points, indent=2))
         return ExitCode.OK
     if not points:
-        print("no metrics yet (jobs log them through training.metrics.LanpoolMetrics)")
+        print(
+            "no metrics yet (jobs log them through training.metrics.LanpoolMetrics, or Lightning's CSVLogger or TensorBoardLogger)"
+        )
         return ExitCode.OK
     latest: dict[str, dict] = {}
     for p in points:
