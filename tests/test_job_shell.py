@@ -291,3 +291,27 @@ def test_cli_exec_ports_and_refusals(agent, cli, make_project):
     ended = cli("headless", "exec", run, "--", "true")
     assert ended.returncode != 0 and len(ended.stderr.strip().splitlines()) == 1 and "ended" in ended.stderr
     assert re.search(r"not a port number", cli("headless", "run", "serve", "--port", "0", cwd=project).stderr)
+
+
+# -- a container job ------------------------------------------------------------------------------------------
+
+
+def test_exec_and_a_pty_shell_in_a_container_job(docker_agent, busybox_image):
+    submit(docker_agent, "boxed", ["echo ready", "sleep 60"], busybox_image, env={"MY_VAR": "in-box"})
+    _wait_running(docker_agent, "boxed")
+    done = asyncio.run(_exec(docker_agent, "boxed", ["sh", "-c", "echo $MY_VAR; echo oops >&2; exit 6"]))
+    assert (done.exit_status, done.stdout, done.stderr) == (6, "in-box\n", "oops\n")
+
+    async def shell() -> tuple[str, int | None]:
+        async with _connect(docker_agent) as conn:
+            proc = await conn.create_process(exec_command("boxed", []), term_type="xterm", term_size=(90, 20))
+            proc.stdin.write("echo box-$((40+2)); exit 3\n")
+            seen = ""
+            while "box-42" not in seen:
+                seen += await asyncio.wait_for(proc.stdout.read(4096), 20)
+            await asyncio.wait_for(proc.wait_closed(), 20)
+            return seen, proc.exit_status
+
+    seen, code = asyncio.run(shell())
+    assert code == 3 and "box-42" in seen
+    asyncio.run(_stop(docker_agent, "boxed", abort=True, grace_s=0))
