@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 EXEC_VERB = "lanpool-exec"
 _MAX_COMMAND = 64 * 1024  # characters of an exec request
 _READ_SIZE = 64 * 1024
+_WRITE_HIGH = 1024 * 1024  # bytes queued on the channel before a PTY's output is paused
 _DRAIN_S = 1.0  # after the command exits, how long children holding its PTY may still write
 NOT_RUNNING_EXIT = 255  # as ssh reports a session that could not run
 
@@ -219,23 +220,36 @@ async def _run_on_pty(
         os.close(slave)
     os.set_blocking(master, False)
     loop = asyncio.get_running_loop()
-    output: asyncio.Queue[bytes] = asyncio.Queue()
+    closed = asyncio.Event()
+    resuming: set[asyncio.Task] = set()
 
     def readable() -> None:
+        # Output goes to the channel from here, with no task hop: each keystroke's echo is one turn sooner.
         try:
             data = os.read(master, _READ_SIZE)
         except BlockingIOError:
             return
         except OSError:  # EIO: every holder of the PTY closed it
             data = b""
-        output.put_nowait(data)
         if not data:
             loop.remove_reader(master)
+            closed.set()
+            return
+        process.stdout.write(data)
+        if process.channel.get_write_buffer_size() > _WRITE_HIGH:  # a slow client: stop reading until it drains
+            loop.remove_reader(master)
+            task = asyncio.ensure_future(resume())
+            resuming.add(task)
+            task.add_done_callback(resuming.discard)
+
+    async def resume() -> None:
+        with contextlib.suppress(OSError, asyncssh.Error):
+            await process.stdout.drain()
+        if not closed.is_set():
+            loop.add_reader(master, readable)
 
     async def pump_out() -> None:
-        while data := await output.get():
-            process.stdout.write(data)
-            await process.stdout.drain()
+        await closed.wait()
 
     async def feed() -> None:
         while True:
