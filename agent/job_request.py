@@ -15,6 +15,7 @@ from protocol.resources import Resources, ResourcesError
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 PULL_POLICIES = ("never", "missing", "always")
+MAX_PORTS = 16  # a job's declared ports (SubmitJob.ports)
 
 
 class JobError(Exception):
@@ -40,6 +41,8 @@ def check_request(req: SubmitJob) -> None:
         problem = check_artifact_path(path)
         if problem:
             raise JobError(ErrorCode.BAD_REQUEST, problem)
+    if len(req.ports) > MAX_PORTS:
+        raise JobError(ErrorCode.BAD_REQUEST, f"{len(req.ports)} ports: a job declares at most {MAX_PORTS}")
     if req.pull not in PULL_POLICIES:
         raise JobError(ErrorCode.BAD_REQUEST, f"pull {req.pull!r}: use one of {', '.join(PULL_POLICIES)}")
 

@@ -171,6 +171,7 @@ class JobManager:
             gpus=gpus,
             cpus=resources.cpu or 0.0,
             memory_mb=resources.memory_mb or 0,
+            ports=sorted(set(req.ports)),
         )
         job = Job(record, job_dir, LogSpool(job_dir / "log.spool"), executor=executor)
         self.jobs[req.job_id] = job

@@ -35,6 +35,7 @@ class JobRecord:
     metrics_offset: int = 0  # bytes of the workspace's metrics file already spooled
     cpus: float = 0.0  # CPUs and memory the job asked for: reserved while it runs
     memory_mb: int = 0
+    ports: list[int] = field(default_factory=list)  # declared: forwarded to authorized controllers while it runs
     # Spool records whose last newline the executor added (a cut line), so
     # that after a restart the bytes a container printed are told exactly
     # from the spool: a count per stream, and the latest one as [stream, spool

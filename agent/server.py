@@ -1,7 +1,10 @@
-"""The agent's SSH server: public-key auth and the lanpool subsystem, nothing else.
-Code and artifacts travel inside that subsystem (content-addressed blobs up,
-streamed files back), so there is no SFTP and no general file API; shells, exec,
-PTYs, agent/X11/port forwarding and other channel types are refused.
+"""The agent's SSH server: public-key auth and the lanpool subsystem, and for an
+authorized controller (never a pairing connection) two doors into a RUNNING job:
+an exec request in one fixed grammar (agent/job_shell.py, with a PTY if asked) and
+direct-tcpip to a port the job declared (agent/job_ports.py). Code and artifacts
+travel inside the subsystem (content-addressed blobs up, streamed files back), so
+there is no SFTP and no general file API; any other shell, exec, PTY use,
+agent/X11/port forwarding and other channel types are refused.
 """
 
 import asyncio
@@ -19,7 +22,9 @@ from agent.errors import AgentError
 from agent.executors import ExecutorChoice, ProcessExecutor
 from agent.gpus import GpuAllocator, detect_gpus
 from agent.home import AgentHome
+from agent.job_ports import declaring_job, forward_to
 from agent.job_python import JobPythons
+from agent.job_shell import ShellRequest, parse_exec, serve_exec
 from agent.jobs import DEFAULT_GRACE_S, JobManager
 from agent.keys import add_authorized_key, load_or_create_host_key
 from agent.mdns import Advertiser, advertise_addresses, txt_record
@@ -34,25 +39,50 @@ log = logging.getLogger(__name__)
 
 
 class _LanpoolSession(asyncssh.SSHServerProcess):
-    """A session channel that serves the lanpool subsystem only: no SFTP, no shell,
-    no exec (so no scp), no PTY."""
+    """A session channel: the lanpool subsystem (without a PTY), or, for an authorized
+    controller, `lanpool-exec JOB_ID [-- ARGV]` into a running job (with a PTY if asked).
+    No SFTP, no shell, no other exec (so no scp)."""
+
+    def __init__(self, agent: "Agent", conn: asyncssh.SSHServerConnection) -> None:
+        super().__init__(agent._process, None, 0, False)  # no SFTP factory, no scp
+        self._agent = agent
+        self._peer_conn = conn
+        self._pty = False
+        self.shell_request: ShellRequest | None = None
+
+    def _authorized(self) -> bool:
+        return self._peer_conn not in self._agent.pairing_grants
 
     def shell_requested(self) -> bool:
-        log.warning("refused a shell request")
+        log.warning("refused a shell request from %s", _peer(self._peer_conn))
         return False
 
     def exec_requested(self, command: str) -> bool:
-        log.warning("refused an exec request")
-        return False
+        request = parse_exec(command) if self._authorized() else None
+        if request is None:
+            log.warning("refused an exec request from %s", _peer(self._peer_conn))
+            return False
+        log.info("exec session from %s into job %s: %s", _peer(self._peer_conn), request.job_id, request.describe())
+        self.shell_request = request
+        return super().exec_requested(command)
 
     def pty_requested(self, term_type, term_size, term_modes) -> bool:
-        return False  # allow_pty=False already refuses it; kept in case that default moves
+        # Only an exec into a job may follow (subsystem_requested refuses the subsystem on a PTY).
+        self._pty = self._authorized()
+        if not self._pty:
+            log.warning("refused a PTY request from %s", _peer(self._peer_conn))
+        return self._pty
 
     def subsystem_requested(self, subsystem: str) -> bool:
-        if subsystem == SUBSYSTEM:
+        if subsystem == SUBSYSTEM and not self._pty:
             return super().subsystem_requested(subsystem)
-        log.warning("refused the %r subsystem", subsystem[:64])
+        log.warning("refused the %r subsystem%s", subsystem[:64], " on a PTY" if self._pty else "")
         return False
+
+
+def _peer(conn: asyncssh.SSHServerConnection) -> str:
+    peer = conn.get_extra_info("peername")
+    return f"{peer[0]}:{peer[1]}" if peer else "?"
 
 
 class _AgentSSHServer(asyncssh.SSHServer):
@@ -142,9 +172,22 @@ class _AgentSSHServer(asyncssh.SSHServer):
         return self._agent.new_session(self._conn)
 
     # Every other channel type and global request: refused, and logged.
-    def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int) -> bool:
-        log.warning("refused port forwarding (direct-tcpip) from %s", self._peer)
-        return False
+    def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int):  # noqa: ANN201
+        assert self._conn is not None
+        manager = self._agent.manager
+        job = None
+        if self._conn not in self._agent.pairing_grants and manager is not None:
+            job = declaring_job(manager, dest_host, dest_port)
+        if job is None:
+            log.warning(
+                "refused port forwarding (direct-tcpip) to %s:%d from %s: not a port a running job declared",
+                dest_host[:64],
+                dest_port,
+                self._peer,
+            )
+            return False
+        log.info("forwarding port %d of job %s to %s", dest_port, job.record.job_id, self._peer)
+        return forward_to(job, dest_port)
 
     def server_requested(self, listen_host: str, listen_port: int) -> bool:
         log.warning("refused remote port forwarding (tcpip-forward) from %s", self._peer)
@@ -261,7 +304,7 @@ class Agent:
             allow_scp=False,
             agent_forwarding=False,
             x11_forwarding=False,
-            allow_pty=False,
+            allow_pty=True,  # for exec into a job only: see _LanpoolSession.pty_requested
             password_auth=False,
             kbdint_auth=False,
             host_based_auth=False,
@@ -324,9 +367,14 @@ class Agent:
 
     def new_session(self, conn: asyncssh.SSHServerConnection) -> asyncssh.SSHServerSession:
         # A pairing-only connection is told apart inside the subsystem (it may only pair).
-        return _LanpoolSession(self._process, None, 0, False)  # no SFTP factory, no scp
+        return _LanpoolSession(self, conn)
 
     async def _process(self, process: asyncssh.SSHServerProcess) -> None:
+        # asyncssh hands the session itself (a _LanpoolSession) to the process factory.
+        request = process.shell_request if isinstance(process, _LanpoolSession) else None
+        if request is not None and self.manager is not None:
+            await serve_exec(process, self.manager, request)
+            return
         if process.subsystem != SUBSYSTEM:  # _LanpoolSession lets nothing else through
             process.exit(1)
             return

@@ -171,6 +171,7 @@ class Controller:
         tag: str | None = None,
         nodes: int | None = None,
         resume: str | None = None,
+        ports: list[int] | None = None,
     ) -> RunOutcome:
         """Run a workflow's plan: reused jobs are skipped, the others run in order, each
         getting its dependencies' artifacts, each a gang of its nodes (app/remote_job.py).
@@ -219,6 +220,8 @@ class Controller:
                 job_id = job_ids[planned.workflow]
                 job = resolve(project, planned.workflow, overrides, {"run_name": outcome.run_name, "job_id": job_id})
                 job = self._sized(job, planned.workflow == workflow_name, nodes)
+                if ports and planned.workflow == workflow_name:  # `run --port N`: the requested job's
+                    job = dataclasses.replace(job, ports=sorted({*job.ports, *ports}))
                 if planned.workflow in resumes:
                     resume_job, resume_ckpt = resumes[planned.workflow]
                     # Same explicit path on every node: never "last" without shared storage.

@@ -34,6 +34,7 @@ async def submit_job(
         "image": job.image,
         "python": job.python,
         "requirements": job.requirements,
+        "ports": job.ports,
         "working_dir": job.working_dir,
         "snapshot": launch.snapshot_digest,
         "resources": job.resources,
@@ -67,6 +68,7 @@ async def submit_job(
                     pick_master_port=(node == 0 and gang.size > 1),
                     python=job.python,
                     requirements=job.requirements,
+                    ports=job.ports,
                 )
             )
             if accepted.job_id != job_id or status.job_id != job_id:

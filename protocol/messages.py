@@ -227,6 +227,8 @@ class SubmitJob:
     pick_master_port: bool = False
     python: str = ""  # "3.10": the version the job needs ("" = the runner's base interpreter)
     requirements: str = ""  # a file in the workspace (relative to working_dir) installed before the commands
+    # Ports the job listens on (runner's loopback), forwarded to the controller while it runs.
+    ports: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

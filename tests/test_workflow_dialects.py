@@ -124,7 +124,7 @@ def test_old_spellings_refuse_contradictions(tmp_path: Path, entry: str, expecte
         ("provider: lab", "JupyterLab"),
         ("provider: curl", "write 'commands: [curl"),
         ("provider: torchrun", "'nodes: N'"),
-        ("commands: [x]\n    ports: [8888]", "'ports' exposes ports"),
+        ("commands: [x]\n    ports: [0]", "'ports': 0 is not a port number"),
         ("commands: [x]\n    ssh: true", "'ssh' opens an ssh server"),
     ],
 )

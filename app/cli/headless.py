@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from app.cli import job_verbs, retention_verbs, run_verbs, runner_verbs
+from app.cli import job_verbs, retention_verbs, run_verbs, runner_verbs, shell_verbs
 from app.cli.parser import parse_args
 from app.controller import Controller
 from app.errors import ExitCode, LanpoolError
@@ -34,6 +34,9 @@ _HANDLERS: dict[str, Handler] = {
     "prune": retention_verbs.prune,
     "runners": runner_verbs.runners,
     "key": runner_verbs.key,
+    "ssh": shell_verbs.ssh,
+    "exec": shell_verbs.exec_,
+    "ports": shell_verbs.ports,
 }
 
 

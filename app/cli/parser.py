@@ -150,6 +150,19 @@ def build_parser() -> _Parser:
     metrics.add_argument("--json", action="store_true", help="every point as JSON")
 
     sub.add_parser("key", help="print the path of this controller's public key (for `app agent authorize`)")
+
+    # Into a running job (app/cli/shell_verbs.py).
+    ssh = sub.add_parser("ssh", help="an interactive shell inside a running job (its container, or its workspace)")
+    ssh.add_argument("ref", metavar="RUN|JOB")
+    ssh.add_argument("--node", type=int, default=None, help="that node of a multi-node job (default 0)")
+    exe = sub.add_parser("exec", help="run one command inside a running job; exits with its exit code")
+    exe.add_argument("ref", metavar="RUN|JOB")
+    exe.add_argument("--node", type=int, default=None, help="that node of a multi-node job (default 0)")
+    exe.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+    ports = sub.add_parser("ports", help="forward a running job's declared ports to this machine's 127.0.0.1")
+    ports.add_argument("ref", metavar="RUN|JOB")
+    ports.add_argument("--node", type=int, default=None, help="that node of a multi-node job (default 0)")
+    ports.add_argument("--json", action="store_true", help="the forwards as JSON (one line), then hold them")
     parser.verb_parsers = {"run": run, "plan": plan}
     return parser
 
@@ -165,6 +178,14 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         "--nodes", type=_node_count, default=None, help="run the workflow on N runners at once (multi-node DDP), N >= 1"
     )
     p.add_argument("--resume", metavar="RUN|JOB", help="resume from that job's checkpoint (placed on every node)")
+    p.add_argument(
+        "--port",
+        dest="ports",
+        type=_port,
+        action="append",
+        default=None,
+        help="forward this port of the job (the runner's 127.0.0.1) to this machine while it runs (repeatable)",
+    )
 
 
 def _plan_options(p: argparse.ArgumentParser) -> None:
@@ -244,3 +265,13 @@ def _split_at_workflow(parser: _Parser, verb: str, words: list[str]) -> tuple[li
         else:
             i += 1  # `-dh`: argparse reads (or refuses) short options put together
     return words, None, []
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = 0
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (1 to 65535)")
+    return port

@@ -1,12 +1,14 @@
 """`app headless run` and `plan`: a workflow's jobs, planned, submitted and followed."""
 
 import argparse
+import asyncio
 import json
 from pathlib import Path
 
 from app.cli import render
 from app.cli.parser import apply_options, verb_options
 from app.cli.render import say
+from app.cli.shell_verbs import forward_while_running
 from app.cli.workflow_args import read_tail, tail_value
 from app.controller import ARTIFACTS_REFUSED, Controller, JobRow, Submitted
 from app.errors import ExitCode, LanpoolError, UsageError
@@ -95,10 +97,13 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
         _workflow_help(ctl, project, args.workflow, "run")
         return ExitCode.OK
     submitted: list[Submitted] = []
+    forwards: list[asyncio.Task] = []
 
     def announce(sub: Submitted) -> None:
         submitted.append(sub)
         say(f"run {sub.run_name}: job {sub.job_id} ({ctl.runs.job(sub.job_id).workflow}) on runner {sub.runner}")
+        if not args.detach:  # a detached job's ports: `app headless ports RUN`
+            forwards.extend(t for t in [forward_while_running(ctl, sub.job_id, say)] if t is not None)
         if args.detach:
             say(
                 f"detached: `app headless logs -f {sub.run_name}` follows it, `app headless stop {sub.run_name}` stops it"
@@ -119,12 +124,16 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
             tag=args.tag,
             nodes=args.nodes,
             resume=args.resume,
+            ports=args.ports,
         )
     except LanpoolError as exc:
         if not submitted:
             raise
         name = submitted[0].run_name
         raise type(exc)(f"{exc.message}; the job may still run: `app headless logs -f {name}` re-attaches") from None
+    finally:
+        for task in forwards:
+            task.cancel()
     if args.json:  # one object on stdout, after any log lines: the run and its jobs as they stand
         jobs = [ctl.runs.job(s.job_id) for s in outcome.submitted]
         print(

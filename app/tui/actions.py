@@ -5,6 +5,8 @@ dialog), then does its I/O in a worker; a failed worker becomes a notification
 
 import asyncio
 import socket
+import subprocess
+import sys
 from pathlib import Path
 
 from textual import on, work
@@ -19,6 +21,7 @@ from app.tui.dialogs.simple import ConfirmDialog, Field, FormDialog
 from app.tui.job_view import JobView
 from app.tui.widgets.tables import RunnersTable, RunsTable
 from app.workflows import Project
+from protocol import JobState
 
 
 class Actions(JobView):
@@ -55,6 +58,22 @@ class Actions(JobView):
         job = await self.ctl.stop(job_id, abort=abort)
         self.notify(f"job {job_id}: {job.status}")
         self.show_runs()
+
+    # -- a shell in a running job ------------------------------------------------------------
+
+    def action_shell(self) -> None:
+        """`app headless ssh JOB` on this terminal, the TUI suspended until the shell exits."""
+        job_id = self._selected_job()
+        if not job_id:
+            self.notify("select a job in Runs first")
+            return
+        job = self.ctl.runs.job(job_id)
+        if job.state is not JobState.RUNNING:
+            self.notify(f"job {job_id} is {job.status}: a shell opens in a running job only")
+            return
+        with self.suspend():
+            # A process of its own: the shell owns the terminal, with no event loop of ours in between.
+            subprocess.run([sys.executable, "-m", "app.cli.main", "headless", "ssh", job_id], check=False)
 
     # -- run ------------------------------------------------------------------------------
 

@@ -57,6 +57,7 @@ class LanpoolApp(Actions):
         Binding("r", "run", "Run"),
         Binding("s", "stop", "Stop"),
         Binding("x", "abort", "Abort", show=False),
+        Binding("e", "shell", "Shell in job", show=False),
         Binding("slash", "search", "Filter/Search"),
         Binding("d", "download", "Download", show=False),
         Binding("D", "delete_run", "Delete run", show=False),

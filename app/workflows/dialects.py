@@ -31,16 +31,14 @@ UNSUPPORTED_PROVIDERS = {
     "ssh": "starts a dev environment to ssh into",
 }
 DEV_ENV_FIX = (
-    "lanpool runs batch jobs, not dev environments: start the server in 'commands' and reach it with "
-    "`ssh -L PORT:localhost:PORT` to the runner"
+    "lanpool runs batch jobs, not dev environments: start the server in 'commands', list its port "
+    "in 'ports', and open it from the URL `run` (or `app headless ports RUN`) prints"
 )
 OTHER_PROVIDERS = {
     "curl": "'provider: curl' downloads a URL: write 'commands: [curl -L -o FILE URL]' and list FILE in 'artifacts'",
     "torchrun": "'provider: torchrun' starts a distributed job: write 'nodes: N' and 'commands' that call torchrun",
 }
 UNSUPPORTED_KEYS = {
-    "ports": "'ports' exposes ports of a dev environment; lanpool jobs expose none: "
-    "reach a port with `ssh -L PORT:localhost:PORT` to the runner",
     "ssh": "'ssh' opens an ssh server in the job; lanpool jobs run none: "
     "use `app headless logs -f RUN` to follow a job, or ssh to the runner itself",
 }

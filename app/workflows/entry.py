@@ -36,6 +36,7 @@ WORKFLOW_KEYS = (
     "pull",
     "depends-on",
     "resume-from",
+    "ports",
 )
 RESOURCE_KEYS = ("gpu", "cpu", "memory", "shm_size", "interruptible")
 GPU_KEYS = ("count", "name", "memory")
@@ -125,6 +126,7 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
         depends_on=deps,
         repo_include=include,
         resume_from=resume_from,
+        ports=_parse_ports(item, err),
         file=path,
         line=item.line,
         key_lines=dict(item.key_lines),
@@ -265,3 +267,19 @@ def _parse_depends_on(item: LineMap, err: AtKey) -> tuple[list[Dependency], list
         name, _, tag = entry.partition(":")
         deps.append(Dependency(name.strip(), tag.strip() or None))
     return deps, include
+
+
+MAX_PORTS = 16  # as the runner allows (agent/job_request.py)
+
+
+def _parse_ports(item: LineMap, err: AtKey) -> list[int]:
+    """`ports: [6006, 8888]`: the job's loopback ports, forwarded to the controller while it runs."""
+    ports = item.get("ports", []) or []
+    if not isinstance(ports, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in ports):
+        raise err("'ports' must be a list of port numbers, e.g. [6006, 8888]", "ports")
+    bad = [p for p in ports if not 1 <= p <= 65535]
+    if bad:
+        raise err(f"'ports': {bad[0]} is not a port number (1 to 65535)", "ports")
+    if len(set(ports)) > MAX_PORTS:
+        raise err(f"'ports' lists {len(set(ports))} ports: at most {MAX_PORTS}", "ports")
+    return sorted(set(ports))

@@ -70,6 +70,7 @@ class Workflow:
     depends_on: list[Dependency] = field(default_factory=list)
     repo_include: list[str] | None = None  # None: the whole snapshot counts
     resume_from: str = ""  # a run name, job id or WORKFLOW:TAG whose checkpoint this job resumes from
+    ports: list[int] = field(default_factory=list)  # the job's loopback ports, forwarded while it runs
     file: Path | None = None
     line: int | None = None
     key_lines: dict[str, int] = field(default_factory=dict, compare=False)

@@ -37,6 +37,7 @@ class ResolvedJob:
     resume_from: str = ""  # RUN|JOB|WORKFLOW:TAG to resume from ("" : none)
     python: str = ""  # `version:` of provider python: the interpreter (or image) the runner gives the job
     requirements: str = ""  # installed by the runner into the job's own environment, before the commands
+    ports: list[int] = field(default_factory=list)  # forwarded from the runner's loopback while it runs
 
 
 def coerce_override(name: str, text: str, default: Scalar | None) -> Scalar:
@@ -150,6 +151,7 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         resume_from=resume_from,
         python=wf.version if wf.provider == "python" else "",
         requirements=wf.requirements if wf.provider == "python" else "",
+        ports=list(wf.ports),
     )
 
 

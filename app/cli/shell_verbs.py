@@ -1,0 +1,78 @@
+"""`app headless ssh`, `exec` and `ports`: into a running job over its runner's SSH connection."""
+
+import argparse
+import asyncio
+import json
+from collections.abc import Callable
+
+from app.cli.render import say
+from app.controller import Controller
+from app.errors import ExitCode, LanpoolError, UsageError
+from app.job_shell import JobTarget, forward_ports, hold_forwards, run_command, run_shell, running_target
+from app.remote_job import RemoteJob
+
+
+def _target(ctl: Controller, args: argparse.Namespace) -> JobTarget:
+    jobs = ctl.runs.resolve(args.ref)
+    if not jobs:
+        raise UsageError(f"no run or job {args.ref!r}: `app headless status` lists them")
+    return running_target(ctl.jobs, jobs, args.ref, args.node)
+
+
+async def ssh(ctl: Controller, args: argparse.Namespace) -> int:
+    target = _target(ctl, args)
+    async with await ctl.connect(target.host, target.port) as session:
+        return await run_shell(session, target.job_id)
+
+
+async def exec_(ctl: Controller, args: argparse.Namespace) -> int:
+    argv = list(args.command)
+    if argv and argv[0] == "--":
+        argv = argv[1:]
+    if not argv:
+        raise UsageError("exec needs a command: app headless exec JOB -- CMD ...")
+    target = _target(ctl, args)
+    async with await ctl.connect(target.host, target.port) as session:
+        return await run_command(session, target.job_id, argv)
+
+
+async def ports(ctl: Controller, args: argparse.Namespace) -> int:
+    target = _target(ctl, args)
+    declared = target.ports
+    if not declared:
+        raise UsageError(f"job {target.job_id} declared no ports (`ports:` in its workflow, or `run --port N`)")
+    async with await ctl.connect(target.host, target.port) as session:
+        listeners = await forward_ports(session, declared)
+        urls = {port: f"http://127.0.0.1:{listener.get_port()}" for port, listener in listeners.items()}
+        if args.json:
+            print(json.dumps([{"port": p, "url": u} for p, u in urls.items()]), flush=True)
+        else:
+            for port, url in urls.items():
+                print(f"port {port}: {url}", flush=True)
+            say(f"forwarding until job {target.job_id} ends (Ctrl-C stops forwarding; the job keeps running)")
+        state = await hold_forwards(session, target.job_id, listeners, say)
+    if not args.json:
+        say(f"job {target.job_id} {state}: forwards closed")
+    return ExitCode.OK
+
+
+def forward_while_running(ctl: Controller, job_id: str, say: Callable[[str], None]) -> "asyncio.Task[None] | None":
+    """For `run`: forward the just-submitted job's declared ports until it ends (None: it declared none)."""
+    job = ctl.runs.job(job_id)
+    remote = RemoteJob(ctl.jobs, job_id)
+    declared = [p for p in json.loads(job.spec or "{}").get("ports", []) if isinstance(p, int)]
+    if not declared or not remote.nodes:
+        return None
+    at = remote.nodes[0]
+
+    async def forward() -> None:
+        try:
+            async with await ctl.connect(at.host, at.port) as session:
+                listeners = await forward_ports(session, declared)
+                for port, listener in listeners.items():
+                    say(f"port {port}: http://127.0.0.1:{listener.get_port()}")
+                await hold_forwards(session, job_id, listeners, say)
+        except LanpoolError as exc:
+            say(f"ports not forwarded: {exc.message}")
+
+    return asyncio.ensure_future(forward())

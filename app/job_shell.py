@@ -1,0 +1,188 @@
+"""Into a running job from the controller: a command, an interactive shell, its declared ports.
+
+All three go over the SSH connection lanpool already has with the job's runner:
+an exec request in the agent's one grammar (`lanpool-exec JOB_ID [-- ARGV]`,
+agent/job_shell.py) and direct-tcpip to 127.0.0.1:PORT, which the agent allows
+only for a port the running job declared (agent/job_ports.py).
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shlex
+import signal
+import sys
+import termios
+import tty
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import asyncssh
+
+from app.errors import LanpoolError, RunnerError, UsageError
+from app.remote_job import JobServices, RemoteJob
+from app.runner_client import RunnerSession
+from app.store import JobRow
+from protocol import JobState
+
+log = logging.getLogger(__name__)
+
+EXEC_VERB = "lanpool-exec"  # the agent's grammar (agent/job_shell.py: parse_exec)
+_READ_SIZE = 64 * 1024
+_STATUS_POLL_S = 2.0  # how often an open forward asks whether its job still runs
+
+
+@dataclass(frozen=True)
+class JobTarget:
+    job_id: str
+    node: int
+    runner: str
+    host: str
+    port: int
+    ports: list[int] = field(default_factory=list)  # what the job declared (its spec)
+
+
+def exec_command(job_id: str, argv: list[str]) -> str:
+    return shlex.join([EXEC_VERB, job_id, *(["--", *argv] if argv else [])])
+
+
+def running_target(jobs: JobServices, candidates: list[JobRow], ref: str, node: int | None) -> JobTarget:
+    """The node of the one running job `ref` names; UsageError (one line) otherwise."""
+    if len(candidates) > 1:
+        live = [j for j in candidates if not j.state.is_terminal()]
+        if len(live) != 1:
+            names = ", ".join(j.id for j in (live or candidates))
+            raise UsageError(f"{ref} names {len(candidates)} jobs ({names}): name one by its id")
+        candidates = live
+    job = candidates[0]
+    if job.state.is_terminal():
+        raise UsageError(f"job {job.id} ended ({job.state}): ssh, exec and ports reach running jobs only")
+    if job.state is not JobState.RUNNING:
+        raise UsageError(f"job {job.id} is {job.state}, not running yet: try again once it runs")
+    remote = RemoteJob(jobs, job.id)
+    k = 0 if node is None else node
+    if not 0 <= k < len(remote.nodes):
+        raise UsageError(f"job {job.id} runs on {len(remote.nodes)} node(s): --node takes 0 to {len(remote.nodes) - 1}")
+    at = remote.nodes[k]
+    declared = [p for p in json.loads(job.spec or "{}").get("ports", []) if isinstance(p, int)]
+    return JobTarget(job.id, k, at.runner, at.host, at.port, declared)
+
+
+async def run_command(session: RunnerSession, job_id: str, argv: list[str]) -> int:
+    """Run `argv` in the job, its output streamed to ours; returns its exit code."""
+    stdin_tty = sys.stdin.isatty()
+    try:
+        proc = await session.conn.create_process(
+            exec_command(job_id, argv), encoding=None, stdin=asyncssh.DEVNULL if stdin_tty else asyncssh.PIPE
+        )
+    except (OSError, asyncssh.Error) as exc:
+        raise RunnerError(f"{session.where} refused to run in job {job_id}: {_reason(exc)}") from None
+    feed = None if stdin_tty else asyncio.create_task(_feed_stdin(proc))
+    try:
+        await asyncio.gather(_copy(proc.stdout, sys.stdout.buffer), _copy(proc.stderr, sys.stderr.buffer))
+        await proc.wait_closed()
+    finally:
+        if feed is not None:
+            feed.cancel()
+    return _exit_code(proc)
+
+
+async def run_shell(session: RunnerSession, job_id: str) -> int:
+    """An interactive shell in the job on our terminal (raw mode, resize, Ctrl-C); its exit code."""
+    fd = sys.stdin.fileno()
+    if not os.isatty(fd):
+        raise UsageError("ssh needs a terminal; for one command use `app headless exec JOB -- CMD`")
+    cols, rows = os.get_terminal_size(fd)
+    try:
+        proc = await session.conn.create_process(
+            exec_command(job_id, []),
+            encoding=None,
+            term_type=os.environ.get("TERM", "xterm-256color"),
+            term_size=(cols, rows),
+        )
+    except (OSError, asyncssh.Error) as exc:
+        raise RunnerError(f"{session.where} refused a shell in job {job_id}: {_reason(exc)}") from None
+    loop = asyncio.get_running_loop()
+    saved = termios.tcgetattr(fd)
+
+    def typed() -> None:
+        data = os.read(fd, _READ_SIZE)
+        if data:
+            proc.stdin.write(data)
+        else:
+            loop.remove_reader(fd)
+            proc.stdin.write_eof()
+
+    def resized() -> None:
+        with contextlib.suppress(OSError):
+            proc.change_terminal_size(*os.get_terminal_size(fd))
+
+    tty.setraw(fd)
+    loop.add_reader(fd, typed)
+    loop.add_signal_handler(signal.SIGWINCH, resized)
+    try:
+        await asyncio.gather(_copy(proc.stdout, sys.stdout.buffer), _copy(proc.stderr, sys.stderr.buffer))
+        await proc.wait_closed()
+    finally:
+        loop.remove_reader(fd)
+        loop.remove_signal_handler(signal.SIGWINCH)
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+    return _exit_code(proc)
+
+
+async def forward_ports(session: RunnerSession, ports: list[int]) -> dict[int, asyncssh.SSHListener]:
+    """A listener on a free port of our 127.0.0.1 for each of the job's ports (the runner's loopback)."""
+    listeners: dict[int, asyncssh.SSHListener] = {}
+    for port in ports:
+        try:
+            listeners[port] = await session.conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", port)
+        except (OSError, asyncssh.Error) as exc:
+            for listener in listeners.values():
+                listener.close()
+            raise RunnerError(f"cannot listen on 127.0.0.1 for port {port}: {_reason(exc)}") from None
+    return listeners
+
+
+async def hold_forwards(
+    session: RunnerSession, job_id: str, listeners: dict[int, asyncssh.SSHListener], say: Callable[[str], None]
+) -> JobState:
+    """Keep the forwards open until the job ends (the runner also cuts them then); its final state."""
+    try:
+        while True:
+            try:
+                status = await session.status(job_id)
+            except LanpoolError as exc:
+                say(f"lost the runner: {exc.message}")
+                return JobState.LOST
+            if JobState(status.state).is_terminal():
+                return JobState(status.state)
+            await asyncio.sleep(_STATUS_POLL_S)
+    finally:
+        for listener in listeners.values():
+            listener.close()
+
+
+async def _feed_stdin(proc: asyncssh.SSHClientProcess) -> None:
+    while data := await asyncio.to_thread(os.read, sys.stdin.fileno(), _READ_SIZE):
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+    proc.stdin.write_eof()
+
+
+async def _copy(reader: asyncssh.SSHReader, out: BinaryIO) -> None:
+    while data := await reader.read(_READ_SIZE):
+        out.write(data)
+        out.flush()
+
+
+def _exit_code(proc: asyncssh.SSHClientProcess) -> int:
+    if proc.exit_status is not None and proc.exit_status >= 0:
+        return proc.exit_status
+    return 255  # ended by a signal or without a status: as ssh reports it
+
+
+def _reason(exc: BaseException) -> str:
+    return str(getattr(exc, "reason", None) or exc)

@@ -1,0 +1,317 @@
+"""Into a running job: exec, a shell on a PTY, forwarded ports. Real agents, real asyncssh
+clients and the real `app` CLI; each door is tried from where it must stay shut too
+(a pairing connection, a job that ended, an undeclared port, a plain exec)."""
+
+import asyncio
+import json
+import re
+import subprocess
+import sys
+import time
+import urllib.request
+
+import asyncssh
+import pytest
+
+from agent.job_shell import exec_command, parse_exec
+from app.home import ControllerHome
+from app.keys import load_or_create_client_key
+from protocol.pairing import PAIRING_USER
+from tests.harness import APP_MODULE, lanpool_env
+from tests.test_docker_executor import _status, _stop, submit, wait_for_line
+
+
+def _connect(agent, *, pairing: bool = False):
+    key = (
+        asyncssh.generate_private_key("ssh-ed25519")
+        if pairing
+        else load_or_create_client_key(ControllerHome.default().key)
+    )
+    return asyncssh.connect(
+        agent.host,
+        agent.port,
+        username=PAIRING_USER if pairing else "lanpool",
+        client_keys=[key],
+        known_hosts=None,
+        agent_path=None,
+        config=[],
+    )
+
+
+def _wait_running(agent, job_id: str, text: str = "ready") -> None:
+    wait_for_line(agent, job_id, text)
+
+
+async def _exec(agent, job_id: str, argv: list[str], **options) -> asyncssh.SSHCompletedProcess:
+    async with _connect(agent) as conn:
+        return await conn.run(exec_command(job_id, argv), **options)
+
+
+# -- the grammar -------------------------------------------------------------------------------------------
+
+
+def test_only_the_one_exec_grammar_parses():
+    assert parse_exec("lanpool-exec job1 -- echo 'a b'").argv == ("echo", "a b")
+    assert parse_exec("lanpool-exec job1").argv == ()
+    for bad in (
+        "cat /etc/passwd",
+        "lanpool-exec",
+        "lanpool-exec ../x -- ls",
+        "lanpool-exec j1 ls",
+        "lanpool-exec j1 --",
+        "lanpool-exec 'j1",
+        "lanpool-exec j1 -- a\0b",
+        "lanpool-exec\tj1 x",
+    ):
+        assert parse_exec(bad) is None, bad
+
+
+# -- exec into a process job -----------------------------------------------------------------------------
+
+
+def test_exec_into_a_process_job_has_its_env_and_exit_code(agent):
+    submit(agent, "sleeper", ["echo ready", "sleep 60"], "", env={"MY_VAR": "hello-job"})
+    _wait_running(agent, "sleeper")
+    done = asyncio.run(_exec(agent, "sleeper", ["sh", "-c", "echo $MY_VAR; pwd; echo err >&2; exit 7"]))
+    assert done.exit_status == 7
+    out = done.stdout.splitlines()
+    assert out[0] == "hello-job" and out[1].endswith("workspace")
+    assert done.stderr.strip() == "err"
+    # Input reaches the command.
+    echoed = asyncio.run(_exec(agent, "sleeper", ["cat"], input="typed\n"))
+    assert echoed.stdout == "typed\n" and echoed.exit_status == 0
+    log = agent.log_path.read_text()
+    assert "exec session from" in log and "into job sleeper" in log
+    asyncio.run(_stop(agent, "sleeper", abort=True, grace_s=0))
+
+
+def test_a_shell_on_a_pty_runs_typed_commands_and_ctrl_c(agent):
+    submit(agent, "ptyjob", ["echo ready", "sleep 60"], "")
+    _wait_running(agent, "ptyjob")
+
+    async def session() -> tuple[str, int | None]:
+        async with _connect(agent) as conn:
+            proc = await conn.create_process(exec_command("ptyjob", []), term_type="xterm", term_size=(100, 30))
+            proc.stdin.write("stty size; echo mark-$((40+2))\n")
+            seen = ""
+            while "mark-42" not in seen or "30 100" not in seen:
+                seen += await asyncio.wait_for(proc.stdout.read(4096), 20)
+            proc.change_terminal_size(120, 40)
+            proc.stdin.write("sleep 30\n")
+            await asyncio.sleep(0.5)
+            proc.stdin.write("\x03")  # Ctrl-C ends the sleep, not the shell
+            proc.stdin.write("stty size; exit 5\n")
+            while "40 120" not in seen:
+                seen += await asyncio.wait_for(proc.stdout.read(4096), 20)
+            await asyncio.wait_for(proc.wait_closed(), 20)
+            return seen, proc.exit_status
+
+    seen, code = asyncio.run(session())
+    assert code == 5 and "mark-42" in seen
+    asyncio.run(_stop(agent, "ptyjob", abort=True, grace_s=0))
+
+
+def test_exec_into_an_ended_or_unknown_job_is_one_line(agent):
+    submit(agent, "quick", ["echo ready"], "")
+    deadline = time.time() + 30
+    while asyncio.run(_status(agent, "quick")).state != "DONE" and time.time() < deadline:
+        time.sleep(0.2)
+    for job_id, why in (("quick", "ended (DONE)"), ("nosuchjob", "does not exist")):
+        done = asyncio.run(_exec(agent, job_id, ["true"]))
+        assert done.exit_status == 255 and done.stderr == f"lanpool: job {job_id} {why} on this runner\n"
+
+
+def test_a_pairing_connection_cannot_exec_nor_forward(agent):
+    subprocess.run(
+        [sys.executable, "-m", "app.cli.main", "agent", "pair", "--data-dir", str(agent.data_dir)],
+        env=lanpool_env(ControllerHome.default().root),
+        capture_output=True,
+        check=True,
+    )
+    submit(agent, "guarded", ["echo ready", "sleep 60"], "", ports=[agent.port])
+    _wait_running(agent, "guarded")
+
+    async def attempts() -> list[str]:
+        accepted = []
+        async with _connect(agent, pairing=True) as conn:
+            for what, attempt in {
+                "exec": lambda: conn.run(exec_command("guarded", ["id"]), check=False),
+                "pty": lambda: conn.create_process(exec_command("guarded", []), term_type="xterm"),
+                "forward": lambda: conn.open_connection("127.0.0.1", agent.port),
+            }.items():
+                try:
+                    result = await attempt()
+                except (asyncssh.ChannelOpenError, asyncssh.ProcessError):
+                    continue
+                if getattr(result, "exit_status", 0) not in (None,) and what == "exec" and result.exit_status != 0:
+                    continue
+                accepted.append(what)
+        return accepted
+
+    assert asyncio.run(attempts()) == []
+    asyncio.run(_stop(agent, "guarded", abort=True, grace_s=0))
+
+
+def test_plain_exec_shell_and_subsystem_on_a_pty_stay_refused(agent):
+    async def attempts() -> list[str]:
+        accepted = []
+        async with _connect(agent) as conn:
+            for what, attempt in {
+                "exec": lambda: conn.run("lanpool-execx j -- id"),
+                "exec-like": lambda: conn.run("lanpool-exec j; id"),
+                "shell": lambda: conn.create_process(term_type="xterm"),
+                "subsystem on pty": lambda: conn.create_process(subsystem="lanpool", term_type="xterm"),
+            }.items():
+                try:
+                    await attempt()
+                except asyncssh.ChannelOpenError:
+                    continue
+                accepted.append(what)
+        return accepted
+
+    assert asyncio.run(attempts()) == []
+
+
+# -- ports ----------------------------------------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_declared_port_is_forwarded_others_refused_and_it_ends_with_the_job(agent):
+    port, other = _free_port(), _free_port()
+    submit(
+        agent,
+        "web",
+        [f"{sys.executable} -m http.server {port} --bind 127.0.0.1 &", "sleep 0.5", "echo ready", "sleep 60"],
+        "",
+        ports=[port],
+    )
+    _wait_running(agent, "web")
+    # Something listens on `other` too: refused for not being declared, not for being closed.
+    bystander = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(other), "--bind", "127.0.0.1"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    async def check() -> None:
+        async with _connect(agent) as conn:
+            listener = await conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", port)
+            url = f"http://127.0.0.1:{listener.get_port()}/"
+            for _ in range(50):
+                try:
+                    body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read())
+                    break
+                except OSError:
+                    await asyncio.sleep(0.1)
+            assert b"Directory listing" in body
+            for host, p in (
+                ("127.0.0.1", other),
+                ("127.0.0.2", port),
+                ("example.com", port),
+                ("127.0.0.1", agent.port),
+            ):
+                with pytest.raises(asyncssh.ChannelOpenError):
+                    await conn.open_connection(host, p)
+            reader, writer = await conn.open_connection("127.0.0.1", port)  # held open across the job's end
+            await asyncio.to_thread(asyncio.run, _stop(agent, "web", abort=True, grace_s=0))
+            assert await asyncio.wait_for(reader.read(), 20) == b""  # cut when the job ended
+            while (await asyncio.to_thread(asyncio.run, _status(agent, "web"))).state not in ("ABORTED", "STOPPED"):
+                await asyncio.sleep(0.2)
+            with pytest.raises(asyncssh.ChannelOpenError):
+                await conn.open_connection("127.0.0.1", port)
+
+    try:
+        asyncio.run(check())
+    finally:
+        bystander.kill()
+    assert "refused port forwarding (direct-tcpip) to 127.0.0.2" in agent.log_path.read_text()
+
+
+def test_submit_refuses_more_ports_than_allowed(agent):
+    from app.errors import RunnerError
+
+    with pytest.raises(RunnerError, match="at most 16"):
+        submit(agent, "manyports", ["true"], "", ports=list(range(2000, 2017)))
+    with pytest.raises(RunnerError, match="ports"):
+        submit(agent, "badport", ["true"], "", ports=[0])
+
+
+# -- the CLI ----------------------------------------------------------------------------------------------
+
+
+WORKFLOWS = """
+workflows:
+  - name: serve
+    ports: [PORT]
+    commands:
+      - python -m http.server PORT --bind 127.0.0.1 &
+      - echo ready
+      - sleep 60
+"""
+
+
+def test_cli_exec_ports_and_refusals(agent, cli, make_project):
+    port = _free_port()
+    project = make_project(WORKFLOWS.replace("PORT", str(port)))
+    res = cli("headless", "run", "serve", "--runner", agent.address, "-d", "--json", cwd=project, check=True)
+    run = json.loads(res.stdout.strip().splitlines()[-1])["run"]
+    deadline = time.time() + 60
+    while "ready" not in cli("headless", "logs", run).stdout and time.time() < deadline:
+        time.sleep(0.3)
+    done = cli("headless", "exec", run, "--", "sh", "-c", "echo hi from $PWD; exit 4")
+    assert done.returncode == 4 and done.stdout.startswith("hi from ") and "workspace" in done.stdout
+    assert cli("headless", "exec", run, "--node", "3", "--", "true").stderr.count("\n") == 1
+    forwards = subprocess.Popen(
+        [*APP_MODULE, "headless", "ports", run, "--json"],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=lanpool_env(ControllerHome.default().root),
+    )
+    try:
+        (fwd,) = json.loads(forwards.stdout.readline())
+        assert fwd["port"] == port
+        for _ in range(50):
+            try:
+                body = urllib.request.urlopen(fwd["url"], timeout=5).read()
+                break
+            except OSError:
+                time.sleep(0.2)
+        assert b"Directory listing" in body
+        cli("headless", "stop", run, "--abort", check=True)
+        assert forwards.wait(30) == 0  # the forwards end with the job
+    finally:
+        forwards.kill()
+    ended = cli("headless", "exec", run, "--", "true")
+    assert ended.returncode != 0 and len(ended.stderr.strip().splitlines()) == 1 and "ended" in ended.stderr
+    assert re.search(r"not a port number", cli("headless", "run", "serve", "--port", "0", cwd=project).stderr)
+
+
+# -- a container job ------------------------------------------------------------------------------------------
+
+
+def test_exec_and_a_pty_shell_in_a_container_job(docker_agent, busybox_image):
+    submit(docker_agent, "boxed", ["echo ready", "sleep 60"], busybox_image, env={"MY_VAR": "in-box"})
+    _wait_running(docker_agent, "boxed")
+    done = asyncio.run(_exec(docker_agent, "boxed", ["sh", "-c", "echo $MY_VAR; echo oops >&2; exit 6"]))
+    assert (done.exit_status, done.stdout, done.stderr) == (6, "in-box\n", "oops\n")
+
+    async def shell() -> tuple[str, int | None]:
+        async with _connect(docker_agent) as conn:
+            proc = await conn.create_process(exec_command("boxed", []), term_type="xterm", term_size=(90, 20))
+            proc.stdin.write("echo box-$((40+2)); exit 3\n")
+            seen = ""
+            while "box-42" not in seen:
+                seen += await asyncio.wait_for(proc.stdout.read(4096), 20)
+            await asyncio.wait_for(proc.wait_closed(), 20)
+            return seen, proc.exit_status
+
+    seen, code = asyncio.run(shell())
+    assert code == 3 and "box-42" in seen
+    asyncio.run(_stop(docker_agent, "boxed", abort=True, grace_s=0))
