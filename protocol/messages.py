@@ -226,6 +226,8 @@ class SubmitJob:
     pick_master_port: bool = False
     python: str = ""  # "3.10": the version the job needs ("" = the runner's base interpreter)
     requirements: str = ""  # a file in the workspace (relative to working_dir) installed before the commands
+    # Secret texts in `env`: the runner writes *** for them in its log and journal (never to disk in clear).
+    masked: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
