@@ -11,6 +11,19 @@ from agent.spool import LogSpool
 from protocol import JobStatus
 
 
+def mask_secrets(data: bytes, masks: list[bytes]) -> bytes:
+    """`data` with each secret text (longest first, as the controller sends them) as ***."""
+    for secret in masks:
+        if secret and secret in data:
+            data = data.replace(secret, b"***")
+    return data
+
+
+def masked_env(env: dict[str, str], masked: list[str]) -> dict[str, str]:
+    """The env as the journal keeps it: a value holding a secret is *** as a whole."""
+    return {k: "***" if any(m and m in v for m in masked) else v for k, v in env.items()}
+
+
 @dataclass
 class Job:
     record: JobRecord
@@ -23,6 +36,9 @@ class Job:
     metrics_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Replaced after each set(): waiters take the current one, then re-check.
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # The job's secrets (SubmitJob.masked), written *** in its spool. Kept in memory only: a
+    # container re-adopted after a restart is masked by the controller alone.
+    masks: list[bytes] = field(default_factory=list)
 
     def notify(self) -> None:
         self.changed.set()
@@ -38,7 +54,7 @@ class Job:
     def output(self, stream: str, data: bytes) -> None:
         if self.record.terminal:  # a late line (from a pull thread) after the spool was closed
             return
-        self.spool.append(stream, data)
+        self.spool.append(stream, mask_secrets(data, self.masks))
         self.notify()
 
     def system_line(self, text: str) -> None:

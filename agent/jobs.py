@@ -24,7 +24,7 @@ from agent.blobs import BlobCache
 from agent.executors import Execution, Executor, ExecutorChoice, ExecutorError, Launch
 from agent.gpus import GpuAllocator, GpuError
 from agent.home import AgentHome
-from agent.job import Job
+from agent.job import Job, masked_env
 from agent.job_env import container_commands, free_port, job_env
 from agent.job_request import JobError, check_job_id, check_request, parse_resources
 from agent.journal import JobRecord
@@ -162,7 +162,7 @@ class JobManager:
             run_name=req.run_name,
             workflow=req.workflow,
             commands=list(req.commands),
-            env=dict(req.env),
+            env=masked_env(dict(req.env), req.masked),  # the real values only in memory and the job's env
             artifacts=list(req.artifacts),
             working_dir=req.working_dir,
             submitted_at=time.time(),
@@ -174,6 +174,7 @@ class JobManager:
             ports=sorted(set(req.ports)),
         )
         job = Job(record, job_dir, LogSpool(job_dir / "log.spool"), executor=executor)
+        job.masks = [m.encode() for m in req.masked]
         self.jobs[req.job_id] = job
         record.save(job_dir)
         if note:

@@ -27,13 +27,14 @@ from app.job_submit import submit_job
 from app.names import new_run_name
 from app.overview import MetricsReader
 from app.placement import Placement
-from app.planning import Plan, known_variables, make_plan
+from app.planning import Plan, known_variables, make_plan, with_env
 from app.pool import DEFAULT_PORT, Pool, RunnerState, parse_address
 from app.remote_job import JobServices, Launch, LogSink, RemoteJob
 from app.resume import Resumes
 from app.retention import DEFAULT_PRUNE_AGE, Removal, Retention, parse_age
 from app.runner_client import RunnerSession
 from app.runs import Runs
+from app.secret_store import SecretStore, secret_refs
 from app.snapshot import Manifest, build_manifest
 from app.store import ARTIFACTS_REFUSED, JobRow, Store
 from app.uploads import workspace_files
@@ -90,7 +91,10 @@ class Controller:
         self.artifacts = Artifacts(self.store, self.home)
         self.resumes = Resumes(self.store, self.home)
         self.retention = Retention(self.store, self.home)  # rm and prune of old runs
-        self.jobs = JobServices(self.store, self.artifacts, self.pool.connect, self.pool.runner_seen)
+        self.secrets = SecretStore(self.home)  # `${{ secrets.NAME }}` values: a 0600 file, never SQLite
+        self.jobs = JobServices(
+            self.store, self.artifacts, self.pool.connect, self.pool.runner_seen, self.secrets.masks_for_spec
+        )
 
     @property
     def client_key(self) -> asyncssh.SSHKey:
@@ -121,9 +125,10 @@ class Controller:
         overrides: dict[str, str] | None = None,
         no_cache: bool = False,
         reuse: bool = False,
+        env: dict[str, str] | None = None,
     ) -> Plan:
         """What a run would do: each job of the DAG, run or reused, and why."""
-        return self._plan(self.store, project, workflow_name, overrides, no_cache, reuse)
+        return self._plan(self.store, project, workflow_name, overrides, no_cache, reuse, env)
 
     def plan_in_thread(
         self,
@@ -146,9 +151,13 @@ class Controller:
         overrides: dict[str, str] | None,
         no_cache: bool,
         reuse: bool,
+        env: dict[str, str] | None = None,
     ) -> Plan:
         project.get(workflow_name)  # an unknown workflow: one line, before any hashing
-        return make_plan(project, store, self.home, workflow_name, overrides or {}, no_cache, reuse)
+        plan = make_plan(project, store, self.home, workflow_name, overrides or {}, no_cache, reuse, env)
+        # A secret that is not set: one line naming it, before anything is sent.
+        self.secrets.values_for(n for p in plan.to_run for n in secret_refs(p.job.env))
+        return plan
 
     def variables(self, project: Project, workflow_name: str) -> dict[str, Scalar]:
         """Every variable a run of the workflow takes (its DAG's), with its default."""
@@ -172,18 +181,20 @@ class Controller:
         nodes: int | None = None,
         resume: str | None = None,
         ports: list[int] | None = None,
+        env: dict[str, str] | None = None,
     ) -> RunOutcome:
         """Run a workflow's plan: reused jobs are skipped, the others run in order, each
         getting its dependencies' artifacts, each a gang of its nodes (app/remote_job.py).
 
         With follow=False the single job to run is submitted and left running.
+        `env`: `--env`/`--env-file` (app/env_overrides.py), applied to every job of the run.
         """
         overrides = overrides or {}
         say = say or (lambda _text: None)
         if resume is not None and not resume.strip():
             raise UsageError("--resume needs a run name, a job id or WORKFLOW:TAG")
         cli_resume = self.resumes.job_and_checkpoint(resume) if resume else None
-        plan = self.plan(project, workflow_name, overrides, no_cache, reuse)
+        plan = self.plan(project, workflow_name, overrides, no_cache, reuse, env)
         resumes = self.resumes.of(project, plan, workflow_name, cli_resume)
         multinode = [p for p in plan.to_run if p.job.nodes > 1 or (nodes and nodes > 1 and p.workflow == workflow_name)]
         if not follow and multinode:
@@ -219,6 +230,7 @@ class Controller:
                     continue
                 job_id = job_ids[planned.workflow]
                 job = resolve(project, planned.workflow, overrides, {"run_name": outcome.run_name, "job_id": job_id})
+                job = with_env(job, env)
                 job = self._sized(job, planned.workflow == workflow_name, nodes)
                 if ports and planned.workflow == workflow_name:  # `run --port N`: the requested job's
                     job = dataclasses.replace(job, ports=sorted({*job.ports, *ports}))
@@ -239,7 +251,16 @@ class Controller:
                 files = await asyncio.to_thread(workspace_files, manifest, self.home, self.store, inputs)
                 remote, status = await submit_job(
                     self.jobs,
-                    Launch(job_id, outcome.run_name, job, files, manifest.digest, planned.key, planned.inputs),
+                    Launch(
+                        job_id,
+                        outcome.run_name,
+                        job,
+                        files,
+                        manifest.digest,
+                        planned.key,
+                        planned.inputs,
+                        secrets=self.secrets.values_for(secret_refs(job.env)),
+                    ),
                     sessions,
                     addresses,
                     say,

@@ -12,6 +12,7 @@ from app.errors import LanpoolError, RunnerError, RunnerProtocolError
 from app.multinode import node_env
 from app.remote_job import JobServices, Launch, NodeAt, RemoteJob, Say
 from app.runner_client import RunnerSession
+from app.secret_store import masked_values, reveal
 from app.uploads import upload
 from protocol import JobState, JobStatus, SubmitJob
 
@@ -50,6 +51,8 @@ async def submit_job(
             env = dict(job.env) if gang.size == 1 else node_env(job, node, addresses)
             if node:
                 env["MASTER_PORT"] = str(master_port)
+            # Secrets go in here only: the stored spec above keeps their placeholders.
+            env = reveal(env, launch.secrets)
             await upload(session, launch.files, say)
             accepted, status = await session.submit_accepted(
                 SubmitJob(
@@ -69,6 +72,7 @@ async def submit_job(
                     python=job.python,
                     requirements=job.requirements,
                     ports=job.ports,
+                    masked=masked_values(launch.secrets.values()),
                 )
             )
             if accepted.job_id != job_id or status.job_id != job_id:

@@ -7,6 +7,7 @@ or only `depends-on.repo.include`), and its dependencies' keys. The parts are
 kept with the job so that a later plan can say which input changed.
 """
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -111,14 +112,16 @@ def make_plan(
     overrides: dict[str, str],
     no_cache: bool = False,
     reuse_requested: bool = False,
+    env: dict[str, str] | None = None,
 ) -> Plan:
+    """`env`: `run --env`/`--env-file` (app/env_overrides.py), over each job's own `env:`."""
     check_overrides(project, workflow, overrides)
     plan = Plan(workflow)
     keys: dict[str, str] = {}
     all_files = None
     for name in dag_order(project, workflow):
         wf = project.get(name)
-        job = resolve(project, name, overrides, KEY_BUILTINS)
+        job = with_env(resolve(project, name, overrides, KEY_BUILTINS), env)
         if wf.repo_include is None:
             all_files = all_files if all_files is not None else file_hashes(project.root)
             files = all_files
@@ -141,6 +144,12 @@ def make_plan(
         )
         plan.jobs.append(planned)
     return plan
+
+
+def with_env(job: ResolvedJob, env: dict[str, str] | None) -> ResolvedJob:
+    """The job with the run's env overrides applied after its workflow's `env:` (they are inputs:
+    its key sees them; a secret among them is its `${{ secrets.NAME }}` placeholder)."""
+    return dataclasses.replace(job, env={**job.env, **env}) if env else job
 
 
 def _fixed_inputs(store: Store, project: Project, name: str, dep: Dependency) -> list[JobRow]:

@@ -21,7 +21,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from app.errors import (
     HostKeyMismatch,
@@ -37,6 +37,7 @@ from app.job_end import finish_job
 from app.multinode import prefix_node
 from app.runner_client import RunnerSession
 from app.runner_output import OwnOutput
+from app.secret_store import mask
 from app.store import JobRow, Store
 from app.uploads import WorkspaceFiles
 from app.workflows.resolve import ResolvedJob
@@ -60,6 +61,8 @@ class JobServices:
     artifacts: Artifacts
     connect: Connect
     runner_seen: Callable[[str, bool], None]  # (runner, answers): LIVE again or OFFLINE
+    # The job's stored env (secrets as placeholders) -> the texts to mask in its log (app/secret_store.py).
+    masks: Callable[[dict[str, str]], list[str]] = lambda _env: []
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class Launch:
     snapshot_digest: str = ""
     cache_key: str | None = None
     cache_inputs: dict | None = None
+    secrets: dict[str, str] = field(default_factory=dict)  # NAME -> value, for the SubmitJob only
 
 
 def _cause(status: JobStatus) -> str:
@@ -101,7 +105,9 @@ class RemoteJob:
         self.store = jobs.store
         self.job_id = job_id
         job = self.store.job(job_id)
-        self.size = max(1, int(json.loads(job.spec or "{}").get("nodes") or 1))
+        spec = json.loads(job.spec or "{}")
+        self.size = max(1, int(spec.get("nodes") or 1))
+        self.masks = jobs.masks(spec.get("env") or {})  # secrets echoed by the job: stored and shown as ***
         self.nodes = nodes if nodes is not None else self._recorded_nodes(job)
         self.size = max(self.size, len(self.nodes))
         self.say: Say = lambda _text: None  # the follower's, for what a user should hear
@@ -280,6 +286,8 @@ class RemoteJob:
                 own = OwnOutput(self.job_id, at.node, session.where)
                 async for batch in session.attach(self.job_id, position, follow=follow):
                     rows, final = own.take(batch)
+                    if rows and self.masks:
+                        rows = [(*r[:5], mask(r[5], self.masks)) for r in rows]
                     if rows:
                         position = max(position, max(r[2] + r[3] for r in rows))
                         self.store.add_log_chunks(rows)

@@ -229,6 +229,8 @@ class SubmitJob:
     requirements: str = ""  # a file in the workspace (relative to working_dir) installed before the commands
     # Ports the job listens on (runner's loopback), forwarded to the controller while it runs.
     ports: list[int] = field(default_factory=list)
+    # Secret texts in `env`: the runner writes *** for them in its log and journal (never to disk in clear).
+    masked: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
         pattern_says="must be a version such as 3.10",
     ),
     "requirements": _PATH,
+    "masked": _Bound(max_len=64 * 1024),  # SubmitJob's secret texts (env values may hold newlines too)
     "workspace": _PATH,
     "working_dir": _PATH,
     "path": _PATH,

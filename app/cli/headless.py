@@ -4,7 +4,7 @@ Every verb calls the same Controller API as the TUI. Errors are one line on
 stderr and an ExitCode; `run` exits with the job's own exit code. The verbs
 live by area: app/cli/run_verbs.py (run, plan), job_verbs.py (status, logs,
 stop, artifacts, metrics), retention_verbs.py (rm, prune), runner_verbs.py
-(runners, key); the command line itself in parser.py.
+(runners, key), secret_verbs.py (secrets); the command line itself in parser.py.
 """
 
 import argparse
@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from app.cli import job_verbs, retention_verbs, run_verbs, runner_verbs, shell_verbs
+from app.cli import job_verbs, retention_verbs, run_verbs, runner_verbs, secret_verbs, shell_verbs
 from app.cli.parser import parse_args
 from app.controller import Controller
 from app.errors import ExitCode, LanpoolError
@@ -37,6 +37,7 @@ _HANDLERS: dict[str, Handler] = {
     "ssh": shell_verbs.ssh,
     "exec": shell_verbs.exec_,
     "ports": shell_verbs.ports,
+    "secrets": secret_verbs.secrets,
 }
 
 

@@ -163,6 +163,15 @@ def build_parser() -> _Parser:
     ports.add_argument("ref", metavar="RUN|JOB")
     ports.add_argument("--node", type=int, default=None, help="that node of a multi-node job (default 0)")
     ports.add_argument("--json", action="store_true", help="the forwards as JSON (one line), then hold them")
+    secrets = sub.add_parser("secrets", help="values for `${{ secrets.NAME }}` in a workflow's env (kept 0600)")
+    secrets_sub = secrets.add_subparsers(dest="secrets_verb", required=True, metavar="VERB", parser_class=_Parser)
+    secret_set = secrets_sub.add_parser("set", help="set a secret; the value from stdin or a prompt, never argv")
+    secret_set.add_argument("name", metavar="NAME")
+    secret_set.add_argument("--from-file", type=Path, metavar="FILE", help="read the value from FILE")
+    secret_list = secrets_sub.add_parser("list", help="the secrets' names (never their values)")
+    secret_list.add_argument("--json", action="store_true")
+    secret_rm = secrets_sub.add_parser("rm", help="remove a secret")
+    secret_rm.add_argument("name", metavar="NAME")
     parser.verb_parsers = {"run": run, "plan": plan}
     return parser
 
@@ -198,6 +207,21 @@ def _plan_options(p: argparse.ArgumentParser) -> None:
         "--reuse", action="store_true", help="reuse the requested workflow too when its inputs are unchanged"
     )
     p.add_argument("--tag", help="name this run, so `depends-on: [WORKFLOW:TAG]` can use its artifacts")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="env for the run's jobs, over the workflow's env (repeatable; LANPOOL_*/MASTER_* are lanpool's)",
+    )
+    p.add_argument(
+        "--env-file",
+        action="append",
+        default=[],
+        type=Path,
+        metavar="FILE",
+        help="KEY=VALUE lines (dotenv: # comments, quotes), applied before --env",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
 
 

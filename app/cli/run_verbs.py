@@ -11,6 +11,7 @@ from app.cli.render import say
 from app.cli.shell_verbs import forward_while_running
 from app.cli.workflow_args import read_tail, tail_value
 from app.controller import ARTIFACTS_REFUSED, Controller, JobRow, Submitted
+from app.env_overrides import parse_env_args, read_env_file
 from app.errors import ExitCode, LanpoolError, UsageError
 from app.formatting import duration, status_text
 from app.workflows import Project, find_project
@@ -66,7 +67,10 @@ def _workflow_help(ctl: Controller, project: Project, name: str, verb: str) -> N
             print(f"  --{var.ljust(width)} {render_value(default)}")
     else:
         print(f"\nno variables (define them in {project.variables_path})")
-    print("\noptions: --runner NAME|HOST[:PORT], -d/--detach, --no-cache, --reuse, --tag NAME, --json")
+    print(
+        "\noptions: --runner NAME|HOST[:PORT], -d/--detach, --no-cache, --reuse, --tag NAME, "
+        "--env KEY=VALUE, --env-file FILE, --json"
+    )
 
 
 def _list_workflows(project: Project, as_json: bool) -> None:
@@ -125,6 +129,7 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
             nodes=args.nodes,
             resume=args.resume,
             ports=args.ports,
+            env=_env(args),
         )
     except LanpoolError as exc:
         if not submitted:
@@ -171,7 +176,7 @@ async def plan(ctl: Controller, args: argparse.Namespace) -> int:
     if args.help:
         _workflow_help(ctl, project, args.workflow, "plan")
         return ExitCode.OK
-    the_plan = ctl.plan(project, args.workflow, args.overrides, args.no_cache, args.reuse)
+    the_plan = ctl.plan(project, args.workflow, args.overrides, args.no_cache, args.reuse, _env(args))
     if args.json:
         print(json.dumps(the_plan.to_json(), indent=2))
         return ExitCode.OK
@@ -188,6 +193,15 @@ async def plan(ctl: Controller, args: argparse.Namespace) -> int:
     ]
     print(render.table(["WORKFLOW", "ACTION", "DEPENDS ON", "KEY", "WHY"], rows))
     return ExitCode.OK
+
+
+def _env(args: argparse.Namespace) -> dict[str, str]:
+    """--env-file FILEs in order, then each --env: the later wins (app/env_overrides.py)."""
+    env: dict[str, str] = {}
+    for path in args.env_file:
+        env.update(read_env_file(path))
+    env.update(parse_env_args(args.env))
+    return env
 
 
 def _summary(ctl: Controller, job: JobRow) -> str:

@@ -154,7 +154,24 @@ def _check_variables_defined(project: Project) -> None:
         }
         for key, texts in fields.items():
             for text in texts:
-                missing = sorted(variable_names_used(text) - defined)
+                used = variable_names_used(text)
+                secrets = sorted(n for n in used if n.startswith("secrets."))
+                if secrets and key != "env":
+                    raise WorkflowError(
+                        f"workflow {wf.name!r}: ${{{{ {secrets[0]} }}}} in {key!r}: secrets are read only in 'env' "
+                        f"(set e.g. TOKEN: ${{{{ {secrets[0]} }}}} there and use $TOKEN in the commands)",
+                        wf.file,
+                        wf.line_of(key),
+                    )
+                bad = [n for n in secrets if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", n[len("secrets.") :])]
+                if bad:
+                    raise WorkflowError(
+                        f"workflow {wf.name!r}: ${{{{ {bad[0]} }}}} is not a secret's name: "
+                        "use letters, digits and '_' (e.g. ${{ secrets.HF_TOKEN }})",
+                        wf.file,
+                        wf.line_of(key),
+                    )
+                missing = sorted(used - defined - set(secrets))
                 if missing:
                     raise WorkflowError(
                         f"workflow {wf.name!r} uses variable {missing[0]!r}, which is never defined: "

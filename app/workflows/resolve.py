@@ -14,6 +14,7 @@ from app.workflows.substitute import (
     names_referenced,
     substitute_commands,
     substitute_text,
+    variable_names_used,
 )
 from app.workflows.variable_env import variable_of_env, variables_as_args, variables_env
 
@@ -107,7 +108,13 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         commands = substitute_commands(
             _commands_of(wf), {**values, **builtins}, {"variables_as_args": as_args}, ints, env_copies
         )
-        env = {**variables_env(values, wf.env), **{k: substitute_text(v, text_values) for k, v in wf.env.items()}}
+        # `${{ secrets.NAME }}` stays as written: the value is put in only when the job is sent
+        # (app/secret_store.py), so the stored spec and the cache key never hold it.
+        kept = {
+            n: f"${{{{ {n} }}}}" for v in wf.env.values() for n in variable_names_used(v) if n.startswith("secrets.")
+        }
+        env_values = {**text_values, **kept}
+        env = {**variables_env(values, wf.env), **{k: substitute_text(v, env_values) for k, v in wf.env.items()}}
         artifacts: list[str] = []
         artifacts_all: list[str] = []
         for spec in wf.artifacts:
