@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from lightning.pytorch import (
@@ -45,10 +46,12 @@ CHECKPOINT_NAME = "autoencoder.ckpt"
 
 @dataclass(frozen=True)
 class AutoencoderConfig:
-    max_epochs: int = 5
+    # With the cosine schedule, enough for the validation loss to fall ~6x from the
+    # untrained model's (0.24 -> 0.036) in ~20 s on two CPU processes.
+    max_epochs: int = 40
     max_steps: int = -1
     batch_size: int = 64
-    lr: float = 1e-3
+    lr: float = 1e-2
     hidden: int = 32
     latent: int = 3
     devices: int = 2
@@ -109,7 +112,7 @@ class DigitsDataModule(LightningDataModule):
 class LitAutoencoder(LightningModule):
     """Encoder 64 -> hidden -> latent and decoder back, MSE reconstruction loss."""
 
-    def __init__(self, hidden: int = 32, latent: int = 3, lr: float = 1e-3):
+    def __init__(self, hidden: int = 32, latent: int = 3, lr: float = 1e-2):
         super().__init__()
         self.save_hyperparameters()
         self.encoder = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, latent))
@@ -132,8 +135,30 @@ class LitAutoencoder(LightningModule):
     def validation_step(self, batch: list[torch.Tensor], batch_idx: int) -> None:
         self._step(batch, "val")
 
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+    def on_train_start(self) -> None:
+        # The untrained model's validation loss, as the first point of the curve:
+        # without it the curve starts after a whole epoch of learning and hides
+        # most of it. The val set is 179 images: every rank scores all of it (the
+        # weights are the same everywhere), so no collective is needed, and only
+        # rank zero reports. Skipped when resuming: the curve already has its start.
+        if self.trainer.global_step > 0:
+            return
+        images = self.trainer.datamodule.val_set  # type: ignore[attr-defined]
+        x = torch.stack([images[i][0] for i in range(len(images))]).to(self.device)
+        with torch.no_grad():
+            loss = F.mse_loss(self(x), x).item()
+        if self.trainer.is_global_zero:
+            if self.logger is not None:
+                self.logger.log_metrics({"val_loss": loss}, step=0)
+            print(f"epoch 0 val_loss {loss:.4f}", flush=True)
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+        # Cosine decay to zero over the whole run: the large early steps learn fast,
+        # the small late ones settle into the minimum instead of bouncing around it.
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
 class PrintEpochLosses(Callback):

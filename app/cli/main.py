@@ -3,14 +3,17 @@
 import gc
 import sys
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # argparse is imported only by the verbs that parse
+    import argparse
 
 _USAGE = (
     "usage: app [PATH]                the terminal UI on the project at PATH (default: here)\n"
-    "       app headless VERB ...   run, status, logs, stop, artifacts, rm, prune, runners, key (scripts and CI)\n"
-    "       app agent VERB ...      serve, authorize (the runner daemon)\n"
+    "       app headless VERB ...   the controller for scripts and CI\n"
+    "       app agent VERB ...      the runner daemon\n"
+    '       app completion bash|zsh a shell completion script: eval "$(app completion bash)" in ~/.bashrc\n'
     "       app --version\n"
-    "\n"
-    "Start with `app headless run --help` or the README."
 )
 
 
@@ -26,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
         gc.enable()
     if verb is None:
         if argv[0] in ("-h", "--help"):
-            print(_USAGE)
+            print(_help())
             return 0
         print(f"app: error: unknown option {argv[0]!r}: `app --help` lists the commands", file=sys.stderr)
         return 2
@@ -45,6 +48,12 @@ def _load(first: str) -> Callable[[list[str]], int] | None:
         return headless_main
     if first in ("-V", "--version"):
         return _version
+    if first == "completion":
+        return _completion
+    if first == "__complete":  # hidden: what the completion scripts call on each Tab
+        from app.cli.completion import main as complete_main
+
+        return complete_main
     if first.startswith("-"):
         return None
     return _tui  # `app` or `app PATH`
@@ -54,6 +63,36 @@ def _tui(argv: list[str]) -> int:
     from app.tui import main as tui_main
 
     return tui_main(argv)
+
+
+def _parsers() -> "dict[str, argparse.ArgumentParser]":
+    from agent.cli import build_parser as agent_parser
+    from app.cli.parser import build_parser as headless_parser
+
+    return {"headless": headless_parser(), "agent": agent_parser()}
+
+
+def _help() -> str:
+    """The usage, then every verb with its one line, read from the parsers so none is left out."""
+    from app.cli.completion import verb_helps
+
+    lines = [_USAGE]
+    for word, parser in _parsers().items():
+        lines.append(f"app {word} verbs:")
+        lines += [f"  {verb:<12}{text}" for verb, text in verb_helps(parser)]
+        lines.append("")
+    lines.append("Start with `app headless run --help` or the README.")
+    return "\n".join(lines)
+
+
+def _completion(argv: list[str]) -> int:
+    from app.cli.completion import SHELLS, script
+
+    if len(argv) != 1 or argv[0] not in SHELLS:
+        print(f"app completion: error: expects one shell, {' or '.join(SHELLS)}: app completion bash", file=sys.stderr)
+        return 2
+    print(script(argv[0], _parsers()), end="")
+    return 0
 
 
 def _version(_argv: list[str]) -> int:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any, NoReturn
 
+from app import __version__
 from app.cli.workflow_args import Options
 from app.controller import DEFAULT_PRUNE_AGE, parse_age
 from app.errors import ExitCode, UsageError
@@ -46,6 +47,7 @@ def age_seconds(text: str) -> float:
 
 def build_parser() -> _Parser:
     parser = _Parser(prog="app headless", description="lanpool without the TUI: for scripts and CI.")
+    parser.add_argument("-V", "--version", action="version", version=f"lanpool {__version__}")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=_Parser)
 
     run = sub.add_parser(

@@ -1,0 +1,196 @@
+"""Shell completion (`app completion bash|zsh`, the hidden `app __complete`) and `app --help`."""
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.cli.completion import _node, complete, script
+from app.cli.parser import build_parser
+from app.store import Store
+from tests.harness import APP_MODULE, lanpool_env
+
+WORKFLOWS = """\
+workflows:
+  - name: prep
+    commands: ["echo ${{ block_size }}"]
+  - name: train
+    depends-on: [prep]
+    commands: ["echo ${{ lr }} ${{ batch-size }}"]
+  - name: hello
+    commands: ["echo hi"]
+"""
+VARIABLES = """\
+variables:
+  prep: {block_size: 128}
+  train: {lr: 0.1, batch-size: 32}
+"""
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "proj"
+    (root / ".lanpool").mkdir(parents=True)
+    (root / ".lanpool" / "workflows.yaml").write_text(WORKFLOWS)
+    (root / ".lanpool" / "variables.yaml").write_text(VARIABLES)
+    (root / "src").mkdir()
+    return root
+
+
+@pytest.fixture
+def spec() -> dict:
+    return {"headless": _node(build_parser())}
+
+
+def test_verbs_and_their_options(spec, tmp_path):
+    assert complete(spec, [""], tmp_path, None) == ["headless", "agent", "completion", "--help", "--version"]
+    assert complete(spec, ["headless", "r"], tmp_path, None) == ["run", "rm", "runners"]
+    assert complete(spec, ["headless", "status", "--j"], tmp_path, None) == ["--json"]
+    assert complete(spec, ["headless", "artifacts", ""], tmp_path, None) == ["list", "download"]
+    assert complete(spec, ["completion", ""], tmp_path, None) == ["bash", "zsh"]
+    # An option's value is the shell's (files, numbers): nothing from us.
+    assert complete(spec, ["headless", "run", "--project", ""], tmp_path, None) == []
+    # Lost (an unknown word, no project, no store): no candidates, no error.
+    assert complete(spec, ["nonsense", ""], tmp_path, None) == []
+    assert complete(spec, ["headless", "run", ""], tmp_path, None) == []
+
+
+def test_workflow_names_from_the_project_found_from_cwd(spec, project):
+    assert complete(spec, ["headless", "run", ""], project / "src", None) == ["hello", "prep", "train"]
+    assert complete(spec, ["headless", "plan", "--json", "t"], project, None) == ["train"]
+    # Options before the name, with their values, do not count as the name.
+    assert complete(spec, ["headless", "run", "--runner", "gpu1", "-d", "h"], project, None) == ["hello"]
+    # --project elsewhere: that project's workflows, not cwd's.
+    assert complete(spec, ["headless", "run", "--project", str(project), ""], Path("/"), None) == [
+        "hello",
+        "prep",
+        "train",
+    ]
+
+
+def test_variables_of_a_workflow_and_of_what_it_depends_on(spec, project):
+    found = complete(spec, ["headless", "run", "train", "--"], project, None)
+    assert found[:3] == ["--batch-size", "--block_size", "--lr"]
+    assert "--runner" in found  # lanpool's options are allowed after the name too
+    assert complete(spec, ["headless", "run", "train", "--lr", "0.5", "--b"], project, None) == [
+        "--batch-size",
+        "--block_size",
+    ]
+    assert complete(spec, ["headless", "plan", "hello", "--l"], project, None) == []
+    # A broken workflows file: no candidates rather than a traceback in the user's shell.
+    (project / ".lanpool" / "workflows.yaml").write_text("workflows: [{name: train, commands: 3")
+    assert complete(spec, ["headless", "run", ""], project, None) == []
+
+
+def test_run_names_from_the_store_newest_first_read_only(spec, tmp_path):
+    db = tmp_path / "lanpool.db"
+    store = Store(db)
+    store.create_run("old-otter-1", "train", str(tmp_path))
+    store.create_run("brave-otter-2", "train", str(tmp_path))
+    store.close()
+    assert complete(spec, ["headless", "logs", ""], tmp_path, db) == ["brave-otter-2", "old-otter-1"]
+    assert complete(spec, ["headless", "artifacts", "download", "b"], tmp_path, db) == ["brave-otter-2"]
+    assert complete(spec, ["headless", "run", "--resume", "o"], tmp_path, db) == ["old-otter-1"]
+    # No store yet: nothing, and none is created by completing.
+    missing = tmp_path / "none" / "lanpool.db"
+    assert complete(spec, ["headless", "rm", ""], tmp_path, missing) == []
+    assert not missing.parent.exists()
+
+
+def _app_on_path(tmp_path: Path) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    app = bin_dir / "app"
+    app.write_text(f'#!/bin/sh\nexec {sys.executable} -m app.cli.main "$@"\n')
+    app.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="no bash")
+def test_the_bash_script_completes_through_app___complete(tmp_path, project):
+    env = lanpool_env(tmp_path / "home")
+    env["PATH"] = f"{_app_on_path(tmp_path)}:{env['PATH']}"
+    made = subprocess.run([*APP_MODULE, "completion", "bash"], env=env, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0, made.stderr
+    (tmp_path / "complete.bash").write_text(made.stdout)
+    probe = (
+        'source "$1"; shift; COMP_WORDS=("$@"); COMP_CWORD=$(($# - 1)); _lanpool_app; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
+
+    def tab(*words: str) -> list[str]:
+        done = subprocess.run(
+            ["bash", "-c", probe, "_", str(tmp_path / "complete.bash"), "app", *words],
+            env=env,
+            cwd=project,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        return [line for line in done.stdout.splitlines() if line]
+
+    assert tab("headless", "pl") == ["plan"]
+    assert tab("headless", "run", "tr") == ["train"]
+    assert "--lr" in tab("headless", "run", "train", "--")
+
+
+def test_zsh_script_registers_a_completer_with_the_spec():
+    text = script("zsh", {"headless": build_parser()})
+    assert text.startswith("#compdef app") and "compdef _lanpool_app app" in text
+    assert "__complete --spec" in text and '"plan"' in text
+
+
+def test___complete_answers_without_loading_the_controller(tmp_path, project):
+    """Each Tab runs it: it must not import asyncssh or the controller (~1.5 s)."""
+    spec = json.dumps({"headless": _node(build_parser())})
+    done = subprocess.run(
+        [*APP_MODULE, "__complete", "--spec", spec, "--", "headless", "run", "train", "--l"],
+        env=lanpool_env(tmp_path / "home", PYTHONPROFILEIMPORTTIME="1"),
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["--lr"]
+    imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "app.controller" not in imported and "asyncssh" not in imported and "app.cli.parser" not in imported
+
+
+def test_completion_refuses_an_unknown_shell_in_one_line(tmp_path):
+    done = subprocess.run(
+        [*APP_MODULE, "completion", "fish"], env=lanpool_env(tmp_path), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "app completion: error: expects one shell, bash or zsh: app completion bash"
+    ]
+
+
+def test_help_lists_every_verb(tmp_path):
+    done = subprocess.run(
+        [*APP_MODULE, "--help"], env=lanpool_env(tmp_path), capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    listed = {line.split()[0] for line in done.stdout.splitlines() if line.startswith("  ")}
+    verbs = set(build_parser().verb_parsers) | {
+        name
+        for a in build_parser()._actions
+        if hasattr(a, "choices") and isinstance(a.choices, dict)
+        for name in a.choices
+    }
+    assert {"plan", "metrics", "run", "status"} <= verbs <= listed, verbs - listed
+    assert "app completion bash|zsh" in done.stdout
+
+
+def test_version_flags(tmp_path):
+    from app import __version__
+
+    for argv in (["--version"], ["headless", "--version"]):
+        done = subprocess.run(
+            [*APP_MODULE, *argv], env=lanpool_env(tmp_path), capture_output=True, text=True, timeout=60
+        )
+        assert (done.returncode, done.stdout.strip()) == (0, f"lanpool {__version__}"), done.stderr
