@@ -92,7 +92,7 @@ def test_python_version_keeps_its_text_and_top_level_gpu_takes_a_mapping(tmp_pat
     assert wf.version == "3.10"  # not the float 3.1
     job = resolve(project, "t", {}, BUILTINS)
     assert job.resources == {"gpu": 2, "gpu_name": "V100", "gpu_memory_mb": 16 * 1024}
-    assert job.image == "python:3.10"
+    assert job.image == "python:3.10-slim"  # the default image for a version (each job its own Python)
 
 
 @pytest.mark.parametrize(
