@@ -1,6 +1,7 @@
 """One job on this runner: its journal record, its log spool, and what runs it."""
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -8,7 +9,7 @@ from agent.executors import Execution, Executor, OutputSink
 from agent.journal import JobRecord
 from agent.metrics_tail import MetricsTail
 from agent.spool import LogSpool
-from protocol import JobStatus
+from protocol import JobState, JobStatus
 
 
 @dataclass
@@ -23,13 +24,21 @@ class Job:
     metrics_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Replaced after each set(): waiters take the current one, then re-check.
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # While QUEUED: its place in the runner's queue and why it waits (agent.queue; not journalled).
+    position: int = 0
+    reason: str = ""
 
     def notify(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
 
     def status(self) -> JobStatus:
-        return self.record.to_status(self.spool.next_seq)
+        status = self.record.to_status(self.spool.next_seq)
+        if self.record.state == JobState.QUEUED:
+            return dataclasses.replace(status, position=self.position, reason=self.reason)
+        if self.record.attempt:
+            return dataclasses.replace(status, reason=f"retry {self.record.attempt} of {self.record.retry_limit}")
+        return status
 
     async def wait_terminal(self) -> None:
         while not self.record.terminal:
