@@ -67,6 +67,10 @@ async def submit_job(
                     pick_master_port=(node == 0 and gang.size > 1),
                     python=job.python,
                     requirements=job.requirements,
+                    max_duration_s=job.max_duration_s,
+                    retry_on=job.retry_on,
+                    retry_limit=job.retry_limit,
+                    retry_delay_s=job.retry_delay_s,
                 )
             )
             if accepted.job_id != job_id or status.job_id != job_id:

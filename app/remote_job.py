@@ -148,6 +148,8 @@ class RemoteJob:
         }
         if status.error:
             fields["error"] = status.error
+        elif not JobState(status.state).is_terminal():  # why it waits in the runner's queue, or "retry 1 of 3"
+            fields["error"] = status.reason
         self.store.set_job_status(self.job_id, status.state, detail="", **fields)
 
     # -- follow -------------------------------------------------------------------------------

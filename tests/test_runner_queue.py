@@ -196,3 +196,75 @@ def test_an_unknown_retry_event_is_refused(runner):
 
 
 _ = ErrorCode
+
+
+# -- through the controller: `run -d` returns at once, the runner does the rest -----------
+
+BIG = """
+workflows:
+  - name: big
+    resources: {cpu: 2}
+    commands: ["echo start $LANPOOL_JOB_ID", "sleep 2", "for i in 1 2 3; do echo line $i; done"]
+  - name: slow
+    resources: {cpu: 2}
+    max_duration: 1s
+    commands: ["sleep 60"]
+"""
+
+
+def _status(cli) -> dict[str, dict]:
+    import json
+
+    runs = json.loads(cli("headless", "status", "--json", check=True).stdout)
+    return {j["job"]: j for r in runs for j in r["jobs"]}
+
+
+def _run_d(cli, project, *extra) -> tuple[str, float]:
+    import json
+
+    started = time.monotonic()
+    out = cli("headless", "run", "big", "-d", "--json", *extra, cwd=project, check=True)
+    return json.loads(out.stdout)["jobs"][0]["job_id"], time.monotonic() - started
+
+
+def test_two_detached_jobs_that_need_all_of_a_runner_run_one_after_the_other(runner, cli, make_project):
+    project = make_project(BIG)
+    cli("headless", "runners", "add", runner.address, check=True)
+    first, t1 = _run_d(cli, project)
+    second, t2 = _run_d(cli, project, "--runner", "test-runner")  # pinning queues like any other job
+    assert t1 < 15 and t2 < 15, "run -d returns once the runner accepted the job"
+    # No controller process is alive now: the runner starts the second when the first ends.
+    deadline = time.time() + 60
+    while (jobs := _status(cli))[second]["status"] != "DONE":
+        assert time.time() < deadline, jobs[second]
+        time.sleep(0.5)
+    assert jobs[first]["status"] == "DONE"
+    assert jobs[second]["started_at"] >= jobs[first]["finished_at"], "never both at once"
+    log = cli("headless", "logs", second, check=True).stdout
+    assert f"start {second}" in log and "line 3" in log
+
+
+def test_status_shows_why_a_job_waits_and_stop_cancels_it_on_its_runner(runner, cli, make_project):
+    project = make_project(BIG)
+    cli("headless", "runners", "add", runner.address, check=True)
+    _run_d(cli, project)
+    second, _ = _run_d(cli, project)
+    table = cli("headless", "status", check=True).stdout
+    assert "QUEUED" in table and "waiting for 2 CPU: 0 of 2 free" in table, table
+    out = cli("headless", "stop", second)
+    assert out.returncode == 0, out.stderr
+    assert _status(cli)[second]["status"] in ("STOPPED", "ABORTED")
+
+
+def test_a_job_that_never_fits_the_pinned_runner_is_refused(runner, cli, make_project):
+    project = make_project(BIG.replace('cpu: 2}\n    commands: ["echo', 'cpu: 3}\n    commands: ["echo', 1))
+    cli("headless", "runners", "add", runner.address, check=True)
+    out = cli("headless", "run", "big", "-d", "--runner", "test-runner", cwd=project)
+    assert out.returncode != 0 and "needs 3 CPU" in out.stderr, out.stderr
+
+
+def test_max_duration_from_the_workflow_stops_the_job(runner, cli, make_project):
+    project = make_project(BIG)
+    cli("headless", "runners", "add", runner.address, check=True)
+    out = cli("headless", "run", "slow", cwd=project, timeout=60)
+    assert "max_duration 1s reached" in out.stdout + out.stderr, out.stderr

@@ -119,6 +119,8 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
             tag=args.tag,
             nodes=args.nodes,
             resume=args.resume,
+            max_duration_s=args.max_duration,
+            queue_timeout=args.queue_timeout,
         )
     except LanpoolError as exc:
         if not submitted:
