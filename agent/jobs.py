@@ -11,8 +11,6 @@ agent.recovery; this module holds what happens to a job over time.
 """
 
 import asyncio
-import dataclasses
-import json
 import logging
 import math
 import signal
@@ -27,22 +25,20 @@ from agent.executors import Execution, Executor, ExecutorChoice, ExecutorError, 
 from agent.gpus import GpuAllocator, GpuError
 from agent.home import AgentHome
 from agent.job import Job
-from agent.job_env import container_commands, free_port, job_env
-from agent.job_limits import check_limits, human_duration, newest_checkpoint, retries
+from agent.job_env import free_port
+from agent.job_launch import launch_of, read_request, save_request
+from agent.job_limits import check_limits, human_duration, retries
 from agent.job_request import JobError, check_job_id, check_request, parse_resources
 from agent.journal import JobRecord
 from agent.metrics_tail import POLL_S as METRICS_POLL_S
 from agent.metrics_tail import MetricsTail
-from agent.queue import Amount, Waiting, never_fits, plan
+from agent.queue import Amount, Waiting, capacity_of, holds, need_of, never_fits, plan, replace_files, reserved
 from agent.recovery import adoption_of, read_journal
-from agent.resources import detect_machine
 from agent.spool import LogSpool
 from agent.staging import stage_workspace
 from protocol import ErrorCode, JobState, SubmitJob
 from protocol.errors import ProtocolError, clip
-from protocol.messages import to_wire
-from protocol.resources import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB
-from protocol.schema import build
+from protocol.resources import MAX_CPUS, MAX_MEMORY_MB
 
 log = logging.getLogger(__name__)
 
@@ -81,13 +77,13 @@ class JobManager:
 
     def usage(self) -> dict[str, int]:
         """What running jobs hold now: GPUs free, CPUs and memory reserved, job count."""
-        running = [j.record for j in self.jobs.values() if _holds(j.record)]
+        running = [j.record for j in self.jobs.values() if holds(j.record)]
         # Records are checked at submit, but a journal written by an older agent may hold
         # anything (cpus NaN): this feeds every Hello, so it must never raise.
         return {
             "gpus_free": len(self.gpus.free),
-            "cpus_reserved": math.ceil(sum(_reserved(r.cpus, MAX_CPUS) for r in running)),
-            "memory_reserved_mb": int(sum(_reserved(r.memory_mb, MAX_MEMORY_MB) for r in running)),
+            "cpus_reserved": math.ceil(sum(reserved(r.cpus, MAX_CPUS) for r in running)),
+            "memory_reserved_mb": int(sum(reserved(r.memory_mb, MAX_MEMORY_MB) for r in running)),
             "running": len(running),
             "queued": sum(1 for j in self.jobs.values() if j.record.state == JobState.QUEUED),
         }
@@ -112,7 +108,7 @@ class JobManager:
         """
         for job in read_journal(self.home):
             self.jobs[job.record.job_id] = job
-        for job in [j for j in self.jobs.values() if _holds(j.record)]:
+        for job in [j for j in self.jobs.values() if holds(j.record)]:
             await self._adopt(job)
         await self._remove_leftovers()
         self._pump()  # the queue, in its journalled order
@@ -192,7 +188,7 @@ class JobManager:
         )
         job = Job(record, job_dir, LogSpool(job_dir / "log.spool"), executor=executor)
         # The request (its files are staged below) is what starts the job later, maybe after a restart.
-        (job_dir / "request.json").write_text(json.dumps(to_wire(replace_files(req))))
+        save_request(job_dir, replace_files(req))
         self.jobs[req.job_id] = job
         record.save(job_dir)
         if note:
@@ -223,14 +219,14 @@ class JobManager:
         )
         if not queued:
             return
-        held = [j.record for j in self.jobs.values() if _holds(j.record)]
+        held = [j.record for j in self.jobs.values() if holds(j.record)]
         free = Amount(
-            self.capacity.cpus - sum(_reserved(r.cpus, MAX_CPUS) for r in held),
-            self.capacity.memory_mb - int(sum(_reserved(r.memory_mb, MAX_MEMORY_MB) for r in held)),
+            self.capacity.cpus - sum(reserved(r.cpus, MAX_CPUS) for r in held),
+            self.capacity.memory_mb - int(sum(reserved(r.memory_mb, MAX_MEMORY_MB) for r in held)),
             len(self.gpus.free),
         )
         now = time.time()
-        waiting = [Waiting(j.record.job_id, _need(j.record), j.record.not_before) for j in queued]
+        waiting = [Waiting(j.record.job_id, need_of(j.record), j.record.not_before) for j in queued]
         decided = plan(waiting, free, self.capacity, now)
         for job in queued:
             position, reason = decided.waiting.get(job.record.job_id, (0, ""))
@@ -249,9 +245,9 @@ class JobManager:
         """Take the job out of the queue: its GPUs, then its start (in the background)."""
         record = job.record
         try:
-            req = self._request(job)
+            req = read_request(job.dir)
             executor = job.executor or self.executors.for_journal(record.executor)
-            gpus = self.gpus.allocate(record.job_id, _need(record).gpus)
+            gpus = self.gpus.allocate(record.job_id, need_of(record).gpus)
         except (OSError, ValueError, ProtocolError, ExecutorError, GpuError) as exc:
             self._finish(job, JobState.FAILED, None, f"could not start the job: {exc}")
             return
@@ -267,39 +263,8 @@ class JobManager:
         self._changed()
         job.starting = self._spawn(self._begin(job, executor, req))
 
-    def _request(self, job: Job) -> SubmitJob:
-        req = build(SubmitJob, json.loads((job.dir / "request.json").read_text()), "request.json")
-        assert isinstance(req, SubmitJob)
-        return req
-
     async def _begin(self, job: Job, executor: Executor, req: SubmitJob) -> None:
-        record, workspace = job.record, job.dir / "workspace"
-        resources = parse_resources(req.resources)
-        env = job_env(req, workspace, executor.in_container, record.gpus, resources.gpu is not None, record.master_port)
-        if record.attempt:
-            ckpt = await asyncio.to_thread(newest_checkpoint, workspace)
-            if ckpt is not None:
-                rel = ckpt.relative_to(workspace).as_posix()
-                env["LANPOOL_RESUME_CKPT"] = f"/workspace/{rel}" if executor.in_container else str(ckpt)
-                job.system_line(f"lanpool: resuming from {rel} (LANPOOL_RESUME_CKPT)")
-        working_dir = (workspace / req.working_dir).resolve()  # checked when staged
-        launch = Launch(
-            req.job_id,
-            container_commands(req) if executor.in_container else list(req.commands),
-            workspace,
-            working_dir,
-            env,
-            run_name=req.run_name,
-            python=req.python,
-            requirements=req.requirements,
-            image=record.image,
-            pull=req.pull,
-            gpus=tuple(record.gpus),
-            memory_mb=resources.memory_mb,
-            cpus=resources.cpu,
-            shm_size=resources.shm_size,
-        )
-        await self._start(job, executor, launch)
+        await self._start(job, executor, await launch_of(job, executor, req))
 
     def stop(self, job_id: str, abort: bool, grace_s: float | None) -> Job:
         job = self.get(job_id)
@@ -331,7 +296,7 @@ class JobManager:
         self._closing = True
         if self._wake is not None:
             self._wake.cancel()
-        running = [j for j in self.jobs.values() if _holds(j.record) and j.execution]
+        running = [j for j in self.jobs.values() if holds(j.record) and j.execution]
         kept = [j for j in running if j.executor is not None and j.executor.outlives_agent]
         stopped = [j for j in running if j.executor is None or not j.executor.outlives_agent]
         for job in stopped:
@@ -533,36 +498,3 @@ class JobManager:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-
-def _holds(record: JobRecord) -> bool:
-    """Whether the job holds resources: started or starting (a queued one holds nothing)."""
-    return not record.terminal and record.state != JobState.QUEUED
-
-
-def _need(record: JobRecord) -> Amount:
-    gpus = int(_reserved(record.gpu_count, MAX_GPUS))
-    return Amount(_reserved(record.cpus, MAX_CPUS), int(_reserved(record.memory_mb, MAX_MEMORY_MB)), gpus)
-
-
-def capacity_of(capacity: Amount | None) -> tuple[float, int]:
-    """CPUs and memory of this machine, unless given (agent.resources detects them)."""
-    if capacity is not None:
-        return capacity.cpus, capacity.memory_mb
-    detected = detect_machine()
-    return float(detected["cpus"]), int(detected["memory_mb"])
-
-
-def replace_files(req: SubmitJob) -> SubmitJob:
-    """The request without its file list: staged at submit, never needed again."""
-    return dataclasses.replace(req, files=[])
-
-
-def _reserved(value: float, limit: float) -> float:
-    """A recorded reservation as a number the bookkeeping can add: 0 unless finite, positive, capped
-    (an old journal may hold anything)."""
-    try:
-        num = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return 0.0
-    return min(num, limit) if math.isfinite(num) and num > 0 else 0.0

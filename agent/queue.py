@@ -15,8 +15,14 @@ Pure logic over numbers, so it is easy to test and to reason about; the job
 manager (agent.jobs) applies the choices.
 """
 
+import dataclasses
 import math
 from dataclasses import dataclass
+
+from agent.journal import JobRecord
+from agent.resources import detect_machine
+from protocol import JobState, SubmitJob
+from protocol.resources import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB
 
 
 @dataclass(frozen=True)
@@ -106,3 +112,39 @@ def _reason(need: Amount, free: Amount, capacity: Amount, ahead: int) -> str:
 
 def _n(value: float) -> str:
     return str(int(value)) if math.isclose(value, round(value)) else f"{value:g}"
+
+
+# -- a job record's part in the bookkeeping (what agent.jobs adds up) --------------
+
+
+def holds(record: JobRecord) -> bool:
+    """Whether the job holds resources: started or starting (a queued one holds nothing)."""
+    return not record.terminal and record.state != JobState.QUEUED
+
+
+def need_of(record: JobRecord) -> Amount:
+    gpus = int(reserved(record.gpu_count, MAX_GPUS))
+    return Amount(reserved(record.cpus, MAX_CPUS), int(reserved(record.memory_mb, MAX_MEMORY_MB)), gpus)
+
+
+def capacity_of(capacity: Amount | None) -> tuple[float, int]:
+    """CPUs and memory of this machine, unless given (agent.resources detects them)."""
+    if capacity is not None:
+        return capacity.cpus, capacity.memory_mb
+    detected = detect_machine()
+    return float(detected["cpus"]), int(detected["memory_mb"])
+
+
+def replace_files(req: SubmitJob) -> SubmitJob:
+    """The request without its file list: staged at submit, never needed again."""
+    return dataclasses.replace(req, files=[])
+
+
+def reserved(value: float, limit: float) -> float:
+    """A recorded reservation as a number the bookkeeping can add: 0 unless finite, positive, capped
+    (an old journal may hold anything)."""
+    try:
+        num = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return min(num, limit) if math.isfinite(num) and num > 0 else 0.0

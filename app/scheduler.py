@@ -134,6 +134,7 @@ def _wait_reason(need: Need, ever: list[Capacity], nodes: int, free_now: int) ->
         else:
             states.append(f"{c.name}: {c.gpus_free}/{c.gpus} GPU free")
     if all(not c.usable for c in ever):
-        return "waiting for " + ", ".join(f"runner {c.name} ({c.why_not})" for c in ever) + " to come back"
+        offline = ", ".join(f"{c.name} {c.why_not}" for c in ever)
+        return f"waiting: {offline}; the job is sent when a runner that fits it comes back"
     wanted = f"{nodes} runners" if nodes > 1 else "a runner"
     return f"waiting for {wanted} with {need} free ({free_now} now; " + ", ".join(states) + ")"
