@@ -1,6 +1,7 @@
 """One job on this runner: its journal record, its log spool, and what runs it."""
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -8,7 +9,7 @@ from agent.executors import Execution, Executor, OutputSink
 from agent.journal import JobRecord
 from agent.metrics_tail import MetricsTail
 from agent.spool import LogSpool
-from protocol import JobStatus
+from protocol import JobState, JobStatus, SubmitJob
 
 
 def mask_secrets(data: bytes, masks: list[bytes]) -> bytes:
@@ -39,13 +40,23 @@ class Job:
     # The job's secrets (SubmitJob.masked), written *** in its spool. Kept in memory only: a
     # container re-adopted after a restart is masked by the controller alone.
     masks: list[bytes] = field(default_factory=list)
+    # The request as it came, secrets and all (request.json on disk has *** for them).
+    request: SubmitJob | None = None
+    # While QUEUED: its place in the runner's queue and why it waits (agent.queue; not journalled).
+    position: int = 0
+    reason: str = ""
 
     def notify(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
 
     def status(self) -> JobStatus:
-        return self.record.to_status(self.spool.next_seq)
+        status = self.record.to_status(self.spool.next_seq)
+        if self.record.state == JobState.QUEUED:
+            return dataclasses.replace(status, position=self.position, reason=self.reason)
+        if self.record.attempt:
+            return dataclasses.replace(status, reason=f"retry {self.record.attempt} of {self.record.retry_limit}")
+        return status
 
     async def wait_terminal(self) -> None:
         while not self.record.terminal:

@@ -25,16 +25,19 @@ from agent.executors import Execution, Executor, ExecutorChoice, ExecutorError, 
 from agent.gpus import GpuAllocator, GpuError
 from agent.home import AgentHome
 from agent.job import Job, masked_env
-from agent.job_env import container_commands, free_port, job_env
+from agent.job_env import free_port
+from agent.job_launch import launch_of, read_request, save_request
+from agent.job_limits import check_limits, human_duration, retries
 from agent.job_request import JobError, check_job_id, check_request, parse_resources
 from agent.journal import JobRecord
 from agent.metrics_tail import POLL_S as METRICS_POLL_S
 from agent.metrics_tail import MetricsTail
+from agent.queue import Amount, Waiting, capacity_of, holds, need_of, never_fits, plan, replace_files, reserved
 from agent.recovery import adoption_of, read_journal
 from agent.spool import LogSpool
 from agent.staging import stage_workspace
 from protocol import ErrorCode, JobState, SubmitJob
-from protocol.errors import clip
+from protocol.errors import ProtocolError, clip
 from protocol.resources import MAX_CPUS, MAX_MEMORY_MB
 
 log = logging.getLogger(__name__)
@@ -53,6 +56,7 @@ class JobManager:
         executors: ExecutorChoice | Executor,
         grace_s: float = DEFAULT_GRACE_S,
         gpus: GpuAllocator | None = None,
+        capacity: Amount | None = None,
     ) -> None:
         self.home = home
         self.blobs = BlobCache(home.blobs)  # workspaces are built from it; channels fill it
@@ -61,6 +65,11 @@ class JobManager:
         self.executors = executors
         self.grace_s = grace_s
         self.gpus = gpus or GpuAllocator([])
+        # What this runner has in all (agent.resources): a job that can never fit it is refused.
+        cpus, memory = capacity_of(capacity)
+        self.capacity = Amount(cpus, memory, len(self.gpus.indices))
+        self._wake: asyncio.TimerHandle | None = None  # the pump after a retry's delay
+        self._closing = False  # the agent is exiting: nothing more starts (the journal keeps the queue)
         self.jobs: dict[str, Job] = {}
         self._tasks: set[asyncio.Task] = set()  # strong refs to background tasks
         # Called when a job starts or ends (what the runner has free changed).
@@ -68,14 +77,15 @@ class JobManager:
 
     def usage(self) -> dict[str, int]:
         """What running jobs hold now: GPUs free, CPUs and memory reserved, job count."""
-        running = [j.record for j in self.jobs.values() if not j.record.terminal]
+        running = [j.record for j in self.jobs.values() if holds(j.record)]
         # Records are checked at submit, but a journal written by an older agent may hold
         # anything (cpus NaN): this feeds every Hello, so it must never raise.
         return {
             "gpus_free": len(self.gpus.free),
-            "cpus_reserved": math.ceil(sum(_reserved(r.cpus, MAX_CPUS) for r in running)),
-            "memory_reserved_mb": int(sum(_reserved(r.memory_mb, MAX_MEMORY_MB) for r in running)),
+            "cpus_reserved": math.ceil(sum(reserved(r.cpus, MAX_CPUS) for r in running)),
+            "memory_reserved_mb": int(sum(reserved(r.memory_mb, MAX_MEMORY_MB) for r in running)),
             "running": len(running),
+            "queued": sum(1 for j in self.jobs.values() if j.record.state == JobState.QUEUED),
         }
 
     def _changed(self) -> None:
@@ -98,9 +108,10 @@ class JobManager:
         """
         for job in read_journal(self.home):
             self.jobs[job.record.job_id] = job
-        for job in [j for j in self.jobs.values() if not j.record.terminal]:
+        for job in [j for j in self.jobs.values() if holds(j.record)]:
             await self._adopt(job)
         await self._remove_leftovers()
+        self._pump()  # the queue, in its journalled order
 
     async def _adopt(self, job: Job) -> None:
         record = job.record
@@ -141,22 +152,19 @@ class JobManager:
         if req.job_id in self.jobs:
             raise JobError(ErrorCode.JOB_EXISTS, f"job {req.job_id!r} already exists on this runner")
         check_request(req)
+        check_limits(req)
         try:
             executor, note = self.executors.choose(req.image, req.executor, req.python)
         except ExecutorError as exc:
             raise JobError(ErrorCode.BAD_REQUEST, str(exc)) from None
         resources = parse_resources(req.resources)
-        try:
-            gpus = self.gpus.allocate(req.job_id, resources.gpu or 0)
-        except GpuError as exc:
-            raise JobError(ErrorCode.BAD_REQUEST, str(exc)) from None
+        need = Amount(resources.cpu or 0.0, resources.memory_mb or 0, resources.gpu or 0)
+        problem = never_fits(need, self.capacity)
+        if problem:
+            raise JobError(ErrorCode.BAD_REQUEST, problem)
         job_dir = self.home.job_dir(req.job_id)
         workspace = job_dir / "workspace"
-        try:
-            workspace.mkdir(parents=True)
-        except OSError:
-            self.gpus.release(req.job_id)
-            raise
+        workspace.mkdir(parents=True)
         record = JobRecord(
             job_id=req.job_id,
             run_name=req.run_name,
@@ -166,21 +174,31 @@ class JobManager:
             artifacts=list(req.artifacts),
             working_dir=req.working_dir,
             submitted_at=time.time(),
+            state=JobState.QUEUED,
             executor=executor.name,
             image=req.image if executor.in_container else "",
-            gpus=gpus,
             cpus=resources.cpu or 0.0,
             memory_mb=resources.memory_mb or 0,
             ports=sorted(set(req.ports)),
+            gpu_count=resources.gpu or 0,
+            queued_seq=1 + max((j.record.queued_seq for j in self.jobs.values()), default=0),
+            max_duration_s=req.max_duration_s,
+            retry_on=list(req.retry_on),
+            retry_limit=req.retry_limit,
+            retry_delay_s=req.retry_delay_s,
         )
         job = Job(record, job_dir, LogSpool(job_dir / "log.spool"), executor=executor)
         job.masks = [m.encode() for m in req.masked]
+        # The request (its files are staged below) is what starts the job later, maybe after a
+        # restart; its secrets stay in memory (job.request), the saved copy has *** for them.
+        job.request = req
+        save_request(job_dir, replace_files(req, env=masked_env(dict(req.env), req.masked)))
         self.jobs[req.job_id] = job
         record.save(job_dir)
         if note:
             job.system_line(note)
         try:
-            working_dir = await stage_workspace(self.blobs, req, workspace)
+            await stage_workspace(self.blobs, req, workspace)
         except (JobError, OSError, tarfile.TarError) as exc:
             message = exc.message if isinstance(exc, JobError) else f"could not start the job: {exc}"
             self._finish(job, JobState.FAILED, None, message)
@@ -188,26 +206,71 @@ class JobManager:
         if req.pick_master_port:
             record.master_port = free_port()
             record.save(job_dir)
-        env = job_env(req, workspace, executor.in_container, gpus, resources.gpu is not None, record.master_port)
-        launch = Launch(
-            req.job_id,
-            container_commands(req) if executor.in_container else list(req.commands),
-            workspace,
-            working_dir,
-            env,
-            run_name=req.run_name,
-            python=req.python,
-            requirements=req.requirements,
-            image=record.image,
-            pull=req.pull,
-            gpus=tuple(gpus),
-            memory_mb=resources.memory_mb,
-            cpus=resources.cpu,
-            shm_size=resources.shm_size,
-        )
-        job.starting = self._spawn(self._start(job, executor, launch))
-        await asyncio.wait([job.starting], timeout=START_WAIT_S)
+        self._pump()
+        if job.starting is not None:
+            await asyncio.wait([job.starting], timeout=START_WAIT_S)
         return job
+
+    # -- the queue -------------------------------------------------------------
+
+    def _pump(self) -> None:
+        """Start what the queue says can start now (agent.queue); called whenever a job ends,
+        is queued or its retry delay is over, so a hand-over is immediate."""
+        if self._closing:
+            return
+        queued = sorted(
+            (j for j in self.jobs.values() if j.record.state == JobState.QUEUED), key=lambda j: j.record.queued_seq
+        )
+        if not queued:
+            return
+        held = [j.record for j in self.jobs.values() if holds(j.record)]
+        free = Amount(
+            self.capacity.cpus - sum(reserved(r.cpus, MAX_CPUS) for r in held),
+            self.capacity.memory_mb - int(sum(reserved(r.memory_mb, MAX_MEMORY_MB) for r in held)),
+            len(self.gpus.free),
+        )
+        now = time.time()
+        waiting = [Waiting(j.record.job_id, need_of(j.record), j.record.not_before) for j in queued]
+        decided = plan(waiting, free, self.capacity, now)
+        for job in queued:
+            position, reason = decided.waiting.get(job.record.job_id, (0, ""))
+            if job.record.not_before > now:
+                reason = f"retry {job.record.attempt} of {job.record.retry_limit} in {job.record.not_before - now:.0f}s"
+            job.position, job.reason = position, reason
+        for job_id in decided.start:
+            self._launch(self.jobs[job_id])
+        if self._wake is not None:
+            self._wake.cancel()
+            self._wake = None
+        if decided.wake_at is not None:
+            self._wake = asyncio.get_running_loop().call_later(max(0.0, decided.wake_at - now), self._pump)
+
+    def _launch(self, job: Job) -> None:
+        """Take the job out of the queue: its GPUs, then its start (in the background)."""
+        record = job.record
+        try:
+            req = job.request or read_request(job.dir)
+            if job.request is None and req.masked:
+                raise ValueError("its secrets are not kept on the runner across an agent restart: run it again")
+            executor = job.executor or self.executors.for_journal(record.executor)
+            gpus = self.gpus.allocate(record.job_id, need_of(record).gpus)
+        except (OSError, ValueError, ProtocolError, ExecutorError, GpuError) as exc:
+            self._finish(job, JobState.FAILED, None, f"could not start the job: {exc}")
+            return
+        record.state = JobState.SUBMITTED
+        record.gpus = gpus
+        record.not_before = 0.0
+        record.save(job.dir)
+        job.position, job.reason = 0, ""
+        job.executor = executor
+        if record.attempt:
+            job.system_line(f"lanpool: retry {record.attempt} of {record.retry_limit}")
+        job.notify()
+        self._changed()
+        job.starting = self._spawn(self._begin(job, executor, req))
+
+    async def _begin(self, job: Job, executor: Executor, req: SubmitJob) -> None:
+        await self._start(job, executor, await launch_of(job, executor, req))
 
     def stop(self, job_id: str, abort: bool, grace_s: float | None) -> Job:
         job = self.get(job_id)
@@ -217,6 +280,10 @@ class JobManager:
         job.record.abort_requested = job.record.abort_requested or abort
         job.record.save(job.dir)
         verb = "abort" if abort else "stop"
+        if job.record.state == JobState.QUEUED:  # never started (or waiting to retry): it just leaves the queue
+            self._finish(job, JobState.ABORTED if abort else JobState.STOPPED, None, "cancelled while queued")
+            self._pump()
+            return job
         if job.execution is None:
             # Not started yet: a start that may take long (an image pull) is given
             # up; one that cannot be cancelled signals the job once started (`_running`).
@@ -232,7 +299,10 @@ class JobManager:
     async def shutdown(self, grace_s: float) -> None:
         """Agent exit: jobs whose executor cannot outlive the agent (processes) are stopped;
         the others (containers) keep running, and the next start re-adopts them."""
-        running = [j for j in self.jobs.values() if not j.record.terminal and j.execution]
+        self._closing = True
+        if self._wake is not None:
+            self._wake.cancel()
+        running = [j for j in self.jobs.values() if holds(j.record) and j.execution]
         kept = [j for j in running if j.executor is not None and j.executor.outlives_agent]
         stopped = [j for j in running if j.executor is None or not j.executor.outlives_agent]
         for job in stopped:
@@ -282,12 +352,27 @@ class JobManager:
         job.notify()
         self._changed()
         self._watch_metrics(job)
+        if record.max_duration_s > 0:
+            self._spawn(self._time_limit(job, execution))
         if record.stop_requested:  # asked while it was starting, or a stop was under way at the restart
             if not adopted:
                 job.system_line(f"lanpool: SIGTERM, SIGKILL after {self.grace_s:g}s")
             self._terminate(job, self.grace_s)
         self._spawn(self._monitor(job))
         log.info("job %s %s (%s)", record.job_id, "re-adopted" if adopted else "started", handle)
+
+    async def _time_limit(self, job: Job, execution: Execution) -> None:
+        """max_duration: counted from the start (an adopted job keeps its start), then a stop."""
+        record = job.record
+        started = record.started_at or time.time()
+        await asyncio.sleep(max(0.0, started + record.max_duration_s - time.time()))
+        if job.execution is not execution or record.terminal or record.stop_requested:
+            return
+        record.timed_out = record.stop_requested = True
+        record.save(job.dir)
+        limit = human_duration(record.max_duration_s)
+        job.system_line(f"lanpool: max_duration {limit} reached; SIGTERM, SIGKILL after {self.grace_s:g}s")
+        self._terminate(job, self.grace_s)
 
     def _terminate(self, job: Job, grace: float) -> None:
         """SIGTERM now, SIGKILL after `grace` seconds unless the job has ended."""
@@ -304,10 +389,11 @@ class JobManager:
                 job.execution.send_signal(signal.SIGKILL)
 
     async def _monitor(self, job: Job) -> None:
-        assert job.execution is not None
+        execution = job.execution
+        assert execution is not None
         record = job.record
         try:
-            outcome = await job.execution.wait()
+            outcome = await execution.wait()
         except ExecutorError as exc:
             await self._finish_after_metrics(job, JobState.FAILED, None, str(exc))
             return
@@ -323,13 +409,15 @@ class JobManager:
         else:
             state = JobState.DONE if code == 0 else JobState.FAILED
         error = "" if code == 0 or state is not JobState.FAILED else f"exited with code {code}"
+        if record.timed_out:
+            error = f"stopped: max_duration {human_duration(record.max_duration_s)} reached"
         if outcome.oom_error():
             error = outcome.oom_error()
             job.system_line(f"lanpool: {error}")
         if state is not JobState.ABORTED and record.artifacts:
             await self._list_artifacts(job)
         await self._finish_after_metrics(job, state, code, error)
-        await job.execution.remove()  # the log is spooled and the artifacts listed
+        await execution.remove()  # the log is spooled and the artifacts listed
 
     async def _list_artifacts(self, job: Job) -> None:
         """List the artifact files (no copy: GetArtifacts streams them from the workspace)."""
@@ -344,10 +432,10 @@ class JobManager:
 
     def _watch_metrics(self, job: Job) -> None:
         job.metrics = MetricsTail(job.dir / "workspace", job.record.metrics_offset)
-        self._spawn(self._tail_metrics(job))
+        self._spawn(self._tail_metrics(job, job.metrics))
 
-    async def _tail_metrics(self, job: Job) -> None:
-        while not job.record.terminal:
+    async def _tail_metrics(self, job: Job, tail: MetricsTail) -> None:
+        while not job.record.terminal and job.metrics is tail:  # a retry's start brings its own
             await self._drain_metrics(job)
             await asyncio.sleep(METRICS_POLL_S)
 
@@ -369,6 +457,9 @@ class JobManager:
     def _finish(self, job: Job, state: JobState, code: int | None, error: str) -> None:
         record = job.record
         error = clip(error, _ERROR_CHARS)  # may quote a tar member's name or a peer's value: bounded
+        if retries(record, state):
+            self._requeue(job, state, error)
+            return
         if error and state is JobState.FAILED and not code:
             job.system_line(f"lanpool: {error}")
         elif error and state in (JobState.STOPPED, JobState.ABORTED) and code is None:
@@ -383,6 +474,26 @@ class JobManager:
         job.notify()
         self._changed()
         log.info("job %s %s (exit %s)", record.job_id, state, code)
+        self._pump()  # what it held is free: the queue's next job starts now
+
+    def _requeue(self, job: Job, state: JobState, error: str) -> None:
+        """A retry: the job waits out its delay in the queue (keeping its place), then starts
+        again in the same workspace, from its newest checkpoint (`_begin`)."""
+        record = job.record
+        record.attempt += 1
+        why = error or str(state).lower()
+        job.system_line(f"lanpool: {why}; retry {record.attempt} of {record.retry_limit} in {record.retry_delay_s:g}s")
+        record.state = JobState.QUEUED
+        record.not_before = time.time() + record.retry_delay_s
+        record.exit_code, record.pid, record.container_id, record.started_at = None, None, "", None
+        record.gpus = []
+        record.save(job.dir)
+        self.gpus.release(record.job_id)
+        job.metrics = None
+        job.notify()
+        self._changed()
+        log.info("job %s %s: retry %d of %d", record.job_id, state, record.attempt, record.retry_limit)
+        self._pump()
 
     def _lose(self, job: Job, error: str) -> None:
         job.system_line(f"lanpool: {error}")
@@ -393,13 +504,3 @@ class JobManager:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return task
-
-
-def _reserved(value: float, limit: float) -> float:
-    """A recorded reservation as a number the bookkeeping can add: 0 unless finite, positive, capped
-    (an old journal may hold anything)."""
-    try:
-        num = float(value)
-    except (TypeError, ValueError, OverflowError):
-        return 0.0
-    return min(num, limit) if math.isfinite(num) and num > 0 else 0.0

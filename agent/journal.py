@@ -36,6 +36,7 @@ class JobRecord:
     cpus: float = 0.0  # CPUs and memory the job asked for: reserved while it runs
     memory_mb: int = 0
     ports: list[int] = field(default_factory=list)  # declared: forwarded to authorized controllers while it runs
+    gpu_count: int = 0  # GPUs asked for (`gpus` holds the indices once it runs)
     # Spool records whose last newline the executor added (a cut line), so
     # that after a restart the bytes a container printed are told exactly
     # from the spool: a count per stream, and the latest one as [stream, spool
@@ -43,6 +44,16 @@ class JobRecord:
     # spool reaches past that offset).
     log_cuts: dict[str, int] = field(default_factory=dict)
     last_cut: list = field(default_factory=list)
+    # The runner's queue (agent.queue): order of arrival, and a retry's delay.
+    queued_seq: int = 0
+    not_before: float = 0.0
+    # Time limit and retries (agent.job_limits), as the SubmitJob asked.
+    max_duration_s: float = 0.0
+    retry_on: list[str] = field(default_factory=list)
+    retry_limit: int = 0
+    retry_delay_s: float = 0.0
+    attempt: int = 0  # retries so far
+    timed_out: bool = False
 
     def settle_last_cut(self, spool_size: int) -> None:
         """Count the latest cut if its record reached the spool (`spool_size` bytes), then forget it."""
@@ -76,4 +87,6 @@ class JobRecord:
             error=self.error,
             log_lines=log_lines,
             artifacts=[ArtifactFile(**f) for f in self.artifact_files],
+            attempt=self.attempt,
+            retry_limit=self.retry_limit,
         )

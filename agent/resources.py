@@ -2,7 +2,10 @@
 
 import os
 
+from agent.errors import AgentError
 from agent.gpus import Gpu
+
+FAKE_CPUS_ENV = "LANPOOL_FAKE_CPUS"
 
 
 def detect_resources(gpus: list[Gpu], executor: str, python: str = "") -> dict[str, int | str]:
@@ -11,7 +14,7 @@ def detect_resources(gpus: list[Gpu], executor: str, python: str = "") -> dict[s
     `executor` is what runs jobs that name an image: "docker" or "process";
     `python` the versions process jobs can have, the base first ("3.11,3.10").
     """
-    res: dict[str, int | str] = {"cpus": os.cpu_count() or 1, "memory_mb": _memory_mb()}
+    res: dict[str, int | str] = dict(detect_machine())
     res["gpus"] = len(gpus)
     if gpus:
         res["gpu_name"] = gpus[0].name
@@ -20,6 +23,18 @@ def detect_resources(gpus: list[Gpu], executor: str, python: str = "") -> dict[s
     if python:
         res["python"] = python[:200]  # within Hello's bound on a resources value (256)
     return res
+
+
+def detect_machine() -> dict[str, int]:
+    """CPUs and memory (MB). LANPOOL_FAKE_CPUS=N claims N CPUs (tests: a job that needs
+    "all of a runner" the same on every machine), as LANPOOL_FAKE_GPUS does for GPUs."""
+    cpus = os.cpu_count() or 1
+    fake = os.environ.get(FAKE_CPUS_ENV, "").strip()
+    if fake:
+        if not fake.isdigit() or not 0 < int(fake) <= 65536:
+            raise AgentError(f"{FAKE_CPUS_ENV}={fake[:20]!r}: expected a CPU count like 2")
+        cpus = int(fake)
+    return {"cpus": cpus, "memory_mb": _memory_mb()}
 
 
 def _memory_mb() -> int:

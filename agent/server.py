@@ -350,6 +350,7 @@ class Agent:
             "cpus_free": max(0, cpus - usage.get("cpus_reserved", 0)),
             "memory_free_mb": max(0, memory - usage.get("memory_reserved_mb", 0)),
             "running": usage.get("running", 0),
+            "queued": usage.get("queued", 0),  # the runner's own queue (agent.queue)
         }
 
     def _txt(self) -> dict[str, str]:

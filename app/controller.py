@@ -10,8 +10,11 @@ pulls artifacts back.
 
 import asyncio
 import dataclasses
+import json
 import logging
+import os
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -182,6 +185,8 @@ class Controller:
         resume: str | None = None,
         ports: list[int] | None = None,
         env: dict[str, str] | None = None,
+        max_duration_s: float | None = None,
+        queue_timeout: float | None = None,
     ) -> RunOutcome:
         """Run a workflow's plan: reused jobs are skipped, the others run in order, each
         getting its dependencies' artifacts, each a gang of its nodes (app/remote_job.py).
@@ -217,7 +222,7 @@ class Controller:
                 assert planned.reuse is not None  # nothing to run: every job is reused
                 say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
             return outcome
-        placement = Placement(self.pool, runner_spec, outcome.run_name, say)
+        placement = Placement(self.pool, runner_spec, outcome.run_name, say, queue_timeout)
         manifest: Manifest | None = None
         done: dict[str, JobRow] = {}
         try:
@@ -234,6 +239,8 @@ class Controller:
                 job = self._sized(job, planned.workflow == workflow_name, nodes)
                 if ports and planned.workflow == workflow_name:  # `run --port N`: the requested job's
                     job = dataclasses.replace(job, ports=sorted({*job.ports, *ports}))
+                if max_duration_s and planned.workflow == workflow_name:  # --max-duration: the requested job's
+                    job = dataclasses.replace(job, max_duration_s=max_duration_s)
                 if planned.workflow in resumes:
                     resume_job, resume_ckpt = resumes[planned.workflow]
                     # Same explicit path on every node: never "last" without shared storage.
@@ -345,13 +352,29 @@ class Controller:
         job = self.store.job(job_id)
         if job.state.is_terminal():
             return job
+        if job.state is JobState.QUEUED and not job.runner:  # never left this controller: nothing to ask
+            self.store.set_job_status(
+                job_id, JobState.ABORTED, "cancelled while queued", finished_at=time.time(), synced=1
+            )
+            return self.store.job(job_id)
         for problem in await RemoteJob(self.jobs, job_id).stop(abort, grace_s):
             log.warning("could not stop %s", problem)
         return await self.follow(job_id)
 
     async def refresh(self, jobs: list[JobRow], timeout_s: float = 5.0) -> None:
         """Bring non-terminal jobs up to date from their runners; unreachable ones stay as they are."""
-        pending = [j for j in jobs if not j.synced and j.state is not JobState.QUEUED]
+        for job in jobs:
+            if job.state is JobState.QUEUED and not job.runner and not _queued_by_alive(job):
+                self.store.set_job_status(
+                    job.id,
+                    JobState.ABORTED,
+                    "its run process ended while it was queued",
+                    error="its `run` process ended while it was queued: run it again",
+                    finished_at=time.time(),
+                    synced=1,
+                )
+        # A job queued here (no runner yet) is its `run` process's; one queued on a runner is asked.
+        pending = [j for j in jobs if not j.synced and (j.state is not JobState.QUEUED or j.runner)]
 
         async def one(job: JobRow) -> None:
             try:
@@ -398,3 +421,21 @@ class Controller:
     def downloads_dir(self, run_name: str) -> Path:
         """Where a run's artifacts are downloaded when no directory is given: outside the project."""
         return self.home.downloads(run_name)
+
+
+def _queued_by_alive(job: JobRow) -> bool:
+    """Whether the `run` process that queued this job here (pid in its spec) still lives:
+    nothing else would ever submit it. A row without a pid (an older store) is given the benefit."""
+    try:
+        pid = int(json.loads(job.spec or "{}").get("queued_by") or 0)
+    except (ValueError, TypeError, AttributeError):
+        return True
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True

@@ -73,6 +73,10 @@ async def submit_job(
                     requirements=job.requirements,
                     ports=job.ports,
                     masked=masked_values(launch.secrets.values()),
+                    max_duration_s=job.max_duration_s,
+                    retry_on=job.retry_on,
+                    retry_limit=job.retry_limit,
+                    retry_delay_s=job.retry_delay_s,
                 )
             )
             if accepted.job_id != job_id or status.job_id != job_id:

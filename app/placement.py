@@ -20,8 +20,16 @@ class Placement:
     name, or an address (connected to and trusted as `runners add` does); a job
     that can never fit the pinned runner is an error naming it."""
 
-    def __init__(self, pool: Pool, spec: str | None, run_name: str, say: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        pool: Pool,
+        spec: str | None,
+        run_name: str,
+        say: Callable[[str], None],
+        queue_timeout: float | None = None,
+    ) -> None:
         self.pool = pool
+        self.queue_timeout = queue_timeout
         self.spec = spec
         self.run_name = run_name
         self.say = say
@@ -52,7 +60,14 @@ class Placement:
             session = await self._pinned_address(job)
             return [session], [self.address[0]]
         hosts = await self.pool.choose_runners(
-            self._pinned_name(job), Need.of(job.resources), job.nodes, self.run_name, job_id, job.workflow, self.say
+            self._pinned_name(job),
+            Need.of(job.resources),
+            job.nodes,
+            self.run_name,
+            job_id,
+            job.workflow,
+            self.say,
+            self.queue_timeout,
         )
         for host, port in hosts:
             if (host, port) not in self.sessions:

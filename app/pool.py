@@ -14,6 +14,7 @@ States and views: app/runner_views.py. Adverts are hints: app/adverts.py.
 import asyncio
 import json
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -247,10 +248,17 @@ class Pool:
         job_id: str,
         workflow: str,
         say: Callable[[str], None],
+        queue_timeout: float | None = None,
     ) -> list[tuple[str, int]]:
-        """`nodes` distinct runners with room, all at once (gang placement), node 0 first."""
+        """`nodes` distinct runners, node 0 first. A job of one node goes to a runner whose
+        capacity fits (it queues there, journalled: no need for this process to stay);
+        a gang waits here until all its runners have room at once. While nothing can take
+        the job (its runners offline), it is QUEUED here with this process's pid, so a
+        `status` can tell when the process that would submit it is gone; `queue_timeout`
+        seconds of that and the run gives up."""
         last = ""
         told: set[str] = set()
+        since = time.monotonic()
         try:
             while True:
                 views = await self.refresh(wait_s=0 if self.store.runners() else DISCOVERY_WAIT_S)
@@ -260,15 +268,22 @@ class Pool:
                     if view.problem and view.problem not in told:  # once, not every poll
                         say(view.problem)
                         told.add(view.problem)
-                decision = place(need, [v.capacity() for v in views], nodes=nodes, pinned=spec)
+                decision = place(need, [v.capacity() for v in views], nodes=nodes, pinned=spec, runner_queues=True)
                 if decision.runners:
                     rows = [self.store.known_runner(name) for name in decision.runners]
                     return [(row["host"], row["port"]) for row in rows]
                 if decision.rejected:
                     raise UsageError(f"cannot run {workflow}: {decision.rejected}")
+                if last and self.store.job(job_id).state.is_terminal():  # `stop` cancelled it meanwhile
+                    raise UsageError(f"{workflow}: cancelled while queued")
+                if queue_timeout is not None and time.monotonic() - since >= queue_timeout:
+                    self.store.set_job_status(
+                        job_id, JobState.ABORTED, "queue timeout", finished_at=time.time(), synced=1
+                    )
+                    raise UsageError(f"cannot run {workflow}: gave up after --queue-timeout: {decision.queued}")
                 if decision.queued != last:
                     say(f"queued: {decision.queued} (Ctrl-C cancels)")
-                    self.store.queue_job(job_id, run_name, workflow, decision.queued)
+                    self.store.queue_job(job_id, run_name, workflow, decision.queued, pid=os.getpid())
                     last = decision.queued
                 await asyncio.sleep(QUEUE_POLL_S)
         except (asyncio.CancelledError, KeyboardInterrupt):

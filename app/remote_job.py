@@ -154,6 +154,9 @@ class RemoteJob:
         }
         if status.error:
             fields["error"] = status.error
+        elif not JobState(status.state).is_terminal() or status.state == JobState.DONE:
+            # Why it waits in the runner's queue, or "retry 1 of 3"; a clean end leaves no stale reason.
+            fields["error"] = "" if status.state == JobState.DONE else status.reason
         self.store.set_job_status(self.job_id, status.state, detail="", **fields)
 
     # -- follow -------------------------------------------------------------------------------

@@ -79,6 +79,7 @@ class RunnerView:
             memory_mb=count(p, "memory_mb"),
             memory_free_mb=count(p, "memory_free_mb", count(p, "memory_mb")),
             why_not=why_not,
+            queued=count(p, "queued"),
         )
 
     def to_json(self) -> dict:

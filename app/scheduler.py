@@ -46,6 +46,7 @@ class Capacity:
     memory_mb: int
     memory_free_mb: int
     why_not: str = ""  # when not usable: offline, unpaired (not trusted: never waited for), conflict
+    queued: int = 0  # jobs waiting in the runner's own queue
 
     def fits_now(self, need: Need) -> bool:
         return (
@@ -69,8 +70,14 @@ class Decision:
     rejected: str = ""  # why it can never run
 
 
-def place(need: Need, pool: list[Capacity], nodes: int = 1, pinned: str | None = None) -> Decision:
-    """Choose `nodes` distinct runners for a job (all or none)."""
+def place(
+    need: Need, pool: list[Capacity], nodes: int = 1, pinned: str | None = None, runner_queues: bool = False
+) -> Decision:
+    """Choose `nodes` distinct runners for a job (all or none).
+
+    `runner_queues` (a job of one node): the runners queue jobs themselves (agent.queue),
+    so any usable runner whose capacity fits will do: one with room now first, then the
+    shortest queue. A gang still waits here until all its runners have room at once."""
     if pinned is not None:
         pool = [c for c in pool if c.name == pinned]
         if not pool:
@@ -85,6 +92,13 @@ def place(need: Need, pool: list[Capacity], nodes: int = 1, pinned: str | None =
     ever = [c for c in candidates if c.fits_ever(need)]
     if len(ever) < nodes:
         return Decision([], rejected=_never_reason(need, pool, candidates, nodes, pinned))
+    if runner_queues and nodes == 1:
+        usable = sorted(
+            (c for c in ever if c.usable), key=lambda c: (not c.fits_now(need), c.queued, c.slack(need), c.name)
+        )
+        if usable:
+            return Decision([usable[0].name])
+        return Decision([], queued=_wait_reason(need, ever, nodes, 0))
     now = sorted((c for c in ever if c.fits_now(need)), key=lambda c: (c.slack(need), c.name))
     if len(now) >= nodes:
         return Decision([c.name for c in now[:nodes]])
@@ -119,5 +133,8 @@ def _wait_reason(need: Need, ever: list[Capacity], nodes: int, free_now: int) ->
             states.append(f"{c.name} {c.why_not}")
         else:
             states.append(f"{c.name}: {c.gpus_free}/{c.gpus} GPU free")
+    if all(not c.usable for c in ever):
+        offline = ", ".join(f"{c.name} {c.why_not}" for c in ever)
+        return f"waiting: {offline}; the job is sent when a runner that fits it comes back"
     wanted = f"{nodes} runners" if nodes > 1 else "a runner"
     return f"waiting for {wanted} with {need} free ({free_now} now; " + ", ".join(states) + ")"

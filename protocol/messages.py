@@ -109,6 +109,12 @@ class JobStatus:
     log_lines: int = 0  # lines in the spool so far
     # The job's artifact files, listed when it ended (fetched with GetArtifacts).
     artifacts: list[ArtifactFile] = field(default_factory=list)
+    # Queued on the runner: its place (1 = next) and why it waits; once retried,
+    # which attempt this is (1 = the first retry) of how many retries are allowed.
+    position: int = 0
+    reason: str = ""
+    attempt: int = 0
+    retry_limit: int = 0
 
     def __post_init__(self) -> None:
         if self.state not in JobState.__members__:
@@ -231,6 +237,11 @@ class SubmitJob:
     ports: list[int] = field(default_factory=list)
     # Secret texts in `env`: the runner writes *** for them in its log and journal (never to disk in clear).
     masked: list[str] = field(default_factory=list)
+    # Time limit and retries, kept by the runner (no controller needed): 0 = no limit / no retry.
+    max_duration_s: float = 0.0
+    retry_on: list[str] = field(default_factory=list)  # "failure", "lost"
+    retry_limit: int = 0
+    retry_delay_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,15 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "ports": _Bound(lo=1, hi=65535),
     "exit_code": _Bound(lo=-(2**31), hi=2**32 - 1),  # negative: killed by a signal
     "grace_s": _Bound(lo=0, hi=30 * 24 * 3600),
+    # Runner-side queue, time limits and retries (issue #15): bounded so that no absurd value
+    # (a limit of 10**18 seconds, a million retries) reaches a runner's timers.
+    "position": _COUNT,
+    "reason": _Bound(max_len=1024, text=True),
+    "attempt": _Bound(lo=0, hi=100),
+    "retry_limit": _Bound(lo=0, hi=100),
+    "retry_on": _WORD,
+    "max_duration_s": _Bound(lo=0, hi=366 * 24 * 3600),
+    "retry_delay_s": _Bound(lo=0, hi=7 * 24 * 3600),
     "submitted_at": _Bound(lo=0),
     "started_at": _Bound(lo=0),
     "finished_at": _Bound(lo=0),

@@ -6,7 +6,8 @@ from enum import StrEnum
 class JobState(StrEnum):
     """Where a job is in its life.
 
-    QUEUED     recorded by the controller, waiting for a runner with room
+    QUEUED     waiting: in a runner's queue for its resources (or a retry's delay),
+               or recorded by a controller choosing a runner
     SUBMITTED  the controller recorded it and is sending it to a runner
     RUNNING    the runner started its commands
     DONE       commands exited 0 (artifacts packed)

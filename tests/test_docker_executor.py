@@ -478,7 +478,9 @@ def test_gpu_job_on_an_engine_without_nvidia_runtime_fails_clearly(
             chunks, final = follow(agent, job_id)
             assert final.state == JobState.FAILED and _lines(chunks, "out") == []
             assert final.error.startswith("could not start the container: could not select device driver"), final.error
-        with pytest.raises(RunnerError, match="the job needs 3 GPUs; 2 of this runner's 2 are free now"):
+        with pytest.raises(
+            RunnerError, match="the job needs 3 GPU and this runner has 2 in all: it can never run here"
+        ):
             submit(agent, "g3", ["echo never"], busybox_image, resources={"gpu": 3})
         assert containers_of(docker_client, "g1") == containers_of(docker_client, "g2") == []
     finally:

@@ -188,12 +188,12 @@ def test_gpus_are_shared_out_between_running_process_jobs(tmp_path, controller_h
         for job_id in ("a", "b"):
             submit(agent, job_id, hold, "", resources={"gpu": 1})
             wait_for_line(agent, job_id, "gpus=")
-        with pytest.raises(RunnerError, match="the job needs 1 GPU; 0 of this runner's 2 are free now"):
-            submit(agent, "c", hold, "", resources={"gpu": 1})
+        # No GPU free now: the job waits in the runner's queue (issue #15), then gets the first one freed.
+        queued = submit(agent, "c", ['echo "gpus=$CUDA_VISIBLE_DEVICES"'], "", resources={"gpu": 1})
+        assert queued.state == "QUEUED" and queued.reason == "waiting for 1 GPU: 0 of 2 free", queued
         submit(agent, "none", ['echo "gpus=[$CUDA_VISIBLE_DEVICES]"'], "", resources={"gpu": 0})
         asyncio.run(_stop(agent, "a", grace_s=0))
-        follow(agent, "a")  # ended: its GPU is free again
-        submit(agent, "c", ['echo "gpus=$CUDA_VISIBLE_DEVICES"'], "", resources={"gpu": 1})
+        follow(agent, "a")  # ended: its GPU is free again, and "c" takes it
         seen = {
             job_id: _lines(follow(agent, job_id)[0] if job_id != "b" else [], "out") for job_id in ("a", "c", "none")
         }

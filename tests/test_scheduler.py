@@ -74,3 +74,14 @@ def test_unpaired_or_conflicting_runners_are_never_used():
     pool = [runner("a", gpus=4, usable=False, why="unpaired"), runner("b", gpus=4, usable=False, why="conflict")]
     decision = place(Need(gpu=1), pool)
     assert decision.rejected and "a unpaired" in decision.rejected and "b conflict" in decision.rejected
+
+
+def test_with_runner_queues_a_job_goes_where_it_fits_ever_room_now_first_then_the_shortest_queue():
+    full_a = Capacity("a", True, 1, 0, 8, 8, 1000, 1000, queued=3)
+    full_b = Capacity("b", True, 1, 0, 8, 8, 1000, 1000, queued=1)
+    free_c = Capacity("c", True, 1, 1, 8, 8, 1000, 1000, queued=5)
+    assert place(Need(gpu=1), [full_a, full_b, free_c], runner_queues=True).runners == ["c"]
+    assert place(Need(gpu=1), [full_a, full_b], runner_queues=True).runners == ["b"]
+    # Pinned: it queues on that runner, busy or not.
+    assert place(Need(gpu=1), [full_a, free_c], pinned="a", runner_queues=True).runners == ["a"]
+    assert place(Need(gpu=2), [full_a], runner_queues=True).rejected

@@ -1,7 +1,9 @@
 """`app headless status`, `logs`, `stop`, `artifacts` and `metrics`: runs and jobs after they start."""
 
 import argparse
+import asyncio
 import json
+import sys
 
 from app.cli import render
 from app.cli.render import say
@@ -13,6 +15,27 @@ from app.terminal_text import safe_line
 
 
 async def status(ctl: Controller, args: argparse.Namespace) -> int:
+    watch = getattr(args, "watch", None)
+    if watch is None or args.json:
+        return await _status_once(ctl, args)
+    if not 0.1 <= watch <= 3600:
+        raise UsageError(f"--watch {watch:g}: give a number of seconds from 0.1 to 3600")
+    try:
+        while True:  # like `watch`: clear, draw, wait; Ctrl-C ends it
+            sys.stdout.write("\x1b[H\x1b[2J")
+            await _status_once(ctl, args)
+            sys.stdout.flush()
+            await asyncio.sleep(watch)
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        return ExitCode.OK
+
+
+# Why a job is waiting or ended badly, shown in the table (`--json` has the whole text).
+_REASON_STATES = ("QUEUED", "FAILED", "LOST")
+_REASON_CHARS = 60
+
+
+async def _status_once(ctl: Controller, args: argparse.Namespace) -> int:
     runs = ctl.runs.recent(args.limit)
     jobs = {r.name: ctl.runs.jobs_of(r.name) for r in runs}
     if not args.no_refresh:
@@ -49,9 +72,11 @@ async def status(ctl: Controller, args: argparse.Namespace) -> int:
                     ago(j.submitted_at),
                     duration(j.started_at, j.finished_at),
                     str(n_art) if n_art else "-",
+                    _reason(j),
                 ]
             )
-    print(render.table(["RUN", "JOB", "WORKFLOW", "RUNNER", "STATUS", "SUBMITTED", "DURATION", "ARTIFACTS"], rows))
+    headers = ["RUN", "JOB", "WORKFLOW", "RUNNER", "STATUS", "SUBMITTED", "DURATION", "ARTIFACTS", "REASON"]
+    print(render.table(headers, rows))
     for line in warned:
         print(safe_line(f"warning: {line}"))
     return ExitCode.OK
@@ -157,6 +182,13 @@ async def metrics(ctl: Controller, args: argparse.Namespace) -> int:
     ]
     print(render.table(["METRIC", "LAST STEP", "LAST VALUE", "POINTS"], rows))
     return ExitCode.OK
+
+
+def _reason(job: JobRow) -> str:
+    if job.status not in _REASON_STATES or not job.error:
+        return "-"
+    text = safe_line(job.error.splitlines()[0] if job.error.splitlines() else "")
+    return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 3] + "..."
 
 
 def _job_json(ctl: Controller, j: JobRow) -> dict:

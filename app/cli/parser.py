@@ -3,6 +3,7 @@ lanpool's options before the workflow name and its variables (`--NAME VALUE`) af
 it: app/cli/workflow_args.py reads those."""
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -10,6 +11,7 @@ from app import __version__
 from app.cli.workflow_args import Options
 from app.controller import DEFAULT_PRUNE_AGE, parse_age
 from app.errors import ExitCode, UsageError
+from app.workflows.limits import parse_duration
 from app.workflows.loader import MAX_NODES
 
 
@@ -75,6 +77,16 @@ def build_parser() -> _Parser:
     status.add_argument("-n", "--limit", type=int, default=20, help="how many runs (default 20)")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument("--no-refresh", action="store_true", help="do not ask runners about unfinished jobs")
+    status.add_argument(
+        "-w",
+        "--watch",
+        nargs="?",
+        type=float,
+        const=2.0,
+        default=None,
+        metavar="SECONDS",
+        help="redraw every SECONDS (default 2) until Ctrl-C, like `watch`",
+    )
 
     logs = sub.add_parser("logs", help="print a run's or job's log")
     logs.add_argument("ref", metavar="RUN|JOB")
@@ -178,6 +190,16 @@ def build_parser() -> _Parser:
     return parser
 
 
+def _duration(most: float) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            return parse_duration(text, "duration", most)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
+
+
 def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--runner",
@@ -196,6 +218,18 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         action="append",
         default=None,
         help="forward this port of the job (the runner's 127.0.0.1) to this machine while it runs (repeatable)",
+    )
+    p.add_argument(
+        "--max-duration",
+        type=_duration(366 * 24 * 3600),
+        metavar="DURATION",
+        help="stop the job after this long (2h, 90m, 30s); the runner keeps the limit (like `max_duration:`)",
+    )
+    p.add_argument(
+        "--queue-timeout",
+        type=_duration(366 * 24 * 3600),
+        metavar="DURATION",
+        help="give up when no runner could take the job for this long (its runner offline); default: wait",
     )
 
 

@@ -130,6 +130,8 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
             resume=args.resume,
             ports=args.ports,
             env=_env(args),
+            max_duration_s=args.max_duration,
+            queue_timeout=args.queue_timeout,
         )
     except LanpoolError as exc:
         if not submitted:

@@ -124,14 +124,15 @@ class JobRows(Table):
                 (job_id, now, JobState.SUBMITTED, f"to {runner['name']}"),
             )
 
-    def queue_job(self, job_id: str, run_name: str, workflow: str, reason: str) -> None:
-        """A job waiting for a runner with room: QUEUED, with the reason."""
+    def queue_job(self, job_id: str, run_name: str, workflow: str, reason: str, pid: int = 0) -> None:
+        """A job waiting in this controller for a runner: QUEUED, with the reason and the pid
+        of the process that will submit it (in its spec: `queued_by`, see `orphaned_queued`)."""
         with atomic(self.conn):
             self.conn.execute(
                 """INSERT INTO jobs (id, run_name, workflow, runner, host, port, status, submitted_at, error,
-                                     artifacts_pulled, spec, synced) VALUES (?, ?, ?, '', '', 0, ?, ?, ?, 0, '{}', 0)
+                                     artifacts_pulled, spec, synced) VALUES (?, ?, ?, '', '', 0, ?, ?, ?, 0, ?, 0)
                    ON CONFLICT(id) DO UPDATE SET error = excluded.error""",
-                (job_id, run_name, workflow, str(JobState.QUEUED), time.time(), reason),
+                (job_id, run_name, workflow, str(JobState.QUEUED), time.time(), reason, json.dumps({"queued_by": pid})),
             )
             self.conn.execute(
                 "INSERT INTO job_events (job_id, at, status, detail) VALUES (?, ?, ?, ?)",

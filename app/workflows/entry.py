@@ -12,6 +12,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from app.workflows.dialects import normalize
+from app.workflows.limits import parse_limits
 from app.workflows.model import ArtifactSpec, Dependency, Scalar, Workflow, WorkflowError, render_value
 from app.workflows.resources import check_resources
 from app.workflows.yaml_lines import LineMap
@@ -37,6 +38,8 @@ WORKFLOW_KEYS = (
     "depends-on",
     "resume-from",
     "ports",
+    "max_duration",
+    "retry",
 )
 RESOURCE_KEYS = ("gpu", "cpu", "memory", "shm_size", "interruptible")
 GPU_KEYS = ("count", "name", "memory")
@@ -103,6 +106,7 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
         raise err("'working_dir' must be a relative path in the workspace", "working_dir")
     deps, include = _parse_depends_on(item, err)
     resume_from = _parse_resume_from(item, err)
+    max_duration_s, retry_on, retry_limit, retry_delay_s = parse_limits(item, err)
     version = item.get("version", "")
     if isinstance(version, float):  # a Python version: `3.10` means 3.10, not 3.1
         version = item.scalar_text.get("version", version)
@@ -127,6 +131,10 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
         repo_include=include,
         resume_from=resume_from,
         ports=_parse_ports(item, err),
+        max_duration_s=max_duration_s,
+        retry_on=retry_on,
+        retry_limit=retry_limit,
+        retry_delay_s=retry_delay_s,
         file=path,
         line=item.line,
         key_lines=dict(item.key_lines),

@@ -71,6 +71,11 @@ class Workflow:
     repo_include: list[str] | None = None  # None: the whole snapshot counts
     resume_from: str = ""  # a run name, job id or WORKFLOW:TAG whose checkpoint this job resumes from
     ports: list[int] = field(default_factory=list)  # the job's loopback ports, forwarded while it runs
+    # Kept by the runner (agent.job_limits): 0 = no time limit / no retry.
+    max_duration_s: float = 0.0
+    retry_on: list[str] = field(default_factory=list)
+    retry_limit: int = 0
+    retry_delay_s: float = 0.0
     file: Path | None = None
     line: int | None = None
     key_lines: dict[str, int] = field(default_factory=dict, compare=False)

@@ -39,6 +39,10 @@ class ResolvedJob:
     python: str = ""  # `version:` of provider python: the interpreter (or image) the runner gives the job
     requirements: str = ""  # installed by the runner into the job's own environment, before the commands
     ports: list[int] = field(default_factory=list)  # forwarded from the runner's loopback while it runs
+    max_duration_s: float = 0.0  # kept by the runner (max_duration, retry): 0 = none
+    retry_on: list[str] = field(default_factory=list)
+    retry_limit: int = 0
+    retry_delay_s: float = 0.0
 
 
 def coerce_override(name: str, text: str, default: Scalar | None) -> Scalar:
@@ -159,6 +163,10 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         python=wf.version if wf.provider == "python" else "",
         requirements=wf.requirements if wf.provider == "python" else "",
         ports=list(wf.ports),
+        max_duration_s=wf.max_duration_s,
+        retry_on=list(wf.retry_on),
+        retry_limit=wf.retry_limit,
+        retry_delay_s=wf.retry_delay_s,
     )
 
 
