@@ -137,8 +137,10 @@ def capacity_of(capacity: Amount | None) -> tuple[float, int]:
 
 def replace_files(req: SubmitJob, env: dict[str, str] | None = None) -> SubmitJob:
     """The request without its file list (staged at submit, never needed again), with `env`
-    instead of its own when given (secrets written ***)."""
-    return dataclasses.replace(req, files=[], env=req.env if env is None else env)
+    instead of its own when given (secrets written ***); the secrets themselves become ***
+    (how many there were is kept: such a request cannot start after a restart)."""
+    masked = ["***"] * len(req.masked) if env is not None else req.masked
+    return dataclasses.replace(req, files=[], env=req.env if env is None else env, masked=masked)
 
 
 def reserved(value: float, limit: float) -> float:
