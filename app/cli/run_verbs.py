@@ -8,7 +8,6 @@ from pathlib import Path
 from app.cli import render
 from app.cli.parser import apply_options, verb_options
 from app.cli.render import say
-from app.cli.shell_verbs import forward_while_running
 from app.cli.workflow_args import read_tail, tail_value
 from app.controller import ARTIFACTS_REFUSED, Controller, JobRow, Submitted
 from app.env_overrides import parse_env_args, read_env_file
@@ -106,7 +105,10 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
     def announce(sub: Submitted) -> None:
         submitted.append(sub)
         say(f"run {sub.run_name}: job {sub.job_id} ({ctl.runs.job(sub.job_id).workflow}) on runner {sub.runner}")
-        if not args.detach:  # a detached job's ports: `app headless ports RUN`
+        if not args.detach and json.loads(ctl.runs.job(sub.job_id).spec or "{}").get("ports"):
+            # A detached job's ports: `app headless ports RUN`. Imported only for a job with ports.
+            from app.cli.shell_verbs import forward_while_running
+
             forwards.extend(t for t in [forward_while_running(ctl, sub.job_id, say)] if t is not None)
         if args.detach:
             say(
