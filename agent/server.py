@@ -302,6 +302,10 @@ class Agent:
             encoding=None,
             # Sessions come from _AgentSSHServer.session_requested (new_session).
             allow_scp=False,
+            # Larger SSH packets and window than asyncssh's 32 KiB / 2 MiB: blobs come in at the
+            # link's speed instead of a Python round of packet work per 32 KiB.
+            window=8 * 1024 * 1024,
+            max_pktsize=256 * 1024,
             agent_forwarding=False,
             x11_forwarding=False,
             allow_pty=True,  # for exec into a job only: see _LanpoolSession.pty_requested

@@ -52,6 +52,12 @@ from protocol.wire import key_text as host_key_text
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 10.0
+# What the runner may send before we read (window) and in one SSH packet: asyncssh's defaults
+# (2 MiB, 32 KiB) cost a Python round of packet work per 32 KiB, which caps a 1 GiB artifact's
+# pull well below the link; larger packets cut that work ~8x. (A runner sends no more than it
+# has: logs come in whole lines.)
+CHANNEL_WINDOW = 16 * 1024 * 1024
+CHANNEL_MAX_PACKET = 256 * 1024
 REPLY_TIMEOUT_S = 60.0  # a submit extracts the snapshot before replying
 # A runner that vanishes without closing the connection (machine off, cable out)
 # is noticed after 3 unanswered keepalives: ~9-12 s.
@@ -133,7 +139,9 @@ class Channel:
 async def _open_channel(conn: asyncssh.SSHClientConnection, where: str) -> tuple[Channel, Hello]:
     """A new lanpool subsystem channel, past the runner's greeting."""
     try:
-        proc = await conn.create_process(subsystem=SUBSYSTEM, encoding=None)
+        proc = await conn.create_process(
+            subsystem=SUBSYSTEM, encoding=None, window=CHANNEL_WINDOW, max_pktsize=CHANNEL_MAX_PACKET
+        )
     except asyncssh.ChannelOpenError as exc:
         raise RunnerError(f"{where} refused the lanpool channel: {exc.reason}") from None
     except (OSError, asyncssh.Error) as exc:
