@@ -78,7 +78,8 @@ class FrameReader:
             end = _HEADER.size + length
             if len(self._buf) < end:
                 break
-            body = bytes(self._buf[_HEADER.size : end])
+            with memoryview(self._buf) as view:  # one copy out (a slice of the bytearray would be two)
+                body = bytes(view[_HEADER.size : end])
             del self._buf[:end]
             out.append(body)
         return out
