@@ -22,6 +22,7 @@ from typing import Any
 from agent.artifacts import list_artifacts
 from agent.blobs import BlobCache
 from agent.executors import Execution, Executor, ExecutorChoice, ExecutorError, Launch
+from agent.gpu_telemetry import telemetry
 from agent.gpus import GpuAllocator, GpuError
 from agent.home import AgentHome
 from agent.job import Job, masked_env
@@ -352,6 +353,7 @@ class JobManager:
         job.notify()
         self._changed()
         self._watch_metrics(job)
+        self._spawn(telemetry().watch(job))  # the GPUs it holds, sampled into its metrics
         if record.max_duration_s > 0:
             self._spawn(self._time_limit(job, execution))
         if record.stop_requested:  # asked while it was starting, or a stop was under way at the restart

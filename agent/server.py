@@ -20,6 +20,7 @@ import asyncssh
 from agent import __version__
 from agent.errors import AgentError
 from agent.executors import ExecutorChoice, ProcessExecutor
+from agent.gpu_telemetry import telemetry
 from agent.gpus import GpuAllocator, detect_gpus
 from agent.home import AgentHome
 from agent.job_ports import declaring_job, forward_to
@@ -355,6 +356,7 @@ class Agent:
             "memory_free_mb": max(0, memory - usage.get("memory_reserved_mb", 0)),
             "running": usage.get("running", 0),
             "queued": usage.get("queued", 0),  # the runner's own queue (agent.queue)
+            **telemetry().resources(),  # "gpu_util": percent per GPU now (agent.gpu_telemetry)
         }
 
     def _txt(self) -> dict[str, str]:

@@ -59,6 +59,11 @@ def status_text(job: JobRow, runner_state: str | None = None, pulling: int | Non
     return job.status
 
 
+def gpu_util_text(v: RunnerView) -> str:
+    """ "37% 0%": each GPU's utilization now, "-" when the runner reports none."""
+    return " ".join("?" if u is None else f"{u}%" for u in v.gpu_util) or "-"
+
+
 def runner_cells(v: RunnerView, now: float | None = None) -> list[str]:
     """One runner's row, in RUNNER_HEADERS order."""
     gpu_name = v.props.get("gpu_name", "")

@@ -60,6 +60,12 @@ class RunnerView:
     def gpus_free(self) -> int:
         return count(self.props, "gpus_free", self.gpus)
 
+    @property
+    def gpu_util(self) -> list[int | None]:
+        """Percent busy per GPU now, as the runner last said ("gpu_util": "37,0"); None: not read."""
+        parts = str(self.props.get("gpu_util", "")).split(",")
+        return [min(int(p), 100) if p.isascii() and p.isdigit() and len(p) <= 3 else None for p in parts if p][:64]
+
     def capacity(self) -> Capacity:
         p = self.props
         usable = self.trusted and not self.problem and self.state in (RunnerState.LIVE, RunnerState.BUSY)
@@ -94,6 +100,7 @@ class RunnerView:
             "gpus_free": self.gpus_free,
             "gpus": self.gpus,
             "gpu_name": self.props.get("gpu_name", ""),
+            "gpu_util": self.gpu_util,
             "executor": self.props.get("executor", ""),
             "running_jobs": self.running,
             "last_seen": self.last_seen,

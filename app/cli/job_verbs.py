@@ -3,6 +3,7 @@
 import argparse
 import asyncio
 import json
+import re
 import sys
 
 from app.cli import render
@@ -33,6 +34,7 @@ async def status(ctl: Controller, args: argparse.Namespace) -> int:
 # Why a job is waiting or ended badly, shown in the table (`--json` has the whole text).
 _REASON_STATES = ("QUEUED", "FAILED", "LOST")
 _REASON_CHARS = 60
+_GPU_METRIC = re.compile(r"gpu\d+_(util|mem_mb|power_w)")  # what the runner samples, not what a job logs
 
 
 async def _status_once(ctl: Controller, args: argparse.Namespace) -> int:
@@ -160,8 +162,13 @@ async def metrics(ctl: Controller, args: argparse.Namespace) -> int:
     jobs = ctl.runs.resolve(args.ref)
     await ctl.refresh(jobs)
     points = [p for j in jobs for p in ctl.metrics(j.id) if not args.name or p["name"] in args.name]
+    if args.gpu:  # the agent's samples of the job's GPUs (agent/gpu_telemetry.py)
+        points = [p for p in points if _GPU_METRIC.fullmatch(str(p["name"]))]
     if args.json:
         print(json.dumps(points, indent=2))
+        return ExitCode.OK
+    if not points and args.gpu:
+        print("no GPU figures: the job holds no GPU, or its runner can read none (NVML or nvidia-smi)")
         return ExitCode.OK
     if not points:
         print(

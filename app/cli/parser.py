@@ -162,6 +162,7 @@ def build_parser() -> _Parser:
     metrics.add_argument("ref", metavar="RUN|JOB")
     metrics.add_argument("--name", action="append", help="only this metric (repeatable), e.g. train_loss")
     metrics.add_argument("--json", action="store_true", help="every point as JSON")
+    metrics.add_argument("--gpu", action="store_true", help="only the GPU figures the runner sampled (gpuN_util, ...)")
 
     sub.add_parser("key", help="print the path of this controller's public key (for `app agent authorize`)")
 

@@ -8,7 +8,7 @@ from app.cli import render
 from app.cli.render import say
 from app.controller import Controller, parse_address
 from app.errors import ExitCode, UsageError
-from app.formatting import RUNNER_HEADERS, runner_cells
+from app.formatting import RUNNER_HEADERS, gpu_util_text, runner_cells
 
 
 async def runners(ctl: Controller, args: argparse.Namespace) -> int:
@@ -35,7 +35,10 @@ async def runners(ctl: Controller, args: argparse.Namespace) -> int:
     elif not views:
         print("no runners found: start `app agent serve` on a GPU machine, or `app headless runners add HOST[:PORT]`")
     else:
-        print(render.table(RUNNER_HEADERS, [runner_cells(v) for v in views]))
+        # GPU UTIL after GPUS FREE: here only, the TUI's Runners table has its own columns
+        headers = [*RUNNER_HEADERS[:4], "GPU UTIL", *RUNNER_HEADERS[4:]]
+        rows = [[*cells[:4], gpu_util_text(v), *cells[4:]] for v in views for cells in [runner_cells(v)]]
+        print(render.table(headers, rows))
     return ExitCode.OK
 
 
