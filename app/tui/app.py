@@ -74,6 +74,7 @@ class LanpoolApp(Actions):
     KEYS_HELP = [
         ("1 2 3 4 5", "Runs, Runners, Logs, Metrics, Artifacts"),
         ("Enter", "open the selected job's log (Runs)"),
+        ("j / k, g / G", "Runs, Runners: down / up, first / last row (also Home / End)"),
         ("r", "run a workflow (dialog: variables, nodes, runner, plan)"),
         ("s / x", "stop / abort the selected job (asks first)"),
         ("/", "Runs: filter by text; Logs: search the log (n / N: next / previous match)"),
@@ -141,6 +142,10 @@ class LanpoolApp(Actions):
                     yield Label("", id="download-label")
                     yield ProgressBar(id="download-progress", show_eta=False)
         yield Footer()
+
+    def on_resize(self) -> None:
+        # 80 columns: the key bar drops its padding, so that `? Help` and `q Quit` still show.
+        self.query_one(Footer).narrow = self.size.width < 120
 
     def on_mount(self) -> None:
         self.sub_title = "loading…"
