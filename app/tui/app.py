@@ -80,6 +80,8 @@ class LanpoolApp(Actions):
         ("/", "Runs: filter by text; Logs: search the log (n / N: next / previous match)"),
         ("[ ]", "Logs: show one node / all nodes (multi-node jobs)"),
         ("g / G", "Logs: top (pages older lines in from the store) / follow the end"),
+        ("t", "Logs: show / hide each line's arrival time (the runner's clock)"),
+        ("space / l / m", "Metrics: show or hide a metric / log scale / smoothing (off, 0.6, 0.9)"),
         ("w / c", "Logs: save the whole log to a file / copy the shown lines"),
         ("d", "download the selected job's artifacts to a directory"),
         ("D", "delete the selected job's run: its jobs, logs, artifacts (asks first)"),
