@@ -65,6 +65,7 @@ STATUS_CHOICES = tuple(str(s) for s in JobState)
 class LogLine:
     text: str
     stream: str  # out, err, sys
+    at: float | None = None  # when the agent received it (its chunk's time); None: not known
 
 
 @dataclass
@@ -76,12 +77,13 @@ class LogWindow:
     at_start: bool = True  # nothing older in the store
 
 
-def decode_lines(data: bytes, stream: str, node: int | None) -> list[LogLine]:
-    """Chunk bytes to display lines; `node` tags them (multi-node jobs). Lines are
-    terminal-safe (app/terminal_text.py): whatever shows them never gets a job's escapes."""
+def decode_lines(data: bytes, stream: str, node: int | None, at: float | None = None) -> list[LogLine]:
+    """Chunk bytes to display lines; `node` tags them (multi-node jobs), `at` is the chunk's
+    time (each line of a chunk carries it, as `logs -t`). Lines are terminal-safe
+    (app/terminal_text.py): whatever shows them never gets a job's escapes."""
     if node is not None:
         data = prefix_node(node, data)
-    return [LogLine(safe_line(t), stream) for t in data.decode("utf-8", "replace").splitlines()]
+    return [LogLine(safe_line(t), stream, at or None) for t in data.decode("utf-8", "replace").splitlines()]
 
 
 def log_window(
@@ -106,8 +108,8 @@ def log_window(
         limit = None if before is None else before.get(n, 0)
         if limit == 0:
             continue  # that node is already at its start
-        for seq, _n_lines, stream, data in store.node_tail(job_id, n, limit, max_lines, LOG_STREAMS):
-            for i, line in enumerate(decode_lines(data, stream, n if multi else None)):
+        for seq, _n_lines, stream, data, at in store.node_tail(job_id, n, limit, max_lines, LOG_STREAMS):
+            for i, line in enumerate(decode_lines(data, stream, n if multi else None, at)):
                 if limit is None or seq + i < limit:  # a chunk may straddle the page boundary
                     tagged.append((seq + i, n, line))
     tagged.sort(key=lambda t: (t[0], t[1]))
@@ -129,8 +131,8 @@ def _node_lines(
     if limit == 0:
         return [], 0
     parts: list[tuple[int, list[LogLine]]] = []
-    for seq, _n_lines, stream, data in store.node_tail(job_id, node, limit, max_lines, LOG_STREAMS):
-        lines = decode_lines(data, stream, tag)
+    for seq, _n_lines, stream, data, at in store.node_tail(job_id, node, limit, max_lines, LOG_STREAMS):
+        lines = decode_lines(data, stream, tag, at)
         if limit is not None and seq + len(lines) > limit:  # a chunk may straddle the page boundary
             lines = lines[: max(0, limit - seq)]
         parts.append((seq, lines))

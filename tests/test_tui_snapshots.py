@@ -236,3 +236,41 @@ def test_run_dialog(snap_compare, screen_app):
 
 def test_help_screen(snap_compare, screen_app):
     assert snap_compare(screen_app, press=["question_mark"], terminal_size=SIZE)
+
+
+# 80x24: the smallest usual terminal. STATUS stays on screen (other columns hide first),
+# the key bar keeps `? Help` and `q Quit`, the Run dialog's runner field and buttons show.
+SMALL = (80, 24)
+
+
+def test_runs_screen_80x24(snap_compare, screen_app):
+    assert snap_compare(screen_app, terminal_size=SMALL)
+
+
+def test_runners_screen_80x24(snap_compare, screen_app):
+    assert snap_compare(screen_app, press=["2"], terminal_size=SMALL)
+
+
+def test_logs_screen_80x24(snap_compare, screen_app):
+    async def open_log(pilot):
+        await _on_done_job(pilot)
+        await pilot.press("enter")
+
+    assert snap_compare(screen_app, terminal_size=SMALL, run_before=open_log)
+
+
+def test_metrics_screen_80x24(snap_compare, screen_app):
+    async def show_metrics(pilot):
+        await _on_done_job(pilot)
+        await pilot.press("4")
+
+    assert snap_compare(screen_app, terminal_size=SMALL, run_before=show_metrics)
+
+
+def test_run_dialog_80x24(snap_compare, screen_app):
+    async def open_dialog(pilot):
+        await pilot.press("r")
+        pilot.app.screen.query_one("#workflow").value = "train"
+        await _until(pilot, lambda: "REUSE" in str(pilot.app.screen.query_one("#plan").render()))
+
+    assert snap_compare(screen_app, terminal_size=SMALL, run_before=open_dialog)

@@ -47,13 +47,13 @@ class OutputRows(Table):
         before_seq: int | None,
         max_lines: int,
         streams: tuple[str, ...] = ("out", "err", "sys"),
-    ) -> list[tuple[int, int, str, bytes]]:
+    ) -> list[tuple[int, int, str, bytes, float | None]]:
         """The newest chunks of one node's log (before `before_seq`), holding at least
-        `max_lines` lines, oldest first: (seq, n_lines, stream, data). Walks the primary
+        `max_lines` lines, oldest first: (seq, n_lines, stream, data, at). Walks the primary
         key backwards, so the tail of a million-line log costs as much as a short one."""
         marks = ",".join("?" * len(streams))
         sql = (
-            f"SELECT seq, n_lines, stream, data FROM log_chunks WHERE job_id = ? AND node = ? AND seq < ? "
+            f"SELECT seq, n_lines, stream, data, at FROM log_chunks WHERE job_id = ? AND node = ? AND seq < ? "
             f"AND stream IN ({marks}) ORDER BY seq DESC"
         )
         out, lines = [], 0

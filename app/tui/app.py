@@ -74,11 +74,14 @@ class LanpoolApp(Actions):
     KEYS_HELP = [
         ("1 2 3 4 5", "Runs, Runners, Logs, Metrics, Artifacts"),
         ("Enter", "open the selected job's log (Runs)"),
+        ("j / k, g / G", "Runs, Runners: down / up, first / last row (also Home / End)"),
         ("r", "run a workflow (dialog: variables, nodes, runner, plan)"),
         ("s / x", "stop / abort the selected job (asks first)"),
         ("/", "Runs: filter by text; Logs: search the log (n / N: next / previous match)"),
         ("[ ]", "Logs: show one node / all nodes (multi-node jobs)"),
         ("g / G", "Logs: top (pages older lines in from the store) / follow the end"),
+        ("t", "Logs: show / hide each line's arrival time (the runner's clock)"),
+        ("space / l / m", "Metrics: show or hide a metric / log scale / smoothing (off, 0.6, 0.9)"),
         ("w / c", "Logs: save the whole log to a file / copy the shown lines"),
         ("d", "download the selected job's artifacts to a directory"),
         ("D", "delete the selected job's run: its jobs, logs, artifacts (asks first)"),
@@ -141,6 +144,10 @@ class LanpoolApp(Actions):
                     yield Label("", id="download-label")
                     yield ProgressBar(id="download-progress", show_eta=False)
         yield Footer()
+
+    def on_resize(self) -> None:
+        # 80 columns: the key bar drops its padding, so that `? Help` and `q Quit` still show.
+        self.query_one(Footer).narrow = self.size.width < 120
 
     def on_mount(self) -> None:
         self.sub_title = "loading…"

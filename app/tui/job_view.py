@@ -32,6 +32,7 @@ class JobView(LanpoolBase):
             "runs": "#runs-table",
             "runners": "#runners-table",
             "logs": "#log",
+            "metrics": "#metric-picker",
             "artifacts": "#artifacts-table",
         }.get(tab)
         if target:
@@ -123,7 +124,9 @@ class JobView(LanpoolBase):
         if stream == "met":
             self._metrics_dirty = True
             return
-        lines = overview.decode_lines(data, stream, None)
+        # Stamped on arrival here: the agent's time is in the store (shown on a reload), the
+        # sink gets only the bytes; the two differ by the link's latency.
+        lines = overview.decode_lines(data, stream, None, self.clock())
         if self.node is not None:
             tag = f"[node {self.node}] "
             lines = [line for line in lines if line.text.startswith(tag)]

@@ -59,26 +59,32 @@ class RunDialog(ModalScreen[RunRequest | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog run-dialog"):
-            yield Label(f"Run a workflow of {self.project.root}", classes="title")
-            yield Select(
-                [(self._label(n), n) for n in self.project.workflows],
-                value=self.workflow,
-                allow_blank=False,
-                id="workflow",
-            )
-            yield Static("", id="workflow-help", classes="hint")
-            with VerticalScroll(id="variables"):
-                pass
-            with Horizontal(classes="row"):
-                yield Label("nodes")
-                yield Input(value="", placeholder="from the workflow", id="nodes", type="integer")
-                yield Label("runner")
+            # The body scrolls and the buttons stay: on a 24-line terminal they are never clipped.
+            with VerticalScroll(id="run-body"):
+                yield Label(f"Run a workflow of {self.project.root}", classes="title")
                 yield Select(
-                    [("auto (best fit)", "")] + [(r, r) for r in self.runners], value="", allow_blank=False, id="runner"
+                    [(self._label(n), n) for n in self.project.workflows],
+                    value=self.workflow,
+                    allow_blank=False,
+                    id="workflow",
                 )
-                yield Checkbox("no cache", id="no-cache")
-            yield Label("plan", classes="section")
-            yield Static("…", id="plan")
+                yield Static("", id="workflow-help", classes="hint")
+                with VerticalScroll(id="variables"):
+                    pass
+                with Horizontal(classes="row"):
+                    yield Label("nodes")
+                    yield Input(value="", placeholder="from the workflow", id="nodes", type="integer")
+                    yield Checkbox("no cache", id="no-cache")
+                with Horizontal(classes="row"):
+                    yield Label("runner")
+                    yield Select(
+                        [("auto (best fit)", "")] + [(r, r) for r in self.runners],
+                        value="",
+                        allow_blank=False,
+                        id="runner",
+                    )
+                yield Label("plan", classes="section")
+                yield Static("…", id="plan")
             yield Label("", id="run-error", classes="error")
             with Horizontal(classes="buttons"):
                 yield Button("Run (ctrl+r)", variant="success", id="run")
@@ -89,7 +95,18 @@ class RunDialog(ModalScreen[RunRequest | None]):
         return f"{name}  {helptext}" if helptext else name
 
     async def on_mount(self) -> None:
+        self._fit()
         await self._show_variables()
+
+    def on_resize(self) -> None:
+        self._fit()
+
+    def _fit(self) -> None:
+        """The body gets the screen's height less the frame, the error line and the buttons."""
+        small = self.size.height < 32
+        self.set_class(small, "-small")
+        frame = 2 + (0 if small else 2) + 1 + (3 if small else 4) + 4  # border, padding, error, buttons, margins
+        self.query_one("#run-body").styles.max_height = max(4, self.size.height - frame)
 
     async def _show_variables(self) -> None:
         wf = self.project.workflows[self.workflow]

@@ -10,6 +10,7 @@ the app for the log's end again (`WantNewest`).
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from rich.cells import cell_len
@@ -25,6 +26,14 @@ from app.overview import LogLine
 from app.terminal_text import safe_line
 
 _NODE_TAG = re.compile(r"^\[node \d+\] ")
+STAMP_WIDTH = 13  # "14:03:07.125 "
+
+
+def stamp(at: float | None) -> str:
+    """A line's arrival time, local, to the millisecond; a dash when not known (an older agent)."""
+    if not at:
+        return "-".ljust(STAMP_WIDTH)
+    return datetime.fromtimestamp(at).strftime("%H:%M:%S.%f")[:-3] + " "
 
 
 class LogView(ScrollView, can_focus=True):
@@ -33,6 +42,7 @@ class LogView(ScrollView, can_focus=True):
         Binding("home,g", "top", "Top", show=False),
         Binding("n", "next_match", "Next match", show=False),
         Binding("N", "previous_match", "Previous match", show=False),
+        Binding("t", "toggle_timestamps", "Timestamps", show=False),
     ]
 
     @dataclass
@@ -55,9 +65,11 @@ class LogView(ScrollView, can_focus=True):
         self.following = True
         self.detached = False  # paged back on a full window: the newest lines went back to the store
         self.search = ""
+        self.timestamps = False  # t: each line's arrival time in front of it
         self._width = 0
         self._styles = {"err": Style(color="red"), "sys": Style(color="cyan", italic=True)}
         self._tag_style = Style(color="magenta", bold=True)
+        self._stamp_style = Style(dim=True)
         self._match_style = Style(reverse=True, bold=True)
         self._asked_older = False
 
@@ -122,7 +134,13 @@ class LogView(ScrollView, can_focus=True):
         self.scroll_to(y=self.scroll_y + len(lines), animate=False, immediate=True)
 
     def _resize(self) -> None:
-        self.virtual_size = Size(self._width + 1, len(self.lines))
+        stamps = STAMP_WIDTH if self.timestamps else 0
+        self.virtual_size = Size(self._width + stamps + 1, len(self.lines))
+
+    def action_toggle_timestamps(self) -> None:
+        self.timestamps = not self.timestamps
+        self._resize()
+        self.refresh()
 
     @property
     def text(self) -> str:
@@ -185,6 +203,8 @@ class LogView(ScrollView, can_focus=True):
         text = safe_line(line.text).expandtabs()
         style = base + self._styles[line.stream] if line.stream in self._styles else base
         segments = []
+        if self.timestamps:
+            segments.append(Segment(stamp(line.at), base + self._stamp_style))
         tag = _NODE_TAG.match(text)
         if tag:
             segments.append(Segment(tag.group(), base + self._tag_style))

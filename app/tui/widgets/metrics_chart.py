@@ -1,24 +1,70 @@
-"""Loss curves: every metric series of a job against the step, train and val together.
+"""A job's metrics: one chart per family, a picker, log scale and smoothing.
 
-The plot (textual-plotext) is imported and mounted when the chart is first shown:
+Families (`family`): losses share a chart (train and val side by side); throughput,
+learning rate and each GPU figure get their own, so `tokens_per_s` at 13,000 does
+not flatten `train_loss` at 2.5 into the x-axis. The picker (space) chooses which
+metrics show; `l` toggles a log y-axis, `m` cycles the smoothing (an exponential
+moving average, as TensorBoard's slider).
+
+The plots (textual-plotext) are imported and mounted when the chart is first shown:
 the Metrics tab is not on the first screen, and plotext's import is ~60 ms of
 start-up. Until then the chart keeps what it was last asked to draw.
 """
 
+import math
+import re
 from typing import TYPE_CHECKING, Any
 
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
 from textual.widget import Widget
+from textual.widgets import SelectionList
 
 if TYPE_CHECKING:  # imported when first shown (above)
     from textual_plotext import PlotextPlot
 
-MAX_SERIES = 6  # more curves than this on one chart is noise; the rest are listed by name
+MAX_CHARTS = 4  # more charts than this on one screen are too flat to read; the picker shows the rest
+SMOOTHING = (0.0, 0.6, 0.9)
+_GPU = re.compile(r"^gpu\d*[_.]?(.*)$")
+_THROUGHPUT = ("per_s", "per_sec", "/s", "throughput", "it_s", "samples_s", "tokens_s")
+
+Series = dict[str, tuple[list[float], list[float]]]
 
 
-def chart_names(series: dict) -> list[str]:
-    """Losses first (train and val side by side), then the other metrics."""
-    names = sorted(series, key=lambda n: ("loss" not in n, n))
-    return names[:MAX_SERIES]
+def family(name: str) -> str:
+    """The chart a metric goes on: names alike in scale share one."""
+    low = name.lower()
+    gpu = _GPU.match(low)
+    if gpu:  # gpu0_util and gpu1_util together, memory and power apart (other units)
+        return f"gpu {gpu.group(1) or 'figures'}"
+    if "loss" in low:
+        return "loss"
+    if low in ("lr", "learning_rate") or low.startswith(("lr", "lr-")) or "learning_rate" in low:
+        return "learning rate"
+    if any(t in low for t in _THROUGHPUT):
+        return "throughput"
+    return name
+
+
+def families(names: list[str]) -> dict[str, list[str]]:
+    """{family: names}, losses first, then by name."""
+    out: dict[str, list[str]] = {}
+    for name in sorted(names):
+        out.setdefault(family(name), []).append(name)
+    return dict(sorted(out.items(), key=lambda kv: (kv[0] != "loss", kv[0])))
+
+
+def smooth(values: list[float], weight: float) -> list[float]:
+    """Exponential moving average, debiased (TensorBoard's), so the first points are not pulled to 0."""
+    if weight <= 0:
+        return values
+    out, last, n = [], 0.0, 0
+    for v in values:
+        n += 1
+        last = last * weight + (1 - weight) * v
+        out.append(last / (1 - weight**n))
+    return out
 
 
 class MetricsChart(Widget):
@@ -27,40 +73,116 @@ class MetricsChart(Widget):
         width: 1fr;
         height: 1fr;
     }
+    MetricsChart #metric-picker {
+        width: 26;
+        height: 1fr;
+    }
+    MetricsChart #plots {
+        width: 1fr;
+        height: 1fr;
+    }
+    MetricsChart #plots > * {
+        height: 1fr;
+    }
     """
+    BINDINGS = [
+        Binding("l", "log_scale", "Log scale", show=False),
+        Binding("m", "smoothing", "Smoothing", show=False),
+    ]
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self._plot: PlotextPlot | None = None  # once shown
-        self._wanted: tuple[dict, str] = ({}, "no job selected")
+        self._shown = False
+        self._wanted: tuple[Series, str] = ({}, "no job selected")
+        self._hidden: set[str] = set()  # unticked in the picker (kept across jobs: the same names recur)
+        self.log_scale = False
+        self.smoothing = 0.0
+        self._names: list[str] = []  # in the picker
+
+    def compose(self) -> ComposeResult:
+        with Horizontal():
+            yield SelectionList[str](id="metric-picker")
+            yield Vertical(id="plots")
 
     def on_show(self) -> None:
-        if self._plot is None:
-            from textual_plotext import PlotextPlot
-
-            plot = self._plot = PlotextPlot()
-            self.mount(plot)
+        if not self._shown:
+            self._shown = True
             self._draw()
 
-    def show_series(self, series: dict[str, tuple[list[float], list[float]]], title: str) -> None:
+    def show_series(self, series: Series, title: str) -> None:
         self._wanted = (series, title)
-        if self._plot is not None:
+        if self._shown:
             self._draw()
+
+    def action_log_scale(self) -> None:
+        self.log_scale = not self.log_scale
+        self._draw()
+
+    def action_smoothing(self) -> None:
+        self.smoothing = SMOOTHING[(SMOOTHING.index(self.smoothing) + 1) % len(SMOOTHING)]
+        self._draw()
+
+    def on_selection_list_selection_toggled(self, event: SelectionList.SelectionToggled) -> None:
+        name = str(event.selection.value)
+        self._hidden.symmetric_difference_update({name})
+        self._draw()
+
+    def _sync_picker(self, names: list[str]) -> None:
+        picker = self.query_one("#metric-picker", SelectionList)
+        if self._names == names:
+            return
+        self._names = names
+        highlighted = picker.highlighted
+        picker.clear_options()
+        picker.add_options([(n, n, n not in self._hidden) for n in names])
+        if names:
+            picker.highlighted = min(highlighted or 0, len(names) - 1)
 
     def _draw(self) -> None:
+        from textual_plotext import PlotextPlot
+
         series, title = self._wanted
-        assert self._plot is not None, "drawn once shown"
-        plt = self._plot.plt
+        self._sync_picker(sorted(series))
+        groups = {
+            f: shown
+            for f, names in families(list(series)).items()
+            if (shown := [n for n in names if n not in self._hidden])
+        }
+        box = self.query_one("#plots", Vertical)
+        plots = list(box.query(PlotextPlot))
+        want = max(1, min(len(groups), MAX_CHARTS))
+        if len(plots) != want:
+            box.remove_children()
+            plots = [PlotextPlot() for _ in range(want)]
+            box.mount_all(plots)
+        extras = []
+        if self.log_scale:
+            extras.append("log y")
+        if self.smoothing:
+            extras.append(f"smoothed {self.smoothing}")
+        items = list(groups.items())[:want] or [("", [])]
+        for i, (plot, (name, names)) in enumerate(zip(plots, items, strict=False)):
+            head = title if i == 0 else ""
+            label = " · ".join(p for p in (head, name, *extras) if p)
+            hidden = len(groups) - want if i == 0 and len(groups) > want else 0
+            self._plot(plot, label + (f" (+{hidden} charts: untick some)" if hidden else ""), names, series)
+
+    def _plot(self, plot: "PlotextPlot", title: str, names: list[str], series: Series) -> None:
+        plt = plot.plt
         plt.clear_data()
         plt.clear_figure()
-        names = chart_names(series)
-        hidden = len(series) - len(names)
-        plt.title(title + (f" (+{hidden} more metrics: `app headless metrics`)" if hidden > 0 else ""))
+        plt.title(title)
         plt.xlabel("step")
         for name in names:
             steps, values = series[name]
+            values = smooth(values, self.smoothing)
+            if self.log_scale:  # plotext's log axis needs positive values: the others are left out
+                kept = [(s, v) for s, v in zip(steps, values, strict=True) if v > 0]
+                steps, values = [s for s, _ in kept], [math.log10(v) for _, v in kept]
             if len(steps) == 1:
                 plt.scatter(steps, values, label=name)
-            else:
+            elif steps:
                 plt.plot(steps, values, label=name)
-        self._plot.refresh()
+        if self.log_scale:
+            plt.ylabel("log10")
+        plot.refresh()

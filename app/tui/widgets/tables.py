@@ -1,9 +1,17 @@
 """The runs and runners tables: DataTables updated in place (only changed cells
-are touched, so a live list of hundreds of jobs redraws cheaply)."""
+are touched, so a live list of hundreds of jobs redraws cheaply).
+
+A narrow terminal (80 columns) cannot hold every column: the columns that do not
+fit are hidden, the least wanted first (`HIDE_ORDER`), so STATUS stays on screen.
+Keys are k9s/lazygit's: j/k, g/G, Home/End.
+"""
 
 from collections.abc import Sequence
 
+from rich.cells import cell_len
 from rich.text import Text
+from textual.binding import Binding
+from textual.events import Resize
 from textual.widgets import DataTable
 
 from app.formatting import ago, duration, runner_cells
@@ -37,29 +45,84 @@ class LiveTable(DataTable):
     changed cells updated; order follows the given rows."""
 
     COLUMNS: Sequence[tuple[str, str]] = ()
+    HIDE_ORDER: Sequence[str] = ()  # columns hidden first when the table is too narrow
+    BINDINGS = [
+        Binding("j", "cursor_down", "Down", show=False),
+        Binding("k", "cursor_up", "Up", show=False),
+        Binding("g,home", "first", "First", show=False),
+        Binding("G,end", "last", "Last", show=False),
+    ]
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
-        for key, label in self.COLUMNS:
-            self.add_column(label, key=key)
+        self._rows: list[tuple[str, list]] = []
+        self.shown_columns: list[str] = [key for key, _ in self.COLUMNS]
+        self._add_columns()
+
+    def _add_columns(self) -> None:
+        labels = dict(self.COLUMNS)
+        for key in self.shown_columns:
+            self.add_column(labels[key], key=key)
+
+    def action_first(self) -> None:
+        if self.row_count:
+            self.move_cursor(row=0, animate=False)
+
+    def action_last(self) -> None:
+        if self.row_count:
+            self.move_cursor(row=self.row_count - 1, animate=False)
+
+    def on_resize(self, event: Resize) -> None:
+        self._fit(event.size.width)
+
+    def _fit(self, width: int) -> None:
+        """Hide the least wanted columns until the rest fit `width` (shown again when it grows)."""
+        if width <= 0:
+            return
+        need = {}
+        for i, (key, label) in enumerate(self.COLUMNS):
+            cells = [cell_len(str(c[i])) for _, c in self._rows[:200]]
+            need[key] = max([cell_len(label), *cells]) + 2 * self.cell_padding
+        shown = [key for key, _ in self.COLUMNS]
+        room = width - 2  # the vertical scrollbar
+        for key in self.HIDE_ORDER:
+            if sum(need[k] for k in shown) <= room:
+                break
+            shown.remove(key)
+        if shown != self.shown_columns:
+            self.shown_columns = shown
+            selected = self.selected_key
+            self.clear(columns=True)
+            self._add_columns()
+            self._rebuild(self._rows, selected)
+
+    def _cells(self, cells: list) -> list:
+        index = {key: i for i, (key, _) in enumerate(self.COLUMNS)}
+        return [cells[index[key]] for key in self.shown_columns]
+
+    def _rebuild(self, rows: list[tuple[str, list]], selected: str | None) -> None:
+        self.clear()
+        for key, cells in rows:
+            self.add_row(*self._cells(cells), key=key)
+        wanted = [k for k, _ in rows]
+        if selected in wanted:
+            self.move_cursor(row=wanted.index(selected), animate=False)
 
     def show(self, rows: list[tuple[str, list]]) -> None:
-        current = {k.value for k in self.rows}
+        old_rows, self._rows = self._rows, rows
+        if not old_rows or any(len(a[1]) != len(b[1]) for a, b in zip(old_rows, rows, strict=False)):
+            self._fit(self.size.width)
         wanted = [k for k, _ in rows]
         if [k.value for k in self.rows] != wanted:
             # Order or membership changed: rebuild (rare: a new job, a filter).
-            selected = self.selected_key
-            self.clear()
-            for key, cells in rows:
-                self.add_row(*cells, key=key)
-            if selected in wanted:
-                self.move_cursor(row=wanted.index(selected), animate=False)
+            self._rebuild(rows, self.selected_key)
             return
+        before = dict(old_rows)
         for key, cells in rows:
-            if key not in current:
-                continue
-            for (col, _), value in zip(self.COLUMNS, cells, strict=False):
+            if before.get(key) == cells:
+                continue  # nothing changed in this row: not even a cell read (a tab switch costs nothing)
+            for col, value in zip(self.shown_columns, self._cells(cells), strict=True):
                 old = self.get_cell(key, col)
                 if str(old) != str(value) or getattr(old, "style", None) != getattr(value, "style", None):
                     self.update_cell(key, col, value, update_width=True)  # RUNNING -> DONE (0) is wider
@@ -86,6 +149,7 @@ class RunsTable(LiveTable):
         ("duration", "DURATION"),
         ("artifacts", "ARTIFACTS"),
     )
+    HIDE_ORDER = ("variables", "artifacts", "submitted", "workflow", "runner", "job", "duration")
 
     def show_jobs(self, lines: list[JobLine], now: float) -> None:
         rows = []
@@ -123,6 +187,7 @@ class RunnersTable(LiveTable):
         ("source", "SOURCE"),
         ("seen", "LAST SEEN"),
     )
+    HIDE_ORDER = ("source", "executor", "seen", "address", "jobs")
 
     def show_runners(self, runners: list[RunnerView], now: float) -> None:
         rows = []

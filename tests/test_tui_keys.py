@@ -1,0 +1,145 @@
+"""The TUI's habits and small-terminal fit (pilot, on the snapshot tests' fixed store):
+k9s keys on tables, columns hidden by priority at 80 columns, log timestamps, metric families."""
+
+import asyncio
+import json
+
+import pytest
+
+pytest.importorskip("textual")
+
+from textual_plotext import PlotextPlot  # noqa: E402
+
+from app.tui.widgets.log_view import LogView  # noqa: E402
+from app.tui.widgets.metrics_chart import MetricsChart, families, family, smooth  # noqa: E402
+from app.tui.widgets.tables import RunsTable  # noqa: E402
+from tests import test_tui_snapshots as snaps  # noqa: E402
+from tests.test_tui_snapshots import DONE_JOB, NOW, _on_done_job, _until  # noqa: E402
+
+screen_app = pytest.fixture(snaps.screen_app.__wrapped__)  # the snapshots' fixed store and clock
+
+
+def run(app, size, body):
+    async def go():
+        async with app.run_test(size=size, notifications=False) as pilot:
+            await pilot.pause(0.2)
+            await body(pilot)
+
+    asyncio.run(go())
+
+
+def test_table_keys_jk_gG_home_end(screen_app):
+    async def body(pilot):
+        table = pilot.app.query_one(RunsTable)
+        assert table.cursor_row == 0
+        await pilot.press("j", "j")
+        assert table.cursor_row == 2
+        await pilot.press("k")
+        assert table.cursor_row == 1
+        await pilot.press("G")
+        assert table.cursor_row == table.row_count - 1
+        await pilot.press("g")
+        assert table.cursor_row == 0
+        await pilot.press("end")
+        assert table.cursor_row == table.row_count - 1
+        await pilot.press("home")
+        assert table.cursor_row == 0
+
+    run(screen_app, (120, 30), body)
+
+
+@pytest.mark.parametrize("width", [80, 60, 40])
+def test_narrow_keeps_status_column(screen_app, width):
+    async def body(pilot):
+        table = pilot.app.query_one(RunsTable)
+        assert "status" in table.shown_columns and "run" in table.shown_columns
+        assert len(table.shown_columns) < len(table.COLUMNS)  # something had to go
+        # The STATUS cells really are on screen (inside the table's width), not past its edge.
+        status_x = sum(c.get_render_width(table) for c in list(table.columns.values())[:-1])
+        assert status_x < table.size.width
+        await pilot.resize_terminal(200, 30)
+        await pilot.pause(0.2)
+        assert table.shown_columns == [k for k, _ in RunsTable.COLUMNS]  # wide again: all back
+
+    run(screen_app, (width, 24), body)
+
+
+def test_unchanged_rows_are_not_touched(screen_app, monkeypatch):
+    async def body(pilot):
+        table = pilot.app.query_one(RunsTable)
+        calls = []
+        monkeypatch.setattr(table, "update_cell", lambda *a, **k: calls.append(a))
+        for _ in range(3):
+            pilot.app.action_tab("runners")
+            pilot.app.action_tab("runs")
+        assert calls == []  # the clock is fixed: nothing changed, nothing re-rendered
+        pilot.app.ctl.store.set_job_status("7c41d09e2f18", "DONE", finished_at=NOW - 10, exit_code=0, synced=1)
+        pilot.app.show_runs()
+        assert {a[0] for a in calls} == {"7c41d09e2f18"}  # only the changed row
+
+    run(screen_app, (140, 30), body)
+
+
+def test_log_timestamps_toggle(screen_app):
+    store = screen_app.ctl.store
+    store.add_log_chunks([(DONE_JOB, 0, 100, 1, "out", b"stamped line\n", NOW - 5)])
+
+    async def body(pilot):
+        await _on_done_job(pilot)
+        await pilot.press("enter")
+        view = pilot.app.query_one(LogView)
+        await _until(pilot, lambda: view.lines and view.lines[-1].text == "stamped line")
+        assert view.lines[-1].at == NOW - 5
+        assert view.lines[0].at is None  # stored without a time (an older agent)
+        plain = "".join(s.text for s in view.render_line(view.size.height - 1))
+        assert plain.startswith("stamped line")
+        await pilot.press("t")
+        from datetime import datetime
+
+        want = datetime.fromtimestamp(NOW - 5).strftime("%H:%M:%S.%f")[:-3]
+        last = "".join(s.text for s in view.render_line(view.size.height - 1))
+        assert last.startswith(want + " stamped line")
+        view.scroll_home(animate=False, immediate=True)
+        first = "".join(s.text for s in view.render_line(0))
+        assert first.startswith("-" + " " * 12)
+        await pilot.press("t")
+        assert not view.timestamps
+
+    run(screen_app, (80, 24), body)
+
+
+def test_metric_families():
+    assert family("train_loss") == family("val_loss") == "loss"
+    assert family("tokens_per_s") == "throughput"
+    assert family("lr-AdamW") == family("learning_rate") == "learning rate"
+    assert family("gpu0_util") == family("gpu1_util") == "gpu util"
+    assert family("gpu0_mem_used") != family("gpu0_util")
+    assert family("accuracy") == "accuracy"
+    assert list(families(["tokens_per_s", "val_loss", "train_loss"])) == ["loss", "throughput"]
+    assert smooth([1.0, 1.0, 1.0], 0.9) == pytest.approx([1.0, 1.0, 1.0])  # debiased: no pull to 0
+    assert smooth([0.0, 10.0], 0.0) == [0.0, 10.0]
+
+
+def test_metrics_chart_per_family_picker_log_smooth(screen_app):
+    points = [{"step": s, "name": "tokens_per_s", "value": 13000.0 + s} for s in range(0, 150, 5)]
+    points += [{"step": s, "name": "gpu0_util", "value": 90.0} for s in range(0, 150, 50)]
+    data = "".join(json.dumps(p) + "\n" for p in points).encode()
+    screen_app.ctl.store.add_log_chunks([(DONE_JOB, 0, 200, len(points), "met", data)])
+
+    async def body(pilot):
+        await _on_done_job(pilot)
+        await pilot.press("4")
+        chart = pilot.app.query_one(MetricsChart)
+        await _until(pilot, lambda: len(chart.query(PlotextPlot)) == 3)  # loss, throughput, gpu util
+        picker = chart.query_one("#metric-picker")
+        assert pilot.app.focused is picker
+        assert chart._names == ["gpu0_util", "tokens_per_s", "train_loss", "val_loss"]
+        await pilot.press("space")  # untick gpu0_util (highlighted first)
+        await _until(pilot, lambda: len(chart.query(PlotextPlot)) == 2)
+        assert "gpu0_util" in chart._hidden
+        await pilot.press("l", "m")
+        assert chart.log_scale and chart.smoothing == 0.6
+        await pilot.press("space")
+        await _until(pilot, lambda: len(chart.query(PlotextPlot)) == 3)
+
+    run(screen_app, (80, 24), body)
