@@ -8,9 +8,7 @@ their logs into the store, and pulls artifacts back.
 """
 
 import asyncio
-import json
 import logging
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -257,16 +255,7 @@ class Controller:
 
     async def refresh(self, jobs: list[JobRow], timeout_s: float = 5.0) -> None:
         """Bring non-terminal jobs up to date from their runners; unreachable ones stay as they are."""
-        for job in jobs:
-            if job.state is JobState.QUEUED and not job.runner and not _queued_by_alive(job):
-                self.store.set_job_status(
-                    job.id,
-                    JobState.ABORTED,
-                    "its run process ended while it was queued",
-                    error="its `run` process ended while it was queued: run it again",
-                    finished_at=time.time(),
-                    synced=1,
-                )
+        self.pool.abort_orphaned(jobs)
         # A job queued here (no runner yet) is its `run` process's; one queued on a runner is asked.
         pending = [j for j in jobs if not j.synced and (j.state is not JobState.QUEUED or j.runner)]
 
@@ -315,21 +304,3 @@ class Controller:
     def downloads_dir(self, run_name: str) -> Path:
         """Where a run's artifacts are downloaded when no directory is given: outside the project."""
         return self.home.downloads(run_name)
-
-
-def _queued_by_alive(job: JobRow) -> bool:
-    """Whether the `run` process that queued this job here (pid in its spec) still lives:
-    nothing else would ever submit it. A row without a pid (an older store) is given the benefit."""
-    try:
-        pid = int(json.loads(job.spec or "{}").get("queued_by") or 0)
-    except (ValueError, TypeError, AttributeError):
-        return True
-    if pid <= 0:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, someone else's
-        return True
-    return True
