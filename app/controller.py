@@ -2,23 +2,17 @@
 
 It owns the store and the services around it: the runner pool (app/pool.py),
 the jobs on runners (app/remote_job.py: every job a gang of 1..N nodes), their
-artifacts (app/job_artifacts.py), checkpoints to resume from (app/resume.py) and
-the removal of old runs (app/retention.py).
-It turns workflows into jobs on runners, follows their logs into the store, and
-pulls artifacts back.
+artifacts (app/job_artifacts.py) and the removal of old runs (app/retention.py).
+It turns workflows into jobs on runners (the run loop: app/run_loop.py), follows
+their logs into the store, and pulls artifacts back.
 """
 
 import asyncio
-import dataclasses
-import json
 import logging
-import os
-import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import asyncssh
 
@@ -26,25 +20,21 @@ from app.artifact_pull import PullBusy
 from app.errors import LanpoolError, RunnerError, UsageError
 from app.home import ControllerHome
 from app.job_artifacts import PULL_BUSY_POLL_S, Artifacts
-from app.job_submit import submit_job
-from app.names import new_run_name
 from app.overview import MetricsReader
-from app.placement import Placement
-from app.planning import Plan, known_variables, make_plan, with_env
 from app.pool import DEFAULT_PORT, Pool, RunnerState, parse_address
-from app.remote_job import JobServices, Launch, LogSink, RemoteJob
-from app.resume import Resumes
+from app.remote_job import JobServices, LogSink, RemoteJob
 from app.retention import DEFAULT_PRUNE_AGE, Removal, Retention, parse_age
+from app.run_result import RunOutcome, Submitted
 from app.runner_client import RunnerSession
 from app.runs import Runs
 from app.secret_store import SecretStore, secret_refs
-from app.snapshot import Manifest, build_manifest
 from app.store import ARTIFACTS_REFUSED, JobRow, Store
-from app.uploads import workspace_files
 from app.workflows import Project, load_workflows
 from app.workflows.model import Scalar
-from app.workflows.resolve import ResolvedJob, resolve
-from protocol import JobState, JobStatus
+from protocol import JobState
+
+if TYPE_CHECKING:  # planning and the run loop are imported by the verbs that plan or run (start-up time)
+    from app.planning import Plan
 
 log = logging.getLogger(__name__)
 
@@ -63,25 +53,6 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Submitted:
-    run_name: str
-    job_id: str
-    runner: str  # node 0's
-    status: JobStatus
-
-
-@dataclass
-class RunOutcome:
-    run_name: str
-    submitted: list[Submitted] = field(default_factory=list)
-    jobs: list[JobRow] = field(default_factory=list)  # jobs that ran, in order, final state
-
-    @property
-    def last(self) -> JobRow | None:
-        return self.jobs[-1] if self.jobs else None
-
-
 class Controller:
     DEFAULT_PORT = DEFAULT_PORT
 
@@ -92,7 +63,6 @@ class Controller:
         self.pool = Pool(self.store, self.home)
         self.runs = Runs(self.store, self.home)
         self.artifacts = Artifacts(self.store, self.home)
-        self.resumes = Resumes(self.store, self.home)
         self.retention = Retention(self.store, self.home)  # rm and prune of old runs
         self.secrets = SecretStore(self.home)  # `${{ secrets.NAME }}` values: a 0600 file, never SQLite
         self.jobs = JobServices(
@@ -129,7 +99,7 @@ class Controller:
         no_cache: bool = False,
         reuse: bool = False,
         env: dict[str, str] | None = None,
-    ) -> Plan:
+    ) -> "Plan":
         """What a run would do: each job of the DAG, run or reused, and why."""
         return self._plan(self.store, project, workflow_name, overrides, no_cache, reuse, env)
 
@@ -140,7 +110,7 @@ class Controller:
         overrides: dict[str, str] | None = None,
         no_cache: bool = False,
         reuse: bool = False,
-    ) -> Plan:
+    ) -> "Plan":
         """`plan` for a worker thread (hashing the project's files can take a while): on its own connection."""
         return self.runs.in_own_store(
             lambda store: self._plan(store, project, workflow_name, overrides, no_cache, reuse)
@@ -155,7 +125,9 @@ class Controller:
         no_cache: bool,
         reuse: bool,
         env: dict[str, str] | None = None,
-    ) -> Plan:
+    ) -> "Plan":
+        from app.planning import make_plan
+
         project.get(workflow_name)  # an unknown workflow: one line, before any hashing
         plan = make_plan(project, store, self.home, workflow_name, overrides or {}, no_cache, reuse, env)
         # A secret that is not set: one line naming it, before anything is sent.
@@ -164,6 +136,8 @@ class Controller:
 
     def variables(self, project: Project, workflow_name: str) -> dict[str, Scalar]:
         """Every variable a run of the workflow takes (its DAG's), with its default."""
+        from app.planning import known_variables
+
         # Each default comes from Project.variables_of, a Scalar; planning hands them on as objects.
         return cast(dict[str, Scalar], known_variables(project, workflow_name))
 
@@ -194,108 +168,26 @@ class Controller:
         With follow=False the single job to run is submitted and left running.
         `env`: `--env`/`--env-file` (app/env_overrides.py), applied to every job of the run.
         """
-        overrides = overrides or {}
-        say = say or (lambda _text: None)
-        if resume is not None and not resume.strip():
-            raise UsageError("--resume needs a run name, a job id or WORKFLOW:TAG")
-        cli_resume = self.resumes.job_and_checkpoint(resume) if resume else None
-        plan = self.plan(project, workflow_name, overrides, no_cache, reuse, env)
-        resumes = self.resumes.of(project, plan, workflow_name, cli_resume)
-        multinode = [p for p in plan.to_run if p.job.nodes > 1 or (nodes and nodes > 1 and p.workflow == workflow_name)]
-        if not follow and multinode:
-            raise UsageError("--detach does not take multi-node jobs: the controller watches all nodes together")
-        if not follow and len(plan.to_run) > 1:
-            names = ", ".join(j.workflow for j in plan.to_run)
-            raise UsageError(
-                f"--detach runs one job, and this plan runs {len(plan.to_run)} ({names}): "
-                "run without --detach, or run the dependencies first"
-            )
-        outcome = RunOutcome(run_name=new_run_name(self.store.run_name_taken))
-        job_ids = {p.workflow: secrets.token_hex(6) for p in plan.to_run}
-        previous = self.store.create_run(
-            outcome.run_name, workflow_name, str(project.root), tag, plan.jobs[-1].job.variables
-        )
-        if previous:
-            say(f"tag {tag!r} moved from run {previous} to run {outcome.run_name}")
-        if not plan.to_run:
-            for planned in plan.jobs:
-                assert planned.reuse is not None  # nothing to run: every job is reused
-                say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
-            return outcome
-        placement = Placement(self.pool, runner_spec, outcome.run_name, say, queue_timeout)
-        manifest: Manifest | None = None
-        done: dict[str, JobRow] = {}
-        try:
-            await placement.check([self._sized(p.job, p.workflow == workflow_name, nodes) for p in plan.to_run])
-            for planned in plan.jobs:
-                if planned.action == "reuse":
-                    assert planned.reuse is not None
-                    say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
-                    done[planned.workflow] = planned.reuse
-                    continue
-                job_id = job_ids[planned.workflow]
-                job = resolve(project, planned.workflow, overrides, {"run_name": outcome.run_name, "job_id": job_id})
-                job = with_env(job, env)
-                job = self._sized(job, planned.workflow == workflow_name, nodes)
-                if ports and planned.workflow == workflow_name:  # `run --port N`: the requested job's
-                    job = dataclasses.replace(job, ports=sorted({*job.ports, *ports}))
-                if max_duration_s and planned.workflow == workflow_name:  # --max-duration: the requested job's
-                    job = dataclasses.replace(job, max_duration_s=max_duration_s)
-                if planned.workflow in resumes:
-                    resume_job, resume_ckpt = resumes[planned.workflow]
-                    # Same explicit path on every node: never "last" without shared storage.
-                    job = dataclasses.replace(job, env={**job.env, "LANPOOL_RESUME_CKPT": resume_ckpt})
-                    planned.tagged.append(resume_job)  # its artifacts are placed like a dependency's
-                    say(
-                        f"{planned.workflow}: resuming from {resume_ckpt} of job {resume_job.id}"
-                        f" (run {resume_job.run_name})"
-                    )
-                sessions, addresses = await placement.sessions_for(job, job_id)
-                # The snapshot once the run has a runner: a queued run sends the files as they are then.
-                if manifest is None:
-                    manifest = await asyncio.to_thread(build_manifest, project.root)
-                inputs = [done[d] for d in planned.deps] + planned.tagged
-                files = await asyncio.to_thread(workspace_files, manifest, self.home, self.store, inputs)
-                remote, status = await submit_job(
-                    self.jobs,
-                    Launch(
-                        job_id,
-                        outcome.run_name,
-                        job,
-                        files,
-                        manifest.digest,
-                        planned.key,
-                        planned.inputs,
-                        secrets=self.secrets.values_for(secret_refs(job.env)),
-                    ),
-                    sessions,
-                    addresses,
-                    say,
-                )
-                submitted = Submitted(outcome.run_name, job_id, remote.nodes[0].runner, status)
-                outcome.submitted.append(submitted)
-                if on_submitted:
-                    on_submitted(submitted)
-                if not follow:
-                    return outcome
-                row = await remote.follow(sink, say, sessions=sessions)
-                for warning in self.store.warnings(job_id):
-                    say(f"{planned.workflow}: warning: {warning}")
-                outcome.jobs.append(row)
-                done[planned.workflow] = row
-                if row.state is not JobState.DONE:
-                    rest = [j.workflow for j in plan.jobs[plan.jobs.index(planned) + 1 :]]
-                    if rest:
-                        say(f"{planned.workflow} ended {row.status}: not running {', '.join(rest)}")
-                    break
-        finally:
-            placement.close()
-        return outcome
+        # The loop lives in app/run_loop.py, imported here: only `run` needs it (start-up time).
+        from app.run_loop import RunLoop, RunRequest
 
-    @staticmethod
-    def _sized(job: ResolvedJob, requested: bool, nodes: int | None) -> ResolvedJob:
-        """`--nodes N` sizes the requested workflow's job only."""
-        return dataclasses.replace(job, nodes=nodes) if nodes and requested else job
+        loop = RunLoop(self.store, self.home, self.pool, self.jobs, self.secrets, self.plan)
+        request = RunRequest(
+            workflow_name=workflow_name,
+            runner_spec=runner_spec,
+            overrides=overrides or {},
+            follow=follow,
+            no_cache=no_cache,
+            reuse=reuse,
+            tag=tag,
+            nodes=nodes,
+            resume=resume,
+            ports=ports,
+            env=env,
+            max_duration_s=max_duration_s,
+            queue_timeout=queue_timeout,
+        )
+        return await loop.run(project, request, sink, say or (lambda _text: None), on_submitted)
 
     # -- jobs ------------------------------------------------------------------------------
 
@@ -363,16 +255,7 @@ class Controller:
 
     async def refresh(self, jobs: list[JobRow], timeout_s: float = 5.0) -> None:
         """Bring non-terminal jobs up to date from their runners; unreachable ones stay as they are."""
-        for job in jobs:
-            if job.state is JobState.QUEUED and not job.runner and not _queued_by_alive(job):
-                self.store.set_job_status(
-                    job.id,
-                    JobState.ABORTED,
-                    "its run process ended while it was queued",
-                    error="its `run` process ended while it was queued: run it again",
-                    finished_at=time.time(),
-                    synced=1,
-                )
+        self.pool.abort_orphaned(jobs)
         # A job queued here (no runner yet) is its `run` process's; one queued on a runner is asked.
         pending = [j for j in jobs if not j.synced and (j.state is not JobState.QUEUED or j.runner)]
 
@@ -421,21 +304,3 @@ class Controller:
     def downloads_dir(self, run_name: str) -> Path:
         """Where a run's artifacts are downloaded when no directory is given: outside the project."""
         return self.home.downloads(run_name)
-
-
-def _queued_by_alive(job: JobRow) -> bool:
-    """Whether the `run` process that queued this job here (pid in its spec) still lives:
-    nothing else would ever submit it. A row without a pid (an older store) is given the benefit."""
-    try:
-        pid = int(json.loads(job.spec or "{}").get("queued_by") or 0)
-    except (ValueError, TypeError, AttributeError):
-        return True
-    if pid <= 0:
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, someone else's
-        return True
-    return True

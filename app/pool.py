@@ -30,7 +30,7 @@ from app.keys import load_or_create_client_key
 from app.runner_client import RunnerSession
 from app.runner_views import PROBE_TIMEOUT_S, RunnerState, RunnerView, bounded_props, count, props_of, views
 from app.scheduler import Need, place
-from app.store import Store
+from app.store import JobRow, Store
 from protocol import JobState, wire
 
 if TYPE_CHECKING:  # app.discovery imports zeroconf, which only browsing needs
@@ -293,6 +293,20 @@ class Pool:
                 )
             raise
 
+    def abort_orphaned(self, jobs: list[JobRow]) -> None:
+        """Jobs queued here (no runner yet) whose `run` process is gone end ABORTED:
+        nothing else would ever submit them."""
+        for job in jobs:
+            if job.state is JobState.QUEUED and not job.runner and not _queued_by_alive(job):
+                self.store.set_job_status(
+                    job.id,
+                    JobState.ABORTED,
+                    "its run process ended while it was queued",
+                    error="its `run` process ended while it was queued: run it again",
+                    finished_at=time.time(),
+                    synced=1,
+                )
+
     async def pair(self, target: str, code: str, label: str = "") -> str:
         """Pair with a runner (a known NAME or HOST[:PORT]) using the code it shows; returns its name."""
         row = self.store.runner(target)
@@ -321,3 +335,21 @@ class Pool:
         )
         self.store.set_runner(name, paired=1, trusted=1, state=RunnerState.LIVE, last_ok=time.time())
         return name
+
+
+def _queued_by_alive(job: JobRow) -> bool:
+    """Whether the `run` process that queued this job here (pid in its spec) still lives:
+    nothing else would ever submit it. A row without a pid (an older store) is given the benefit."""
+    try:
+        pid = int(json.loads(job.spec or "{}").get("queued_by") or 0)
+    except (ValueError, TypeError, AttributeError):
+        return True
+    if pid <= 0:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True

@@ -1,5 +1,8 @@
 """Typed wire messages: frozen dataclasses with a tag, and one decoder per direction.
 
+The pairing messages live in protocol/pairing_messages.py, the transfer ones (blobs up,
+artifacts down) in protocol/transfer_messages.py; both registries are here.
+
 Rules that keep old and new peers talking (see STYLE.md 5):
 - new fields get defaults, so an older peer's message still decodes;
 - unknown fields are ignored, unknown tags raise UNKNOWN_MESSAGE;
@@ -12,8 +15,20 @@ from typing import Any, ClassVar
 
 from protocol.errors import ErrorCode, ProtocolError, clip
 from protocol.framing import encode_frame, unpack_body
+from protocol.pairing_messages import PairConfirm, Paired, PairReply, PairStart
 from protocol.schema import build
 from protocol.states import JobState
+from protocol.transfer_messages import (
+    ArtifactData,
+    ArtifactEnd,
+    ArtifactsSent,
+    BlobStored,
+    FileEntry,
+    GetArtifacts,
+    HaveBlobs,
+    MissingBlobs,
+    PutBlob,
+)
 
 # 2: pairing is a PAKE (PairStart/PairReply/PairConfirm) instead of a code sent as a password.
 # 3: no SFTP: code goes up as content-addressed blobs (HaveBlobs/PutBlob, SubmitJob.files),
@@ -27,30 +42,6 @@ class ArtifactFile:
 
     path: str
     size: int
-
-
-@dataclass(frozen=True)
-class FileEntry:
-    """One entry of a job's workspace as the controller sends it, by content.
-
-    A regular file names the blob holding its bytes (`sha256`, `size`), which the
-    runner has in its blob cache or was sent with PutBlob; a symlink has `link`
-    (its target) and no blob. Only the permission bits of `mode` & 0o755 apply.
-    """
-
-    path: str
-    sha256: str = ""
-    size: int = 0
-    mode: int = 0o644
-    link: str = ""
-
-
-@dataclass(frozen=True)
-class ArtifactRange:
-    """Part of GetArtifacts: send `path` from byte `offset` (a resumed pull)."""
-
-    path: str
-    offset: int = 0
 
 
 # -- agent -> controller ----------------------------------------------------
@@ -130,72 +121,9 @@ class Error:
 
 
 @dataclass(frozen=True)
-class PairReply:
-    """The runner's half of the pairing PAKE and its proof that it knows the code
-    (protocol/pairing.py); the controller checks it before answering."""
-
-    TAG: ClassVar[str] = "pair_reply"
-    pake: bytes
-    confirm: bytes
-
-
-@dataclass(frozen=True)
-class Paired:
-    """The controller's key is now authorized; reply to a valid PairConfirm."""
-
-    TAG: ClassVar[str] = "paired"
-    name: str
-
-
-@dataclass(frozen=True)
 class Pong:
     TAG: ClassVar[str] = "pong"
     nonce: int
-
-
-@dataclass(frozen=True)
-class MissingBlobs:
-    """Reply to HaveBlobs: the ones this runner lacks (send them with PutBlob)."""
-
-    TAG: ClassVar[str] = "missing_blobs"
-    sha256s: list[str]
-
-
-@dataclass(frozen=True)
-class BlobStored:
-    """A blob arrived whole and its content matched `sha256`; reply to its last PutBlob."""
-
-    TAG: ClassVar[str] = "blob_stored"
-    sha256: str
-
-
-@dataclass(frozen=True)
-class ArtifactData:
-    """Bytes of one artifact file from `offset`, in reply to GetArtifacts."""
-
-    TAG: ClassVar[str] = "artifact_data"
-    job_id: str
-    path: str
-    offset: int
-    data: bytes
-
-
-@dataclass(frozen=True)
-class ArtifactEnd:
-    """One artifact file sent whole: `size` bytes in all (from offset 0)."""
-
-    TAG: ClassVar[str] = "artifact_end"
-    job_id: str
-    path: str
-    size: int
-
-
-@dataclass(frozen=True)
-class ArtifactsSent:
-    """Every file a GetArtifacts asked for was sent (or refused with an Error)."""
-
-    TAG: ClassVar[str] = "artifacts_sent"
-    job_id: str
 
 
 # -- controller -> agent ----------------------------------------------------
@@ -269,59 +197,9 @@ class GetStatus:
 
 
 @dataclass(frozen=True)
-class PairStart:
-    """The controller's half of the pairing PAKE, on a pairing connection.
-    `public_key` must be the key that connection authenticated with."""
-
-    TAG: ClassVar[str] = "pair_start"
-    pake: bytes
-    public_key: str
-
-
-@dataclass(frozen=True)
-class PairConfirm:
-    """The controller's proof that it knows the code, sent only after the runner's
-    proof verified; `label` names the controller in the runner's authorized_keys."""
-
-    TAG: ClassVar[str] = "pair_confirm"
-    confirm: bytes
-    label: str = ""
-
-
-@dataclass(frozen=True)
 class Ping:
     TAG: ClassVar[str] = "ping"
     nonce: int
-
-
-@dataclass(frozen=True)
-class HaveBlobs:
-    """Which of these blobs does the runner lack? Replied with MissingBlobs."""
-
-    TAG: ClassVar[str] = "have_blobs"
-    sha256s: list[str]
-
-
-@dataclass(frozen=True)
-class PutBlob:
-    """Part of a blob: `data` at `offset` of a blob of `size` bytes in all. Parts come
-    in order; the one that completes it is answered with BlobStored (or an Error)."""
-
-    TAG: ClassVar[str] = "put_blob"
-    sha256: str
-    offset: int
-    size: int
-    data: bytes
-
-
-@dataclass(frozen=True)
-class GetArtifacts:
-    """Stream a finished job's artifact files: ArtifactData parts and an ArtifactEnd
-    per file, then ArtifactsSent. No `files`: all of them, from the start."""
-
-    TAG: ClassVar[str] = "get_artifacts"
-    job_id: str
-    files: list[ArtifactRange] = field(default_factory=list)
 
 
 AgentMessage = (

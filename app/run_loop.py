@@ -1,0 +1,194 @@
+"""The run loop behind `Controller.run`: a workflow's plan, job by job, on runners.
+
+Reused jobs are skipped; the others run in order, each getting its dependencies'
+artifacts, each a gang of its nodes (app/remote_job.py). What the command line
+asks for (`--nodes`, `--port`, `--max-duration`, `--env`, `--resume`) is applied
+here to the jobs it concerns. Imported only when a run starts (start-up time of
+the other verbs).
+"""
+
+import asyncio
+import dataclasses
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.errors import UsageError
+from app.home import ControllerHome
+from app.job_submit import submit_job
+from app.names import new_run_name
+from app.placement import Placement
+from app.planning import Plan, PlannedJob, with_env
+from app.pool import Pool
+from app.remote_job import JobServices, Launch, LogSink
+from app.resume import Resumes
+from app.run_result import RunOutcome, Submitted
+from app.secret_store import SecretStore, secret_refs
+from app.snapshot import Manifest, build_manifest
+from app.store import JobRow, Store
+from app.uploads import workspace_files
+from app.workflows import Project
+from app.workflows.resolve import ResolvedJob, resolve
+from protocol import JobState
+
+log = logging.getLogger(__name__)
+
+# (project, workflow, overrides, no_cache, reuse, env) -> the checked plan (Controller.plan)
+Planner = Callable[[Project, str, dict[str, str], bool, bool, dict[str, str] | None], Plan]
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """What the command line asks of one run (Controller.run's options)."""
+
+    workflow_name: str
+    runner_spec: str | None = None
+    overrides: dict[str, str] = dataclasses.field(default_factory=dict)
+    follow: bool = True
+    no_cache: bool = False
+    reuse: bool = False
+    tag: str | None = None
+    nodes: int | None = None
+    resume: str | None = None
+    ports: list[int] | None = None
+    env: dict[str, str] | None = None
+    max_duration_s: float | None = None
+    queue_timeout: float | None = None
+
+
+@dataclass
+class RunLoop:
+    """The Controller's services a run uses; `run` is Controller.run's body."""
+
+    store: Store
+    home: ControllerHome
+    pool: Pool
+    jobs: JobServices
+    secrets: SecretStore
+    plan: Planner
+
+    def __post_init__(self) -> None:
+        self.resumes = Resumes(self.store, self.home)  # checkpoints to resume from (`--resume`, tagged jobs)
+
+    async def run(
+        self,
+        project: Project,
+        req: RunRequest,
+        sink: LogSink | None,
+        say: Callable[[str], None],
+        on_submitted: Callable[[Submitted], None] | None,
+    ) -> RunOutcome:
+        if req.resume is not None and not req.resume.strip():
+            raise UsageError("--resume needs a run name, a job id or WORKFLOW:TAG")
+        cli_resume = self.resumes.job_and_checkpoint(req.resume) if req.resume else None
+        plan = self.plan(project, req.workflow_name, req.overrides, req.no_cache, req.reuse, req.env)
+        resumes = self.resumes.of(project, plan, req.workflow_name, cli_resume)
+        multinode = [p for p in plan.to_run if p.job.nodes > 1 or (req.nodes and req.nodes > 1 and _requested(p, req))]
+        if not req.follow and multinode:
+            raise UsageError("--detach does not take multi-node jobs: the controller watches all nodes together")
+        if not req.follow and len(plan.to_run) > 1:
+            names = ", ".join(j.workflow for j in plan.to_run)
+            raise UsageError(
+                f"--detach runs one job, and this plan runs {len(plan.to_run)} ({names}): "
+                "run without --detach, or run the dependencies first"
+            )
+        outcome = RunOutcome(run_name=new_run_name(self.store.run_name_taken))
+        job_ids = {p.workflow: secrets.token_hex(6) for p in plan.to_run}
+        previous = self.store.create_run(
+            outcome.run_name, req.workflow_name, str(project.root), req.tag, plan.jobs[-1].job.variables
+        )
+        if previous:
+            say(f"tag {req.tag!r} moved from run {previous} to run {outcome.run_name}")
+        if not plan.to_run:
+            for planned in plan.jobs:
+                assert planned.reuse is not None  # nothing to run: every job is reused
+                say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
+            return outcome
+        placement = Placement(self.pool, req.runner_spec, outcome.run_name, say, req.queue_timeout)
+        manifest: Manifest | None = None
+        done: dict[str, JobRow] = {}
+        try:
+            await placement.check([_sized(p.job, _requested(p, req), req.nodes) for p in plan.to_run])
+            for planned in plan.jobs:
+                if planned.action == "reuse":
+                    assert planned.reuse is not None
+                    say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
+                    done[planned.workflow] = planned.reuse
+                    continue
+                job_id = job_ids[planned.workflow]
+                job = resolve(
+                    project, planned.workflow, req.overrides, {"run_name": outcome.run_name, "job_id": job_id}
+                )
+                job = _as_requested(job, _requested(planned, req), req)
+                if planned.workflow in resumes:
+                    resume_job, resume_ckpt = resumes[planned.workflow]
+                    # Same explicit path on every node: never "last" without shared storage.
+                    job = dataclasses.replace(job, env={**job.env, "LANPOOL_RESUME_CKPT": resume_ckpt})
+                    planned.tagged.append(resume_job)  # its artifacts are placed like a dependency's
+                    say(
+                        f"{planned.workflow}: resuming from {resume_ckpt} of job {resume_job.id}"
+                        f" (run {resume_job.run_name})"
+                    )
+                sessions, addresses = await placement.sessions_for(job, job_id)
+                # The snapshot once the run has a runner: a queued run sends the files as they are then.
+                if manifest is None:
+                    manifest = await asyncio.to_thread(build_manifest, project.root)
+                inputs = [done[d] for d in planned.deps] + planned.tagged
+                files = await asyncio.to_thread(workspace_files, manifest, self.home, self.store, inputs)
+                remote, status = await submit_job(
+                    self.jobs,
+                    Launch(
+                        job_id,
+                        outcome.run_name,
+                        job,
+                        files,
+                        manifest.digest,
+                        planned.key,
+                        planned.inputs,
+                        secrets=self.secrets.values_for(secret_refs(job.env)),
+                    ),
+                    sessions,
+                    addresses,
+                    say,
+                )
+                submitted = Submitted(outcome.run_name, job_id, remote.nodes[0].runner, status)
+                outcome.submitted.append(submitted)
+                if on_submitted:
+                    on_submitted(submitted)
+                if not req.follow:
+                    return outcome
+                row = await remote.follow(sink, say, sessions=sessions)
+                for warning in self.store.warnings(job_id):
+                    say(f"{planned.workflow}: warning: {warning}")
+                outcome.jobs.append(row)
+                done[planned.workflow] = row
+                if row.state is not JobState.DONE:
+                    rest = [j.workflow for j in plan.jobs[plan.jobs.index(planned) + 1 :]]
+                    if rest:
+                        say(f"{planned.workflow} ended {row.status}: not running {', '.join(rest)}")
+                    break
+        finally:
+            placement.close()
+        return outcome
+
+
+def _requested(planned: PlannedJob, req: RunRequest) -> bool:
+    """Whether this is the job of the workflow asked for (not one of its dependencies)."""
+    return planned.workflow == req.workflow_name
+
+
+def _sized(job: ResolvedJob, requested: bool, nodes: int | None) -> ResolvedJob:
+    """`--nodes N` sizes the requested workflow's job only."""
+    return dataclasses.replace(job, nodes=nodes) if nodes and requested else job
+
+
+def _as_requested(job: ResolvedJob, requested: bool, req: RunRequest) -> ResolvedJob:
+    """The job with the command line's options applied: `--env` to every job of the run;
+    `--nodes`, `--port` and `--max-duration` to the requested workflow's job only."""
+    job = _sized(with_env(job, req.env), requested, req.nodes)
+    if req.ports and requested:
+        job = dataclasses.replace(job, ports=sorted({*job.ports, *req.ports}))
+    if req.max_duration_s and requested:
+        job = dataclasses.replace(job, max_duration_s=req.max_duration_s)
+    return job

@@ -1,0 +1,29 @@
+"""What `Controller.run` hands back: the jobs it submitted and how they ended.
+
+Its own module so front ends get these types without importing the run loop
+(app/run_loop.py), which only `run` needs.
+"""
+
+from dataclasses import dataclass, field
+
+from app.store import JobRow
+from protocol import JobStatus
+
+
+@dataclass(frozen=True)
+class Submitted:
+    run_name: str
+    job_id: str
+    runner: str  # node 0's
+    status: JobStatus
+
+
+@dataclass
+class RunOutcome:
+    run_name: str
+    submitted: list[Submitted] = field(default_factory=list)
+    jobs: list[JobRow] = field(default_factory=list)  # jobs that ran, in order, final state
+
+    @property
+    def last(self) -> JobRow | None:
+        return self.jobs[-1] if self.jobs else None

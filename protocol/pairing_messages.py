@@ -1,0 +1,51 @@
+"""The pairing messages: the PAKE of protocol/pairing.py on a pairing connection.
+
+Controller -> agent: PairStart, then PairConfirm once the runner's proof verified;
+agent -> controller: PairReply, then Paired. Registered in protocol/messages.py.
+"""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+# -- controller -> agent ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairStart:
+    """The controller's half of the pairing PAKE, on a pairing connection.
+    `public_key` must be the key that connection authenticated with."""
+
+    TAG: ClassVar[str] = "pair_start"
+    pake: bytes
+    public_key: str
+
+
+@dataclass(frozen=True)
+class PairConfirm:
+    """The controller's proof that it knows the code, sent only after the runner's
+    proof verified; `label` names the controller in the runner's authorized_keys."""
+
+    TAG: ClassVar[str] = "pair_confirm"
+    confirm: bytes
+    label: str = ""
+
+
+# -- agent -> controller ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PairReply:
+    """The runner's half of the pairing PAKE and its proof that it knows the code
+    (protocol/pairing.py); the controller checks it before answering."""
+
+    TAG: ClassVar[str] = "pair_reply"
+    pake: bytes
+    confirm: bytes
+
+
+@dataclass(frozen=True)
+class Paired:
+    """The controller's key is now authorized; reply to a valid PairConfirm."""
+
+    TAG: ClassVar[str] = "paired"
+    name: str

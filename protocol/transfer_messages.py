@@ -1,0 +1,114 @@
+"""The transfer messages: code up as content-addressed blobs, artifacts down as streamed files.
+
+Controller -> agent: HaveBlobs, PutBlob, GetArtifacts; agent -> controller: MissingBlobs,
+BlobStored, ArtifactData, ArtifactEnd, ArtifactsSent. FileEntry (part of SubmitJob) and
+ArtifactRange (part of GetArtifacts) are their records. Registered in protocol/messages.py.
+"""
+
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One entry of a job's workspace as the controller sends it, by content.
+
+    A regular file names the blob holding its bytes (`sha256`, `size`), which the
+    runner has in its blob cache or was sent with PutBlob; a symlink has `link`
+    (its target) and no blob. Only the permission bits of `mode` & 0o755 apply.
+    """
+
+    path: str
+    sha256: str = ""
+    size: int = 0
+    mode: int = 0o644
+    link: str = ""
+
+
+@dataclass(frozen=True)
+class ArtifactRange:
+    """Part of GetArtifacts: send `path` from byte `offset` (a resumed pull)."""
+
+    path: str
+    offset: int = 0
+
+
+# -- controller -> agent ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HaveBlobs:
+    """Which of these blobs does the runner lack? Replied with MissingBlobs."""
+
+    TAG: ClassVar[str] = "have_blobs"
+    sha256s: list[str]
+
+
+@dataclass(frozen=True)
+class PutBlob:
+    """Part of a blob: `data` at `offset` of a blob of `size` bytes in all. Parts come
+    in order; the one that completes it is answered with BlobStored (or an Error)."""
+
+    TAG: ClassVar[str] = "put_blob"
+    sha256: str
+    offset: int
+    size: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class GetArtifacts:
+    """Stream a finished job's artifact files: ArtifactData parts and an ArtifactEnd
+    per file, then ArtifactsSent. No `files`: all of them, from the start."""
+
+    TAG: ClassVar[str] = "get_artifacts"
+    job_id: str
+    files: list[ArtifactRange] = field(default_factory=list)
+
+
+# -- agent -> controller ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MissingBlobs:
+    """Reply to HaveBlobs: the ones this runner lacks (send them with PutBlob)."""
+
+    TAG: ClassVar[str] = "missing_blobs"
+    sha256s: list[str]
+
+
+@dataclass(frozen=True)
+class BlobStored:
+    """A blob arrived whole and its content matched `sha256`; reply to its last PutBlob."""
+
+    TAG: ClassVar[str] = "blob_stored"
+    sha256: str
+
+
+@dataclass(frozen=True)
+class ArtifactData:
+    """Bytes of one artifact file from `offset`, in reply to GetArtifacts."""
+
+    TAG: ClassVar[str] = "artifact_data"
+    job_id: str
+    path: str
+    offset: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class ArtifactEnd:
+    """One artifact file sent whole: `size` bytes in all (from offset 0)."""
+
+    TAG: ClassVar[str] = "artifact_end"
+    job_id: str
+    path: str
+    size: int
+
+
+@dataclass(frozen=True)
+class ArtifactsSent:
+    """Every file a GetArtifacts asked for was sent (or refused with an Error)."""
+
+    TAG: ClassVar[str] = "artifacts_sent"
+    job_id: str
