@@ -6,6 +6,7 @@ import dataclasses
 import json
 import logging
 import os
+import socket
 import sys
 import time
 from pathlib import Path
@@ -165,11 +166,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
-    from agent.server import serve
+    from agent.server import Agent, serve
 
-    await serve(
+    agent = Agent(
         home,
-        args.name,
+        args.name or socket.gethostname(),
         args.host,
         args.port,
         args.grace,
@@ -181,6 +182,7 @@ async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
         blob_cache_size=parse_size(args.blob_cache_size) if args.blob_cache_size else None,
         job_python=args.job_python,
     )
+    await serve(agent)
 
 
 def _status(home: AgentHome, as_json: bool) -> int:

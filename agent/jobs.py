@@ -7,44 +7,41 @@ start re-adopts them (`load_journal`).
 
 The request is checked in agent.job_request, the workspace staged in
 agent.staging, the environment built in agent.job_env, the journal read back in
-agent.recovery; this module holds what happens to a job over time.
+agent.recovery; a started job is watched to its end in agent.job_supervision and
+its end written in agent.job_end. This module holds the jobs themselves: their
+journal at start-up, submit, the queue and what its jobs hold, stop and exit.
 """
 
 import asyncio
 import logging
 import math
-import signal
 import tarfile
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from agent.artifacts import list_artifacts
 from agent.blobs import BlobCache
-from agent.executors import Execution, Executor, ExecutorChoice, ExecutorError, Launch
-from agent.gpu_telemetry import telemetry
+from agent.executors import Executor, ExecutorChoice, ExecutorError
 from agent.gpus import GpuAllocator, GpuError
 from agent.home import AgentHome
 from agent.job import Job, masked_env
+from agent.job_end import settle
 from agent.job_env import free_port
 from agent.job_launch import launch_of, read_request, save_request
-from agent.job_limits import check_limits, human_duration, retries
+from agent.job_limits import check_limits
 from agent.job_request import JobError, check_job_id, check_request, parse_resources
+from agent.job_supervision import Supervisor
 from agent.journal import JobRecord
-from agent.metrics_tail import POLL_S as METRICS_POLL_S
-from agent.metrics_tail import MetricsTail
-from agent.queue import Amount, Waiting, capacity_of, holds, need_of, never_fits, plan, replace_files, reserved
+from agent.queue import Amount, Waiting, capacity_of, holds, in_use, need_of, never_fits, plan, replace_files
 from agent.recovery import adoption_of, read_journal
 from agent.spool import LogSpool
 from agent.staging import stage_workspace
 from protocol import ErrorCode, JobState, SubmitJob
-from protocol.errors import ProtocolError, clip
-from protocol.resources import MAX_CPUS, MAX_MEMORY_MB
+from protocol.errors import ProtocolError
 
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_S = 10.0
-_ERROR_CHARS = 2000  # of a job's recorded error (JobStatus.error)
 # A submit answers once the job has started, or after this long (an image
 # still being pulled): the job then shows SUBMITTED, with pull progress in its log.
 START_WAIT_S = 20.0
@@ -75,17 +72,19 @@ class JobManager:
         self._tasks: set[asyncio.Task] = set()  # strong refs to background tasks
         # Called when a job starts or ends (what the runner has free changed).
         self.listeners: list[Callable[[], None]] = []
+        self.supervisor = Supervisor(grace_s, self._spawn, self._finish, self._changed)
 
     def usage(self) -> dict[str, int]:
         """What running jobs hold now: GPUs free, CPUs and memory reserved, job count."""
-        running = [j.record for j in self.jobs.values() if holds(j.record)]
+        records = [j.record for j in self.jobs.values()]
         # Records are checked at submit, but a journal written by an older agent may hold
-        # anything (cpus NaN): this feeds every Hello, so it must never raise.
+        # anything (cpus NaN): this feeds every Hello, so it must never raise (agent.queue.reserved).
+        used = in_use(records)
         return {
             "gpus_free": len(self.gpus.free),
-            "cpus_reserved": math.ceil(sum(reserved(r.cpus, MAX_CPUS) for r in running)),
-            "memory_reserved_mb": int(sum(reserved(r.memory_mb, MAX_MEMORY_MB) for r in running)),
-            "running": len(running),
+            "cpus_reserved": math.ceil(used.cpus),
+            "memory_reserved_mb": used.memory_mb,
+            "running": sum(1 for r in records if holds(r)),
             "queued": sum(1 for j in self.jobs.values() if j.record.state == JobState.QUEUED),
         }
 
@@ -126,7 +125,7 @@ class JobManager:
         job.executor = executor
         self.gpus.claim(record.job_id, record.gpus)
         # Metrics resume from the last offset the journal saved: a few values may repeat.
-        self._running(job, execution, adopted=True)
+        self.supervisor.running(job, execution, adopted=True)
 
     async def _remove_leftovers(self) -> None:
         """What ended (or unknown) jobs left behind (containers) goes: their logs and artifacts are safe."""
@@ -224,12 +223,8 @@ class JobManager:
         )
         if not queued:
             return
-        held = [j.record for j in self.jobs.values() if holds(j.record)]
-        free = Amount(
-            self.capacity.cpus - sum(reserved(r.cpus, MAX_CPUS) for r in held),
-            self.capacity.memory_mb - int(sum(reserved(r.memory_mb, MAX_MEMORY_MB) for r in held)),
-            len(self.gpus.free),
-        )
+        used = in_use([j.record for j in self.jobs.values()])
+        free = Amount(self.capacity.cpus - used.cpus, self.capacity.memory_mb - used.memory_mb, len(self.gpus.free))
         now = time.time()
         waiting = [Waiting(j.record.job_id, need_of(j.record), j.record.not_before) for j in queued]
         decided = plan(waiting, free, self.capacity, now)
@@ -271,7 +266,7 @@ class JobManager:
         job.starting = self._spawn(self._begin(job, executor, req))
 
     async def _begin(self, job: Job, executor: Executor, req: SubmitJob) -> None:
-        await self._start(job, executor, await launch_of(job, executor, req))
+        await self.supervisor.start(job, executor, await launch_of(job, executor, req))
 
     def stop(self, job_id: str, abort: bool, grace_s: float | None) -> Job:
         job = self.get(job_id)
@@ -287,14 +282,14 @@ class JobManager:
             return job
         if job.execution is None:
             # Not started yet: a start that may take long (an image pull) is given
-            # up; one that cannot be cancelled signals the job once started (`_running`).
+            # up; one that cannot be cancelled signals the job once started (Supervisor.running).
             job.system_line(f"lanpool: {verb} requested before the job started")
             if job.starting is not None and job.executor is not None and job.executor.cancellable_start:
                 job.starting.cancel()
             return job
         grace = self.grace_s if grace_s is None else max(0.0, grace_s)
         job.system_line(f"lanpool: {verb} requested; SIGTERM, SIGKILL after {grace:g}s")
-        self._terminate(job, grace)
+        self.supervisor.terminate(job, grace)
         return job
 
     async def shutdown(self, grace_s: float) -> None:
@@ -318,183 +313,13 @@ class JobManager:
     async def wait_terminal(self, job: Job) -> None:
         await job.wait_terminal()
 
-    # -- supervision -------------------------------------------------------------
-
-    async def _start(self, job: Job, executor: Executor, launch: Launch) -> None:
-        record = job.record
-        try:
-            execution = await executor.start(launch, job.sink())
-        except asyncio.CancelledError:
-            if not record.stop_requested:
-                raise  # the agent is exiting: the journal keeps the job for the next start
-            state = JobState.ABORTED if record.abort_requested else JobState.STOPPED
-            self._finish(job, state, None, "stopped before the job started")
-            return
-        except (ExecutorError, OSError) as exc:
-            message = str(exc) if isinstance(exc, ExecutorError) else f"could not start the job: {exc}"
-            self._finish(job, JobState.FAILED, None, message)
-            return
-        finally:
-            job.starting = None
-        self._running(job, execution, adopted=False)
-
-    def _running(self, job: Job, execution: Execution, adopted: bool) -> None:
-        """The job runs (just started, or re-adopted after a restart): journal it and supervise it."""
-        record = job.record
-        job.execution = execution
-        handle = execution.describe()
-        record.pid, record.container_id = handle.pid, handle.container_id
-        if record.state == JobState.SUBMITTED:
-            record.state = JobState.RUNNING
-            record.started_at = time.time()
-        record.save(job.dir)
-        if adopted:
-            job.system_line(f"lanpool: agent restarted; re-attached to {handle}")
-        job.notify()
-        self._changed()
-        self._watch_metrics(job)
-        self._spawn(telemetry().watch(job))  # the GPUs it holds, sampled into its metrics
-        if record.max_duration_s > 0:
-            self._spawn(self._time_limit(job, execution))
-        if record.stop_requested:  # asked while it was starting, or a stop was under way at the restart
-            if not adopted:
-                job.system_line(f"lanpool: SIGTERM, SIGKILL after {self.grace_s:g}s")
-            self._terminate(job, self.grace_s)
-        self._spawn(self._monitor(job))
-        log.info("job %s %s (%s)", record.job_id, "re-adopted" if adopted else "started", handle)
-
-    async def _time_limit(self, job: Job, execution: Execution) -> None:
-        """max_duration: counted from the start (an adopted job keeps its start), then a stop."""
-        record = job.record
-        started = record.started_at or time.time()
-        await asyncio.sleep(max(0.0, started + record.max_duration_s - time.time()))
-        if job.execution is not execution or record.terminal or record.stop_requested:
-            return
-        record.timed_out = record.stop_requested = True
-        record.save(job.dir)
-        limit = human_duration(record.max_duration_s)
-        job.system_line(f"lanpool: max_duration {limit} reached; SIGTERM, SIGKILL after {self.grace_s:g}s")
-        self._terminate(job, self.grace_s)
-
-    def _terminate(self, job: Job, grace: float) -> None:
-        """SIGTERM now, SIGKILL after `grace` seconds unless the job has ended."""
-        assert job.execution is not None
-        job.execution.send_signal(signal.SIGTERM)
-        self._spawn(self._kill_after(job, grace))
-
-    async def _kill_after(self, job: Job, grace: float) -> None:
-        try:
-            await asyncio.wait_for(job.wait_terminal(), grace)
-        except TimeoutError:
-            if job.execution is not None and not job.record.terminal:
-                job.system_line(f"lanpool: still running {grace:g}s after SIGTERM; SIGKILL")
-                job.execution.send_signal(signal.SIGKILL)
-
-    async def _monitor(self, job: Job) -> None:
-        execution = job.execution
-        assert execution is not None
-        record = job.record
-        try:
-            outcome = await execution.wait()
-        except ExecutorError as exc:
-            await self._finish_after_metrics(job, JobState.FAILED, None, str(exc))
-            return
-        except Exception as exc:  # a bug must not leave the job RUNNING forever
-            log.exception("job %s: waiting for its end failed", record.job_id)
-            await self._finish_after_metrics(job, JobState.FAILED, None, f"the agent lost track of the job: {exc}")
-            return
-        code = outcome.exit_code
-        if record.abort_requested:
-            state = JobState.ABORTED
-        elif record.stop_requested:
-            state = JobState.STOPPED
-        else:
-            state = JobState.DONE if code == 0 else JobState.FAILED
-        error = "" if code == 0 or state is not JobState.FAILED else f"exited with code {code}"
-        if record.timed_out:
-            error = f"stopped: max_duration {human_duration(record.max_duration_s)} reached"
-        if outcome.oom_error():
-            error = outcome.oom_error()
-            job.system_line(f"lanpool: {error}")
-        if state is not JobState.ABORTED and record.artifacts:
-            await self._list_artifacts(job)
-        await self._finish_after_metrics(job, state, code, error)
-        await execution.remove()  # the log is spooled and the artifacts listed
-
-    async def _list_artifacts(self, job: Job) -> None:
-        """List the artifact files (no copy: GetArtifacts streams them from the workspace)."""
-        try:
-            files, warnings = await asyncio.to_thread(list_artifacts, job.dir / "workspace", job.record.artifacts)
-        except OSError as exc:
-            job.system_line(f"lanpool: listing artifacts failed: {exc}")
-            return
-        for warning in warnings:
-            job.system_line(f"lanpool: {warning}")
-        job.record.artifact_files = [{"path": f.path, "size": f.size} for f in files]
-
-    def _watch_metrics(self, job: Job) -> None:
-        job.metrics = MetricsTail(job.dir / "workspace", job.record.metrics_offset)
-        self._spawn(self._tail_metrics(job, job.metrics))
-
-    async def _tail_metrics(self, job: Job, tail: MetricsTail) -> None:
-        while not job.record.terminal and job.metrics is tail:  # a retry's start brings its own
-            await self._drain_metrics(job)
-            await asyncio.sleep(METRICS_POLL_S)
-
-    async def _drain_metrics(self, job: Job, final: bool = False) -> None:
-        """Spool the job's new metric lines. The file is the job's: read in a thread
-        (see MetricsTail), so nothing it does can stall the event loop."""
-        async with job.metrics_lock:  # the poll and the final read: each line spooled once
-            if job.metrics is None or job.record.terminal:
-                return
-            data = await asyncio.to_thread(job.metrics.read, final)
-            if data and not job.record.terminal:
-                job.record.metrics_offset = job.metrics.offset
-                job.output("met", data)
-
-    async def _finish_after_metrics(self, job: Job, state: JobState, code: int | None, error: str) -> None:
-        await self._drain_metrics(job, final=True)  # the last values, before the spool closes
-        self._finish(job, state, code, error)
-
     def _finish(self, job: Job, state: JobState, code: int | None, error: str) -> None:
-        record = job.record
-        error = clip(error, _ERROR_CHARS)  # may quote a tar member's name or a peer's value: bounded
-        if retries(record, state):
-            self._requeue(job, state, error)
-            return
-        if error and state is JobState.FAILED and not code:
-            job.system_line(f"lanpool: {error}")
-        elif error and state in (JobState.STOPPED, JobState.ABORTED) and code is None:
-            job.system_line(f"lanpool: {error}")
-        record.state = state
-        record.exit_code = code
-        record.error = error
-        record.finished_at = time.time()
-        record.save(job.dir)
-        job.spool.close()
-        self.gpus.release(record.job_id)
+        """The job's run ended (or never began): its record settled (agent.job_end), what it
+        held freed, and the queue's next job started now."""
+        settle(job, state, code, error)
+        self.gpus.release(job.record.job_id)
         job.notify()
         self._changed()
-        log.info("job %s %s (exit %s)", record.job_id, state, code)
-        self._pump()  # what it held is free: the queue's next job starts now
-
-    def _requeue(self, job: Job, state: JobState, error: str) -> None:
-        """A retry: the job waits out its delay in the queue (keeping its place), then starts
-        again in the same workspace, from its newest checkpoint (`_begin`)."""
-        record = job.record
-        record.attempt += 1
-        why = error or str(state).lower()
-        job.system_line(f"lanpool: {why}; retry {record.attempt} of {record.retry_limit} in {record.retry_delay_s:g}s")
-        record.state = JobState.QUEUED
-        record.not_before = time.time() + record.retry_delay_s
-        record.exit_code, record.pid, record.container_id, record.started_at = None, None, "", None
-        record.gpus = []
-        record.save(job.dir)
-        self.gpus.release(record.job_id)
-        job.metrics = None
-        job.notify()
-        self._changed()
-        log.info("job %s %s: retry %d of %d", record.job_id, state, record.attempt, record.retry_limit)
         self._pump()
 
     def _lose(self, job: Job, error: str) -> None:

@@ -122,6 +122,13 @@ def holds(record: JobRecord) -> bool:
     return not record.terminal and record.state != JobState.QUEUED
 
 
+def in_use(records: list[JobRecord]) -> Amount:
+    """CPUs and memory the holding jobs among `records` reserve (GPUs are the allocator's to count)."""
+    held = [r for r in records if holds(r)]
+    cpus = sum(reserved(r.cpus, MAX_CPUS) for r in held)
+    return Amount(cpus, int(sum(reserved(r.memory_mb, MAX_MEMORY_MB) for r in held)), 0)
+
+
 def need_of(record: JobRecord) -> Amount:
     gpus = int(reserved(record.gpu_count, MAX_GPUS))
     return Amount(reserved(record.cpus, MAX_CPUS), int(reserved(record.memory_mb, MAX_MEMORY_MB)), gpus)

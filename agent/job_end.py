@@ -1,0 +1,93 @@
+"""The end of a job's run: how it ended read as a state, its artifacts listed, and its
+record settled, either as ended or, when its retry policy says so, back in the queue.
+
+Only the job's own record and log are written here; what the job held (GPUs) and
+what starts next are the manager's (agent.jobs), which calls `settle` from its
+`_finish`.
+"""
+
+import asyncio
+import logging
+import time
+
+from agent.artifacts import list_artifacts
+from agent.executors import Outcome
+from agent.job import Job
+from agent.job_limits import human_duration, retries
+from protocol import JobState
+from protocol.errors import clip
+
+log = logging.getLogger(__name__)
+
+_ERROR_CHARS = 2000  # of a job's recorded error (JobStatus.error)
+
+
+def ended_state(job: Job, outcome: Outcome) -> tuple[JobState, str]:
+    """The state and error of a run that ended: a stop asked for wins over the exit code,
+    and a time limit or the kernel's OOM killer is named rather than a bare exit code."""
+    record = job.record
+    code = outcome.exit_code
+    if record.abort_requested:
+        state = JobState.ABORTED
+    elif record.stop_requested:
+        state = JobState.STOPPED
+    else:
+        state = JobState.DONE if code == 0 else JobState.FAILED
+    error = "" if code == 0 or state is not JobState.FAILED else f"exited with code {code}"
+    if record.timed_out:
+        error = f"stopped: max_duration {human_duration(record.max_duration_s)} reached"
+    if outcome.oom_error():
+        error = outcome.oom_error()
+        job.system_line(f"lanpool: {error}")
+    return state, error
+
+
+async def list_job_artifacts(job: Job) -> None:
+    """List the artifact files (no copy: GetArtifacts streams them from the workspace)."""
+    try:
+        files, warnings = await asyncio.to_thread(list_artifacts, job.dir / "workspace", job.record.artifacts)
+    except OSError as exc:
+        job.system_line(f"lanpool: listing artifacts failed: {exc}")
+        return
+    for warning in warnings:
+        job.system_line(f"lanpool: {warning}")
+    job.record.artifact_files = [{"path": f.path, "size": f.size} for f in files]
+
+
+def settle(job: Job, state: JobState, code: int | None, error: str) -> None:
+    """Write the run's end into the job's record and log: its final state, or, when its
+    retry policy takes this end, its return to the queue."""
+    record = job.record
+    error = clip(error, _ERROR_CHARS)  # may quote a tar member's name or a peer's value: bounded
+    if retries(record, state):
+        _requeue(job, state, error)
+        return
+    # A failure without an exit code, or a stop before the job ran, is said in the log too:
+    # nothing the job printed explains it.
+    if error and state is JobState.FAILED and not code:
+        job.system_line(f"lanpool: {error}")
+    elif error and state in (JobState.STOPPED, JobState.ABORTED) and code is None:
+        job.system_line(f"lanpool: {error}")
+    record.state = state
+    record.exit_code = code
+    record.error = error
+    record.finished_at = time.time()
+    record.save(job.dir)
+    job.spool.close()
+    log.info("job %s %s (exit %s)", record.job_id, state, code)
+
+
+def _requeue(job: Job, state: JobState, error: str) -> None:
+    """A retry: the job waits out its delay in the queue (keeping its place), then starts
+    again in the same workspace, from its newest checkpoint (agent.job_launch)."""
+    record = job.record
+    record.attempt += 1
+    why = error or str(state).lower()
+    job.system_line(f"lanpool: {why}; retry {record.attempt} of {record.retry_limit} in {record.retry_delay_s:g}s")
+    record.state = JobState.QUEUED
+    record.not_before = time.time() + record.retry_delay_s
+    record.exit_code, record.pid, record.container_id, record.started_at = None, None, "", None
+    record.gpus = []
+    record.save(job.dir)
+    job.metrics = None  # the old tail stops (its offset is journalled); the next start brings its own
+    log.info("job %s %s: retry %d of %d", record.job_id, state, record.attempt, record.retry_limit)

@@ -1,0 +1,152 @@
+"""A started job watched to its end: its start, its stop signals and time limit, its
+metrics tailed into the spool, and its outcome handed back to the manager.
+
+The manager (agent.jobs) owns the queue and what jobs hold; it gives the
+supervisor its way to run background tasks (`spawn`, strong references kept
+there), to end a job (`finish`: agent.job_end, then the queue moves on), and to
+say that what the runner has free changed (`changed`). Nothing here imports the
+manager, so the dependency points one way.
+"""
+
+import asyncio
+import logging
+import signal
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from agent.executors import Execution, Executor, ExecutorError, Launch
+from agent.gpu_telemetry import telemetry
+from agent.job import Job
+from agent.job_end import ended_state, list_job_artifacts
+from agent.job_limits import human_duration
+from agent.metrics_tail import POLL_S as METRICS_POLL_S
+from agent.metrics_tail import MetricsTail
+from protocol import JobState
+
+log = logging.getLogger(__name__)
+
+Spawn = Callable[[Coroutine[Any, Any, None]], asyncio.Task]
+Finish = Callable[[Job, JobState, int | None, str], None]
+
+
+class Supervisor:
+    def __init__(self, grace_s: float, spawn: Spawn, finish: Finish, changed: Callable[[], None]) -> None:
+        self.grace_s = grace_s
+        self._spawn = spawn
+        self._finish = finish
+        self._changed = changed
+
+    async def start(self, job: Job, executor: Executor, launch: Launch) -> None:
+        record = job.record
+        try:
+            execution = await executor.start(launch, job.sink())
+        except asyncio.CancelledError:
+            if not record.stop_requested:
+                raise  # the agent is exiting: the journal keeps the job for the next start
+            state = JobState.ABORTED if record.abort_requested else JobState.STOPPED
+            self._finish(job, state, None, "stopped before the job started")
+            return
+        except (ExecutorError, OSError) as exc:
+            message = str(exc) if isinstance(exc, ExecutorError) else f"could not start the job: {exc}"
+            self._finish(job, JobState.FAILED, None, message)
+            return
+        finally:
+            job.starting = None
+        self.running(job, execution, adopted=False)
+
+    def running(self, job: Job, execution: Execution, adopted: bool) -> None:
+        """The job runs (just started, or re-adopted after a restart): journal it and supervise it."""
+        record = job.record
+        job.execution = execution
+        handle = execution.describe()
+        record.pid, record.container_id = handle.pid, handle.container_id
+        if record.state == JobState.SUBMITTED:
+            record.state = JobState.RUNNING
+            record.started_at = time.time()
+        record.save(job.dir)
+        if adopted:
+            job.system_line(f"lanpool: agent restarted; re-attached to {handle}")
+        job.notify()
+        self._changed()
+        self._watch_metrics(job)
+        self._spawn(telemetry().watch(job))  # the GPUs it holds, sampled into its metrics
+        if record.max_duration_s > 0:
+            self._spawn(self._time_limit(job, execution))
+        if record.stop_requested:  # asked while it was starting, or a stop was under way at the restart
+            if not adopted:
+                job.system_line(f"lanpool: SIGTERM, SIGKILL after {self.grace_s:g}s")
+            self.terminate(job, self.grace_s)
+        self._spawn(self._monitor(job))
+        log.info("job %s %s (%s)", record.job_id, "re-adopted" if adopted else "started", handle)
+
+    def terminate(self, job: Job, grace: float) -> None:
+        """SIGTERM now, SIGKILL after `grace` seconds unless the job has ended."""
+        assert job.execution is not None
+        job.execution.send_signal(signal.SIGTERM)
+        self._spawn(self._kill_after(job, grace))
+
+    async def _kill_after(self, job: Job, grace: float) -> None:
+        try:
+            await asyncio.wait_for(job.wait_terminal(), grace)
+        except TimeoutError:
+            if job.execution is not None and not job.record.terminal:
+                job.system_line(f"lanpool: still running {grace:g}s after SIGTERM; SIGKILL")
+                job.execution.send_signal(signal.SIGKILL)
+
+    async def _time_limit(self, job: Job, execution: Execution) -> None:
+        """max_duration: counted from the start (an adopted job keeps its start), then a stop."""
+        record = job.record
+        started = record.started_at or time.time()
+        await asyncio.sleep(max(0.0, started + record.max_duration_s - time.time()))
+        if job.execution is not execution or record.terminal or record.stop_requested:
+            return
+        record.timed_out = record.stop_requested = True
+        record.save(job.dir)
+        limit = human_duration(record.max_duration_s)
+        job.system_line(f"lanpool: max_duration {limit} reached; SIGTERM, SIGKILL after {self.grace_s:g}s")
+        self.terminate(job, self.grace_s)
+
+    async def _monitor(self, job: Job) -> None:
+        execution = job.execution
+        assert execution is not None
+        try:
+            outcome = await execution.wait()
+        except ExecutorError as exc:
+            await self._finish_after_metrics(job, JobState.FAILED, None, str(exc))
+            return
+        except Exception as exc:  # a bug must not leave the job RUNNING forever
+            log.exception("job %s: waiting for its end failed", job.record.job_id)
+            await self._finish_after_metrics(job, JobState.FAILED, None, f"the agent lost track of the job: {exc}")
+            return
+        state, error = ended_state(job, outcome)
+        if state is not JobState.ABORTED and job.record.artifacts:
+            await list_job_artifacts(job)
+        await self._finish_after_metrics(job, state, outcome.exit_code, error)
+        await execution.remove()  # the log is spooled and the artifacts listed
+
+    # -- metrics ---------------------------------------------------------------
+
+    def _watch_metrics(self, job: Job) -> None:
+        job.metrics = MetricsTail(job.dir / "workspace", job.record.metrics_offset)
+        self._spawn(self._tail_metrics(job, job.metrics))
+
+    async def _tail_metrics(self, job: Job, tail: MetricsTail) -> None:
+        while not job.record.terminal and job.metrics is tail:  # a retry's start brings its own
+            await self._drain_metrics(job)
+            await asyncio.sleep(METRICS_POLL_S)
+
+    async def _drain_metrics(self, job: Job, final: bool = False) -> None:
+        """Spool the job's new metric lines. The file is the job's: read in a thread
+        (see MetricsTail), so nothing it does can stall the event loop."""
+        async with job.metrics_lock:  # the poll and the final read: each line spooled once
+            if job.metrics is None or job.record.terminal:
+                return
+            data = await asyncio.to_thread(job.metrics.read, final)
+            if data and not job.record.terminal:
+                job.record.metrics_offset = job.metrics.offset
+                job.output("met", data)
+
+    async def _finish_after_metrics(self, job: Job, state: JobState, code: int | None, error: str) -> None:
+        await self._drain_metrics(job, final=True)  # the last values, before the spool closes
+        self._finish(job, state, code, error)
