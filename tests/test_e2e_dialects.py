@@ -15,7 +15,13 @@ FIXTURES = Path(__file__).parent / "fixtures" / "dialects"
 
 @pytest.fixture
 def gpu_agent(tmp_path: Path, controller_home: Path):
-    a = start_agent(tmp_path / "gpu-agent", controller_home, extra_env={"LANPOOL_FAKE_GPUS": "0"})
+    # Process jobs: a python-provider workflow names a python:X-slim image, which a runner with a
+    # Docker engine (scripts/test starts one) would pull, and no registry is reachable here: no engine for it.
+    a = start_agent(
+        tmp_path / "gpu-agent",
+        controller_home,
+        extra_env={"LANPOOL_FAKE_GPUS": "0", "DOCKER_HOST": "unix:///nonexistent/lanpool-test-docker.sock"},
+    )
     yield a
     a.stop()
 

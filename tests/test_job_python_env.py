@@ -23,6 +23,19 @@ from protocol import ProtocolError, SubmitJob, decode_client_message, encode_mes
 AGENT_PYTHON = sys.executable  # tests/harness.py starts the agent with this interpreter
 
 
+@pytest.fixture
+def agent(tmp_path: Path, controller_home: Path):
+    """Process jobs only: these jobs name a python:X-slim image, which a runner with a Docker
+    engine (scripts/test starts one) would try to pull, and no registry is reachable here: it sees no engine."""
+    from tests.harness import start_agent
+
+    a = start_agent(
+        tmp_path / "agent", controller_home, extra_env={"DOCKER_HOST": "unix:///nonexistent/lanpool-test-docker.sock"}
+    )
+    yield a
+    a.stop()
+
+
 def make_wheel(dest: Path, name: str, body: str = "VALUE = 42\n") -> Path:
     """A pure-python wheel of module `name` (pip installs it offline, without building anything)."""
     dist = name.replace("_", "-")
@@ -307,7 +320,12 @@ def test_job_python_chooses_the_base(tmp_path: Path, controller_home: Path, cli,
     )
     assert bad.returncode == 1 and bad.stderr.strip().count("\n") == 0
     assert "--job-python" in bad.stderr and "Traceback" not in bad.stderr
-    agent = start_agent(tmp_path / "agent", controller_home, extra_args=["--job-python", base.path])
+    agent = start_agent(
+        tmp_path / "agent",
+        controller_home,
+        extra_args=["--job-python", base.path],
+        extra_env={"DOCKER_HOST": "unix:///nonexistent/lanpool-test-docker.sock"},
+    )
     try:
         project = make_project("workflows:\n  - name: v\n    commands:\n      - python -V\n")
         done = cli("headless", "run", "v", "--runner", agent.address, cwd=project)
