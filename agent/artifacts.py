@@ -10,7 +10,7 @@ each file is read from the workspace when it is asked for.
 """
 
 import os
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from pathlib import Path, PurePosixPath
 
 from agent.workspace_files import NotARegularFile, open_regular
@@ -112,7 +112,7 @@ def _regular_size(root: Path, real_rel: str) -> int | None:
         os.close(fd)
 
 
-def _walk(target: Path, root: Path):
+def _walk(target: Path, root: Path) -> Iterator[Path]:
     """Files under `target` (or target itself), not descending into linked dirs below it.
 
     A linked dir named as the artifact itself is walked when it stays inside `root`.

@@ -44,6 +44,7 @@ from protocol import (
     encode_message,
 )
 from protocol.errors import clip
+from protocol.messages import AgentMessage, ClientMessage
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class ChannelSession:
                 )
             )
 
-    async def _dispatch(self, msg) -> None:
+    async def _dispatch(self, msg: ClientMessage) -> None:
         if self._pairing is not None and not isinstance(msg, (ClientHello, PairStart, PairConfirm, Ping)):
             raise JobError(
                 ErrorCode.NOT_PAIRED,
@@ -288,7 +289,7 @@ class ChannelSession:
         except (OSError, asyncssh.Error, ConnectionError):
             return
 
-    async def _send(self, msg) -> None:
+    async def _send(self, msg: AgentMessage) -> None:
         await self._write(encode_message(msg))
 
     async def _write(self, data: bytes) -> None:
