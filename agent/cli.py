@@ -231,10 +231,10 @@ def _status(home: AgentHome, as_json: bool) -> int:
 _LIVE_GRACE_S = 3600.0
 
 
-def _running_info(home: AgentHome) -> dict | None:
+def _running_info(home: AgentHome) -> dict[str, Any] | None:
     """agent.json of a live agent, or None (a stale file from a killed agent counts as not running)."""
     try:
-        info = json.loads(home.info_file.read_text())
+        info: dict[str, Any] = json.loads(home.info_file.read_text())
         os.kill(int(info["pid"]), 0)
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -206,7 +206,7 @@ class Telemetry:
         self.interval = interval
         self.latest: list[GpuSample] = []
         self._new = asyncio.Condition()
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
 
     def ensure_running(self) -> None:
         if self.sampler is None:

@@ -14,6 +14,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -57,11 +58,11 @@ class AgentHome:
             d.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o700)
 
-    def write_info(self, info: dict) -> None:
+    def write_info(self, info: dict[str, Any]) -> None:
         write_json_atomic(self.info_file, info)
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     """Write JSON so a crash leaves either the old or the new file, never half."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True))

@@ -32,7 +32,7 @@ class Job:
     spool: LogSpool
     executor: Executor | None = None  # once started or re-adopted
     execution: Execution | None = None
-    starting: asyncio.Task | None = None  # until started: pulling the image, creating the container
+    starting: asyncio.Task[None] | None = None  # until started: pulling the image, creating the container
     metrics: MetricsTail | None = None
     metrics_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Replaced after each set(): waiters take the current one, then re-check.

@@ -46,7 +46,8 @@ def free_port() -> int:
     """A TCP port free now, for torch.distributed's rendezvous on this node."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("0.0.0.0", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 def _socket_ifname_env(env: dict[str, str]) -> dict[str, str]:

@@ -21,7 +21,7 @@ LOOPBACK = ("127.0.0.1", "localhost")
 _CONNECT_S = 10.0
 _READ_SIZE = 64 * 1024
 
-Handler = Callable[[asyncssh.SSHReader, asyncssh.SSHWriter], Awaitable[None]]
+Handler = Callable[[asyncssh.SSHReader[bytes], asyncssh.SSHWriter[bytes]], Awaitable[None]]
 
 
 def declaring_job(manager: JobManager, dest_host: str, dest_port: int) -> Job | None:
@@ -37,7 +37,7 @@ def declaring_job(manager: JobManager, dest_host: str, dest_port: int) -> Job | 
 def forward_to(job: Job, port: int) -> Handler:
     """A direct-tcpip handler relaying the channel to 127.0.0.1:port until either side or the job ends."""
 
-    async def relay(reader: asyncssh.SSHReader, writer: asyncssh.SSHWriter) -> None:
+    async def relay(reader: asyncssh.SSHReader[bytes], writer: asyncssh.SSHWriter[bytes]) -> None:
         try:
             up_reader, up_writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), _CONNECT_S)
         except (OSError, TimeoutError) as exc:
@@ -61,7 +61,7 @@ def forward_to(job: Job, port: int) -> Handler:
 
 
 async def _copy(
-    reader: asyncio.StreamReader | asyncssh.SSHReader, writer: asyncio.StreamWriter | asyncssh.SSHWriter
+    reader: asyncio.StreamReader | asyncssh.SSHReader[bytes], writer: asyncio.StreamWriter | asyncssh.SSHWriter[bytes]
 ) -> None:
     with contextlib.suppress(OSError, asyncssh.Error):
         while data := await reader.read(_READ_SIZE):

@@ -78,7 +78,7 @@ def running_job(manager: JobManager, job_id: str) -> Job | None:
     return job
 
 
-async def serve_exec(process: asyncssh.SSHServerProcess, manager: JobManager, request: ShellRequest) -> None:
+async def serve_exec(process: asyncssh.SSHServerProcess[bytes], manager: JobManager, request: ShellRequest) -> None:
     """Run the request in its job, relaying the channel; the channel's exit status is the command's."""
     job = running_job(manager, request.job_id)
     if job is None:
@@ -117,7 +117,7 @@ def job_environment(job: Job) -> tuple[dict[str, str], Path]:
         return env, job.dir / "workspace" / job.record.working_dir
 
 
-async def _exec_in_process_job(process: asyncssh.SSHServerProcess, job: Job, argv: tuple[str, ...]) -> int:
+async def _exec_in_process_job(process: asyncssh.SSHServerProcess[bytes], job: Job, argv: tuple[str, ...]) -> int:
     env, cwd = job_environment(job)
     term = process.term_type
     if term:
@@ -143,7 +143,9 @@ async def _exec_in_process_job(process: asyncssh.SSHServerProcess, job: Job, arg
     return await _supervise(job, proc, feeder, pumps)
 
 
-async def _supervise(job: Job, proc: asyncio.subprocess.Process, feeder: asyncio.Task, pumps: list) -> int:
+async def _supervise(
+    job: Job, proc: asyncio.subprocess.Process, feeder: asyncio.Task[None], pumps: list[asyncio.Task[None]]
+) -> int:
     """Wait for the command; the job's end or a closed channel hangs it up (its own process group)."""
     ended = asyncio.ensure_future(job.wait_terminal())
     waiting = asyncio.ensure_future(proc.wait())
@@ -169,7 +171,7 @@ def _signal_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
-async def _feed_pipe(process: asyncssh.SSHServerProcess, stdin: asyncio.StreamWriter) -> None:
+async def _feed_pipe(process: asyncssh.SSHServerProcess[bytes], stdin: asyncio.StreamWriter) -> None:
     """The channel's input into the command; EOF closes its stdin. Returns when the channel's input ends."""
     while True:
         try:
@@ -186,7 +188,7 @@ async def _feed_pipe(process: asyncssh.SSHServerProcess, stdin: asyncio.StreamWr
             await stdin.drain()
 
 
-async def _copy_out(reader: asyncio.StreamReader, out: asyncssh.SSHWriter) -> None:
+async def _copy_out(reader: asyncio.StreamReader, out: asyncssh.SSHWriter[bytes]) -> None:
     while data := await reader.read(_READ_SIZE):
         out.write(data)
         await out.drain()
@@ -204,7 +206,7 @@ def _take_terminal() -> None:
 
 
 async def _run_on_pty(
-    process: asyncssh.SSHServerProcess, job: Job, command: list[str], env: dict[str, str], cwd: Path
+    process: asyncssh.SSHServerProcess[bytes], job: Job, command: list[str], env: dict[str, str], cwd: Path
 ) -> int:
     master, slave = pty.openpty()
     width, height, _pw, _ph = process.term_size
@@ -221,7 +223,7 @@ async def _run_on_pty(
     os.set_blocking(master, False)
     loop = asyncio.get_running_loop()
     closed = asyncio.Event()
-    resuming: set[asyncio.Task] = set()
+    resuming: set[asyncio.Task[None]] = set()
 
     def readable() -> None:
         # Output goes to the channel from here, with no task hop: each keystroke's echo is one turn sooner.

@@ -23,7 +23,7 @@ _READ_SIZE = 64 * 1024
 _SHELL = ["/bin/sh", "-c", "if command -v bash >/dev/null; then exec bash; else exec sh; fi"]
 
 
-async def exec_in_container(process: asyncssh.SSHServerProcess, job: Job, argv: tuple[str, ...]) -> int:
+async def exec_in_container(process: asyncssh.SSHServerProcess[bytes], job: Job, argv: tuple[str, ...]) -> int:
     container = getattr(job.execution, "container", None)
     if container is None:
         raise RuntimeError("the job's container is not known to this agent")
@@ -57,7 +57,7 @@ async def _resize(api: Any, exec_id: str, width: int, height: int) -> None:
             await asyncio.to_thread(api.exec_resize, exec_id, height=height, width=width)
 
 
-async def _feed(process: asyncssh.SSHServerProcess, sock: socket.socket, api: Any, exec_id: str) -> None:
+async def _feed(process: asyncssh.SSHServerProcess[bytes], sock: socket.socket, api: Any, exec_id: str) -> None:
     loop = asyncio.get_running_loop()
     while True:
         try:
@@ -81,14 +81,14 @@ async def _feed(process: asyncssh.SSHServerProcess, sock: socket.socket, api: An
             return
 
 
-async def _copy_tty(sock: socket.socket, process: asyncssh.SSHServerProcess) -> None:
+async def _copy_tty(sock: socket.socket, process: asyncssh.SSHServerProcess[bytes]) -> None:
     loop = asyncio.get_running_loop()
     while data := await _recv(loop, sock, _READ_SIZE):
         process.stdout.write(data)
         await process.stdout.drain()
 
 
-async def _copy_frames(sock: socket.socket, process: asyncssh.SSHServerProcess) -> None:
+async def _copy_frames(sock: socket.socket, process: asyncssh.SSHServerProcess[bytes]) -> None:
     loop = asyncio.get_running_loop()
     buffer = b""
     while data := await _recv(loop, sock, _READ_SIZE):

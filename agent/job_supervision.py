@@ -26,7 +26,7 @@ from protocol import JobState
 
 log = logging.getLogger(__name__)
 
-Spawn = Callable[[Coroutine[Any, Any, None]], asyncio.Task]
+Spawn = Callable[[Coroutine[Any, Any, None]], asyncio.Task[None]]
 Finish = Callable[[Job, JobState, int | None, str], None]
 
 

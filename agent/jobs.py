@@ -69,7 +69,7 @@ class JobManager:
         self._wake: asyncio.TimerHandle | None = None  # the pump after a retry's delay
         self._closing = False  # the agent is exiting: nothing more starts (the journal keeps the queue)
         self.jobs: dict[str, Job] = {}
-        self._tasks: set[asyncio.Task] = set()  # strong refs to background tasks
+        self._tasks: set[asyncio.Task[None]] = set()  # strong refs to background tasks
         # Called when a job starts or ends (what the runner has free changed).
         self.listeners: list[Callable[[], None]] = []
         self.supervisor = Supervisor(grace_s, self._spawn, self._finish, self._changed)
@@ -326,7 +326,7 @@ class JobManager:
         job.system_line(f"lanpool: {error}")
         self._finish(job, JobState.LOST, None, error)
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task:
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
         task = asyncio.create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)

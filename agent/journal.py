@@ -3,6 +3,7 @@
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from agent.home import write_json_atomic
 from protocol import ArtifactFile, JobState, JobStatus
@@ -26,7 +27,7 @@ class JobRecord:
     pid: int | None = None
     stop_requested: bool = False
     abort_requested: bool = False
-    artifact_files: list[dict] = field(default_factory=list)
+    artifact_files: list[dict[str, Any]] = field(default_factory=list)
     executor: str = "process"  # "process" or "docker"
     image: str = ""  # the image a docker job runs in
     container_id: str = ""
@@ -43,7 +44,7 @@ class JobRecord:
     # offset], noted before its record is written (it counts only if the
     # spool reaches past that offset).
     log_cuts: dict[str, int] = field(default_factory=dict)
-    last_cut: list = field(default_factory=list)
+    last_cut: list[Any] = field(default_factory=list)
     # The runner's queue (agent.queue): order of arrival, and a retry's delay.
     queued_seq: int = 0
     not_before: float = 0.0

@@ -178,7 +178,7 @@ class LoggerFiles:
         from tensorboard.backend.event_processing.event_file_loader import EventFileLoader  # noqa: PLC0415
 
         # The descriptor opened above, through /proc: the job cannot swap the name for a link.
-        loader = EventFileLoader(f"/proc/self/fd/{fd}")
+        loader: object = EventFileLoader(f"/proc/self/fd/{fd}")
         self._loaders[rel] = (fd, loader)
         return loader
 

@@ -11,6 +11,7 @@ loopback or a test namespace was meant.
 
 import logging
 import socket
+from typing import Any
 
 import ifaddr
 from zeroconf import IPVersion
@@ -40,7 +41,9 @@ def advertise_addresses(listen_host: str, requested: list[str] | None) -> list[s
     return lan_addresses()
 
 
-def txt_record(name: str, version: str, protocol_version: int, host_key: str, resources: dict) -> dict[str, str]:
+def txt_record(
+    name: str, version: str, protocol_version: int, host_key: str, resources: dict[str, Any]
+) -> dict[str, str]:
     props = {"name": name, "v": version, "pv": str(protocol_version), "hk": host_key}
     for key, value in resources.items():
         props[key] = str(value)

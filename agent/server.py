@@ -106,7 +106,7 @@ class Agent:
         self.mdns_addresses = advertise_addresses(host, mdns_interfaces) if mdns else []
         self._advertiser: Advertiser | None = None
         self._host_key_text = ""
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         self.home.create()
@@ -180,7 +180,7 @@ class Agent:
         """A controller proved the pairing code: authorize its key (False: it already was)."""
         return add_authorized_key(self.home.authorized_keys, public_key, comment=f"lanpool:{label}" if label else "")
 
-    async def serve_channel(self, process: asyncssh.SSHServerProcess) -> None:
+    async def serve_channel(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
         """A session channel that agent.ssh_server let open: an exec into a job, or the
         subsystem (only pairing, for a pairing-only connection)."""
         # asyncssh hands the session itself (a LanpoolSession) to the process factory.

@@ -4,6 +4,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import asyncssh
 
@@ -63,10 +64,10 @@ class ChannelSession:
 
     def __init__(
         self,
-        process: asyncssh.SSHServerProcess,
+        process: asyncssh.SSHServerProcess[bytes],
         manager: JobManager,
         name: str,
-        resources: Callable[[], dict],
+        resources: Callable[[], dict[str, Any]],
         pairing: PairingResponder | None = None,
     ) -> None:
         """`pairing` is set on pairing-only connections: they may run the pairing
@@ -76,7 +77,7 @@ class ChannelSession:
         self._name = name
         self._resources = resources
         self._pairing = pairing
-        self._streams: set[asyncio.Task] = set()
+        self._streams: set[asyncio.Task[None]] = set()
         self._write_lock = asyncio.Lock()
         self._blobs: BlobCache = manager.blobs
         self._part: BlobPart | None = None  # the blob being received (one at a time, parts in order)

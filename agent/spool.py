@@ -85,7 +85,7 @@ class LogSpool:
         if n == 0:
             return self.next_seq
         seq = self.next_seq
-        fields: tuple = (seq, n, _STREAM_IDS[stream], len(lines))
+        fields: tuple[int | float, ...] = (seq, n, _STREAM_IDS[stream], len(lines))
         if self._header is _HEADER:
             fields += (time.time(),)
         os.write(self._fd, self._header.pack(*fields) + lines)

@@ -45,7 +45,7 @@ class AgentSide(Protocol):
     # Pairing-only connections, with the key and code each authenticated with.
     pairing_grants: Grants
 
-    async def serve_channel(self, process: asyncssh.SSHServerProcess) -> None: ...
+    async def serve_channel(self, process: asyncssh.SSHServerProcess[bytes]) -> None: ...
 
 
 async def listen(agent: AgentSide, host: str, port: int, host_key: asyncssh.SSHKey) -> asyncssh.SSHAcceptor:
@@ -75,7 +75,7 @@ async def listen(agent: AgentSide, host: str, port: int, host_key: asyncssh.SSHK
     )
 
 
-class LanpoolSession(asyncssh.SSHServerProcess):
+class LanpoolSession(asyncssh.SSHServerProcess[bytes]):
     """A session channel: the lanpool subsystem (without a PTY), or, for an authorized
     controller, `lanpool-exec JOB_ID [-- ARGV]` into a running job (with a PTY if asked).
     No SFTP, no shell, no other exec (so no scp)."""
@@ -204,7 +204,7 @@ class AgentSSHServer(asyncssh.SSHServer):
             log.info("closing the pairing connection from %s: its code expired", self._peer)
             self._conn.close()
 
-    def session_requested(self) -> asyncssh.SSHServerSession:
+    def session_requested(self) -> asyncssh.SSHServerSession[bytes]:
         assert self._conn is not None, "sessions come after connection_made"
         # A pairing-only connection is told apart inside the subsystem (it may only pair).
         return LanpoolSession(self._agent, self._conn)

@@ -26,7 +26,7 @@ import logging
 import os
 import shutil
 import stat
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from app.artifact_files import DISK_RESERVE_BYTES, ArtifactsRefused, checked_dec
 from app.errors import LanpoolError, RunnerProtocolError
 from app.runner_client import RunnerSession
 from protocol import ArtifactData, ArtifactEnd, ArtifactRange, ArtifactsSent, Error, JobStatus
+from protocol.messages import AgentMessage
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +226,7 @@ class _Writer:
         self.ended: set[str] = set()
         self._fds: dict[str, int] = {}
 
-    def take(self, batch: list) -> None:
+    def take(self, batch: Sequence[AgentMessage]) -> None:
         for msg in batch:
             if isinstance(msg, ArtifactData):
                 self._data(msg)

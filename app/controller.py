@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import asyncssh
 
@@ -276,7 +276,7 @@ class Controller:
 
         await asyncio.gather(*(one(j) for j in pending))
 
-    def metrics(self, job_id: str) -> list[dict]:
+    def metrics(self, job_id: str) -> list[dict[str, Any]]:
         """Metric points of a job (its "met" log stream): step, name, value, time."""
         reader = MetricsReader(job_id)  # the one parser of metric lines (the TUI reads the same way)
         reader.update(self.store)

@@ -75,7 +75,7 @@ class Browser:
         self._on_gone = on_gone or (lambda _name: None)
         self._zc: AsyncZeroconf | None = None
         self._browser: AsyncServiceBrowser | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
         if not self.interfaces:

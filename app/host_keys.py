@@ -7,6 +7,8 @@ that no longer reads (a damaged database) makes only its own runner unusable,
 with one line saying how to fix it.
 """
 
+from typing import Any
+
 import asyncssh
 
 from app.errors import LanpoolError
@@ -43,7 +45,7 @@ def unreadable_key_message(name: str) -> str:
     )
 
 
-def pinned_key(row: dict) -> str:
+def pinned_key(row: dict[str, Any]) -> str:
     """The host key pinned for a stored runner; one clear error when the store's copy is damaged."""
     key = host_key_or_none(row.get("host_key"))
     if key is None:

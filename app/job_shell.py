@@ -165,20 +165,20 @@ async def hold_forwards(
             listener.close()
 
 
-async def _feed_stdin(proc: asyncssh.SSHClientProcess) -> None:
+async def _feed_stdin(proc: asyncssh.SSHClientProcess[bytes]) -> None:
     while data := await asyncio.to_thread(os.read, sys.stdin.fileno(), _READ_SIZE):
         proc.stdin.write(data)
         await proc.stdin.drain()
     proc.stdin.write_eof()
 
 
-async def _copy(reader: asyncssh.SSHReader, out: BinaryIO) -> None:
+async def _copy(reader: asyncssh.SSHReader[bytes], out: BinaryIO) -> None:
     while data := await reader.read(_READ_SIZE):
         out.write(data)
         out.flush()
 
 
-def _exit_code(proc: asyncssh.SSHClientProcess) -> int:
+def _exit_code(proc: asyncssh.SSHClientProcess[bytes]) -> int:
     if proc.exit_status is not None and proc.exit_status >= 0:
         return proc.exit_status
     return 255  # ended by a signal or without a status: as ssh reports it

@@ -86,7 +86,9 @@ class LogSelection:
         """Print what the store holds now; returns the number of lines printed."""
         picked: list[tuple[int, int, str, bytes, float | None]] = []  # (seq, node, stream, line, at)
         for n in self.nodes:
-            kept: deque = deque(maxlen=self.tail) if self.tail is not None else deque()
+            kept: deque[tuple[int, int, str, bytes, float | None]] = (
+                deque(maxlen=self.tail) if self.tail is not None else deque()
+            )
             for _seq, line_no, stream, line, at in self._lines(n, 0):
                 kept.append((line_no, n, stream, line, at))
                 self.cursor[n] = line_no + 1

@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from app.multinode import prefix_node
 from app.store import JobRow, Store
@@ -23,7 +24,7 @@ class JobLine:
     """One row of the runs list: a job and what the user asks about it."""
 
     job: JobRow
-    variables: dict
+    variables: dict[str, Any]
     tag: str | None
     artifacts: int
     runners: tuple[str, ...]  # every node's runner (one for single-node jobs)
@@ -185,7 +186,7 @@ class MetricsReader:
 
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
-        self.points: list[dict] = []
+        self.points: list[dict[str, Any]] = []
         self._after: dict[int, int] = {}
 
     def update(self, store: Store) -> bool:
@@ -203,7 +204,7 @@ class MetricsReader:
         return bool(rows)
 
 
-def metric_series(points: Iterable[dict]) -> dict[str, tuple[list[float], list[float]]]:
+def metric_series(points: Iterable[dict[str, Any]]) -> dict[str, tuple[list[float], list[float]]]:
     """{name: (steps, values)} from metric points, in step order, non-numbers dropped."""
     series: dict[str, dict[float, float]] = {}
     for p in points:

@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.errors import UsageError
 from app.home import ControllerHome
@@ -32,7 +33,7 @@ class PlannedJob:
     deps: list[str]  # workflows planned in this run that this job takes artifacts from
     tagged: list[JobRow]  # jobs of tagged runs (`prepare:NAME`) it takes artifacts from
     key: str
-    inputs: dict
+    inputs: dict[str, Any]
     action: str = "run"  # "run" or "reuse"
     reuse: JobRow | None = None
     reason: str = ""
@@ -47,7 +48,7 @@ class Plan:
     def to_run(self) -> list[PlannedJob]:
         return [j for j in self.jobs if j.action == "run"]
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "workflow": self.workflow,
             "jobs": [
@@ -180,7 +181,9 @@ def _fixed_inputs(store: Store, project: Project, name: str, dep: Dependency) ->
     return [found]
 
 
-def _inputs(job: ResolvedJob, files: dict[str, str], dep_keys: dict[str, str], tagged: dict[str, str]) -> dict:
+def _inputs(
+    job: ResolvedJob, files: dict[str, str], dep_keys: dict[str, str], tagged: dict[str, str]
+) -> dict[str, Any]:
     spec = {
         "commands": job.commands,
         "env": job.env,

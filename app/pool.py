@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import asyncssh
 
@@ -153,7 +153,7 @@ class Pool:
         """Forget a runner and its pinned host key; False if no runner has that name."""
         return self.store.remove_runner(name)
 
-    async def probe(self, row: dict) -> str:
+    async def probe(self, row: dict[str, Any]) -> str:
         """Check one runner now; records and returns its state. A runner this controller does
         not trust is at best UNPAIRED, whatever it accepts."""
         name = row["name"]

@@ -20,8 +20,9 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.errors import (
     HostKeyMismatch,
@@ -72,7 +73,7 @@ class NodeAt:
     host: str
     port: int
 
-    def row(self) -> dict:
+    def row(self) -> dict[str, Any]:
         return {"name": self.runner, "host": self.host, "port": self.port}
 
 
@@ -86,7 +87,7 @@ class Launch:
     files: WorkspaceFiles  # the snapshot and the reused inputs, by content
     snapshot_digest: str = ""
     cache_key: str | None = None
-    cache_inputs: dict | None = None
+    cache_inputs: dict[str, Any] | None = None
     secrets: dict[str, str] = field(default_factory=dict)  # NAME -> value, for the SubmitJob only
 
 
@@ -221,7 +222,9 @@ class RemoteJob:
                 if session not in given:
                     session.close()
 
-    async def _follow_all(self, followers: list, live: dict[int, RunnerSession]) -> JobRow:
+    async def _follow_all(
+        self, followers: list[Coroutine[Any, Any, JobStatus]], live: dict[int, RunnerSession]
+    ) -> JobRow:
         """Follow every node to its end; the first to fail stops the others."""
         tasks = {asyncio.ensure_future(f): at for f, at in zip(followers, self.nodes, strict=False)}
         finals: dict[int, JobStatus | None] = {}
@@ -248,7 +251,7 @@ class RemoteJob:
                     finals[at.node] = status
                     if status is None:
                         self._note(at.node, None, cause)
-                    cause = cause or _cause(status)
+                    cause = cause or (_cause(status) if status is not None else "")
                     if cause and not failure and self.size > 1:
                         failure = f"node {at.node} ({at.runner}): {cause}"
                         self.say(f"{failure}; stopping the other nodes")

@@ -23,6 +23,7 @@ import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from app.errors import LanpoolError, UsageError
 from app.home import ControllerHome
@@ -59,7 +60,7 @@ class Removal:
     def freed(self) -> int:
         return self.artifact_bytes + self.log_bytes
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "dry_run": self.dry_run,
             "runs": self.runs,

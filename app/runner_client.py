@@ -344,7 +344,7 @@ class RunnerSession:
                 with contextlib.suppress(asyncio.CancelledError, LanpoolError):
                     await reader
 
-    async def _send_parts(self, batch: list[PutBlob], reader: asyncio.Task) -> None:
+    async def _send_parts(self, batch: list[PutBlob], reader: asyncio.Task[None]) -> None:
         if reader.done():  # the runner refused something: its reason, not a lost channel
             await reader
         await self._control.send_many(batch)

@@ -1,9 +1,12 @@
 """What a runner may write into this controller's store while one of its jobs is followed."""
 
 import logging
+from collections.abc import Sequence
+from typing import Any
 
 from app.errors import RunnerProtocolError
 from protocol import JobStatus, LogChunk
+from protocol.messages import AgentMessage
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +26,7 @@ class OwnOutput:
         self.where = where
         self.dropped = 0
 
-    def take(self, batch: list) -> tuple[list[tuple], JobStatus | None]:
+    def take(self, batch: Sequence[AgentMessage]) -> tuple[list[tuple[Any, ...]], JobStatus | None]:
         """Store rows (job_id, node, seq, n_lines, stream, data, at) of the batch's own chunks,
         and its final status (None if the batch does not end with one)."""
         rows = []

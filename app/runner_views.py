@@ -16,6 +16,7 @@ import json
 import logging
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from app.host_keys import host_key_or_none, unreadable_key_message
 from app.scheduler import Capacity
@@ -46,7 +47,7 @@ class RunnerView:
     port: int
     source: str
     state: str
-    props: dict
+    props: dict[str, Any]
     last_seen: float | None
     running: int
     trusted: bool = False
@@ -88,7 +89,7 @@ class RunnerView:
             queued=count(p, "queued"),
         )
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         out = {
             "name": self.name,
             "address": f"{self.host}:{self.port}",
@@ -110,7 +111,7 @@ class RunnerView:
         return out
 
 
-def count(props: dict, key: str, default: int = 0) -> int:
+def count(props: dict[str, Any], key: str, default: int = 0) -> int:
     """A resource count from a peer's text: anything but a plain non-negative integer reads as `default`."""
     value = props.get(key)
     if value is None:
@@ -134,7 +135,7 @@ def bounded_props(props: object) -> dict[str, str]:
     return out
 
 
-def props_of(row: dict) -> dict[str, str]:
+def props_of(row: dict[str, Any]) -> dict[str, str]:
     try:
         return bounded_props(json.loads(row.get("props") or "{}"))
     except ValueError:  # a damaged row shows no resources rather than breaking the list

@@ -8,7 +8,7 @@ never shares the event loop's.
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from app import overview
 from app.home import ControllerHome
@@ -38,7 +38,7 @@ class Runs:
     def jobs_of(self, run_name: str) -> list[JobRow]:
         return self.store.jobs_of_run(run_name)
 
-    def nodes(self, job_id: str) -> list[dict]:
+    def nodes(self, job_id: str) -> list[dict[str, Any]]:
         """The job's nodes (runner, status per node); empty for a job not yet placed."""
         return self.store.nodes(job_id)
 

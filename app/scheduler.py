@@ -8,6 +8,7 @@ can never fit on any runner is rejected at once.
 """
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -17,7 +18,7 @@ class Need:
     memory_mb: int = 0
 
     @classmethod
-    def of(cls, resources: dict) -> "Need":
+    def of(cls, resources: dict[str, Any]) -> "Need":
         return cls(
             int(resources.get("gpu", 0) or 0),
             int(resources.get("cpu", 0) or 0),

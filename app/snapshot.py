@@ -150,7 +150,7 @@ def build_manifest(root: Path, names: list[str] | None = None) -> Manifest:
     return Manifest(root, tuple(entries))
 
 
-def _glob_regex(pattern: str) -> re.Pattern:
+def _glob_regex(pattern: str) -> re.Pattern[str]:
     """A repo glob: `*` within a path segment, `**` across segments; a bare dir means all under it."""
     pattern = pattern.strip().removeprefix("./")
     out, i = [], 0

@@ -33,7 +33,7 @@ _UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 _CRLF = re.compile(r"\r+\n")
 
 
-def _visible(match: re.Match) -> str:
+def _visible(match: re.Match[str]) -> str:
     char = match.group()
     code = ord(char)
     if char == "\r":

@@ -202,7 +202,8 @@ class DockerExecutor:
         labels = [f"{LABEL_AGENT}={self.agent_label}"]
         if job_id is not None:
             labels.append(f"{LABEL_JOB}={job_id}")
-        return self.client.containers.list(all=True, filters={"label": labels}, ignore_removed=True)
+        found: list[Container] = self.client.containers.list(all=True, filters={"label": labels}, ignore_removed=True)
+        return found
 
     async def adopt(self, job: Adoption, sink: OutputSink) -> DockerExecution:
         """Re-attach to a job's container after an agent restart; streaming resumes

@@ -24,6 +24,8 @@ from agent.executors.base import OutputSink
 log = logging.getLogger(__name__)
 
 STREAMS = ("out", "err")
+# What a stream's reader thread hands the loop: a chunk, the error that ended it, or None at its end.
+_Item = tuple[str, bytes | Exception | None]
 _MAX_LINE = 64 * 1024  # a longer line is cut, so one runaway line cannot hold memory
 _REOPEN_AFTER_S = 1.0
 
@@ -63,7 +65,7 @@ class ContainerLog:
     async def _pass(self, follow: bool) -> bool:
         """Read both streams from their start, delivering what is new; True if a stream failed."""
         loop = asyncio.get_running_loop()
-        queue: asyncio.Queue = asyncio.Queue()
+        queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._pos = {s: 0 for s in STREAMS}
         self._partial = {s: b"" for s in STREAMS}
         self._readers = [_LogReader(self._container, s, follow, loop, queue) for s in STREAMS]
@@ -111,7 +113,12 @@ class _LogReader(threading.Thread):
     """One stream of a container's log, pushed to the loop's queue; None marks its end."""
 
     def __init__(
-        self, container: Container, stream: str, follow: bool, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue
+        self,
+        container: Container,
+        stream: str,
+        follow: bool,
+        loop: asyncio.AbstractEventLoop,
+        queue: asyncio.Queue[_Item],
     ) -> None:
         super().__init__(daemon=True, name=f"docker-logs-{container.id[:12]}-{stream}")
         self._container = container

@@ -5,6 +5,7 @@ import asyncio
 import json
 import re
 import sys
+from typing import Any
 
 from app.cli import render
 from app.cli.render import say
@@ -175,7 +176,7 @@ async def metrics(ctl: Controller, args: argparse.Namespace) -> int:
             "no metrics yet (jobs log them through training.metrics.LanpoolMetrics, or Lightning's CSVLogger or TensorBoardLogger)"
         )
         return ExitCode.OK
-    latest: dict[str, dict] = {}
+    latest: dict[str, dict[str, Any]] = {}
     for p in points:
         latest[p["name"]] = p
     rows = [
@@ -198,7 +199,7 @@ def _reason(job: JobRow) -> str:
     return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 3] + "..."
 
 
-def _job_json(ctl: Controller, j: JobRow) -> dict:
+def _job_json(ctl: Controller, j: JobRow) -> dict[str, Any]:
     return {
         "job": j.id,
         "workflow": j.workflow,

@@ -100,7 +100,7 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
         _workflow_help(ctl, project, args.workflow, "run")
         return ExitCode.OK
     submitted: list[Submitted] = []
-    forwards: list[asyncio.Task] = []
+    forwards: list[asyncio.Task[None]] = []
 
     def announce(sub: Submitted) -> None:
         submitted.append(sub)

@@ -17,6 +17,7 @@ from app.secret_store import check_name
 
 
 def _value(args: argparse.Namespace) -> str:
+    text: str
     if args.from_file is not None:
         try:
             text = args.from_file.read_text(encoding="utf-8")

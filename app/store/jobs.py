@@ -2,6 +2,7 @@
 
 import json
 import time
+from typing import Any
 
 from app.errors import NotFoundError
 from app.store.rows import JOB_COLS, JOB_FIELDS, JobRow, RunRow, Table, escape_like
@@ -18,7 +19,12 @@ class JobRows(Table):
         return self.conn.execute("SELECT 1 FROM runs WHERE name = ?", (name,)).fetchone() is not None
 
     def create_run(
-        self, name: str, workflow: str, project_dir: str, tag: str | None = None, variables: dict | None = None
+        self,
+        name: str,
+        workflow: str,
+        project_dir: str,
+        tag: str | None = None,
+        variables: dict[str, Any] | None = None,
     ) -> str | None:
         """Record a run; a tag moves to it from the run that had it (whose name is returned)."""
         with atomic(self.conn):
@@ -76,7 +82,7 @@ class JobRows(Table):
         ).fetchone()
         return JobRow(*row) if row else None
 
-    def last_inputs(self, project_dir: str, workflow: str) -> tuple[str, dict] | None:
+    def last_inputs(self, project_dir: str, workflow: str) -> tuple[str, dict[str, Any]] | None:
         """(job id, cache inputs) of the newest job of `workflow` in this project that recorded them."""
         row = self.conn.execute(
             "SELECT j.id, j.cache_inputs FROM jobs j JOIN runs r ON r.name = j.run_name "
@@ -91,10 +97,10 @@ class JobRows(Table):
         job_id: str,
         run_name: str,
         workflow: str,
-        runner: dict,
-        spec: dict,
+        runner: dict[str, Any],
+        spec: dict[str, Any],
         cache_key: str | None = None,
-        cache_inputs: dict | None = None,
+        cache_inputs: dict[str, Any] | None = None,
     ) -> None:
         now = time.time()
         with atomic(self.conn):
@@ -200,7 +206,7 @@ class JobRows(Table):
         )
         return [RunRow(*r) for r in rows]
 
-    def job_rows(self, text: str = "", status: str = "", limit: int = 500) -> list[tuple]:
+    def job_rows(self, text: str = "", status: str = "", limit: int = 500) -> list[tuple[Any, ...]]:
         """Jobs (newest first) with their run's variables and artifact count, for the runs list.
 
         `text` matches run name, job id, workflow, runner, tag or variables;
@@ -250,7 +256,7 @@ class JobRows(Table):
         ).fetchall()
 
     def set_node(
-        self, job_id: str, node: int, runner: dict, status: str, exit_code: int | None = None, error: str = ""
+        self, job_id: str, node: int, runner: dict[str, Any], status: str, exit_code: int | None = None, error: str = ""
     ) -> None:
         with atomic(self.conn):
             self.conn.execute(
@@ -260,5 +266,5 @@ class JobRows(Table):
                 (job_id, node, runner["name"], runner["host"], runner["port"], str(status), exit_code, error),
             )
 
-    def nodes(self, job_id: str) -> list[dict]:
+    def nodes(self, job_id: str) -> list[dict[str, Any]]:
         return self._dicts("SELECT * FROM job_nodes WHERE job_id = ? ORDER BY node", (job_id,))

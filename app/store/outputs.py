@@ -1,13 +1,14 @@
 """What jobs leave behind: their logs (stored as the chunks they arrive in) and the list of their artifacts."""
 
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from app.store.rows import ARTIFACTS_REFUSED, Table
 from app.store.transactions import atomic
 
 
 class OutputRows(Table):
-    def add_log_chunks(self, chunks: Iterable[tuple]) -> None:
+    def add_log_chunks(self, chunks: Iterable[tuple[Any, ...]]) -> None:
         """Store (job_id, node, seq, n_lines, stream, data[, at]) rows; a chunk seen twice is kept once.
         `at`: when the agent received the chunk's first line (0 or absent: not known, stored NULL)."""
         rows = ((*r[:6], (r[6] or None) if len(r) > 6 else None) for r in chunks)
@@ -29,9 +30,10 @@ class OutputRows(Table):
         return row[0] if row else 0
 
     def log_line_count(self, job_id: str) -> int:
-        return self.conn.execute(
+        count: int = self.conn.execute(
             "SELECT COALESCE(SUM(n_lines), 0) FROM log_chunks WHERE job_id = ?", (job_id,)
         ).fetchone()[0]
+        return count
 
     def log_chunks(self, job_id: str, from_seq: int = 0) -> Iterator[tuple[int, int, str, bytes]]:
         """(node, seq, stream, data) in order, from the chunk holding `from_seq`."""

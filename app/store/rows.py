@@ -3,6 +3,7 @@
 import json
 import sqlite3
 from dataclasses import dataclass
+from typing import Any
 
 from protocol import JobState
 
@@ -43,7 +44,8 @@ class JobRow:
 
     @property
     def artifact_paths(self) -> list[str]:
-        return json.loads(self.spec or "{}").get("artifacts", [])
+        paths: list[str] = json.loads(self.spec or "{}").get("artifacts", [])
+        return paths
 
 
 JOB_FIELDS = frozenset(JobRow.__dataclass_fields__)
@@ -59,7 +61,7 @@ class Table:
 
     conn: sqlite3.Connection
 
-    def _dicts(self, sql: str, params: tuple = ()) -> list[dict]:
+    def _dicts(self, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
         cur = self.conn.execute(sql, params)
         names = [d[0] for d in cur.description]
         return [dict(zip(names, row, strict=False)) for row in cur]

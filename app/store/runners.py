@@ -1,6 +1,7 @@
 """The runners table: each runner this controller knows, its address, pinned key and trust."""
 
 import time
+from typing import Any
 
 from app.errors import NotFoundError
 from app.store.rows import JOB_COLS, JobRow, Table
@@ -8,18 +9,18 @@ from app.store.transactions import atomic
 
 
 class RunnerRows(Table):
-    def runner(self, name: str) -> dict | None:
+    def runner(self, name: str) -> dict[str, Any] | None:
         rows = self._dicts("SELECT * FROM runners WHERE name = ?", (name,))
         return rows[0] if rows else None
 
-    def known_runner(self, name: str) -> dict:
+    def known_runner(self, name: str) -> dict[str, Any]:
         """The runner's row, which the caller knows is there (NotFoundError if it was removed meanwhile)."""
         row = self.runner(name)
         if row is None:
             raise NotFoundError(f"no runner {name!r}: `app headless runners` lists them")
         return row
 
-    def runner_by_address(self, host: str, port: int) -> dict | None:
+    def runner_by_address(self, host: str, port: int) -> dict[str, Any] | None:
         """The runner at an address, a trusted one first: an advert may put another name there."""
         rows = self._dicts(
             "SELECT * FROM runners WHERE host = ? AND port = ? ORDER BY COALESCE(trusted, 0) DESC, added_at LIMIT 1",
@@ -27,7 +28,7 @@ class RunnerRows(Table):
         )
         return rows[0] if rows else None
 
-    def runners(self) -> list[dict]:
+    def runners(self) -> list[dict[str, Any]]:
         return self._dicts("SELECT * FROM runners ORDER BY name")
 
     def set_runner(self, name: str, **fields: object) -> None:

@@ -14,7 +14,7 @@ app/tui/actions.py (run, stop, download, runners).
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult, SystemCommand
@@ -255,7 +255,7 @@ class LanpoolApp(Actions):
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.KEYS_HELP))
 
-    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         for title, help_text, action in [
             ("Run a workflow", "open the Run dialog", self.action_run),

@@ -2,6 +2,7 @@
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from app.errors import UsageError
 
@@ -63,7 +64,7 @@ class Workflow:
     env: dict[str, str] = field(default_factory=dict)
     artifacts: list[ArtifactSpec] = field(default_factory=list)
     working_dir: str = ""
-    resources: dict[str, Scalar | dict] = field(default_factory=dict)
+    resources: dict[str, Scalar | dict[str, Any]] = field(default_factory=dict)
     nodes: int | str = 1
     executor: str = ""
     pull: str = "missing"

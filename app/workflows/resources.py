@@ -8,6 +8,7 @@ the limits would only fail later, on the wire or on the runner.
 import math
 import re
 from collections.abc import Callable
+from typing import Any
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _UNIT_MB = {"": 1, "B": 1 / (1024 * 1024), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
@@ -51,7 +52,7 @@ def _short(value: object) -> str:
     return text if len(text) <= 40 else text[:40] + "..."
 
 
-def normalize_resources(raw: dict) -> dict[str, int | str]:
+def normalize_resources(raw: dict[str, Any]) -> dict[str, int | str]:
     """The flat map sent to runners; raises ValueError with a message for the user."""
     out: dict[str, int | str] = {}
     gpu = raw.get("gpu")
@@ -72,7 +73,7 @@ def normalize_resources(raw: dict) -> dict[str, int | str]:
     return out
 
 
-def check_resources(raw: dict, err: Callable[[str], Exception]) -> None:
+def check_resources(raw: dict[str, Any], err: Callable[[str], Exception]) -> None:
     try:
         normalize_resources(raw)
     except ValueError as exc:

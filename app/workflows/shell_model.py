@@ -86,7 +86,7 @@ class _Scanner(Expansions):
 
     # -- commands ------------------------------------------------------------------
 
-    def _command_position(self, f: Frame, extra: frozenset = frozenset()) -> bool:
+    def _command_position(self, f: Frame, extra: frozenset[str] = frozenset()) -> bool:
         return all(w in OPENERS or w in extra for w in f.words)
 
     def _command_char(self, f: Frame, i: int) -> int:

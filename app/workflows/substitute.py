@@ -159,7 +159,7 @@ def substitute_commands(
     return [result[bounds[k] : bounds[k + 1] - 1] for k in range(len(commands))]
 
 
-def _lookup(m: re.Match, values: Mapping[str, str], render: Callable[[str, str], str]) -> str:
+def _lookup(m: re.Match[str], values: Mapping[str, str], render: Callable[[str, str], str]) -> str:
     name = m.group("t") or m.group("b") or m.group("p")
     if name in values:
         return render(values[name], "")

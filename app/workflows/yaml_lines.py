@@ -19,7 +19,7 @@ class LineMap(dict[Any, Any]):
         return self.key_lines.get(key, self.line)
 
 
-class _LineLoader(yaml.SafeLoader):
+class _LineLoader(yaml.SafeLoader):  # type: ignore[misc]  # yaml has no types here (types-PyYAML not installed)
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> LineMap:
         mapping = LineMap(super().construct_mapping(node, deep=deep))
         mapping.line = node.start_mark.line + 1

@@ -6,7 +6,7 @@ from textual.widgets import DataTable
 from app.formatting import size
 
 
-class ArtifactsList(DataTable):
+class ArtifactsList(DataTable[Text]):
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True

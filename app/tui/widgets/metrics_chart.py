@@ -122,7 +122,7 @@ class MetricsChart(Widget):
         self.smoothing = SMOOTHING[(SMOOTHING.index(self.smoothing) + 1) % len(SMOOTHING)]
         self._draw()
 
-    def on_selection_list_selection_toggled(self, event: SelectionList.SelectionToggled) -> None:
+    def on_selection_list_selection_toggled(self, event: SelectionList.SelectionToggled[str]) -> None:
         name = str(event.selection.value)
         self._hidden.symmetric_difference_update({name})
         self._draw()

@@ -18,6 +18,9 @@ from app.formatting import ago, duration, runner_cells
 from app.overview import JobLine
 from app.runner_views import RunnerView
 
+Cell = str | Text
+Row = tuple[str, list[Cell]]  # (key, cells in COLUMNS order)
+
 STATUS_STYLE = {
     "QUEUED": "yellow",
     "SUBMITTED": "cyan",
@@ -40,7 +43,7 @@ def status_cell(text: str, width: int = 48) -> Text:
     return Text(text if len(text) <= width else text[: width - 1] + "…", style=STATUS_STYLE.get(state, ""))
 
 
-class LiveTable(DataTable):
+class LiveTable(DataTable[Cell]):
     """A DataTable whose rows are replaced by key: new rows added, gone rows removed,
     changed cells updated; order follows the given rows."""
 
@@ -56,7 +59,7 @@ class LiveTable(DataTable):
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
-        self._rows: list[tuple[str, list]] = []
+        self._rows: list[Row] = []
         self.shown_columns: list[str] = [key for key, _ in self.COLUMNS]
         self._add_columns()
 
@@ -97,11 +100,11 @@ class LiveTable(DataTable):
             self._add_columns()
             self._rebuild(self._rows, selected)
 
-    def _cells(self, cells: list) -> list:
+    def _cells(self, cells: list[Cell]) -> list[Cell]:
         index = {key: i for i, (key, _) in enumerate(self.COLUMNS)}
         return [cells[index[key]] for key in self.shown_columns]
 
-    def _rebuild(self, rows: list[tuple[str, list]], selected: str | None) -> None:
+    def _rebuild(self, rows: list[Row], selected: str | None) -> None:
         self.clear()
         for key, cells in rows:
             self.add_row(*self._cells(cells), key=key)
@@ -109,7 +112,7 @@ class LiveTable(DataTable):
         if selected in wanted:
             self.move_cursor(row=wanted.index(selected), animate=False)
 
-    def show(self, rows: list[tuple[str, list]]) -> None:
+    def show(self, rows: list[Row]) -> None:
         old_rows, self._rows = self._rows, rows
         if not old_rows or any(len(a[1]) != len(b[1]) for a, b in zip(old_rows, rows, strict=False)):
             self._fit(self.size.width)
@@ -152,7 +155,7 @@ class RunsTable(LiveTable):
     HIDE_ORDER = ("variables", "artifacts", "submitted", "workflow", "runner", "job", "duration")
 
     def show_jobs(self, lines: list[JobLine], now: float) -> None:
-        rows = []
+        rows: list[Row] = []
         for line in lines:
             j = line.job
             runner = ", ".join(line.runners) or "-"
@@ -190,9 +193,9 @@ class RunnersTable(LiveTable):
     HIDE_ORDER = ("source", "executor", "seen", "address", "jobs")
 
     def show_runners(self, runners: list[RunnerView], now: float) -> None:
-        rows = []
+        rows: list[Row] = []
         for v in runners:
-            cells: list = runner_cells(v, now)  # the same row as `app headless runners`, its state in colour
+            cells: list[Cell] = [*runner_cells(v, now)]  # the same row as `app headless runners`, its state in colour
             cells[2] = status_cell(v.state)
             rows.append((v.name, cells))
         self.show(rows)
