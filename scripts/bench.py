@@ -131,6 +131,7 @@ import app.cli.headless as headless
 mark("imports_done")
 import app.controller as controller_mod
 import app.pool as pool_mod
+import app.run_loop as run_loop_mod
 from app.cli import render
 from app.runner_client import RunnerSession
 
@@ -157,7 +158,7 @@ def wrap(owner, attr, name, is_async):
 wrap(controller_mod.Controller, "__init__", "controller_init", False)
 wrap(controller_mod.Controller, "load_project", "load_project", False)
 wrap(pool_mod, "load_or_create_client_key", "load_key", False)
-wrap(controller_mod, "build_manifest", "build_snapshot", False)
+wrap(run_loop_mod, "build_manifest", "build_snapshot", False)
 wrap(RunnerSession, "open", "ssh_connect", True)
 wrap(RunnerSession, "put_blobs", "sftp_upload", True)
 wrap(RunnerSession, "submit_accepted", "submit", True)
