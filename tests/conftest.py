@@ -23,6 +23,28 @@ def controller_home(tmp_path: Path, monkeypatch) -> Path:
 
 
 @pytest.fixture
+def home(tmp_path: Path, monkeypatch) -> Path:
+    """A fake $HOME with a .bashrc that no runner may touch (tests/hostile_runner.py: BASHRC)."""
+    from tests.hostile_runner import BASHRC
+
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_bytes(BASHRC)
+    monkeypatch.setenv("HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def ctl(controller_home: Path, home: Path):
+    """A Controller whose user's $HOME is `home`."""
+    from app.controller import Controller
+
+    c = Controller()
+    yield c
+    c.close()
+
+
+@pytest.fixture
 def agent(tmp_path: Path, controller_home: Path):
     a = start_agent(tmp_path / "agent", controller_home)
     yield a

@@ -55,6 +55,8 @@ from protocol import (
     encode_message,
 )
 
+BASHRC = b"# the user's own .bashrc\n"  # in the fake $HOME of tests (conftest `home`): no runner may touch it
+
 
 @dataclass
 class Script:

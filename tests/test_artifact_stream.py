@@ -22,25 +22,7 @@ from app.controller import Controller
 from app.errors import LanpoolError
 from app.store import ARTIFACTS_REFUSED
 from protocol import ArtifactData, ArtifactEnd, ArtifactsSent, Error, ErrorCode, JobState
-from tests.hostile_runner import HostileRunner, Script, seed_job, trust
-
-BASHRC = b"# the user's own .bashrc\n"
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch) -> Path:
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".bashrc").write_bytes(BASHRC)
-    monkeypatch.setenv("HOME", str(home))
-    return home
-
-
-@pytest.fixture
-def ctl(controller_home: Path, home: Path):
-    c = Controller()
-    yield c
-    c.close()
+from tests.hostile_runner import BASHRC, HostileRunner, Script, seed_job, trust
 
 
 @pytest.fixture

@@ -26,24 +26,6 @@ ESCAPES = (
     b"clip \x1b]52;c;cm0gLXJmIH4K\x07 title \x1b]0;pwned\x07 clear \x1b[2J "
     b"hidden \x1b[8msecret\x1b[0m c1 \xc2\x9b31m over ok\rEVIL bs ab\x08\x08XY\n"
 )
-BASHRC = b"# the user's own .bashrc\n"
-
-
-@pytest.fixture
-def home(tmp_path: Path, monkeypatch) -> Path:
-    """A fake $HOME with a .bashrc that no runner may touch."""
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / ".bashrc").write_bytes(BASHRC)
-    monkeypatch.setenv("HOME", str(home))
-    return home
-
-
-@pytest.fixture
-def ctl(controller_home: Path, home: Path):
-    c = Controller()
-    yield c
-    c.close()
 
 
 def _runner(tmp_path: Path, ctl: Controller, name: str = "hostile") -> HostileRunner:
