@@ -62,7 +62,8 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
         "--executor",
         choices=MODES,
         default="auto",
-        help="how jobs run: docker (containers only), process (plain processes only), or auto "
+        help="how jobs run: docker (containers only), process (plain processes only), slurm (plain "
+        "processes through Slurm's sbatch, from a login node), or auto "
         "(default: jobs with an image run in a container when a Docker engine answers)",
     )
     serve.add_argument(
@@ -97,6 +98,18 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
         help="the interpreter process jobs' environments are layered on: its packages (torch, "
         "Lightning) are theirs (default: the agent's own); python3.X on PATH and pyenv's serve `version:`",
     )
+    serve.add_argument(
+        "--slurm-dir",
+        type=Path,
+        default=None,
+        metavar="SHARED_DIR",
+        help="--executor slurm: where jobs (workspace, logs, artifacts) live, on storage every compute node "
+        "sees (default: the data dir's jobs/)",
+    )
+    for option in ("partition", "account", "qos"):
+        serve.add_argument(
+            f"--{option}", default="", help=f"--executor slurm: the Slurm {option} of jobs whose workflow names none"
+        )
     serve.add_argument("-v", "--verbose", action="store_true", help="log every connection and job")
 
     auth = sub.add_parser("authorize", help="allow a controller's public key to connect")
@@ -168,6 +181,20 @@ def main(argv: list[str] | None = None) -> int:
 async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
     from agent.server import Agent, serve
 
+    slurm = None
+    if args.executor == "slurm":
+        from agent.executors import ExecutorError
+        from agent.executors.slurm_cli import SlurmOptions
+
+        slurm = SlurmOptions(args.partition, args.account, args.qos)
+        try:
+            slurm.merged({})  # the names checked
+        except ExecutorError as exc:
+            raise AgentError(str(exc)) from None
+        if args.slurm_dir is not None:
+            home = dataclasses.replace(home, jobs_root=args.slurm_dir.expanduser().resolve() / "jobs")
+    elif args.slurm_dir is not None or args.partition or args.account or args.qos:
+        raise AgentError("--slurm-dir, --partition, --account and --qos go with --executor slurm")
     agent = Agent(
         home,
         args.name or socket.gethostname(),
@@ -181,6 +208,7 @@ async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
         pairing_ttl_s=args.pairing_ttl * 60,
         blob_cache_size=parse_size(args.blob_cache_size) if args.blob_cache_size else None,
         job_python=args.job_python,
+        slurm=slurm,
     )
     await serve(agent)
 

@@ -20,6 +20,8 @@ from typing import Any
 @dataclass(frozen=True)
 class AgentHome:
     root: Path
+    # Jobs elsewhere (--executor slurm --slurm-dir: storage every compute node sees); None = root/jobs.
+    jobs_root: Path | None = None
 
     @property
     def host_key(self) -> Path:
@@ -35,7 +37,7 @@ class AgentHome:
 
     @property
     def jobs(self) -> Path:
-        return self.root / "jobs"
+        return self.jobs_root or self.root / "jobs"
 
     @property
     def blobs(self) -> Path:

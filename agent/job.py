@@ -54,9 +54,16 @@ class Job:
         status = self.record.to_status(self.spool.next_seq)
         if self.record.state == JobState.QUEUED:
             return dataclasses.replace(status, position=self.position, reason=self.reason)
+        if self.record.state == JobState.SUBMITTED and self.reason:  # started, but waiting in Slurm's queue
+            return dataclasses.replace(status, state=JobState.QUEUED, reason=self.reason)
         if self.record.attempt:
             return dataclasses.replace(status, reason=f"retry {self.record.attempt} of {self.record.retry_limit}")
         return status
+
+    def set_pending(self, reason: str) -> None:
+        """The executor's own queue (Slurm's) holds the started job, for `reason` ("" once it runs)."""
+        self.reason = reason
+        self.notify()
 
     async def wait_terminal(self) -> None:
         while not self.record.terminal:

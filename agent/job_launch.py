@@ -58,4 +58,8 @@ async def launch_of(job: Job, executor: Executor, req: SubmitJob) -> Launch:
         memory_mb=resources.memory_mb,
         cpus=resources.cpu,
         shm_size=resources.shm_size,
+        resources=dict(req.resources),
+        max_duration_s=req.max_duration_s,
+        on_pending=job.set_pending,
+        stop_requested=lambda: record.stop_requested,
     )

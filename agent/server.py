@@ -19,7 +19,8 @@ from asyncssh.connection import SSHConnection
 
 from agent import __version__
 from agent.errors import AgentError
-from agent.executors import ExecutorChoice, ProcessExecutor
+from agent.executors import ExecutorChoice, ExecutorError, ProcessExecutor
+from agent.executors.slurm_cli import SlurmOptions, cluster_resources
 from agent.gpu_telemetry import telemetry
 from agent.gpus import GpuAllocator, detect_gpus
 from agent.home import AgentHome
@@ -30,6 +31,7 @@ from agent.keys import add_authorized_key, load_or_create_host_key
 from agent.mdns import Advertiser, advertise_addresses, txt_record
 from agent.pairing import CODE_TTL_S, Lockout, Pairing, PairingResponder
 from agent.pythons import Pythons
+from agent.queue import Amount
 from agent.resources import detect_resources
 from agent.session import ChannelSession
 from agent.ssh_server import Grants, LanpoolSession, listen
@@ -39,10 +41,20 @@ log = logging.getLogger(__name__)
 
 
 def build_executors(
-    mode: str, home: AgentHome, volumes: list[str] | None = None, job_python: str | None = None
+    mode: str,
+    home: AgentHome,
+    volumes: list[str] | None = None,
+    job_python: str | None = None,
+    slurm: SlurmOptions | None = None,
+    grace_s: float = DEFAULT_GRACE_S,
 ) -> ExecutorChoice:
     """The executors of `--executor MODE`: Docker when asked and an engine answers now; process
-    jobs in environments on `job_python` (`--job-python`, default the agent's own interpreter)."""
+    jobs in environments on `job_python` (`--job-python`, default the agent's own interpreter);
+    with `slurm`, every job through Slurm (agent.executors.slurm)."""
+    if mode == "slurm":
+        from agent.executors.slurm import SlurmExecutor
+
+        return ExecutorChoice(mode, SlurmExecutor(home.jobs, slurm or SlurmOptions(), grace_s))
     docker = None
     if mode == "docker" or (mode == "auto" and _engine_may_exist()):
         from agent.executors.docker import DockerExecutor, DockerUnavailable, parse_volume
@@ -82,8 +94,10 @@ class Agent:
         pairing_ttl_s: float = CODE_TTL_S,
         blob_cache_size: int | None = None,
         job_python: str | None = None,
+        slurm: SlurmOptions | None = None,
     ) -> None:
         self.home = home
+        self.slurm = slurm
         self.job_python = job_python
         self.blob_cache_size = blob_cache_size
         self.name = name
@@ -114,15 +128,34 @@ class Agent:
         if not self.home.authorized_keys.exists():
             self.home.authorized_keys.touch(mode=0o600)
         executors = await asyncio.to_thread(
-            build_executors, self.executor_mode, self.home, self.docker_volumes, self.job_python
+            build_executors,
+            self.executor_mode,
+            self.home,
+            self.docker_volumes,
+            self.job_python,
+            self.slurm,
+            self.grace_s,
         )
-        gpus = await asyncio.to_thread(detect_gpus)
-        self.manager = JobManager(self.home, executors, self.grace_s, GpuAllocator([g.index for g in gpus]))
+        cluster: dict[str, int | str] = {}
+        if self.executor_mode == "slurm":  # the cluster's, not this login node's
+            try:
+                cluster = await cluster_resources()
+            except ExecutorError as exc:
+                raise AgentError(f"--executor slurm: {exc}") from None
+        gpus = [] if cluster else await asyncio.to_thread(detect_gpus)
+        self.manager = JobManager(
+            self.home,
+            executors,
+            self.grace_s,
+            GpuAllocator(list(range(int(cluster["gpus"]))) if cluster else [g.index for g in gpus]),
+            Amount(float(cluster["cpus"]), int(cluster["memory_mb"]), 0) if cluster else None,
+        )
         if self.blob_cache_size is not None:
             self.manager.blobs.budget = self.blob_cache_size
         self.manager.blobs.create()
         pythons = executors.process.pythons.pythons if isinstance(executors.process, ProcessExecutor) else None
         self.resources = detect_resources(gpus, executors.kind, pythons.versions() if pythons else "")
+        self.resources.update(cluster)
         await self.manager.load_journal()
         self.manager.listeners.append(self._on_jobs_changed)
         self._server = await listen(self, self.host, self.port, host_key)

@@ -1,6 +1,6 @@
 """The executor interface the job manager talks to: all it knows of how a job runs."""
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -39,6 +39,12 @@ class Launch:
     memory_mb: int | None = None
     cpus: float | None = None
     shm_size: str | None = None  # as Docker takes it: "8g", "512m"
+    # Slurm only: the request's resources map (nodes, slurm_* names) and time limit; a start
+    # that waits in Slurm's queue says why (the job then shows QUEUED with it) and asks if it was stopped.
+    resources: Mapping[str, int | str] = field(default_factory=dict)
+    max_duration_s: float = 0.0
+    on_pending: Callable[[str], None] | None = None
+    stop_requested: Callable[[], bool] | None = None
 
 
 @dataclass(frozen=True)

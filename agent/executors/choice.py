@@ -10,11 +10,13 @@
 | process     | —             | image                        | refused                           |
 | any         |               | executor hint "process"      | process (image ignored), unless the mode is docker |
 | any         |               | executor hint "docker"       | docker, or refused when there is no engine |
+| slurm       | —             | no image                     | slurm (`process` is the Slurm executor)   |
+| slurm       | —             | image, or hint "docker"      | refused: a container would escape scancel |
 """
 
 from agent.executors.base import Executor, ExecutorError
 
-MODES = ("auto", "docker", "process")
+MODES = ("auto", "docker", "process", "slurm")
 
 
 class ExecutorChoice:
@@ -28,7 +30,7 @@ class ExecutorChoice:
     @property
     def kind(self) -> str:
         """What runs jobs that name an image here: "docker" or "process" (shown to controllers)."""
-        return "docker" if self.docker is not None else "process"
+        return "docker" if self.docker is not None else "slurm" if self.mode == "slurm" else "process"
 
     def choose(self, image: str, hint: str = "", python: str = "") -> tuple[Executor, str]:
         """The executor for a job, and a note for its log ("" if none); ExecutorError if it cannot run here
@@ -43,6 +45,14 @@ class ExecutorChoice:
     def _choose(self, image: str, hint: str) -> tuple[Executor, str]:
         if hint not in ("", "docker", "process"):
             raise ExecutorError(f"unknown executor {hint!r}: use 'docker' or 'process'")
+        if self.mode == "slurm":
+            if image or hint == "docker":
+                what = f"image {image!r}" if image else "a container"
+                raise ExecutorError(
+                    f"the job needs {what} and this runner runs jobs through Slurm as plain processes only "
+                    "(a container would escape scancel): drop `image:` or pick another runner"
+                )
+            return self.process, ""
         if hint == "process":
             if self.mode == "docker":
                 raise ExecutorError(
@@ -79,7 +89,7 @@ class ExecutorChoice:
 
     def for_journal(self, name: str) -> Executor:
         """The executor that takes back a job the journal says ran with `name`; ExecutorError when there is none."""
-        if name != "docker":
+        if name != "docker" or self.mode == "slurm":
             return self.process
         if self.docker is None:
             raise ExecutorError("the agent restarted without a Docker engine; the job's container was not re-adopted")

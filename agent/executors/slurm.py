@@ -1,0 +1,141 @@
+"""Run a job through Slurm (`app agent serve --executor slurm`, on a login node or any host
+with the Slurm client): a batch script submitted with `sbatch --parsable`, from the
+job's directory on storage the compute nodes share (its workspace and artifacts are there).
+
+Resources map to sbatch options: gpu N -> --gres=gpu:N, cpu -> --cpus-per-task,
+memory -> --mem, nodes N -> -N N with one task per node, max_duration -> --time
+(a backstop: lanpool's own limit stops the job first and reports TIMEOUT). The
+partition, account, QoS and constraint come from the agent's options or the job's
+`slurm_*` resources (the workflow's `slurm:`). While Slurm keeps the job pending
+the start waits, and the job shows QUEUED with Slurm's reason; a stop cancels it.
+
+Plain processes only: a container started from a job would escape scancel.
+"""
+
+import asyncio
+import contextlib
+import logging
+import math
+import os
+import re
+from pathlib import Path
+
+from agent.executors.base import Adoption, ExecutorError, Launch, OutputSink
+from agent.executors.slurm_cli import SlurmOptions, cancel, check_env, job_state, last_line, node_count, run, time_limit
+from agent.executors.slurm_job import SlurmExecution
+from agent.executors.slurm_script import ERR_FILE, EXIT_FILE, ID_FILE, OUT_FILE, write_scripts
+from protocol.resources import Resources, ResourcesError
+
+log = logging.getLogger(__name__)
+
+PENDING_POLL_S = 0.2
+# Slurm sets the GPU variables of the GPUs it allocates (--gres); the agent's would be wrong on a compute node.
+_GPU_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+_SLURM_ID = re.compile(r"^[0-9]{1,12}$")
+
+
+class SlurmExecutor:
+    name = "slurm"
+    in_container = False
+    outlives_agent = True  # a Slurm job does not need the agent: the next start re-adopts it
+    cancellable_start = True  # a start waits while the job is pending: a stop gives that up (scancel)
+
+    def __init__(self, jobs_root: Path, options: SlurmOptions, grace_s: float) -> None:
+        self.jobs_root = jobs_root
+        self.options = options
+        self.grace_s = grace_s
+
+    def sbatch_args(self, launch: Launch, slurm_dir: Path, batch: Path) -> list[str]:
+        """sbatch's argv for the job; ExecutorError (one line) for a name or count Slurm must not see."""
+        options = self.options.merged(launch.resources)
+        nodes = node_count(launch.resources)
+        try:
+            res = Resources.parse(launch.resources)
+        except ResourcesError as exc:
+            raise ExecutorError(str(exc)) from None
+        args = [
+            "sbatch",
+            "--parsable",
+            f"--job-name=lanpool-{launch.job_id}",
+            f"--output={slurm_dir / OUT_FILE}",
+            f"--error={slurm_dir / ERR_FILE}",
+            f"--chdir={launch.working_dir}",
+            "--export=ALL",
+            f"--nodes={nodes}",
+            "--ntasks-per-node=1",
+            *options.args(),
+        ]
+        if res.gpu:
+            args.append(f"--gres=gpu:{res.gpu}")
+        if res.cpu:
+            args.append(f"--cpus-per-task={math.ceil(res.cpu)}")
+        if res.memory_mb:
+            args.append(f"--mem={res.memory_mb}M")
+        if launch.max_duration_s > 0:
+            args.append(f"--time={time_limit(launch.max_duration_s, self.grace_s)}")
+        return [*args, str(batch), str(slurm_dir), f"{self.grace_s:g}", str(nodes)]
+
+    async def start(self, launch: Launch, sink: OutputSink) -> SlurmExecution:
+        if launch.image:
+            raise ExecutorError("this runner runs jobs through Slurm as plain processes; drop the job's image")
+        check_env(launch.env)
+        slurm_dir = launch.workspace.parent / "slurm"
+        batch = await asyncio.to_thread(_prepare, slurm_dir, launch)
+        args = self.sbatch_args(launch, slurm_dir, batch)
+        env = {**os.environ, **{k: v for k, v in launch.env.items() if k not in _GPU_ENV}}
+        for name in _GPU_ENV:
+            env.pop(name, None)
+        rc, out, err = await run(*args, env=env)
+        slurm_id = out.strip().split(";")[0]
+        if rc != 0 or not _SLURM_ID.match(slurm_id):
+            raise ExecutorError(f"sbatch refused the job: {last_line(err) or last_line(out) or f'exit status {rc}'}")
+        await asyncio.to_thread((slurm_dir / ID_FILE).write_text, slurm_id + "\n")
+        sink("sys", f"lanpool: Slurm job {slurm_id} submitted\n".encode())
+        try:
+            await self._until_started(slurm_id, launch, sink)
+        except asyncio.CancelledError:
+            # A stop while pending: the job leaves Slurm's queue. An agent that exits leaves it
+            # there, and its next start re-adopts it by its id.
+            if launch.stop_requested is not None and launch.stop_requested():
+                with contextlib.suppress(ExecutorError):
+                    await asyncio.shield(cancel(slurm_id, None))
+            raise
+        return SlurmExecution(slurm_id, slurm_dir, sink)
+
+    async def _until_started(self, slurm_id: str, launch: Launch, sink: OutputSink) -> None:
+        said = ""
+        while True:
+            state, reason = await job_state(slurm_id)
+            if state != "PENDING":
+                if said and launch.on_pending is not None:
+                    launch.on_pending("")
+                return
+            if reason != said:
+                said = reason
+                sink("sys", f"lanpool: Slurm job {slurm_id} pending ({reason})\n".encode())
+                if launch.on_pending is not None:
+                    launch.on_pending(f"Slurm: {reason}")
+            await asyncio.sleep(PENDING_POLL_S)
+
+    async def adopt(self, job: Adoption, sink: OutputSink) -> SlurmExecution:
+        """Take the job back by the Slurm job id kept in its directory; output resumes right
+        after the bytes the spool holds."""
+        slurm_dir = self.jobs_root / job.job_id / "slurm"
+        try:
+            slurm_id = (slurm_dir / ID_FILE).read_text().strip()
+        except OSError:
+            slurm_id = ""
+        if not _SLURM_ID.match(slurm_id):
+            raise ExecutorError("the agent restarted before the job was submitted to Slurm")
+        return SlurmExecution(slurm_id, slurm_dir, sink, dict(job.delivered))
+
+    async def remove_leftovers(self, active: set[str]) -> list[str]:
+        return []  # a Slurm job leaves only files in its job's directory, which is the job's
+
+
+def _prepare(slurm_dir: Path, launch: Launch) -> Path:
+    """The job's scripts; what a previous attempt (a retry) left is cleared first."""
+    for name in (OUT_FILE, ERR_FILE, EXIT_FILE, ID_FILE):
+        with contextlib.suppress(FileNotFoundError):
+            (slurm_dir / name).unlink()
+    return write_scripts(slurm_dir, launch.working_dir, launch.commands)
