@@ -15,6 +15,7 @@ from app.workflows.dialects import normalize
 from app.workflows.limits import parse_limits
 from app.workflows.model import ArtifactSpec, Dependency, Scalar, Workflow, WorkflowError, render_value
 from app.workflows.resources import check_resources
+from app.workflows.slurm import parse_slurm
 from app.workflows.yaml_lines import LineMap
 
 WORKFLOW_KEYS = (
@@ -40,6 +41,7 @@ WORKFLOW_KEYS = (
     "ports",
     "max_duration",
     "retry",
+    "slurm",
 )
 RESOURCE_KEYS = ("gpu", "cpu", "memory", "shm_size", "interruptible")
 GPU_KEYS = ("count", "name", "memory")
@@ -123,7 +125,7 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
         env=_parse_env(item, err),
         artifacts=_parse_artifacts(item, err),
         working_dir=working_dir,
-        resources=_parse_resources(item, err),
+        resources={**_parse_resources(item, err), **parse_slurm(item, err)},
         nodes=_parse_nodes(item, err),
         executor=executor,
         pull=pull,

@@ -10,6 +10,8 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+from app.workflows.slurm import SLURM_KEYS, slurm_name_problem
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _UNIT_MB = {"": 1, "B": 1 / (1024 * 1024), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
 # The runner refuses more (agent/jobs.py): 1 PiB, 1024 GPUs, 65536 CPUs.
@@ -70,6 +72,13 @@ def normalize_resources(raw: dict[str, Any]) -> dict[str, int | str]:
         out["memory_mb"] = parse_size_mb(raw["memory"], "resources.memory")
     if raw.get("shm_size") is not None:
         out["shm_size"] = f"{parse_size_mb(raw['shm_size'], 'resources.shm_size')}m"  # docker's format
+    for key in SLURM_KEYS:  # the workflow's `slurm:`, its variables substituted
+        value = raw.get(f"slurm_{key}")
+        if value:
+            problem = slurm_name_problem(key, str(value))
+            if problem:
+                raise ValueError(problem)
+            out[f"slurm_{key}"] = str(value)
     return out
 
 
