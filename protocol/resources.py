@@ -1,7 +1,8 @@
 """What one job needs of a runner: SubmitJob.resources, typed.
 
 The wire keeps the flat map (gpu, cpu, memory_mb, shm_size, and hints such as
-gpu_name that a runner does not act on) so peers of this protocol version still
+gpu_name that a runner does not act on; a Slurm runner also reads nodes and the
+workflow's slurm_partition, slurm_account, slurm_qos, slurm_constraint) so peers of this protocol version still
 read each other; `Resources.parse` is the one reading of it, with the limits
 both sides hold to.
 """
