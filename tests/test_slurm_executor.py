@@ -306,3 +306,14 @@ def test_two_node_lightning_ddp_trains_through_slurm(slurm_agent):
     assert any(line.startswith("rank 1 of 2 master n1:") for line in out), out
     assert [a.path for a in final.artifacts] == ["ck/autoencoder.ckpt"], final.artifacts
     assert dataclasses.asdict(final.artifacts[0])["size"] > 0
+
+
+def test_the_agent_reports_the_clusters_partitions_nodes_and_gpus(slurm_agent):
+    async def hello():
+        session = await _session(slurm_agent)
+        async with session:
+            return session.hello.resources
+
+    res = asyncio.run(hello())
+    assert res["executor"] == "slurm" and res["slurm_nodes"] == 2 and res["gpus"] == 4, res
+    assert res["cpus"] == 4 and res["slurm_partitions"].startswith("debug:"), res
