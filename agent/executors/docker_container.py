@@ -7,6 +7,7 @@ import logging
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import docker.errors
@@ -15,6 +16,7 @@ from docker.models.containers import Container
 from agent.executors.base import ExecutorError, Handle, Outcome, OutputSink
 from agent.executors.docker_engine import ENGINE_ERRORS, in_thread, reason, remove_quietly
 from agent.executors.docker_logs import ContainerLog
+from agent.executors.docker_stdio import StdioFiles
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +26,20 @@ _STREAMS_END_S = 3.0  # after the exit, how long live log streams get to end on 
 class DockerExecution:
     """A started (or re-adopted) container: its output, its exit, signals (through Docker: no host process group)."""
 
-    def __init__(self, container: Container, sink: OutputSink, delivered: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        container: Container,
+        sink: OutputSink,
+        delivered: dict[str, int] | None = None,
+        stdio: Path | None = None,
+    ) -> None:
+        """`stdio`: the job's stdio/ dir its output is read from (docker_stdio.py); None for a
+        container an older agent started, read through the engine's log API (docker_logs.py)."""
         self.container = container
         self.container_id = container.id
-        self.log = ContainerLog(container, sink, delivered)
+        self.log: StdioFiles | ContainerLog = (
+            StdioFiles(stdio, sink, delivered) if stdio is not None else ContainerLog(container, sink, delivered)
+        )
         self._exit = in_thread(self._wait_exit)
         self._live = asyncio.create_task(self.log.follow(self._exit.done))
 
@@ -36,9 +48,9 @@ class DockerExecution:
 
     async def wait(self) -> Outcome:
         code = await self._exit
-        # The live streams end by themselves soon after the exit; one more
-        # read of the whole log then delivers what they missed (dockerd 20.10
-        # was seen to drop a last line without a newline from a following stream).
+        # The live reading ends by itself soon after the exit; one more read
+        # then delivers what it missed (for the log API: dockerd 20.10 was seen
+        # to drop a last line without a newline from a following stream).
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._live), _STREAMS_END_S)
         await self.detach()
