@@ -185,7 +185,7 @@ class DockerExecutor:
     def create(self, launch: Launch) -> Container:
         """Create the job's container without starting it (blocking)."""
         try:
-            fresh_stdio_dir(_job_dir(launch))
+            fresh_stdio_dir(_job_dir(launch), self.user)
         except OSError as exc:
             raise ExecutorError(f"could not make the job's output dir: {exc}") from None
         try:
@@ -195,7 +195,7 @@ class DockerExecutor:
 
     def _create_and_start(self, spec: dict[str, Any], launch: Launch) -> Container:
         try:
-            fresh_stdio_dir(_job_dir(launch))
+            fresh_stdio_dir(_job_dir(launch), self.user)
         except OSError as exc:
             raise ExecutorError(f"could not make the job's output dir: {exc}") from None
         try:

@@ -44,8 +44,9 @@ READ_MAX = 1024 * 1024  # a stream's bytes read per pass: memory stays bounded w
 POLL_S = 0.05  # while the files do not grow
 
 
-def fresh_stdio_dir(job_dir: Path) -> Path:
-    """An empty stdio/ in the job dir (blocking): what a previous start of the job left is removed
+def fresh_stdio_dir(job_dir: Path, user: str) -> Path:
+    """A new stdio/ in the job dir with empty `out` and `err` that the container's `user`
+    ("uid:gid") can append to (blocking). What a previous start of the job left is removed
     (rmtree never follows a link the job may have put there)."""
     path = job_dir / STDIO_DIR
     if path.is_dir() and not path.is_symlink():
@@ -53,7 +54,24 @@ def fresh_stdio_dir(job_dir: Path) -> Path:
     elif path.is_symlink() or path.exists():
         path.unlink()
     path.mkdir()
+    for stream in STREAMS:
+        os.close(os.open(path / stream, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
+        _hand_over(path / stream, user)
     return path
+
+
+def _hand_over(file: Path, user: str) -> None:
+    """Let `user` write `file`: its owner when the agent may chown (root), else writable by all
+    (the directory stays the agent's, so only these two files are)."""
+    uid, _, gid = user.partition(":")
+    if uid.isdigit() and (int(uid), int(gid) if gid.isdigit() else os.getgid()) == (os.getuid(), os.getgid()):
+        return
+    try:
+        if not uid.isdigit():
+            raise PermissionError("not a numeric uid")
+        os.chown(file, int(uid), int(gid) if gid.isdigit() else -1)
+    except OSError:
+        os.chmod(file, 0o666)
 
 
 class StdioFiles:
