@@ -29,7 +29,7 @@ from agent.executors.docker_engine import (
     remove_when_done,
 )
 from agent.executors.docker_images import ensure_image
-from agent.executors.docker_stdio import STDIO_DIR, STDIO_MOUNT, fresh_stdio_dir
+from agent.executors.docker_stdio import STDIO_DIR, STDIO_MOUNT, close_all, fresh_stdio_dir
 
 log = logging.getLogger(__name__)
 
@@ -138,14 +138,22 @@ class DockerExecutor:
 
         await in_thread(ensure_image, self.client, launch.image, launch.pull, say)
         spec = self.container_spec(launch)
-        pending = in_thread(self._create_and_start, spec, launch)
+        try:
+            fds = await in_thread(fresh_stdio_dir, _job_dir(launch), self.user)
+        except OSError as exc:
+            raise ExecutorError(f"could not make the job's output files: {exc}") from None
+        pending = in_thread(self._create_and_start, spec)
         try:
             container = await asyncio.shield(pending)
         except asyncio.CancelledError:
+            close_all(fds)
             # Stopped while Docker was creating it: whenever that finishes, remove it.
             pending.add_done_callback(remove_when_done)
             raise
-        return DockerExecution(container, sink, stdio=_job_dir(launch) / STDIO_DIR)
+        except BaseException:
+            close_all(fds)
+            raise
+        return DockerExecution(container, sink, stdio=_job_dir(launch) / STDIO_DIR, fds=fds)
 
     def container_spec(self, launch: Launch) -> dict[str, Any]:
         """The keyword arguments of `containers.create` for this job."""
@@ -185,19 +193,15 @@ class DockerExecutor:
     def create(self, launch: Launch) -> Container:
         """Create the job's container without starting it (blocking)."""
         try:
-            fresh_stdio_dir(_job_dir(launch), self.user)
+            close_all(fresh_stdio_dir(_job_dir(launch), self.user))  # read by whoever starts it
         except OSError as exc:
-            raise ExecutorError(f"could not make the job's output dir: {exc}") from None
+            raise ExecutorError(f"could not make the job's output files: {exc}") from None
         try:
             return self.client.containers.create(**self.container_spec(launch))
         except ENGINE_ERRORS as exc:
             raise ExecutorError(f"could not create the container: {reason(exc)}") from None
 
-    def _create_and_start(self, spec: dict[str, Any], launch: Launch) -> Container:
-        try:
-            fresh_stdio_dir(_job_dir(launch), self.user)
-        except OSError as exc:
-            raise ExecutorError(f"could not make the job's output dir: {exc}") from None
+    def _create_and_start(self, spec: dict[str, Any]) -> Container:
         try:
             container = self.client.containers.create(**spec)
         except ENGINE_ERRORS as exc:

@@ -32,13 +32,14 @@ class DockerExecution:
         sink: OutputSink,
         delivered: dict[str, int] | None = None,
         stdio: Path | None = None,
+        fds: dict[str, int] | None = None,
     ) -> None:
         """`stdio`: the job's stdio/ dir its output is read from (docker_stdio.py); None for a
         container an older agent started, read through the engine's log API (docker_logs.py)."""
         self.container = container
         self.container_id = container.id
         self.log: StdioFiles | ContainerLog = (
-            StdioFiles(stdio, sink, delivered) if stdio is not None else ContainerLog(container, sink, delivered)
+            StdioFiles(stdio, sink, delivered, fds) if stdio is not None else ContainerLog(container, sink, delivered)
         )
         self._exit = in_thread(self._wait_exit)
         self._live = asyncio.create_task(self.log.follow(self._exit.done))
@@ -53,8 +54,11 @@ class DockerExecution:
         # to drop a last line without a newline from a following stream).
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._live), _STREAMS_END_S)
-        await self.detach()
-        await self.log.catch_up()
+        await self._stop_following()  # the files stay open: catch_up reads on from the same ones
+        try:
+            await self.log.catch_up()
+        finally:
+            self.log.close()
         try:
             state, memory_limit = await in_thread(self._state)
         except ENGINE_ERRORS as exc:
@@ -78,8 +82,11 @@ class DockerExecution:
 
     async def detach(self) -> None:
         """Stop streaming logs; the container itself keeps running."""
-        self._live.cancel()
+        await self._stop_following()
         self.log.close()
+
+    async def _stop_following(self) -> None:
+        self._live.cancel()  # a log API pass closes its streams as it ends
         with contextlib.suppress(asyncio.CancelledError):
             await self._live
 

@@ -44,10 +44,11 @@ READ_MAX = 1024 * 1024  # a stream's bytes read per pass: memory stays bounded w
 POLL_S = 0.05  # while the files do not grow
 
 
-def fresh_stdio_dir(job_dir: Path, user: str) -> Path:
+def fresh_stdio_dir(job_dir: Path, user: str) -> dict[str, int]:
     """A new stdio/ in the job dir with empty `out` and `err` that the container's `user`
-    ("uid:gid") can append to (blocking). What a previous start of the job left is removed
-    (rmtree never follows a link the job may have put there)."""
+    ("uid:gid") can append to (blocking), and a read descriptor of each, opened before the
+    job runs, so that it cannot swap them before the agent holds them. What a previous start
+    of the job left is removed (rmtree never follows a link the job may have put there)."""
     path = job_dir / STDIO_DIR
     if path.is_dir() and not path.is_symlink():
         shutil.rmtree(path)
@@ -57,7 +58,21 @@ def fresh_stdio_dir(job_dir: Path, user: str) -> Path:
     for stream in STREAMS:
         os.close(os.open(path / stream, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644))
         _hand_over(path / stream, user)
-    return path
+    fds: dict[str, int] = {}
+    try:
+        for stream in STREAMS:
+            fds[stream] = open_regular(path, stream)
+    except OSError:
+        close_all(fds)
+        raise
+    return fds
+
+
+def close_all(fds: dict[str, int]) -> None:
+    for fd in fds.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    fds.clear()
 
 
 def _hand_over(file: Path, user: str) -> None:
@@ -77,12 +92,16 @@ def _hand_over(file: Path, user: str) -> None:
 class StdioFiles:
     """Follows a container's stdio/ files from `delivered` (bytes of each stream already spooled)."""
 
-    def __init__(self, root: Path, sink: OutputSink, delivered: dict[str, int] | None = None) -> None:
+    def __init__(
+        self, root: Path, sink: OutputSink, delivered: dict[str, int] | None = None, fds: dict[str, int] | None = None
+    ) -> None:
+        """`fds`: descriptors fresh_stdio_dir opened (now this object's); without them
+        (a re-adopted container) the files are opened on the first read."""
         self.root = root
         self._sink = sink
         self.delivered = {s: (delivered or {}).get(s, 0) for s in STREAMS}
         self._partial = {s: b"" for s in STREAMS}  # read, not delivered: no newline yet
-        self._fds: dict[str, int] = {}
+        self._fds: dict[str, int] = dict(fds or {})
         self._refused: set[str] = set()
 
     async def follow(self, ended: Callable[[], bool]) -> None:
@@ -104,10 +123,7 @@ class StdioFiles:
                 self._partial[stream] = b""
 
     def close(self) -> None:
-        for fd in self._fds.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._fds.clear()
+        close_all(self._fds)
 
     async def _pass(self) -> bool:
         """One read of each stream (in a thread); True if anything was new. Offsets move
