@@ -119,3 +119,29 @@ def test_a_huge_line_and_binary_output_are_cut_with_memory_bounded(docker_agent,
 async def _until(cond, poll: float = 0.1) -> None:
     while not cond():
         await asyncio.sleep(poll)
+
+
+def test_a_container_an_older_agent_started_is_read_through_the_log_api(docker_client, busybox_image):
+    """No stdio/ mount (started before output went to files): re-adopted, its output comes
+    from the engine's log, from the bytes the spool already holds on."""
+    from agent.executors.docker import _stdio_of
+    from agent.executors.docker_container import DockerExecution
+
+    container = docker_client.containers.run(
+        busybox_image, ["sh", "-c", "echo one; echo two; echo oops >&2; printf three"], detach=True
+    )
+    got: list[tuple[str, bytes]] = []
+
+    async def adopt() -> int:
+        execution = DockerExecution(
+            container, lambda s, d, cut=False: got.append((s, d)), {"out": 4}, _stdio_of(container)
+        )
+        return (await asyncio.wait_for(execution.wait(), 60)).exit_code
+
+    try:
+        assert _stdio_of(container) is None
+        assert asyncio.run(adopt()) == 0
+    finally:
+        container.remove(force=True)
+    assert b"".join(d for s, d in got if s == "out") == b"two\nthree\n"  # "one\n" was spooled before
+    assert b"".join(d for s, d in got if s == "err") == b"oops\n"
