@@ -171,7 +171,8 @@ def test_container_settings_host_network_labels_user(docker_agent, docker_client
     assert host["ShmSize"] == 256 * 2**20 and host["NanoCpus"] == 10**9
     assert host["LogConfig"]["Type"] == "json-file"
     assert [(m["Source"], m["Target"]) for m in host["Mounts"]] == [
-        (str(docker_agent.data_dir / "jobs" / "cfg1" / "workspace"), "/workspace")
+        (str(docker_agent.data_dir / "jobs" / "cfg1" / "workspace"), "/workspace"),
+        (str(docker_agent.data_dir / "jobs" / "cfg1" / "stdio"), "/.lanpool-stdio"),  # its output: docker_stdio.py
     ]
     assert container.attrs["Config"]["User"] == f"{os.getuid()}:{os.getgid()}"
     assert container.labels == {

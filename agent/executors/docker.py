@@ -29,6 +29,7 @@ from agent.executors.docker_engine import (
     remove_when_done,
 )
 from agent.executors.docker_images import ensure_image
+from agent.executors.docker_stdio import STDIO_DIR, STDIO_MOUNT, close_all, fresh_stdio_dir
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +48,11 @@ LABEL_AGENT = "lanpool.agent"  # the agent's data dir: agents sharing an engine 
 # (python) may take a while to shut down; once the wrapper exited, tini would
 # end the container and so SIGKILL that program. The wrapper therefore outlives
 # SIGTERM and, after one, waits until every process of the job has exited
-# (SIGKILL after the grace period still ends it all).
-_WRAPPER = """\
+# (SIGKILL after the grace period still ends it all). The job's output goes to
+# files the agent reads by offset (docker_stdio.py), not to the engine's log.
+_WRAPPER = f"""\
 trap 'stopping=1; interrupted=1' TERM INT
-sh -c "$1" &
+sh -c "$1" >>{STDIO_MOUNT}/out 2>>{STDIO_MOUNT}/err &
 job=$!
 code=
 while :; do
@@ -65,7 +67,7 @@ if [ -n "$stopping" ]; then
   while :; do
     left=0
     for p in /proc/[0-9]*; do
-      case "${p#/proc/}" in 1|"$$") ;; *) [ -e "$p" ] && left=1 ;; esac
+      case "${{p#/proc/}}" in 1|"$$") ;; *) [ -e "$p" ] && left=1 ;; esac
     done
     [ "$left" = 0 ] && break
     sleep 0.1
@@ -136,14 +138,22 @@ class DockerExecutor:
 
         await in_thread(ensure_image, self.client, launch.image, launch.pull, say)
         spec = self.container_spec(launch)
+        try:
+            fds = await in_thread(fresh_stdio_dir, _job_dir(launch), self.user)
+        except OSError as exc:
+            raise ExecutorError(f"could not make the job's output files: {exc}") from None
         pending = in_thread(self._create_and_start, spec)
         try:
             container = await asyncio.shield(pending)
         except asyncio.CancelledError:
+            close_all(fds)
             # Stopped while Docker was creating it: whenever that finishes, remove it.
             pending.add_done_callback(remove_when_done)
             raise
-        return DockerExecution(container, sink)
+        except BaseException:
+            close_all(fds)
+            raise
+        return DockerExecution(container, sink, stdio=_job_dir(launch) / STDIO_DIR, fds=fds)
 
     def container_spec(self, launch: Launch) -> dict[str, Any]:
         """The keyword arguments of `containers.create` for this job."""
@@ -158,14 +168,18 @@ class DockerExecutor:
             # sh, not bash: small images have no bash. set -e as in the process executor.
             "command": ["sh", "-c", _WRAPPER, "lanpool-job", "set -e\n" + "\n".join(launch.commands) + "\n"],
             "working_dir": workdir,
-            "mounts": [Mount(WORKSPACE, str(launch.workspace.resolve()), type="bind"), *self.volumes],
+            "mounts": [
+                Mount(WORKSPACE, str(launch.workspace.resolve()), type="bind"),
+                Mount(STDIO_MOUNT, str(_job_dir(launch) / STDIO_DIR), type="bind"),
+                *self.volumes,
+            ],
             "network_mode": "host",  # multi-node DDP reaches its peers as on the host
             "init": True,  # PID 1 that forwards signals: `sh` as PID 1 ignores SIGTERM
             "environment": env,
             "user": self.user,
             "labels": {LABEL_JOB: launch.job_id, LABEL_RUN: launch.run_name, LABEL_AGENT: self.agent_label},
             "shm_size": launch.shm_size or DEFAULT_SHM_SIZE,
-            # Logs are read back after the exit and after an agent restart: a driver that keeps them all.
+            # Only the wrapper's own lines (the job's output goes to stdio/): kept for `docker logs`.
             "log_config": LogConfig(type=LogConfig.types.JSON),
         }
         if launch.memory_mb:
@@ -178,6 +192,10 @@ class DockerExecutor:
 
     def create(self, launch: Launch) -> Container:
         """Create the job's container without starting it (blocking)."""
+        try:
+            close_all(fresh_stdio_dir(_job_dir(launch), self.user))  # read by whoever starts it
+        except OSError as exc:
+            raise ExecutorError(f"could not make the job's output files: {exc}") from None
         try:
             return self.client.containers.create(**self.container_spec(launch))
         except ENGINE_ERRORS as exc:
@@ -227,7 +245,7 @@ class DockerExecutor:
                 if job.started
                 else "the agent restarted before the job's container started"
             )
-        return DockerExecution(container, sink, dict(job.delivered))
+        return DockerExecution(container, sink, dict(job.delivered), stdio=_stdio_of(container))
 
     def leftovers(self, active: set[str]) -> list[Container]:
         """This agent's containers that no running job of `active` is using (blocking)."""
@@ -249,3 +267,16 @@ class DockerExecutor:
             return [c.id for c in found]
 
         return await in_thread(run)
+
+
+def _job_dir(launch: Launch) -> Path:
+    return launch.workspace.resolve().parent  # jobs/<id>/workspace
+
+
+def _stdio_of(container: Container) -> Path | None:
+    """The host dir of the container's stdio/ mount; None for a container an older agent
+    started, whose output is in the engine's log only."""
+    for mount in container.attrs.get("Mounts") or []:
+        if mount.get("Destination") == STDIO_MOUNT and mount.get("Source"):
+            return Path(mount["Source"])
+    return None

@@ -7,6 +7,7 @@ import logging
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import docker.errors
@@ -15,6 +16,7 @@ from docker.models.containers import Container
 from agent.executors.base import ExecutorError, Handle, Outcome, OutputSink
 from agent.executors.docker_engine import ENGINE_ERRORS, in_thread, reason, remove_quietly
 from agent.executors.docker_logs import ContainerLog
+from agent.executors.docker_stdio import StdioFiles
 
 log = logging.getLogger(__name__)
 
@@ -24,10 +26,21 @@ _STREAMS_END_S = 3.0  # after the exit, how long live log streams get to end on 
 class DockerExecution:
     """A started (or re-adopted) container: its output, its exit, signals (through Docker: no host process group)."""
 
-    def __init__(self, container: Container, sink: OutputSink, delivered: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        container: Container,
+        sink: OutputSink,
+        delivered: dict[str, int] | None = None,
+        stdio: Path | None = None,
+        fds: dict[str, int] | None = None,
+    ) -> None:
+        """`stdio`: the job's stdio/ dir its output is read from (docker_stdio.py); None for a
+        container an older agent started, read through the engine's log API (docker_logs.py)."""
         self.container = container
         self.container_id = container.id
-        self.log = ContainerLog(container, sink, delivered)
+        self.log: StdioFiles | ContainerLog = (
+            StdioFiles(stdio, sink, delivered, fds) if stdio is not None else ContainerLog(container, sink, delivered)
+        )
         self._exit = in_thread(self._wait_exit)
         self._live = asyncio.create_task(self.log.follow(self._exit.done))
 
@@ -36,13 +49,16 @@ class DockerExecution:
 
     async def wait(self) -> Outcome:
         code = await self._exit
-        # The live streams end by themselves soon after the exit; one more
-        # read of the whole log then delivers what they missed (dockerd 20.10
-        # was seen to drop a last line without a newline from a following stream).
+        # The live reading ends by itself soon after the exit; one more read
+        # then delivers what it missed (for the log API: dockerd 20.10 was seen
+        # to drop a last line without a newline from a following stream).
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self._live), _STREAMS_END_S)
-        await self.detach()
-        await self.log.catch_up()
+        await self._stop_following()  # the files stay open: catch_up reads on from the same ones
+        try:
+            await self.log.catch_up()
+        finally:
+            self.log.close()
         try:
             state, memory_limit = await in_thread(self._state)
         except ENGINE_ERRORS as exc:
@@ -66,8 +82,11 @@ class DockerExecution:
 
     async def detach(self) -> None:
         """Stop streaming logs; the container itself keeps running."""
-        self._live.cancel()
+        await self._stop_following()
         self.log.close()
+
+    async def _stop_following(self) -> None:
+        self._live.cancel()  # a log API pass closes its streams as it ends
         with contextlib.suppress(asyncio.CancelledError):
             await self._live
 

@@ -1,4 +1,6 @@
-"""A container's output as whole lines, each byte delivered exactly once.
+"""A container's output as whole lines, each byte delivered exactly once, through the
+engine's log API: only for containers an older agent started (before their output
+went to stdio/ files, docker_stdio.py), which a restarted agent re-adopts.
 
 Docker can only stream a container's log from its start, so every pass over
 it (live while the container runs, one more after it exited, and the first one
