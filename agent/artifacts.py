@@ -10,11 +10,14 @@ each file is read from the workspace when it is asked for.
 """
 
 import os
+import struct
 from collections.abc import Generator, Iterator
 from pathlib import Path, PurePosixPath
 
+import msgpack
+
 from agent.workspace_files import NotARegularFile, open_regular
-from protocol import ArtifactFile
+from protocol import ArtifactData, ArtifactFile
 
 
 class ArtifactChanged(Exception):
@@ -82,13 +85,7 @@ def read_parts(
     bytes at a time. A file that shrank since it was listed raises ArtifactChanged at
     the point it ends (the controller refuses the file); one that grew is cut at `size`.
     Yields (offset, bytes)."""
-    root = workspace.resolve()
-    try:
-        fd = open_regular(root, resolve_listed(workspace, rel))
-    except NotARegularFile as exc:
-        raise ArtifactChanged(f"artifact {rel!r} is no longer a regular file: {exc}") from None
-    except OSError as exc:
-        raise ArtifactChanged(f"artifact {rel!r} cannot be read: {exc.strerror or exc}") from None
+    fd = _open_listed(workspace, rel)
     try:
         pos = offset
         while pos < size:
@@ -99,6 +96,72 @@ def read_parts(
             pos += len(data)
     finally:
         os.close(fd)
+
+
+def frame_batches(
+    workspace: Path, job_id: str, rel: str, offset: int, size: int, part: int, batch: int
+) -> Generator[bytearray, None, None]:
+    """What `read_parts` reads, as ready-to-send ArtifactData frames, about `batch` bytes
+    of them per buffer. Each part is read straight into its place in the buffer: no
+    copy through msgpack or a join (at ~1 GB/s per copy, three of them cost as much as
+    the encryption). Same checks and errors as `read_parts`."""
+    fd = _open_listed(workspace, rel)
+    try:
+        pos = offset
+        while pos < size:
+            frames: list[tuple[bytes, int, int]] = []  # (head, offset, length)
+            total = 0
+            while pos < size and total < batch:
+                n = min(part, size - pos)
+                head = _data_head(job_id, rel, pos, n)
+                frames.append((head, pos, n))
+                total += len(head) + n
+                pos += n
+            buf = bytearray(total)
+            with memoryview(buf) as view:
+                at = 0
+                for head, start, n in frames:
+                    view[at : at + len(head)] = head
+                    at += len(head)
+                    _read_into(fd, view[at : at + n], start, rel, size)
+                    at += n
+            yield buf
+    finally:
+        os.close(fd)
+
+
+# An ArtifactData frame is its map (see protocol/messages.py to_wire) with the data last,
+# so that the bytes can follow the head as they are read. The map's order is free: the
+# controller decodes it as any other frame, with every check.
+_FIELDS = 5  # job_id, path, offset, t, data
+_FRAME_LEN = struct.Struct(">I")
+_BIN32 = struct.Struct(">BI")
+
+
+def _data_head(job_id: str, rel: str, offset: int, n: int) -> bytes:
+    fields = {"job_id": job_id, "path": rel, "offset": offset, "t": ArtifactData.TAG}
+    body: bytes = bytes([0x80 | _FIELDS]) + b"".join(msgpack.packb(k) + msgpack.packb(v) for k, v in fields.items())
+    body += msgpack.packb("data") + _BIN32.pack(0xC6, n)  # bin 32, whatever n: the reader takes any
+    return _FRAME_LEN.pack(len(body) + n) + body
+
+
+def _read_into(fd: int, view: memoryview, start: int, rel: str, size: int) -> None:
+    done = 0
+    while done < len(view):
+        got = os.preadv(fd, [view[done:]], start + done)
+        if not got:
+            raise ArtifactChanged(f"artifact {rel!r} shrank to {start + done} bytes after it was listed at {size}")
+        done += got
+
+
+def _open_listed(workspace: Path, rel: str) -> int:
+    root = workspace.resolve()
+    try:
+        return open_regular(root, resolve_listed(workspace, rel))
+    except NotARegularFile as exc:
+        raise ArtifactChanged(f"artifact {rel!r} is no longer a regular file: {exc}") from None
+    except OSError as exc:
+        raise ArtifactChanged(f"artifact {rel!r} cannot be read: {exc.strerror or exc}") from None
 
 
 def _regular_size(root: Path, real_rel: str) -> int | None:

@@ -3,13 +3,13 @@
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Callable, Generator
+from typing import Any, cast
 
 import asyncssh
 
 from agent import __version__
-from agent.artifacts import ArtifactChanged, read_parts
+from agent.artifacts import ArtifactChanged, frame_batches
 from agent.blobs import BlobCache, BlobPart
 from agent.job import Job
 from agent.job_request import JobError
@@ -17,7 +17,6 @@ from agent.jobs import JobManager
 from agent.pairing import PairingRefused, PairingResponder
 from protocol import (
     PROTOCOL_VERSION,
-    ArtifactData,
     ArtifactEnd,
     ArtifactsSent,
     Attach,
@@ -273,22 +272,37 @@ class ChannelSession:
         job_id, workspace = job.record.job_id, job.dir / "workspace"
         try:
             for path, offset, size in wanted:
-                parts = read_parts(workspace, path, offset, size, ARTIFACT_PART)
+                batches = frame_batches(workspace, job_id, path, offset, size, ARTIFACT_PART, _ARTIFACT_BATCH)
                 try:
-                    while True:
-                        batch = await asyncio.to_thread(_encode_batch, job_id, path, parts)
-                        if not batch:
-                            break
-                        await self._write(batch)
+                    await self._send_batches(batches)
                 except ArtifactChanged as exc:
                     await self._send(Error(ErrorCode.BAD_REQUEST, clip(str(exc), _ERROR_CHARS), job_id))
                     continue
-                finally:
-                    parts.close()
                 await self._send(ArtifactEnd(job_id, path, size))
             await self._send(ArtifactsSent(job_id))
         except (OSError, asyncssh.Error, ConnectionError):
             return
+
+    async def _send_batches(self, batches: Generator[bytearray, None, None]) -> None:
+        """Write a frame_batches generator out, reading the next buffer (in a thread: the
+        reads stay off the event loop) while this one is encrypted and sent."""
+        ahead = asyncio.ensure_future(asyncio.to_thread(next, batches, None))
+        try:
+            while (batch := await ahead) is not None:
+                ahead = asyncio.ensure_future(asyncio.to_thread(next, batches, None))
+                # asyncssh takes any bytes-like and copies it once into its send buffer
+                await self._write(cast(bytes, batch))
+        finally:
+            if ahead.done():
+                batches.close()
+            else:  # the channel went mid-read: close the generator once its thread is out of it
+
+                def close(done: "asyncio.Future[bytearray | None]") -> None:
+                    if not done.cancelled():
+                        done.exception()  # taken: a read that failed as the channel went is no news
+                    batches.close()
+
+                ahead.add_done_callback(close)
 
     async def _send(self, msg: AgentMessage) -> None:
         await self._write(encode_message(msg))
@@ -297,15 +311,3 @@ class ChannelSession:
         async with self._write_lock:  # frames from concurrent streams must not interleave
             self._proc.stdout.write(data)
             await self._proc.stdout.drain()
-
-
-def _encode_batch(job_id: str, path: str, parts: Iterator[tuple[int, bytes]]) -> bytes:
-    """The next few ArtifactData frames of `parts` (a read_parts iterator), as one write;
-    b"" at its end. Runs in a thread: the reads and the copies stay off the event loop."""
-    frames, n = [], 0
-    for offset, data in parts:
-        frames.append(encode_message(ArtifactData(job_id, path, offset, data)))
-        n += len(data)
-        if n >= _ARTIFACT_BATCH:
-            break
-    return b"".join(frames)

@@ -62,7 +62,9 @@ REPLY_TIMEOUT_S = 60.0  # a submit extracts the snapshot before replying
 # A runner that vanishes without closing the connection (machine off, cable out)
 # is noticed after 3 unanswered keepalives: ~9-12 s.
 KEEPALIVE_S = 3.0
-_READ_SIZE = 1024 * 1024
+# One SSH packet per read: asyncssh hands a packet's bytes over as they are, where a larger
+# read joins several (one more copy of every artifact byte).
+_READ_SIZE = CHANNEL_MAX_PACKET
 HAVE_CHUNK = 8192  # digests per HaveBlobs: ~0.5 MB, far below a frame's limits
 _WRITE_BATCH = 8 * 1024 * 1024  # PutBlob bytes written before each drain
 

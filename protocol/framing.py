@@ -58,36 +58,63 @@ class FrameReader:
     Raises ProtocolError(fatal=True) for an oversized length prefix: the stream
     cannot be trusted after it. A body that is not a message map is only found
     by `unpack_body`, which raises a non-fatal error: the next frame is fine.
+
+    Each body is copied once: out of the piece it came in, or (one that came in
+    several pieces) by joining views of them; the pieces are not gathered in a
+    buffer first (at ~3 GB/s, each copy of a 1 GiB artifact stream costs ~0.35 s).
     """
 
     def __init__(self, max_frame: int = MAX_FRAME_BYTES) -> None:
-        self._buf = bytearray()
         self._max = max_frame
+        self._head = b""  # a length prefix that came in pieces, so far
+        self._size: int | None = None  # the body's size, once its prefix is whole
+        self._parts: list[memoryview] = []  # the body so far, as views of the pieces it came in
+        self._have = 0  # bytes in _parts
 
     def feed(self, data: bytes) -> list[bytes]:
-        self._buf += data
+        if not isinstance(data, bytes):
+            data = bytes(data)  # the views below must not see a caller's buffer change
         out: list[bytes] = []
-        while len(self._buf) >= _HEADER.size:
-            (length,) = _HEADER.unpack_from(self._buf)
-            if length > self._max:
-                raise ProtocolError(
-                    ErrorCode.FRAME_TOO_LARGE,
-                    f"frame of {length} bytes exceeds the limit of {self._max}",
-                    fatal=True,
-                )
-            end = _HEADER.size + length
-            if len(self._buf) < end:
-                break
-            with memoryview(self._buf) as view:  # one copy out (a slice of the bytearray would be two)
-                body = bytes(view[_HEADER.size : end])
-            del self._buf[:end]
-            out.append(body)
+        end = len(data)
+        with memoryview(data) as view:
+            pos = 0
+            while pos < end:
+                if self._size is None:
+                    if not self._head and end - pos >= _HEADER.size:
+                        (length,) = _HEADER.unpack_from(data, pos)
+                        pos += _HEADER.size
+                    else:
+                        take = min(_HEADER.size - len(self._head), end - pos)
+                        self._head += data[pos : pos + take]
+                        pos += take
+                        if len(self._head) < _HEADER.size:
+                            break
+                        (length,) = _HEADER.unpack(self._head)
+                        self._head = b""
+                    if length > self._max:
+                        raise ProtocolError(
+                            ErrorCode.FRAME_TOO_LARGE,
+                            f"frame of {length} bytes exceeds the limit of {self._max}",
+                            fatal=True,
+                        )
+                    if not self._parts and end - pos >= length:  # whole in this piece: one slice
+                        out.append(data[pos : pos + length])
+                        pos += length
+                        continue
+                    self._size = length
+                take = min(self._size - self._have, end - pos)
+                self._parts.append(view[pos : pos + take])
+                self._have += take
+                pos += take
+                if self._have == self._size:
+                    out.append(b"".join(self._parts))
+                    self._parts, self._have, self._size = [], 0, None
         return out
 
     @property
     def pending(self) -> int:
         """Bytes received but not yet part of a whole frame."""
-        return len(self._buf)
+        return len(self._head) + self._have + (_HEADER.size if self._size is not None else 0)
 
 
 def check_structure(body: bytes, max_elements: int = MAX_ELEMENTS, max_depth: int = MAX_DEPTH) -> None:

@@ -10,12 +10,15 @@ server, on this machine, alternating (--pairs N):
 
 The job only hard-links a file made beforehand into its workspace, so the run's
 own work is ~0. Prints figures and ratios (scp time / lanpool time: 1.0 = as fast
-as scp); no pass/fail exit code. Needs /usr/sbin/sshd (openssh-server).
+as scp), and the CPU seconds each side spent (the scp client; lanpool's controller
+and agent): on a loaded machine those say more than the times. No pass/fail exit
+code. Needs /usr/sbin/sshd (openssh-server).
 """
 
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -111,6 +114,18 @@ def _make_file(path: Path, size: int) -> None:
             left -= n
 
 
+def _children_cpu() -> float:
+    """CPU seconds of this process's finished children (the scp, the `status`)."""
+    use = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return use.ru_utime + use.ru_stime
+
+
+def _proc_cpu(pid: int) -> float:
+    """CPU seconds of a running process (the agent), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _app(args: list[str], project: Path, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([*APP, "headless", *args], cwd=project, env=env, capture_output=True, text=True, check=True)
 
@@ -166,15 +181,21 @@ def main(argv: list[str] | None = None) -> int:
         project = harness.write_project(tmp / "project", workflows)
         _app(["runners", "add", agent.address], project, env)
         pull, path, scp = [], [], []
+        cpu: dict[str, list[float]] = {"scp": [], "controller": [], "agent": []}
         for i in range(args.pairs):
             say(f"pair {i + 1}/{args.pairs}")
             back = tmp / "scp.bin"
+            before = _children_cpu()
             scp.append(_timed(lambda back=back: subprocess.run(sshd.scp_args(src, back), check=True)))
+            cpu["scp"].append(_children_cpu() - before)
             back.unlink()
             # pull alone: the job ended while detached; `status` brings it (and its artifact) back
             run = _run_detached(project, env)
             _ended_on_runner(agent.data_dir, run)
+            before, agent_before = _children_cpu(), _proc_cpu(agent.proc.pid)
             pull.append(_timed(lambda run=run: _status(project, env, run)))
+            cpu["controller"].append(_children_cpu() - before)
+            cpu["agent"].append(_proc_cpu(agent.proc.pid) - agent_before)
             stored = list((tmp / "controller" / "artifacts").glob("*/out/big.bin"))
             if not stored or stored[-1].stat().st_size != src.stat().st_size:
                 raise BenchError("the artifact did not arrive whole")
@@ -197,6 +218,8 @@ def main(argv: list[str] | None = None) -> int:
             "path_ratio": med(scp) / med(path),
             "pull_mb_s": args.size_mb / med(pull),
             "scp_mb_s": args.size_mb / med(scp),
+            "cpu_s": {side: med(v) for side, v in cpu.items()},
+            "load": os.getloadavg()[0],
         }
 
     def stop() -> None:
@@ -218,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  run -d -> status -> artifacts download: {res['path_s']['median']:.2f} s "
             f"= {res['path_ratio']:.2f}x scp (target >= 0.7x)",
+            file=out,
+        )
+        c = res["cpu_s"]
+        print(
+            f"  CPU s: scp client {c['scp']:.2f} (sshd not counted); lanpool pull: controller "
+            f"{c['controller']:.2f} + agent {c['agent']:.2f}; load average {res['load']:.1f}",
             file=out,
         )
 
