@@ -1,0 +1,128 @@
+"""Start-up stays cheap: what each headless verb imports, and no child process at import.
+
+Most of a short `app headless` command's time is Python importing modules, so each
+verb has a budget: the heavy packages it may load (names, not times: times vary
+with the machine's load, a module set does not). A verb that starts importing
+asyncssh, yaml or cryptography without needing them fails here, and so does an
+import that starts a child process (ctypes.util.find_library runs ldconfig and
+gcc: app/library_lookup.py answers asyncssh's and ifaddr's lookups without).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Packages whose import costs tens of ms each on a 2-core machine.
+HEAVY = ("asyncssh", "cryptography", "yaml", "zeroconf", "ifaddr", "msgpack", "textual", "sqlite3", "asyncio", "ctypes")
+
+# verb -> the heavy packages it may import. `run`/`plan` read workflows and talk to runners:
+# everything. `status`, `logs` and `runners` read the store first and reach a runner only
+# when there is one to ask (asyncssh is then imported on the way).
+BUDGET: dict[str, set[str]] = {
+    "run": {"asyncssh", "cryptography", "yaml", "zeroconf", "ifaddr", "msgpack", "sqlite3", "asyncio", "ctypes"},
+    "status": {"sqlite3", "asyncio"},
+    "logs": {"sqlite3", "asyncio"},
+    "runners": {"sqlite3", "asyncio"},
+    "key": {"sqlite3", "asyncio"},
+}
+
+# Imports a verb's handler module and builds the Controller as `app headless VERB` does, then
+# reports which heavy packages are loaded and whether anything spawned a process.
+PROBE = textwrap.dedent(
+    """
+    import json, sys
+    spawned = []
+    sys.addaudithook(lambda e, a: spawned.append(str(a[0])) if e in SPAWN else None)
+    from app.cli.headless import handler_of
+    from app.controller import Controller
+    handler_of(sys.argv[1])
+    Controller().close()
+    heavy = sorted({m.split(".")[0] for m in sys.modules} & set(HEAVY))
+    print(json.dumps({"heavy": heavy, "spawned": spawned}))
+    """
+)
+SPAWN = ("subprocess.Popen", "os.posix_spawn", "os.fork", "os.exec", "os.system")
+
+
+def _probe(code: str, *args: str, home: Path) -> dict:
+    env = dict(os.environ, PYTHONPATH=str(REPO), LANPOOL_HOME=str(home))
+    prelude = f"SPAWN = {SPAWN!r}\nHEAVY = {HEAVY!r}\n"
+    out = subprocess.run(
+        [sys.executable, "-c", prelude + code, *args], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("verb", sorted(BUDGET))
+def test_a_verb_imports_no_more_than_its_budget(verb, tmp_path):
+    got = _probe(PROBE, verb, home=tmp_path)
+    over = set(got["heavy"]) - BUDGET[verb]
+    assert not over, f"`app headless {verb}` now imports {sorted(over)}: import them where they are used"
+    assert got["spawned"] == []
+
+
+def test_the_budget_can_fail(tmp_path):
+    """The probe sees a heavy import: `run` loads asyncssh (the check above is not vacuous)."""
+    assert "asyncssh" in _probe(PROBE, "run", home=tmp_path)["heavy"]
+
+
+def test_importing_the_ssh_client_spawns_no_process(tmp_path):
+    code = textwrap.dedent(
+        """
+        import json, sys
+        spawned = []
+        sys.addaudithook(lambda e, a: spawned.append(str(a[0])) if e in SPAWN else None)
+        import app.runner_client, app.adverts, asyncssh
+        from asyncssh.crypto import pq, umac
+        print(json.dumps({"spawned": spawned, "nettle": umac._nettle_lib, "heavy": []}))
+        """
+    )
+    got = _probe(code, home=tmp_path)
+    assert got["spawned"] == []
+
+
+def test_without_the_hook_asyncssh_spawns_lookups(tmp_path):
+    """The attack on the test above: plain `import asyncssh` (no app first) does spawn here."""
+    code = textwrap.dedent(
+        """
+        import json, sys
+        spawned = []
+        sys.addaudithook(lambda e, a: spawned.append(str(a[0])) if e in SPAWN else None)
+        import asyncssh
+        print(json.dumps({"spawned": spawned}))
+        """
+    )
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the ldconfig/gcc lookup is Linux's")
+    assert _probe(code, home=tmp_path)["spawned"], "asyncssh no longer probes with ldconfig: the hook can go"
+
+
+def test_the_lookup_finds_a_library_where_the_loader_would(tmp_path, monkeypatch):
+    """liboqs installed outside the loader cache (LD_LIBRARY_PATH) is still found; absent names are None."""
+    from app.library_lookup import find_library
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("Linux lookup")
+
+    def fail(name: str) -> str | None:
+        raise AssertionError(f"fell back for {name}")
+
+    libc = find_library("c", fail)
+    assert libc and libc.startswith("libc.so")
+    assert find_library("lanpool-no-such-lib", fail) is None
+    real = Path(subprocess.run(["sh", "-c", "ldconfig -p | grep -m1 'libz.so.1 '"], capture_output=True, text=True)
+                .stdout.split("=>")[-1].strip() or "/nonexistent")
+    if not real.exists():
+        pytest.skip("no libz to stand in for liboqs")
+    (tmp_path / "liboqs.so.9").write_bytes(real.read_bytes())
+    (tmp_path / "liboqs.so.1").write_bytes(b"not a library")
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
+    assert find_library("oqs", fail) == str(tmp_path / "liboqs.so.9")
