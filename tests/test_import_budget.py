@@ -126,3 +126,61 @@ def test_the_lookup_finds_a_library_where_the_loader_would(tmp_path, monkeypatch
     (tmp_path / "liboqs.so.1").write_bytes(b"not a library")
     monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
     assert find_library("oqs", fail) == str(tmp_path / "liboqs.so.9")
+
+
+# -- exit without teardown (app/cli/main.py `_exit_now`) ---------------------------------------
+
+
+def _stored_job(home: Path, lines: int) -> None:
+    """A finished, synced job whose log is `lines` lines, written with the store's own API."""
+    from app.store import Store
+    from protocol import JobState
+
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(home / "lanpool.db")
+    try:
+        store.create_run("quick-fox-1", "echo", "/proj")
+        store.create_job("j1", "quick-fox-1", "echo", {"name": "r", "host": "127.0.0.1", "port": 1}, {})
+        data = b"".join(b"%010d%s\n" % (i, b"x" * 89) for i in range(lines))
+        store.add_log_chunks([("j1", 0, 0, lines, "out", data)])
+        store.set_job_status("j1", JobState.DONE, exit_code=0, finished_at=1.0, synced=1)
+    finally:
+        store.close()
+
+
+def _app(home: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    env = dict(os.environ, PYTHONPATH=str(REPO), LANPOOL_HOME=str(home))
+    env.pop("PYTHONUNBUFFERED", None)  # block-buffered stdout, as in a pipe anywhere: the flush must be ours
+    return subprocess.run([sys.executable, "-m", "app.cli.main", *args], env=env, capture_output=True, timeout=60)
+
+
+def test_a_fast_exit_flushes_all_output_and_keeps_the_exit_code(tmp_path):
+    _stored_job(tmp_path / "home", 50_000)  # 5 MB: far more than any stdio buffer
+    out = _app(tmp_path / "home", "headless", "logs", "quick-fox-1")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == 50_000 and lines[-1].startswith(b"0000049999")
+    status = _app(tmp_path / "home", "headless", "status", "--json", "--no-refresh")
+    assert json.loads(status.stdout)[0]["run"] == "quick-fox-1"
+    bad = _app(tmp_path / "home", "headless", "logs", "no-such-run")
+    assert bad.returncode not in (0, 1) and b"Traceback" not in bad.stderr and bad.stderr.startswith(b"app: error:")
+
+
+def test_a_fast_exit_leaves_the_store_committed(tmp_path):
+    """`runners remove` writes SQLite and exits: the row is gone for the next process."""
+    home = tmp_path / "home"
+    _stored_job(home, 1)
+    from app.store import Store
+
+    store = Store(home / "lanpool.db")
+    try:
+        store.upsert_runner("gone", "127.0.0.1", 1, "ssh-ed25519 AAAA", trusted=True)
+    finally:
+        store.close()
+    out = _app(home, "headless", "runners", "remove", "gone")
+    assert out.returncode == 0, out.stderr
+    store = Store(home / "lanpool.db")
+    try:
+        assert "gone" not in [r["name"] for r in store.runners()]
+    finally:
+        store.close()
