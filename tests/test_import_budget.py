@@ -184,3 +184,12 @@ def test_a_fast_exit_leaves_the_store_committed(tmp_path):
         assert "gone" not in [r["name"] for r in store.runners()]
     finally:
         store.close()
+
+
+def test_the_parser_s_copy_of_the_prune_default_agrees():
+    from app.cli import parser
+    from app.controller import DEFAULT_PRUNE_AGE
+
+    assert parser.DEFAULT_PRUNE_AGE == DEFAULT_PRUNE_AGE
+    args = parser.parse_args(["prune"])
+    assert args.older_than == parser.age_seconds(DEFAULT_PRUNE_AGE)
