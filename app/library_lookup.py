@@ -31,6 +31,7 @@ def find_library(name: str, fallback: Callable[[str], str | None]) -> str | None
     if not sys.platform.startswith("linux"):
         return fallback(name)
     import re
+
     try:
         with open(_LD_CACHE, "rb") as fh:
             cache = fh.read()

@@ -118,8 +118,12 @@ def test_the_lookup_finds_a_library_where_the_loader_would(tmp_path, monkeypatch
     libc = find_library("c", fail)
     assert libc and libc.startswith("libc.so")
     assert find_library("lanpool-no-such-lib", fail) is None
-    real = Path(subprocess.run(["sh", "-c", "ldconfig -p | grep -m1 'libz.so.1 '"], capture_output=True, text=True)
-                .stdout.split("=>")[-1].strip() or "/nonexistent")
+    real = Path(
+        subprocess.run(["sh", "-c", "ldconfig -p | grep -m1 'libz.so.1 '"], capture_output=True, text=True)
+        .stdout.split("=>")[-1]
+        .strip()
+        or "/nonexistent"
+    )
     if not real.exists():
         pytest.skip("no libz to stand in for liboqs")
     (tmp_path / "liboqs.so.9").write_bytes(real.read_bytes())
