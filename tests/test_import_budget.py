@@ -3,7 +3,7 @@
 Most of a short `app headless` command's time is Python importing modules, so each
 verb has a budget: the heavy packages it may load (names, not times: times vary
 with the machine's load, a module set does not). A verb that starts importing
-asyncssh, yaml or cryptography without needing them fails here, and so does an
+a new package, or many more of lanpool's modules, fails here, and so does an
 import that starts a child process (ctypes.util.find_library runs ldconfig and
 gcc: app/library_lookup.py answers asyncssh's and ifaddr's lookups without).
 """
@@ -19,22 +19,24 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Packages whose import costs tens of ms each on a 2-core machine.
-HEAVY = ("asyncssh", "cryptography", "yaml", "zeroconf", "ifaddr", "msgpack", "textual", "sqlite3", "asyncio", "ctypes")
-
-# verb -> the heavy packages it may import. `run`/`plan` read workflows and talk to runners:
-# everything. `status`, `logs` and `runners` read the store first and reach a runner only
-# when there is one to ask (asyncssh is then imported on the way).
-BUDGET: dict[str, set[str]] = {
-    "run": {"asyncssh", "cryptography", "yaml", "zeroconf", "ifaddr", "msgpack", "sqlite3", "asyncio", "ctypes"},
-    "status": {"sqlite3", "asyncio"},
-    "logs": {"sqlite3", "asyncio"},
-    "runners": {"sqlite3", "asyncio"},
-    "key": {"sqlite3", "asyncio"},
+# What every verb loads today beyond the standard library: the Controller imports its whole
+# graph (pool, runner sessions, workflow loader), so asyncssh, cryptography and yaml come with
+# any verb. Target (issue #17, `status`/`logs`/`runners` <= 0.2 s): those three without them;
+# what stands in the way is named in test_status_does_not_need_the_ssh_stack below.
+_ALL = {"asyncssh", "cryptography", "cython_runtime", "ifaddr", "msgpack", "platformdirs", "typing_extensions", "yaml"}
+# verb -> (third-party packages it may import, most modules of app/ and protocol/ it may import).
+# The counts are today's plus ~10%: a verb that starts importing a new package, or a big slice of
+# lanpool it does not need, fails here; a deliberate change updates the number.
+BUDGET: dict[str, tuple[set[str], int]] = {
+    "run": (_ALL, 80),
+    "status": (_ALL, 78),
+    "logs": (_ALL, 78),
+    "runners": (_ALL, 78),
+    "key": (_ALL, 78),
 }
 
 # Imports a verb's handler module and builds the Controller as `app headless VERB` does, then
-# reports which heavy packages are loaded and whether anything spawned a process.
+# reports what is loaded and whether anything spawned a process.
 PROBE = textwrap.dedent(
     """
     import json, sys
@@ -44,8 +46,10 @@ PROBE = textwrap.dedent(
     from app.controller import Controller
     handler_of(sys.argv[1])
     Controller().close()
-    heavy = sorted({m.split(".")[0] for m in sys.modules} & set(HEAVY))
-    print(json.dumps({"heavy": heavy, "spawned": spawned}))
+    tops = {m.split(".")[0] for m in sys.modules}
+    third = sorted(t for t in tops if t not in sys.stdlib_module_names and not t.startswith("_") and t not in OURS)
+    ours = sum(1 for m in sys.modules if m.split(".")[0] in OURS)
+    print(json.dumps({"third_party": third, "ours": ours, "spawned": spawned}))
     """
 )
 SPAWN = ("subprocess.Popen", "os.posix_spawn", "os.fork", "os.exec", "os.system")
@@ -53,7 +57,7 @@ SPAWN = ("subprocess.Popen", "os.posix_spawn", "os.fork", "os.exec", "os.system"
 
 def _probe(code: str, *args: str, home: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(REPO), LANPOOL_HOME=str(home))
-    prelude = f"SPAWN = {SPAWN!r}\nHEAVY = {HEAVY!r}\n"
+    prelude = f"SPAWN = {SPAWN!r}\nOURS = ('app', 'protocol')\n"
     out = subprocess.run(
         [sys.executable, "-c", prelude + code, *args], env=env, capture_output=True, text=True, timeout=60
     )
@@ -63,15 +67,31 @@ def _probe(code: str, *args: str, home: Path) -> dict:
 
 @pytest.mark.parametrize("verb", sorted(BUDGET))
 def test_a_verb_imports_no_more_than_its_budget(verb, tmp_path):
+    allowed, most_ours = BUDGET[verb]
+    _stored_job(tmp_path, 1)  # a store already made: its first migration loads sqlite_utils (and numpy) once
     got = _probe(PROBE, verb, home=tmp_path)
-    over = set(got["heavy"]) - BUDGET[verb]
+    over = set(got["third_party"]) - allowed
     assert not over, f"`app headless {verb}` now imports {sorted(over)}: import them where they are used"
+    assert got["ours"] <= most_ours, f"`app headless {verb}` imports {got['ours']} lanpool modules (budget {most_ours})"
     assert got["spawned"] == []
 
 
+@pytest.mark.xfail(strict=True, reason="issue #17: the Controller imports pool/runner sessions/workflows eagerly")
+def test_status_does_not_need_the_ssh_stack(tmp_path):
+    """The target. In the way today: app.controller imports app.pool, app.job_artifacts,
+    app.remote_job and app.runner_client at the top (asyncssh); app.formatting ->
+    app.runner_views -> app.host_keys (asyncssh); app.runs -> app.overview -> app.multinode
+    -> app.workflows.resolve (yaml). When this passes, strict xfail fails: tighten BUDGET."""
+    _stored_job(tmp_path, 1)
+    got = _probe(PROBE, "status", home=tmp_path)
+    assert not {"asyncssh", "cryptography", "yaml"} & set(got["third_party"])
+
+
 def test_the_budget_can_fail(tmp_path):
-    """The probe sees a heavy import: `run` loads asyncssh (the check above is not vacuous)."""
-    assert "asyncssh" in _probe(PROBE, "run", home=tmp_path)["heavy"]
+    """The probe sees what a verb loads (the checks above are not vacuous)."""
+    _stored_job(tmp_path, 1)
+    got = _probe(PROBE, "run", home=tmp_path)
+    assert "asyncssh" in got["third_party"] and got["ours"] > 20
 
 
 def test_importing_the_ssh_client_spawns_no_process(tmp_path):
@@ -82,7 +102,7 @@ def test_importing_the_ssh_client_spawns_no_process(tmp_path):
         sys.addaudithook(lambda e, a: spawned.append(str(a[0])) if e in SPAWN else None)
         import app.runner_client, app.adverts, asyncssh
         from asyncssh.crypto import pq, umac
-        print(json.dumps({"spawned": spawned, "nettle": umac._nettle_lib, "heavy": []}))
+        print(json.dumps({"spawned": spawned, "nettle": umac._nettle_lib}))
         """
     )
     got = _probe(code, home=tmp_path)
