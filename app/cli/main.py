@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"app: error: unknown option {argv[0]!r}: `app --help` lists the commands", file=sys.stderr)
         return 2
     code = verb(argv if verb is _tui else argv[1:])
-    if as_program and argv[0] == "headless":
+    if as_program and argv[:1] == ["headless"]:
         _exit_now(code)
     return code
 
