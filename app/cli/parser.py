@@ -9,10 +9,11 @@ from typing import Any, NoReturn
 
 from app import __version__
 from app.cli.workflow_args import Options
-from app.controller import DEFAULT_PRUNE_AGE, parse_age
 from app.errors import ExitCode, UsageError
-from app.workflows.limits import parse_duration
-from app.workflows.loader import MAX_NODES
+
+# Every verb builds the whole parser: what its option types need (the controller, the workflow
+# loader and yaml) is imported when an option of that type is given, not here (start-up time).
+DEFAULT_PRUNE_AGE = "7d"  # app/retention.py's, for --help; tests/test_import_budget.py checks they agree
 
 
 class _Parser(argparse.ArgumentParser):
@@ -30,6 +31,8 @@ class _Parser(argparse.ArgumentParser):
 
 def _node_count(text: str) -> int:
     """`--nodes N`: how many runners, 1 to MAX_NODES (0 or less used to mean one node, silently)."""
+    from app.workflows.loader import MAX_NODES
+
     try:
         count = int(text)
     except ValueError:
@@ -41,6 +44,8 @@ def _node_count(text: str) -> int:
 
 def age_seconds(text: str) -> float:
     """`--older-than 7d` as seconds (app/retention.py reads it, for the TUI too)."""
+    from app.controller import parse_age
+
     try:
         return parse_age(text)
     except UsageError as exc:
@@ -138,7 +143,7 @@ def build_parser() -> _Parser:
     prune.add_argument(
         "--older-than",
         type=age_seconds,
-        default=age_seconds(DEFAULT_PRUNE_AGE),
+        default=DEFAULT_PRUNE_AGE,  # a string default goes through `type` when parsed, only if used
         metavar="AGE",
         help=f"runs created longer ago than AGE: 12h, 7d, 2w ... (default {DEFAULT_PRUNE_AGE})",
     )
@@ -193,6 +198,8 @@ def build_parser() -> _Parser:
 
 def _duration(most: float) -> Callable[[str], float]:
     def parse(text: str) -> float:
+        from app.workflows.limits import parse_duration
+
         try:
             return parse_duration(text, "duration", most)
         except ValueError as exc:
