@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.events import Resize
 from textual.widgets import DataTable
 
-from app.formatting import ago, duration, runner_cells
+from app.formatting import ago, duration, gpu_util_text, runner_cells
 from app.overview import JobLine
 from app.runner_views import RunnerView
 
@@ -185,17 +185,20 @@ class RunnersTable(LiveTable):
         ("address", "ADDRESS"),
         ("state", "STATE"),
         ("gpus", "GPUS FREE"),
+        ("gpu_util", "GPU UTIL"),
         ("jobs", "JOBS"),
         ("executor", "EXECUTOR"),
         ("source", "SOURCE"),
         ("seen", "LAST SEEN"),
     )
-    HIDE_ORDER = ("source", "executor", "seen", "address", "jobs")
+    HIDE_ORDER = ("source", "executor", "seen", "address", "gpu_util", "jobs")
 
     def show_runners(self, runners: list[RunnerView], now: float) -> None:
         rows: list[Row] = []
         for v in runners:
-            cells: list[Cell] = [*runner_cells(v, now)]  # the same row as `app headless runners`, its state in colour
+            # The same row as `app headless runners` (GPU UTIL after GPUS FREE), its state in colour.
+            cells: list[Cell] = [*runner_cells(v, now)]
+            cells.insert(4, gpu_util_text(v))
             cells[2] = status_cell(v.state)
             rows.append((v.name, cells))
         self.show(rows)
