@@ -12,7 +12,7 @@ from textual_plotext import PlotextPlot  # noqa: E402
 
 from app.tui.widgets.log_view import LogView  # noqa: E402
 from app.tui.widgets.metrics_chart import MetricsChart, families, family, smooth  # noqa: E402
-from app.tui.widgets.tables import RunsTable  # noqa: E402
+from app.tui.widgets.tables import RunnersTable, RunsTable  # noqa: E402
 from tests import test_tui_snapshots as snaps  # noqa: E402
 from tests.test_tui_snapshots import DONE_JOB, NOW, _on_done_job, _until  # noqa: E402
 
@@ -46,6 +46,27 @@ def test_table_keys_jk_gG_home_end(screen_app):
         assert table.cursor_row == 0
 
     run(screen_app, (120, 30), body)
+
+
+def test_runners_gpu_util_column_hides_by_priority(screen_app):
+    async def body(pilot):
+        await pilot.press("2")
+        table = pilot.app.query_one(RunnersTable)
+        cells = {
+            row.value: str(table.get_cell(row, "gpu_util")) for row in table.rows if "gpu_util" in table.shown_columns
+        }
+        assert cells == {"gpu-box-1": "37% 0%", "gpu-box-2": "-", "laptop": "-"}  # per GPU; "-": none reported
+        header = [str(c.label) for c in table.columns.values()]
+        assert header.index("GPU UTIL") == header.index("GPUS FREE") + 1  # as in `app headless runners`
+        await pilot.resize_terminal(50, 24)  # too narrow for it: hidden after LAST SEEN and ADDRESS, before JOBS
+        await pilot.pause(0.2)
+        assert "address" not in table.shown_columns and "jobs" in table.shown_columns
+        assert "gpu_util" not in table.shown_columns and {"name", "state"} <= set(table.shown_columns)
+        await pilot.resize_terminal(140, 30)
+        await pilot.pause(0.2)
+        assert "gpu_util" in table.shown_columns
+
+    run(screen_app, (140, 30), body)
 
 
 @pytest.mark.parametrize("width", [80, 60, 40])

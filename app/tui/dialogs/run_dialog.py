@@ -97,10 +97,9 @@ class RunDialog(ModalScreen[RunRequest | None]):
                         allow_blank=False,
                         id="runner",
                     )
-                with Horizontal(classes="row"):
                     yield Label("env")
-                    yield Input(value="", placeholder="KEY=VALUE ...  (as --env; quote spaces)", id="env")
-                yield Static("", id="secrets", classes="hint")
+                    yield Input(value="", placeholder="KEY=VALUE ...  (as --env)", id="env")
+                yield Static("", id="secrets", classes="hint")  # shown once the run uses a secret
                 yield Label("plan", classes="section")
                 yield Static("…", id="plan")
             yield Label("", id="run-error", classes="error")
@@ -236,7 +235,9 @@ class RunDialog(ModalScreen[RunRequest | None]):
         missing = [name for name, known in used if not known]
         if missing:
             text.append(f"  (`app headless secrets set {missing[0]}` on this machine)")
-        self.query_one("#secrets", Static).update(text)
+        box = self.query_one("#secrets", Static)
+        box.update(text)
+        box.display = bool(text)  # no line at all for a run that uses no secret
 
     def action_submit(self) -> None:
         request = self.request()
