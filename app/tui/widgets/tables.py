@@ -4,14 +4,21 @@ are touched, so a live list of hundreds of jobs redraws cheaply).
 A narrow terminal (80 columns) cannot hold every column: the columns that do not
 fit are hidden, the least wanted first (`HIDE_ORDER`), so STATUS stays on screen.
 Keys are k9s/lazygit's: j/k, g/G, Home/End.
+
+Going back to a tab shows its table from DataTable's render caches: Textual's
+DataTable drops them whenever its tab is shown again (the pane's CSS is
+re-applied and a Resize comes, both with nothing changed), and re-rendering
+every visible cell was most of the cost of the key (scripts/bench-tui). Here
+they are dropped only when the size or the styles really changed.
 """
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from rich.cells import cell_len
 from rich.text import Text
 from textual.binding import Binding
 from textual.events import Resize
+from textual.widget import Widget
 from textual.widgets import DataTable
 
 from app.formatting import ago, duration, gpu_util_text, runner_cells
@@ -56,6 +63,9 @@ class LiveTable(DataTable[Cell]):
         Binding("G,end", "last", "Last", show=False),
     ]
 
+    _sized: object = None  # the size of the last Resize that reached DataTable
+    _styled: dict[Hashable, Hashable] | None = None  # pseudo-class state -> the styles cells were rendered with
+
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
@@ -77,7 +87,29 @@ class LiveTable(DataTable[Cell]):
             self.move_cursor(row=self.row_count - 1, animate=False)
 
     def on_resize(self, event: Resize) -> None:
+        if event.size == self._sized:
+            event.prevent_default()  # the same size (its tab shown again): DataTable keeps its rendered lines
+            return
+        self._sized = event.size
         self._fit(event.size.width)
+
+    def notify_style_update(self) -> None:
+        Widget.notify_style_update(self)  # the widget's own style caches: cheap to rebuild
+        state = self.get_pseudo_class_state()
+        try:
+            styles = (
+                self.rich_style,
+                tuple(self.get_component_rich_style(name) for name in sorted(self.COMPONENT_CLASSES)),
+            )
+        except KeyError:  # before the component styles are set up (mounting): nothing cached yet
+            super().notify_style_update()
+            return
+        if self._styled is None:
+            self._styled = {}
+        if self._styled.get(state) == styles:
+            return  # the cells cached for this state (their keys hold it) were rendered with these styles
+        self._styled[state] = styles
+        super().notify_style_update()  # new styles (a theme) or a state not seen yet: every cached cell goes
 
     def _fit(self, width: int) -> None:
         """Hide the least wanted columns until the rest fit `width` (shown again when it grows)."""
