@@ -101,6 +101,39 @@ def test_unchanged_rows_are_not_touched(screen_app, monkeypatch):
     run(screen_app, (140, 30), body)
 
 
+def test_back_to_the_runs_tab_renders_no_cell_again(screen_app, monkeypatch):
+    """Going back to Runs shows the table from its render caches (issue #17: 110-330 ms, and
+    more with 10k runs, went into re-rendering every visible cell after each tab switch)."""
+
+    async def body(pilot):
+        table = pilot.app.query_one(RunsTable)
+        rendered = []
+        render_cell = type(table)._render_cell
+        monkeypatch.setattr(
+            type(table), "_render_cell", lambda self, *a, **k: (rendered.append(a), render_cell(self, *a, **k))[1]
+        )
+        await pilot.pause(0.2)
+        before = pilot.app.export_screenshot()
+        await pilot.press("2")  # the table's first blur, then back: the first return is what a user meets
+        await pilot.pause(0.2)
+        rendered.clear()
+        await pilot.press("1")
+        await pilot.pause(0.3)
+        assert pilot.app.query_one("#tabs").active == "runs" and table.row_count > 3
+        assert rendered == []
+        assert pilot.app.export_screenshot() == before  # the same screen (the focused cursor's colours too)
+        pilot.app.theme = "textual-light" if pilot.app.theme != "textual-light" else "nord"
+        await pilot.pause(0.3)
+        assert rendered, "a new theme renders every cell again"
+        rendered.clear()
+        pilot.app.ctl.store.set_job_status("7c41d09e2f18", "DONE", finished_at=NOW - 10, exit_code=0, synced=1)
+        pilot.app.show_runs()  # a real change still shows
+        await pilot.pause(0.3)
+        assert rendered and "DONE (0)" in str(table.get_cell("7c41d09e2f18", "status"))
+
+    run(screen_app, (140, 30), body)
+
+
 def test_log_timestamps_toggle(screen_app):
     store = screen_app.ctl.store
     store.add_log_chunks([(DONE_JOB, 0, 100, 1, "out", b"stamped line\n", NOW - 5)])

@@ -64,7 +64,7 @@ class LiveTable(DataTable[Cell]):
     ]
 
     _sized: object = None  # the size of the last Resize that reached DataTable
-    _styled: dict[Hashable, Hashable] | None = None  # pseudo-class state -> the styles cells were rendered with
+    _styled: Hashable = None  # the theme and classes the cached cells were rendered with
 
     def on_mount(self) -> None:
         self.cursor_type = "row"
@@ -94,22 +94,14 @@ class LiveTable(DataTable[Cell]):
         self._fit(event.size.width)
 
     def notify_style_update(self) -> None:
-        Widget.notify_style_update(self)  # the widget's own style caches: cheap to rebuild
-        state = self.get_pseudo_class_state()
-        try:
-            styles = (
-                self.rich_style,
-                tuple(self.get_component_rich_style(name) for name in sorted(self.COMPONENT_CLASSES)),
-            )
-        except KeyError:  # before the component styles are set up (mounting): nothing cached yet
-            super().notify_style_update()
+        # What the table's styles derive from besides the focus/hover state, which DataTable's
+        # cache keys hold already: the theme and the table's classes (CSS files do not change).
+        styled = (self.app.theme, frozenset(self.classes))
+        if styled == self._styled:
+            Widget.notify_style_update(self)  # the widget's own small style caches only
             return
-        if self._styled is None:
-            self._styled = {}
-        if self._styled.get(state) == styles:
-            return  # the cells cached for this state (their keys hold it) were rendered with these styles
-        self._styled[state] = styles
-        super().notify_style_update()  # new styles (a theme) or a state not seen yet: every cached cell goes
+        self._styled = styled
+        super().notify_style_update()  # a new theme: every cached cell goes
 
     def _fit(self, width: int) -> None:
         """Hide the least wanted columns until the rest fit `width` (shown again when it grows)."""
