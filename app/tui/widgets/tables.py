@@ -152,7 +152,10 @@ class LiveTable(DataTable[Cell]):
             for col, value in zip(self.shown_columns, self._cells(cells), strict=True):
                 old = self.get_cell(key, col)
                 if str(old) != str(value) or getattr(old, "style", None) != getattr(value, "style", None):
-                    self.update_cell(key, col, value, update_width=True)  # RUNNING -> DONE (0) is wider
+                    # Widened only for a wider value (RUNNING -> DONE (0)): for a narrower one DataTable
+                    # measures every cell of the column again, per cell (500 rows, each "59s" -> "1m").
+                    wider = cell_len(str(value)) > cell_len(str(old))
+                    self.update_cell(key, col, value, update_width=wider)
 
     @property
     def selected_key(self) -> str | None:
