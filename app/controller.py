@@ -110,10 +110,11 @@ class Controller:
         overrides: dict[str, str] | None = None,
         no_cache: bool = False,
         reuse: bool = False,
+        env: dict[str, str] | None = None,
     ) -> "Plan":
         """`plan` for a worker thread (hashing the project's files can take a while): on its own connection."""
         return self.runs.in_own_store(
-            lambda store: self._plan(store, project, workflow_name, overrides, no_cache, reuse)
+            lambda store: self._plan(store, project, workflow_name, overrides, no_cache, reuse, env)
         )
 
     def _plan(

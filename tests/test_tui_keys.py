@@ -12,7 +12,7 @@ from textual_plotext import PlotextPlot  # noqa: E402
 
 from app.tui.widgets.log_view import LogView  # noqa: E402
 from app.tui.widgets.metrics_chart import MetricsChart, families, family, smooth  # noqa: E402
-from app.tui.widgets.tables import RunsTable  # noqa: E402
+from app.tui.widgets.tables import RunnersTable, RunsTable  # noqa: E402
 from tests import test_tui_snapshots as snaps  # noqa: E402
 from tests.test_tui_snapshots import DONE_JOB, NOW, _on_done_job, _until  # noqa: E402
 
@@ -48,6 +48,27 @@ def test_table_keys_jk_gG_home_end(screen_app):
     run(screen_app, (120, 30), body)
 
 
+def test_runners_gpu_util_column_hides_by_priority(screen_app):
+    async def body(pilot):
+        await pilot.press("2")
+        table = pilot.app.query_one(RunnersTable)
+        cells = {
+            row.value: str(table.get_cell(row, "gpu_util")) for row in table.rows if "gpu_util" in table.shown_columns
+        }
+        assert cells == {"gpu-box-1": "37% 0%", "gpu-box-2": "-", "laptop": "-"}  # per GPU; "-": none reported
+        header = [str(c.label) for c in table.columns.values()]
+        assert header.index("GPU UTIL") == header.index("GPUS FREE") + 1  # as in `app headless runners`
+        await pilot.resize_terminal(50, 24)  # too narrow for it: hidden after LAST SEEN and ADDRESS, before JOBS
+        await pilot.pause(0.2)
+        assert "address" not in table.shown_columns and "jobs" in table.shown_columns
+        assert "gpu_util" not in table.shown_columns and {"name", "state"} <= set(table.shown_columns)
+        await pilot.resize_terminal(140, 30)
+        await pilot.pause(0.2)
+        assert "gpu_util" in table.shown_columns
+
+    run(screen_app, (140, 30), body)
+
+
 @pytest.mark.parametrize("width", [80, 60, 40])
 def test_narrow_keeps_status_column(screen_app, width):
     async def body(pilot):
@@ -76,6 +97,39 @@ def test_unchanged_rows_are_not_touched(screen_app, monkeypatch):
         pilot.app.ctl.store.set_job_status("7c41d09e2f18", "DONE", finished_at=NOW - 10, exit_code=0, synced=1)
         pilot.app.show_runs()
         assert {a[0] for a in calls} == {"7c41d09e2f18"}  # only the changed row
+
+    run(screen_app, (140, 30), body)
+
+
+def test_back_to_the_runs_tab_renders_no_cell_again(screen_app, monkeypatch):
+    """Going back to Runs shows the table from its render caches (issue #17: 110-330 ms, and
+    more with 10k runs, went into re-rendering every visible cell after each tab switch)."""
+
+    async def body(pilot):
+        table = pilot.app.query_one(RunsTable)
+        rendered = []
+        render_cell = type(table)._render_cell
+        monkeypatch.setattr(
+            type(table), "_render_cell", lambda self, *a, **k: (rendered.append(a), render_cell(self, *a, **k))[1]
+        )
+        await pilot.pause(0.2)
+        before = pilot.app.export_screenshot()
+        await pilot.press("2")  # the table's first blur, then back: the first return is what a user meets
+        await pilot.pause(0.2)
+        rendered.clear()
+        await pilot.press("1")
+        await pilot.pause(0.3)
+        assert pilot.app.query_one("#tabs").active == "runs" and table.row_count > 3
+        assert rendered == []
+        assert pilot.app.export_screenshot() == before  # the same screen (the focused cursor's colours too)
+        pilot.app.theme = "textual-light" if pilot.app.theme != "textual-light" else "nord"
+        await pilot.pause(0.3)
+        assert rendered, "a new theme renders every cell again"
+        rendered.clear()
+        pilot.app.ctl.store.set_job_status("7c41d09e2f18", "DONE", finished_at=NOW - 10, exit_code=0, synced=1)
+        pilot.app.show_runs()  # a real change still shows
+        await pilot.pause(0.3)
+        assert rendered and "DONE (0)" in str(table.get_cell("7c41d09e2f18", "status"))
 
     run(screen_app, (140, 30), body)
 

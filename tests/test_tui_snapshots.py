@@ -85,7 +85,7 @@ def fill(ctl: Controller) -> None:
         "192.168.1.20:7422",
         "mdns",
         "LIVE",
-        {"gpus": "2", "gpus_free": "1", "gpu_name": "NVIDIA A100", "executor": "docker"},
+        {"gpus": "2", "gpus_free": "1", "gpu_name": "NVIDIA A100", "executor": "docker", "gpu_util": "37,0"},
         NOW - 2,
     )
     _runner(

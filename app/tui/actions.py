@@ -16,6 +16,7 @@ from app.controller import DEFAULT_PRUNE_AGE, Controller, Removal, Submitted, pa
 from app.errors import LanpoolError
 from app.formatting import size
 from app.home import ControllerHome
+from app.secret_store import secret_refs
 from app.tui.dialogs.run_dialog import RunDialog, RunRequest
 from app.tui.dialogs.simple import ConfirmDialog, Field, FormDialog
 from app.tui.job_view import JobView
@@ -85,7 +86,26 @@ class Actions(JobView):
             self.notify("the project has no workflows", severity="error")
             return
         runners = self.ctl.pool.names()
-        self.push_screen(RunDialog(self.project, runners, self.ctl.variables), self._submit)
+        dialog = RunDialog(self.project, runners, self.ctl.variables, secrets=self._secrets_used)
+        self.push_screen(dialog, self._submit)
+
+    def _secrets_used(self, project: Project, workflow: str, env: dict[str, str]) -> list[tuple[str, bool]]:
+        """The secrets a run of `workflow` refers to (its own env and its dependencies', after the
+        dialog's env overrides) and whether each is set here: names only, never a value."""
+        names: set[str] = set()
+        todo, seen = [workflow], set()
+        while todo:
+            name = todo.pop()
+            wf = project.workflows.get(name)
+            if wf is None or name in seen:
+                continue
+            seen.add(name)
+            names |= secret_refs({**wf.env, **env})
+            todo += [dep.workflow for dep in wf.depends_on if dep.tag is None]  # a tagged one is not rerun
+        if not names:
+            return []
+        known = set(self.ctl.secrets.names())
+        return [(name, name in known) for name in sorted(names)]
 
     @on(RunDialog.PlanWanted)
     def _plan_wanted(self, event: RunDialog.PlanWanted) -> None:
@@ -98,7 +118,13 @@ class Actions(JobView):
         try:
             # Hashing the project's files can take a while: a thread, with its own connection.
             plan = await asyncio.to_thread(
-                self.ctl.plan_in_thread, project, request.workflow, request.overrides, request.no_cache, False
+                self.ctl.plan_in_thread,
+                project,
+                request.workflow,
+                request.overrides,
+                request.no_cache,
+                False,
+                request.env or None,
             )
         except LanpoolError as exc:
             dialog.show_plan(f"[red]{exc.message}[/red]")
@@ -156,6 +182,7 @@ class Actions(JobView):
             on_submitted=submitted,
             no_cache=request.no_cache,
             nodes=request.nodes,
+            env=request.env or None,
         )
         for job in outcome.jobs:
             self._job_ended(job.id)

@@ -40,9 +40,12 @@ class JobView(LanpoolBase):
         if tab == "metrics":
             self.show_metrics(force=True)
         elif tab == "runners":
-            self.show_runners()
+            self.call_after_refresh(self.show_runners)
         elif tab == "runs":
-            self.show_runs()
+            # The list as it was comes back at once (its rows render from the table's cache);
+            # bringing it up to date (a query, and changed cells re-render every visible row)
+            # runs after that frame: the key gets its answer first (scripts/bench-tui).
+            self.call_after_refresh(self.show_runs)
 
     @on(TabbedContent.TabActivated)
     def _tab_activated(self, event: TabbedContent.TabActivated) -> None:

@@ -1,14 +1,21 @@
-"""The Run dialog: pick a workflow, edit its variables, nodes and runner, see the plan, run.
+"""The Run dialog: pick a workflow, edit its variables, nodes, runner and env, see the plan, run.
 
 The dialog checks values itself (types come from the variables' defaults);
 the plan is I/O (store, file hashes), so it asks the app with `PlanWanted`
 and the app answers with `show_plan`. A workflow's variables come from the
-controller (`variables`), like everything the dialog does not decide itself.
+controller (`variables`), like everything the dialog does not decide itself;
+so does which secrets the run refers to and whether each is set (`secrets`:
+names and set/missing only, never a value).
+
+The env field is `run --env`: KEY=VALUE words, split as a shell would (quote a
+value with spaces), checked by the same rules (app/env_overrides.py).
 """
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -19,7 +26,8 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
-from app.errors import LanpoolError
+from app.env_overrides import parse_env_args
+from app.errors import LanpoolError, UsageError
 from app.workflows import Project
 from app.workflows.model import Scalar
 from app.workflows.resolve import coerce_override, render_value
@@ -32,6 +40,10 @@ class RunRequest:
     nodes: int | None = None
     runner: str | None = None
     no_cache: bool = False
+    env: dict[str, str] = field(default_factory=dict)  # `--env`: over the workflow's env
+
+
+SecretsOf = Callable[[Project, str, dict[str, str]], list[tuple[str, bool]]]  # (name, set?) per secret used
 
 
 class RunDialog(ModalScreen[RunRequest | None]):
@@ -48,11 +60,13 @@ class RunDialog(ModalScreen[RunRequest | None]):
         runners: list[str],
         variables: Callable[[Project, str], dict[str, Scalar]],
         workflow: str | None = None,
+        secrets: SecretsOf | None = None,
     ) -> None:
         super().__init__()
         self.project = project
         self.runners = runners
         self._variables_of = variables
+        self._secrets_of = secrets
         names = list(project.workflows)
         self.workflow = workflow if workflow in project.workflows else names[0]
         self._defaults: dict[str, Scalar] = {}
@@ -83,6 +97,9 @@ class RunDialog(ModalScreen[RunRequest | None]):
                         allow_blank=False,
                         id="runner",
                     )
+                    yield Label("env")
+                    yield Input(value="", placeholder="KEY=VALUE ...  (as --env)", id="env")
+                yield Static("", id="secrets", classes="hint")  # shown once the run uses a secret
                 yield Label("plan", classes="section")
                 yield Static("…", id="plan")
             yield Label("", id="run-error", classes="error")
@@ -171,6 +188,7 @@ class RunDialog(ModalScreen[RunRequest | None]):
             nodes = int(nodes_text) if nodes_text else None
             if nodes is not None and nodes < 1:
                 raise LanpoolError("nodes must be 1 or more")
+            env = self._env()
         except LanpoolError as exc:
             error.update(exc.message)
             return None
@@ -178,6 +196,7 @@ class RunDialog(ModalScreen[RunRequest | None]):
             error.update("nodes must be a whole number")
             return None
         error.update("")
+        self._show_secrets(env)
         runner = self.query_one("#runner", Select).value
         return RunRequest(
             self.workflow,
@@ -185,7 +204,40 @@ class RunDialog(ModalScreen[RunRequest | None]):
             nodes,
             str(runner) if runner else None,
             self.query_one("#no-cache", Checkbox).value,
+            env,
         )
+
+    def _env(self) -> dict[str, str]:
+        text = self.query_one("#env", Input).value
+        try:
+            words = shlex.split(text)
+        except ValueError as exc:  # an unclosed quote
+            raise UsageError(f"env: {exc}: KEY=VALUE words, a value with spaces in quotes") from None
+        try:
+            return parse_env_args(words)
+        except LanpoolError as exc:
+            raise UsageError(f"env: {exc.message}") from None
+
+    def _show_secrets(self, env: dict[str, str]) -> None:
+        """Which `${{ secrets.NAME }}` this run uses, set or missing on this controller (never a value)."""
+        if self._secrets_of is None:
+            return
+        text = Text()
+        try:
+            used = self._secrets_of(self.project, self.workflow, env)
+        except LanpoolError as exc:  # an unreadable secrets file: its own line (a Text: a path is no markup)
+            text.append(f"secrets: {exc.message}", style="red")
+            used = []
+        for i, (name, known) in enumerate(used):
+            text.append("secrets: " if i == 0 else ", ")
+            text.append(f"{name} ")
+            text.append("set" if known else "missing", style="green" if known else "bold red")
+        missing = [name for name, known in used if not known]
+        if missing:
+            text.append(f"  (`app headless secrets set {missing[0]}` on this machine)")
+        box = self.query_one("#secrets", Static)
+        box.update(text)
+        box.display = bool(text)  # no line at all for a run that uses no secret
 
     def action_submit(self) -> None:
         request = self.request()

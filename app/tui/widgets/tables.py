@@ -4,17 +4,24 @@ are touched, so a live list of hundreds of jobs redraws cheaply).
 A narrow terminal (80 columns) cannot hold every column: the columns that do not
 fit are hidden, the least wanted first (`HIDE_ORDER`), so STATUS stays on screen.
 Keys are k9s/lazygit's: j/k, g/G, Home/End.
+
+Going back to a tab shows its table from DataTable's render caches: Textual's
+DataTable drops them whenever its tab is shown again (the pane's CSS is
+re-applied and a Resize comes, both with nothing changed), and re-rendering
+every visible cell was most of the cost of the key (scripts/bench-tui). Here
+they are dropped only when the size or the styles really changed.
 """
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from rich.cells import cell_len
 from rich.text import Text
 from textual.binding import Binding
 from textual.events import Resize
+from textual.widget import Widget
 from textual.widgets import DataTable
 
-from app.formatting import ago, duration, runner_cells
+from app.formatting import ago, duration, gpu_util_text, runner_cells
 from app.overview import JobLine
 from app.runner_views import RunnerView
 
@@ -56,6 +63,9 @@ class LiveTable(DataTable[Cell]):
         Binding("G,end", "last", "Last", show=False),
     ]
 
+    _sized: object = None  # the size of the last Resize that reached DataTable
+    _styled: Hashable = None  # the theme and classes the cached cells were rendered with
+
     def on_mount(self) -> None:
         self.cursor_type = "row"
         self.zebra_stripes = True
@@ -77,7 +87,21 @@ class LiveTable(DataTable[Cell]):
             self.move_cursor(row=self.row_count - 1, animate=False)
 
     def on_resize(self, event: Resize) -> None:
+        if event.size == self._sized:
+            event.prevent_default()  # the same size (its tab shown again): DataTable keeps its rendered lines
+            return
+        self._sized = event.size
         self._fit(event.size.width)
+
+    def notify_style_update(self) -> None:
+        # What the table's styles derive from besides the focus/hover state, which DataTable's
+        # cache keys hold already: the theme and the table's classes (CSS files do not change).
+        styled = (self.app.theme, frozenset(self.classes))
+        if styled == self._styled:
+            Widget.notify_style_update(self)  # the widget's own small style caches only
+            return
+        self._styled = styled
+        super().notify_style_update()  # a new theme: every cached cell goes
 
     def _fit(self, width: int) -> None:
         """Hide the least wanted columns until the rest fit `width` (shown again when it grows)."""
@@ -128,7 +152,10 @@ class LiveTable(DataTable[Cell]):
             for col, value in zip(self.shown_columns, self._cells(cells), strict=True):
                 old = self.get_cell(key, col)
                 if str(old) != str(value) or getattr(old, "style", None) != getattr(value, "style", None):
-                    self.update_cell(key, col, value, update_width=True)  # RUNNING -> DONE (0) is wider
+                    # Widened only for a wider value (RUNNING -> DONE (0)): for a narrower one DataTable
+                    # measures every cell of the column again, per cell (500 rows, each "59s" -> "1m").
+                    wider = cell_len(str(value)) > cell_len(str(old))
+                    self.update_cell(key, col, value, update_width=wider)
 
     @property
     def selected_key(self) -> str | None:
@@ -185,17 +212,20 @@ class RunnersTable(LiveTable):
         ("address", "ADDRESS"),
         ("state", "STATE"),
         ("gpus", "GPUS FREE"),
+        ("gpu_util", "GPU UTIL"),
         ("jobs", "JOBS"),
         ("executor", "EXECUTOR"),
         ("source", "SOURCE"),
         ("seen", "LAST SEEN"),
     )
-    HIDE_ORDER = ("source", "executor", "seen", "address", "jobs")
+    HIDE_ORDER = ("source", "executor", "seen", "address", "gpu_util", "jobs")
 
     def show_runners(self, runners: list[RunnerView], now: float) -> None:
         rows: list[Row] = []
         for v in runners:
-            cells: list[Cell] = [*runner_cells(v, now)]  # the same row as `app headless runners`, its state in colour
+            # The same row as `app headless runners` (GPU UTIL after GPUS FREE), its state in colour.
+            cells: list[Cell] = [*runner_cells(v, now)]
+            cells.insert(4, gpu_util_text(v))
             cells[2] = status_cell(v.state)
             rows.append((v.name, cells))
         self.show(rows)
