@@ -72,7 +72,15 @@ class Job:
     def output(self, stream: str, data: bytes) -> None:
         if self.record.terminal:  # a late line (from a pull thread) after the spool was closed
             return
-        self.spool.append(stream, mask_secrets(data, self.masks))
+        masked = mask_secrets(data, self.masks)
+        if len(masked) != len(data) and stream in ("out", "err"):
+            # A re-adopted container resumes after the bytes it printed, told from the
+            # spool's size: note how masking changed it (as a cut is noted) before the record.
+            record = self.record
+            record.settle_last_mask(self.spool.size)
+            record.last_mask = [stream, self.spool.size, len(masked) - len(data)]
+            record.save(self.dir)
+        self.spool.append(stream, masked)
         self.notify()
 
     def system_line(self, text: str) -> None:

@@ -45,6 +45,11 @@ class JobRecord:
     # spool reaches past that offset).
     log_cuts: dict[str, int] = field(default_factory=dict)
     last_cut: list[Any] = field(default_factory=list)
+    # The same for secrets written *** (Job.masks): bytes the spool holds minus
+    # bytes the job printed, per stream, and the latest change as [stream,
+    # spool offset, bytes], noted before its record is written.
+    log_masked: dict[str, int] = field(default_factory=dict)
+    last_mask: list[Any] = field(default_factory=list)
     # The runner's queue (agent.queue): order of arrival, and a retry's delay.
     queued_seq: int = 0
     not_before: float = 0.0
@@ -57,12 +62,21 @@ class JobRecord:
     timed_out: bool = False
 
     def settle_last_cut(self, spool_size: int) -> None:
-        """Count the latest cut if its record reached the spool (`spool_size` bytes), then forget it."""
+        """Count the latest cut (and masking) if its record reached the spool (`spool_size` bytes), then forget it."""
         if self.last_cut:
             stream, offset = self.last_cut
             if offset < spool_size:
                 self.log_cuts[stream] = self.log_cuts.get(stream, 0) + 1
             self.last_cut = []
+        self.settle_last_mask(spool_size)
+
+    def settle_last_mask(self, spool_size: int) -> None:
+        """Count the latest masking change if its record reached the spool, then forget it."""
+        if self.last_mask:
+            stream, offset, grew = self.last_mask
+            if offset < spool_size:
+                self.log_masked[stream] = self.log_masked.get(stream, 0) + grew
+            self.last_mask = []
 
     @property
     def terminal(self) -> bool:

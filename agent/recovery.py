@@ -29,12 +29,14 @@ async def adoption_of(job: Job, resumes_output: bool) -> Adoption:
     """What the journal kept of an unfinished job; with `resumes_output`, the bytes of output it already holds."""
     record = job.record
     record.settle_last_cut(job.spool.size)
-    delivered = await asyncio.to_thread(spooled_bytes, job.spool, record.log_cuts) if resumes_output else {}
+    added = {s: record.log_cuts.get(s, 0) + record.log_masked.get(s, 0) for s in ("out", "err")}
+    delivered = await asyncio.to_thread(spooled_bytes, job.spool, added) if resumes_output else {}
     return Adoption(record.job_id, record.pid, started=record.state != JobState.SUBMITTED, delivered=delivered)
 
 
-def spooled_bytes(spool: LogSpool, cuts: dict[str, int]) -> dict[str, int]:
-    """Bytes of each job stream the spool holds, as the job printed them (the `cuts` newlines taken off)."""
+def spooled_bytes(spool: LogSpool, added: dict[str, int]) -> dict[str, int]:
+    """Bytes of each job stream the spool holds, as the job printed them (the bytes the agent `added`,
+    cut lines' newlines and masking, taken off)."""
     counts = {"out": 0, "err": 0}
     seq = 0
     while records := spool.read(seq, 4 * 1024 * 1024):
@@ -42,4 +44,4 @@ def spooled_bytes(spool: LogSpool, cuts: dict[str, int]) -> dict[str, int]:
             if rec.stream in counts:
                 counts[rec.stream] += len(rec.data)
             seq = rec.seq + rec.n_lines
-    return {stream: n - cuts.get(stream, 0) for stream, n in counts.items()}
+    return {stream: n - added.get(stream, 0) for stream, n in counts.items()}

@@ -145,3 +145,33 @@ def test_a_container_an_older_agent_started_is_read_through_the_log_api(docker_c
         container.remove(force=True)
     assert b"".join(d for s, d in got if s == "out") == b"two\nthree\n"  # "one\n" was spooled before
     assert b"".join(d for s, d in got if s == "err") == b"oops\n"
+
+
+def test_a_masked_secret_in_the_output_does_not_shift_where_a_restarted_agent_resumes(
+    tmp_path, controller_home, docker_client, busybox_image
+):
+    """Lines holding a secret are spooled with *** (fewer bytes than printed): a restarted agent
+    must still resume right after the last byte the job printed, not that many bytes early
+    (repeated lines) or late (lost ones)."""
+    secret = "s3cret-value-0123456789"
+    data_dir = tmp_path / "agent"
+    agent = start_docker_agent(data_dir, controller_home, "--executor", "docker")
+    script = [
+        "b=0",
+        'while [ $b -lt 40 ]; do busybox awk -v b=$b -v s="$TOKEN" \'BEGIN { for (j = 1; j <= 500; j++)'
+        ' print "line " b * 500 + j " " s }\'; b=$((b+1)); sleep 0.1; done',
+    ]
+    try:
+        submit(agent, "mask1", script, busybox_image, env={"TOKEN": secret}, masked=[secret])
+        before, status = asyncio.run(asyncio.wait_for(_attach(agent, "mask1", until_out_lines=2000), 60))
+        assert status is None, "the job ended before the agent could be killed"
+        assert all("***" in line and secret not in line for line in _lines(before, "out"))
+        agent = _kill_and_restart(agent, data_dir, controller_home)
+        everything, final = follow(agent, "mask1")
+    finally:
+        agent.stop()
+        remove_agent_containers(docker_client, data_dir)
+    # After the restart the agent no longer holds the secret (the controller masks what follows).
+    numbers = [int(line.split()[1]) for line in _lines(everything, "out")]
+    assert numbers == list(range(1, 20001)), "lines lost or repeated around the restart"
+    assert final.state == JobState.DONE
