@@ -134,16 +134,16 @@ workflows:
     commands: ["sleep 1", "mkdir -p out", "echo prepared > out/data.txt"]
     artifacts: [out]
   - name: train
-    depends_on: [prep]
+    depends-on: [prep]
     commands: ["cat out/data.txt > model.txt", "echo trained >> model.txt"]
     artifacts: [model.txt]
   - name: evaluate
-    depends_on: [train]
+    depends-on: [train]
     commands: ["cat model.txt", "echo evaluated"]
   - name: broken
     commands: ["exit 4"]
   - name: after-broken
-    depends_on: [broken]
+    depends-on: [broken]
     commands: ["echo must not run"]
 """
 
@@ -172,9 +172,14 @@ def test_a_detached_three_step_dag_finishes_with_no_controller_alive(runner, cli
     assert jobs["evaluate"]["status"] == "DONE", jobs
     log = cli("headless", "logs", sent[-1]["job_id"], check=True).stdout
     assert "prepared\ntrained" in log and "evaluated" in log, log
-    # The same run again: nothing changed, every step is reused and nothing is resent.
+    # Again: the steps it depends on are reused (not resent), the one asked for runs again.
     again = cli("headless", "run", "evaluate", "-d", "--json", cwd=project, check=True)
-    assert json.loads(again.stdout)["jobs"] == [] and "reusing" in again.stderr
+    resent = json.loads(again.stdout)["jobs"]
+    assert [j["workflow"] for j in resent] == ["evaluate"] and "train: reusing job" in again.stderr
+    while _jobs(cli)["evaluate"]["status"] not in ("DONE", "FAILED"):
+        time.sleep(0.5)
+    log = cli("headless", "logs", resent[0]["job_id"], check=True).stdout
+    assert "prepared\ntrained" in log, log
 
 
 def test_a_detached_dag_whose_step_fails_fails_its_dependents(runner, cli, make_project):
