@@ -190,3 +190,38 @@ def test_a_detached_dag_whose_step_fails_fails_its_dependents(runner, cli, make_
     assert jobs["broken"]["status"] == "FAILED"
     assert jobs["after-broken"]["status"] == "FAILED"
     assert "dependency" in jobs["after-broken"]["error"] and "failed" in jobs["after-broken"]["error"], jobs
+
+
+SPLIT = """
+workflows:
+  - name: prep
+    resources: {cpu: 2}
+    commands: ["echo prepared > data.txt"]
+    artifacts: [data.txt]
+  - name: train
+    depends-on: [prep]
+    resources: {gpu: 1}
+    commands: ["cat data.txt", "echo trained"]
+"""
+
+
+def test_a_dag_whose_steps_need_different_runners_says_so_and_stays_controller_driven(
+    tmp_path, controller_home, cli, make_project
+):
+    cpu = start_agent(tmp_path / "cpu", controller_home, name="cpu-box", extra_env={"LANPOOL_FAKE_CPUS": "2"})
+    gpu = start_agent(
+        tmp_path / "gpu",
+        controller_home,
+        name="gpu-box",
+        extra_env={"LANPOOL_FAKE_CPUS": "1", "LANPOOL_FAKE_GPUS": "0"},
+    )
+    try:
+        for agent in (cpu, gpu):
+            cli("headless", "runners", "add", agent.address, check=True)
+        out = cli("headless", "run", "train", "-d", cwd=make_project(SPLIT), check=True)
+        assert "need different runners" in out.stderr and "sent the whole chain" not in out.stderr, out.stderr
+        assert "prepared" in out.stdout + out.stderr and "trained" in out.stdout + out.stderr
+        assert {j["runner"] for j in _jobs(cli).values()} == {"cpu-box", "gpu-box"}
+    finally:
+        cpu.stop()
+        gpu.stop()
