@@ -225,3 +225,20 @@ def test_a_dag_whose_steps_need_different_runners_says_so_and_stays_controller_d
     finally:
         cpu.stop()
         gpu.stop()
+
+
+def test_gc_keeps_a_finished_step_while_a_step_that_waits_for_it_has_not_run(tmp_path):
+    from agent.home import AgentHome
+    from agent.journal import JobRecord
+    from agent.retention import collect
+
+    home = AgentHome(tmp_path / "agent")
+    home.create()
+    for job_id, state, after in (("prep", "DONE", []), ("train", "QUEUED", ["prep"]), ("other", "DONE", [])):
+        job_dir = home.job_dir(job_id)
+        (job_dir / "workspace").mkdir(parents=True)
+        record = JobRecord(job_id, "r", job_id, ["true"], {}, [], state=state, after=after, finished_at=1.0)
+        record.save(job_dir)
+    report = collect(home, None, 0)
+    assert report.jobs_removed == ["other"]
+    assert home.job_dir("prep").exists() and report.kept_unfinished == 2
