@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from agent.blobs import BlobCache
+from agent.dag import blocked, check_after, key_hash, stage_dependencies
 from agent.executors import Executor, ExecutorChoice, ExecutorError
 from agent.gpus import GpuAllocator, GpuError
 from agent.home import AgentHome
@@ -153,6 +154,7 @@ class JobManager:
             raise JobError(ErrorCode.JOB_EXISTS, f"job {req.job_id!r} already exists on this runner")
         check_request(req)
         check_limits(req)
+        check_after(req, self.jobs)
         try:
             executor, note = self.executors.choose(req.image, req.executor, req.python)
         except ExecutorError as exc:
@@ -186,6 +188,8 @@ class JobManager:
             retry_on=list(req.retry_on),
             retry_limit=req.retry_limit,
             retry_delay_s=req.retry_delay_s,
+            after=list(req.after),
+            run_key_hash=key_hash(req.run_key),
         )
         job = Job(record, job_dir, LogSpool(job_dir / "log.spool"), executor=executor)
         job.masks = [m.encode() for m in req.masked]
@@ -221,6 +225,7 @@ class JobManager:
         queued = sorted(
             (j for j in self.jobs.values() if j.record.state == JobState.QUEUED), key=lambda j: j.record.queued_seq
         )
+        queued = self._ready(queued)
         if not queued:
             return
         used = in_use([j.record for j in self.jobs.values()])
@@ -240,6 +245,28 @@ class JobManager:
             self._wake = None
         if decided.wake_at is not None:
             self._wake = asyncio.get_running_loop().call_later(max(0.0, decided.wake_at - now), self._pump)
+
+    def _ready(self, queued: list[Job]) -> list[Job]:
+        """The queued jobs whose dependencies are DONE (agent.dag); the others wait out of line
+        (reason set), and those with a dependency that ended otherwise fail now, in cascade."""
+        while True:
+            failed = False
+            ready = []
+            for job in queued:
+                fail, reason = blocked(job, self.jobs) if job.record.after else (False, "")
+                if fail:
+                    job.record.retry_on = []  # a retry cannot bring the dependency back
+                    settle(job, JobState.FAILED, None, reason)  # no _finish: it held nothing, and we pump
+                    job.notify()
+                    failed = True
+                elif reason:
+                    job.position, job.reason = 0, reason
+                else:
+                    ready.append(job)
+            if not failed:
+                return ready
+            self._changed()
+            queued = [j for j in queued if j.record.state == JobState.QUEUED]
 
     def _launch(self, job: Job) -> None:
         """Take the job out of the queue: its GPUs, then its start (in the background)."""
@@ -266,6 +293,14 @@ class JobManager:
         job.starting = self._spawn(self._begin(job, executor, req))
 
     async def _begin(self, job: Job, executor: Executor, req: SubmitJob) -> None:
+        if job.record.after:  # a DAG step: its dependencies' artifacts, from their workspaces
+            try:
+                copied = await asyncio.to_thread(stage_dependencies, job, self.jobs)
+            except (JobError, OSError) as exc:
+                why = exc.message if isinstance(exc, JobError) else str(exc)
+                self._finish(job, JobState.FAILED, None, f"could not stage its dependencies' artifacts: {why}")
+                return
+            job.system_line(f"lanpool: {copied} artifact file(s) of {', '.join(job.record.after)} staged")
         await self.supervisor.start(job, executor, await launch_of(job, executor, req))
 
     def stop(self, job_id: str, abort: bool, grace_s: float | None) -> Job:

@@ -60,6 +60,9 @@ class JobRecord:
     retry_delay_s: float = 0.0
     attempt: int = 0  # retries so far
     timed_out: bool = False
+    # A detached DAG's step (agent.dag): the jobs it waits for, and its run key's sha256.
+    after: list[str] = field(default_factory=list)
+    run_key_hash: str = ""
 
     def settle_last_cut(self, spool_size: int) -> None:
         """Count the latest cut (and masking) if its record reached the spool (`spool_size` bytes), then forget it."""

@@ -147,7 +147,8 @@ def replace_files(req: SubmitJob, env: dict[str, str] | None = None) -> SubmitJo
     instead of its own when given (secrets written ***); the secrets themselves become ***
     (how many there were is kept: such a request cannot start after a restart)."""
     masked = ["***"] * len(req.masked) if env is not None else req.masked
-    return dataclasses.replace(req, files=[], env=req.env if env is None else env, masked=masked)
+    # The run key is kept as its hash in the record only (agent.dag): never needed to start.
+    return dataclasses.replace(req, files=[], env=req.env if env is None else env, masked=masked, run_key="")
 
 
 def reserved(value: float, limit: float) -> float:

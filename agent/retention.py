@@ -66,6 +66,7 @@ def finished_jobs(home: AgentHome) -> tuple[list[tuple[float, str, Path]], list[
     """(finished_at, job id, dir) of finished jobs, oldest first; and the dirs of those not finished."""
     done: list[tuple[float, str, Path]] = []
     unfinished: list[Path] = []
+    needed: set[str] = set()  # inputs of DAG steps still waiting (agent.dag): kept like them
     if not home.jobs.is_dir():
         return [], []
     for job_dir in home.jobs.iterdir():
@@ -75,9 +76,11 @@ def finished_jobs(home: AgentHome) -> tuple[list[tuple[float, str, Path]], list[
             continue  # not a journal this agent can read: not ours to judge
         if not record.terminal:
             unfinished.append(job_dir)
+            needed.update(str(a) for a in record.after)
             continue
         done.append((record.finished_at or job_dir.stat().st_mtime, record.job_id, job_dir))
-    return sorted(done), unfinished
+    unfinished += [path for _when, job_id, path in done if job_id in needed]
+    return sorted(d for d in done if d[1] not in needed), unfinished
 
 
 def requirement_layers(home: AgentHome, unfinished: list[Path]) -> list[tuple[float, int, Path]]:

@@ -23,9 +23,12 @@ async def submit_job(
     sessions: list[RunnerSession],
     addresses: list[str],
     say: Say,
+    after: list[str] | None = None,
+    run_key: str = "",
 ) -> tuple[RemoteJob, JobStatus]:
     """Submit the job to every session (node k = sessions[k]); returns it and node 0's status.
-    The job is in the store before it is sent, so a crash here loses nothing."""
+    The job is in the store before it is sent, so a crash here loses nothing. `after` and
+    `run_key`: a detached DAG's step, started by its runner once those jobs are DONE (agent.dag)."""
     job, job_id, store = launch.job, launch.job_id, jobs.store
     runners = [store.known_runner(s.hello.name) for s in sessions]
     spec = {
@@ -42,6 +45,8 @@ async def submit_job(
         "nodes": len(sessions),
         "runners": [r["name"] for r in runners],
     }
+    if after:
+        spec["after"] = after
     store.create_job(job_id, launch.run_name, job.workflow, runners[0], spec, launch.cache_key, launch.cache_inputs)
     gang = RemoteJob(jobs, job_id, [NodeAt(k, r["name"], r["host"], r["port"]) for k, r in enumerate(runners)])
     first: JobStatus | None = None
@@ -77,6 +82,8 @@ async def submit_job(
                     retry_on=job.retry_on,
                     retry_limit=job.retry_limit,
                     retry_delay_s=job.retry_delay_s,
+                    after=list(after or []),
+                    run_key=run_key,
                 )
             )
             if accepted.job_id != job_id or status.job_id != job_id:

@@ -1,5 +1,6 @@
 """Where a run's jobs go: each job on its own runner with room for it, and the run's connections."""
 
+import dataclasses
 from collections.abc import Callable
 
 from app.errors import UsageError
@@ -73,6 +74,27 @@ class Placement:
             if (host, port) not in self.sessions:
                 self.sessions[host, port] = await self.pool.connect(host, port)
         return [self.sessions[h] for h in hosts], [host for host, _port in hosts]
+
+    async def one_runner(self, jobs: list[ResolvedJob], job_id: str) -> tuple[list[RunnerSession], list[str]] | None:
+        """One runner that can take every job of a detached DAG (each in turn: its capacity
+        fits the largest need of each resource), its session and address; None when no one
+        runner can (the steps need different runners)."""
+        need = Need(
+            max(Need.of(j.resources).gpu for j in jobs),
+            max(Need.of(j.resources).cpu for j in jobs),
+            max(Need.of(j.resources).memory_mb for j in jobs),
+        )
+        if self.address is None:
+            views = await self.pool.refresh(wait_s=0 if self.pool.store.runners() else DISCOVERY_WAIT_S)
+            pinned = self._pinned_name(jobs[0])
+            if place(need, [v.capacity() for v in views], pinned=pinned, runner_queues=True).rejected:
+                return None
+        resources = {"gpu": need.gpu, "cpu": need.cpu, "memory_mb": need.memory_mb}
+        largest = dataclasses.replace(jobs[0], resources={k: v for k, v in resources.items() if v}, nodes=1)
+        if self.address is not None:
+            for job in jobs:  # each must fit the pinned runner (an error names the one that cannot)
+                await self._pinned_address(job)
+        return await self.sessions_for(largest, job_id)
 
     def close(self) -> None:
         for session in self.sessions.values():

@@ -1,7 +1,14 @@
 """The run loop behind `Controller.run`: a workflow's plan, job by job, on runners.
 
 Reused jobs are skipped; the others run in order, each getting its dependencies'
-artifacts, each a gang of its nodes (app/remote_job.py). What the command line
+artifacts, each a gang of its nodes (app/remote_job.py).
+
+Detached (`run -d`), a plan of several jobs goes whole to one runner that can take
+every step (Placement.one_runner): each step is sent at once with `after` (the ids of
+the steps it waits for) and the run's secret key, and the runner starts it when they
+are DONE, staging their artifacts itself (agent/dag.py), so no controller needs to
+stay. Reused steps are not resent (their artifacts go up as inputs). When no one
+runner fits every step, the run says so and stays controller-driven (followed). What the command line
 asks for (`--nodes`, `--port`, `--max-duration`, `--env`, `--resume`) is applied
 here to the jobs it concerns. Imported only when a run starts (start-up time of
 the other verbs).
@@ -24,6 +31,7 @@ from app.pool import Pool
 from app.remote_job import JobServices, Launch, LogSink
 from app.resume import Resumes
 from app.run_result import RunOutcome, Submitted
+from app.runner_client import RunnerSession
 from app.secret_store import SecretStore, secret_refs
 from app.snapshot import Manifest, build_manifest
 from app.store import JobRow, Store
@@ -87,12 +95,7 @@ class RunLoop:
         multinode = [p for p in plan.to_run if p.job.nodes > 1 or (req.nodes and req.nodes > 1 and _requested(p, req))]
         if not req.follow and multinode:
             raise UsageError("--detach does not take multi-node jobs: the controller watches all nodes together")
-        if not req.follow and len(plan.to_run) > 1:
-            names = ", ".join(j.workflow for j in plan.to_run)
-            raise UsageError(
-                f"--detach runs one job, and this plan runs {len(plan.to_run)} ({names}): "
-                "run without --detach, or run the dependencies first"
-            )
+        follow = req.follow
         outcome = RunOutcome(run_name=new_run_name(self.store.run_name_taken))
         job_ids = {p.workflow: secrets.token_hex(6) for p in plan.to_run}
         previous = self.store.create_run(
@@ -108,8 +111,21 @@ class RunLoop:
         placement = Placement(self.pool, req.runner_spec, outcome.run_name, say, req.queue_timeout)
         manifest: Manifest | None = None
         done: dict[str, JobRow] = {}
+        chain: tuple[list[RunnerSession], list[str]] | None = None  # a detached DAG's one runner
+        run_key = secrets.token_hex(16)  # lets this run's steps, and only them, wait for each other there
         try:
-            await placement.check([_sized(p.job, _requested(p, req), req.nodes) for p in plan.to_run])
+            sized = [_sized(p.job, _requested(p, req), req.nodes) for p in plan.to_run]
+            await placement.check(sized)
+            if not follow and len(plan.to_run) > 1:
+                chain = await placement.one_runner(sized, job_ids[plan.to_run[0].workflow])
+                if chain is None:
+                    say(
+                        f"the steps of {req.workflow_name} need different runners: not detached, this "
+                        "process runs them one by one (keep it running; Ctrl-C stops the run)"
+                    )
+                    follow = True
+                else:
+                    say(f"sent the whole chain ({len(plan.to_run)} jobs) to runner {chain[0][0].hello.name}")
             for planned in plan.jobs:
                 if planned.action == "reuse":
                     assert planned.reuse is not None
@@ -130,11 +146,14 @@ class RunLoop:
                         f"{planned.workflow}: resuming from {resume_ckpt} of job {resume_job.id}"
                         f" (run {resume_job.run_name})"
                     )
-                sessions, addresses = await placement.sessions_for(job, job_id)
+                sessions, addresses = chain or await placement.sessions_for(job, job_id)
                 # The snapshot once the run has a runner: a queued run sends the files as they are then.
                 if manifest is None:
                     manifest = await asyncio.to_thread(build_manifest, project.root)
-                inputs = [done[d] for d in planned.deps] + planned.tagged
+                # In a detached chain the steps that run now reach their dependents on the
+                # runner itself (`after`); reused ones go up from this controller's store.
+                inputs = [done[d] for d in planned.deps if d in done] + planned.tagged
+                after = [job_ids[d] for d in planned.deps if d not in done] if chain else []
                 files = await asyncio.to_thread(workspace_files, manifest, self.home, self.store, inputs)
                 remote, status = await submit_job(
                     self.jobs,
@@ -151,12 +170,16 @@ class RunLoop:
                     sessions,
                     addresses,
                     say,
+                    after=after,
+                    run_key=run_key if chain else "",
                 )
                 submitted = Submitted(outcome.run_name, job_id, remote.nodes[0].runner, status)
                 outcome.submitted.append(submitted)
                 if on_submitted:
                     on_submitted(submitted)
-                if not req.follow:
+                if chain:
+                    continue
+                if not follow:
                     return outcome
                 row = await remote.follow(sink, say, sessions=sessions)
                 for warning in self.store.warnings(job_id):

@@ -170,6 +170,11 @@ class SubmitJob:
     retry_on: list[str] = field(default_factory=list)  # "failure", "lost"
     retry_limit: int = 0
     retry_delay_s: float = 0.0
+    # A detached DAG's step (agent/dag.py): starts once every job named here is DONE on this
+    # runner, with their artifacts staged over its workspace. `run_key` is a secret the run's
+    # steps share: `after` may name only jobs submitted with the same key.
+    after: list[str] = field(default_factory=list)
+    run_key: str = ""
 
 
 @dataclass(frozen=True)

@@ -120,6 +120,8 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "retry_on": _WORD,
     "max_duration_s": _Bound(lo=0, hi=366 * 24 * 3600),
     "retry_delay_s": _Bound(lo=0, hi=7 * 24 * 3600),
+    "after": _Bound(max_len=128, pattern=_ID),  # a DAG step's dependencies (job ids)
+    "run_key": _Bound(max_len=128, text=True),
     "submitted_at": _Bound(lo=0),
     "started_at": _Bound(lo=0),
     "finished_at": _Bound(lo=0),

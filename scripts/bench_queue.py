@@ -1,10 +1,14 @@
 """The runner's queue: `run -d`-like submit latency, hand-over latency (first job ends ->
-second starts) and the agent's CPU and memory with N queued jobs. Loopback only.
-    scripts/bench-queue [--jobs N]"""
+second starts), the agent's CPU and memory with N queued jobs, and `run -d` of a
+3-step DAG to the prompt (the real CLI; a 1-job `run -d` alternated with it as the
+baseline, so the machine's load weighs on both). Loopback only.
+    scripts/bench-queue [--jobs N] [--dag-rounds R]"""
 
 import argparse
 import asyncio
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -16,7 +20,21 @@ from app.home import ControllerHome  # noqa: E402
 from app.keys import load_or_create_client_key  # noqa: E402
 from app.runner_client import RunnerSession  # noqa: E402
 from protocol import SubmitJob  # noqa: E402
-from tests.harness import start_agent  # noqa: E402
+from tests.harness import APP_MODULE, lanpool_env, start_agent, write_project  # noqa: E402
+
+DAG = """
+workflows:
+  - name: one
+    commands: ["echo 1 > one.txt"]
+    artifacts: [one.txt]
+  - name: two
+    depends-on: [one]
+    commands: ["cat one.txt > two.txt"]
+    artifacts: [two.txt]
+  - name: three
+    depends-on: [two]
+    commands: ["cat two.txt"]
+"""
 
 
 def _proc(pid: int) -> tuple[float, int]:
@@ -60,9 +78,29 @@ async def bench(agent, n: int) -> None:
         print(f"last job: {last.state}, position {last.position}: {last.reason}")
 
 
+def bench_dag(agent, home: Path, project: Path, rounds: int) -> None:
+    """Seconds from `run -d` to the prompt: a 3-step DAG (no step reusable: --no-cache) and one job."""
+    env = lanpool_env(home)
+
+    def app(*args: str) -> float:
+        t0 = time.perf_counter()
+        subprocess.run([*APP_MODULE, *args], cwd=project, env=env, check=True, capture_output=True, timeout=120)
+        return time.perf_counter() - t0
+
+    app("headless", "runners", "add", agent.address)
+    dag: list[float] = []
+    single: list[float] = []
+    for _ in range(rounds):  # alternated, so the machine's load weighs on both alike
+        dag.append(app("headless", "run", "three", "-d", "--no-cache"))
+        single.append(app("headless", "run", "one", "-d", "--no-cache"))
+    d, o = statistics.median(dag), statistics.median(single)
+    print(f"run -d to the prompt, median of {rounds}: 3-step DAG {d:.2f}s, one job {o:.2f}s (ratio {d / o:.2f})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--dag-rounds", type=int, default=5)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         os.environ["LANPOOL_HOME"] = str(Path(tmp) / "controller")
@@ -71,6 +109,11 @@ def main() -> None:
         )
         try:
             asyncio.run(bench(agent, args.jobs))
+        finally:
+            agent.stop()
+        agent = start_agent(Path(tmp) / "agent2", Path(tmp) / "controller", verbose=False)
+        try:
+            bench_dag(agent, Path(tmp) / "controller", write_project(Path(tmp) / "project", DAG), args.dag_rounds)
         finally:
             agent.stop()
 

@@ -110,7 +110,7 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
             from app.cli.shell_verbs import forward_while_running
 
             forwards.extend(t for t in [forward_while_running(ctl, sub.job_id, say)] if t is not None)
-        if args.detach:
+        if args.detach and len(submitted) == 1:  # once for the run, not for each step of a chain
             say(
                 f"detached: `app headless logs -f {sub.run_name}` follows it, `app headless stop {sub.run_name}` stops it"
             )

@@ -1,0 +1,244 @@
+"""Detached DAGs (issue #15): a runner holds a run's whole chain, starts each step when the
+steps it waits for are DONE, stages their artifacts itself, and fails dependents of a
+failed step. Real agents, real SSH; "no controller alive" = the CLI process has exited."""
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from app.errors import RunnerError
+from protocol import SubmitJob
+from tests.harness import start_agent
+from tests.test_runner_queue import ALL_CPUS, _log, _session, _wait_state
+
+KEY = "k" * 32
+
+
+def _step(job_id: str, command: str, after: list[str] | None = None, key: str = KEY, **extra) -> SubmitJob:
+    return SubmitJob(job_id, "r", job_id, [command], after=after or [], run_key=key, **extra)
+
+
+@pytest.fixture
+def runner(tmp_path, controller_home):
+    a = start_agent(tmp_path / "agent", controller_home, extra_env=ALL_CPUS)
+    yield a
+    a.stop()
+
+
+def test_a_chain_runs_in_order_with_each_steps_artifacts_staged_for_the_next(runner):
+    async def go():
+        async with await _session(runner) as s:
+            await s.submit(_step("prep", "sleep 0.5; mkdir -p out; echo data > out/a.txt", artifacts=["out"]))
+            train = await s.submit(
+                _step(
+                    "train", "cat out/a.txt > model.txt; echo trained >> model.txt", ["prep"], artifacts=["model.txt"]
+                )
+            )
+            evalj = await s.submit(_step("eval", "cat model.txt", ["train"]))
+            assert train.state == "QUEUED" and "waiting for prep" in train.reason, train.reason
+            assert evalj.state == "QUEUED" and "waiting for train" in evalj.reason
+            end = await _wait_state(s, "eval", {"DONE", "FAILED"})
+            assert end.state == "DONE", end.error
+            ends = {n: await s.status(n) for n in ("prep", "train")}
+            assert ends["prep"].finished_at <= ends["train"].started_at <= ends["train"].finished_at <= end.started_at
+            log = await _log(s, "eval")
+            assert "data\ntrained" in log, log
+
+    asyncio.run(go())
+
+
+def test_a_failed_step_fails_its_dependents_with_the_reason(runner):
+    async def go():
+        async with await _session(runner) as s:
+            await s.submit(_step("prep", "sleep 0.3; exit 3"))
+            await s.submit(_step("train", "echo must not run", ["prep"], retry_on=["failure"], retry_limit=2))
+            await s.submit(_step("eval", "echo must not run", ["train"]))
+            train = await _wait_state(s, "train", {"DONE", "FAILED"})
+            evalj = await _wait_state(s, "eval", {"DONE", "FAILED"})
+            assert train.state == "FAILED" and train.error == "dependency prep (prep) failed", train.error
+            assert evalj.state == "FAILED" and evalj.error == "dependency train (train) failed"
+            assert train.started_at is None and "must not run" not in await _log(s, "train")
+
+    asyncio.run(go())
+
+
+def test_after_naming_a_missing_job_itself_or_another_runs_job_is_refused(runner):
+    async def go():
+        async with await _session(runner) as s:
+            await s.submit(_step("theirs", "sleep 5", key="another controller's run key"))
+            with pytest.raises(RunnerError, match="not part of this run"):
+                await s.submit(_step("mine", "echo steal", ["theirs"]))
+            with pytest.raises(RunnerError, match="no job ghost on this runner"):
+                await s.submit(_step("mine2", "echo x", ["ghost"]))
+            with pytest.raises(RunnerError, match="cannot wait for itself"):
+                await s.submit(_step("loop", "echo x", ["loop"]))
+            # A cycle a -> b -> a cannot be built: b does not exist when a names it.
+            with pytest.raises(RunnerError, match="no job b on this runner"):
+                await s.submit(_step("a", "echo a", ["b"]))
+            with pytest.raises(RunnerError, match="needs its run's key"):
+                await s.submit(_step("nokey", "echo x", ["theirs"], key=""))
+
+    asyncio.run(go())
+
+
+def test_the_run_key_is_never_kept_in_clear(runner, tmp_path):
+    async def go():
+        async with await _session(runner) as s:
+            await s.submit(_step("a", "sleep 3"))
+            await s.submit(_step("b", "echo b", ["a"]))
+
+    asyncio.run(go())
+    texts = [p.read_text() for p in (tmp_path / "agent").rglob("*.json")]
+    assert texts and not any(KEY in t for t in texts)
+
+
+def test_a_dag_keeps_its_order_across_an_agent_restart(tmp_path, controller_home):
+    data = tmp_path / "agent"
+    a = start_agent(data, controller_home, extra_env=ALL_CPUS)
+
+    async def submit():
+        async with await _session(a) as s:
+            await s.submit(_step("hold", "sleep 30", resources={"cpu": 2}))
+            # Every step waits behind `hold` (a CPU each): nothing of the chain has run at the restart.
+            one = await s.submit(_step("one", "echo 1 > one.txt", artifacts=["one.txt"], resources={"cpu": 1}))
+            assert one.state == "QUEUED"
+            await s.submit(_step("two", "cat one.txt; echo 2", ["one"]))
+            await s.submit(_step("three", "echo 3", ["two"]))
+
+    async def after_restart(b):
+        async with await _session(b) as s:
+            ends = {n: await _wait_state(s, n, {"DONE", "FAILED"}) for n in ("one", "two", "three")}
+            assert all(e.state == "DONE" for e in ends.values()), {n: e.error for n, e in ends.items()}
+            assert ends["one"].finished_at <= ends["two"].started_at
+            assert ends["two"].finished_at <= ends["three"].started_at
+            assert "1\n2" in await _log(s, "two")
+
+    try:
+        asyncio.run(submit())
+    finally:
+        a.stop()
+    b = start_agent(data, controller_home, extra_env=ALL_CPUS)
+    try:
+        asyncio.run(after_restart(b))
+    finally:
+        b.stop()
+
+
+# -- through the controller: `run -d` sends the chain and returns --------------------------
+
+DAG = """
+workflows:
+  - name: prep
+    commands: ["sleep 1", "mkdir -p out", "echo prepared > out/data.txt"]
+    artifacts: [out]
+  - name: train
+    depends-on: [prep]
+    commands: ["cat out/data.txt > model.txt", "echo trained >> model.txt"]
+    artifacts: [model.txt]
+  - name: evaluate
+    depends-on: [train]
+    commands: ["cat model.txt", "echo evaluated"]
+  - name: broken
+    commands: ["exit 4"]
+  - name: after-broken
+    depends-on: [broken]
+    commands: ["echo must not run"]
+"""
+
+
+def _jobs(cli) -> dict[str, dict]:
+    runs = json.loads(cli("headless", "status", "--json", check=True).stdout)
+    return {j["workflow"]: j for r in runs for j in r["jobs"]}
+
+
+def _wait_cli(cli, workflow: str, timeout: float = 60) -> dict[str, dict]:
+    deadline = time.time() + timeout
+    while (jobs := _jobs(cli)).get(workflow, {}).get("status") not in ("DONE", "FAILED"):
+        assert time.time() < deadline, jobs
+        time.sleep(0.5)
+    return jobs
+
+
+def test_a_detached_three_step_dag_finishes_with_no_controller_alive(runner, cli, make_project):
+    project = make_project(DAG)
+    cli("headless", "runners", "add", runner.address, check=True)
+    out = cli("headless", "run", "evaluate", "-d", "--json", cwd=project, check=True)
+    sent = json.loads(out.stdout)["jobs"]
+    assert [j["workflow"] for j in sent] == ["prep", "train", "evaluate"]
+    assert "sent the whole chain" in out.stderr, out.stderr
+    jobs = _wait_cli(cli, "evaluate")  # the run process has exited: the runner does the rest
+    assert jobs["evaluate"]["status"] == "DONE", jobs
+    log = cli("headless", "logs", sent[-1]["job_id"], check=True).stdout
+    assert "prepared\ntrained" in log and "evaluated" in log, log
+    # Again: the steps it depends on are reused (not resent), the one asked for runs again.
+    again = cli("headless", "run", "evaluate", "-d", "--json", cwd=project, check=True)
+    resent = json.loads(again.stdout)["jobs"]
+    assert [j["workflow"] for j in resent] == ["evaluate"] and "train: reusing job" in again.stderr
+    while _jobs(cli)["evaluate"]["status"] not in ("DONE", "FAILED"):
+        time.sleep(0.5)
+    log = cli("headless", "logs", resent[0]["job_id"], check=True).stdout
+    assert "prepared\ntrained" in log, log
+
+
+def test_a_detached_dag_whose_step_fails_fails_its_dependents(runner, cli, make_project):
+    project = make_project(DAG)
+    cli("headless", "runners", "add", runner.address, check=True)
+    cli("headless", "run", "after-broken", "-d", cwd=project, check=True)
+    jobs = _wait_cli(cli, "after-broken")
+    assert jobs["broken"]["status"] == "FAILED"
+    assert jobs["after-broken"]["status"] == "FAILED"
+    assert "dependency" in jobs["after-broken"]["error"] and "failed" in jobs["after-broken"]["error"], jobs
+
+
+SPLIT = """
+workflows:
+  - name: prep
+    resources: {cpu: 2}
+    commands: ["echo prepared > data.txt"]
+    artifacts: [data.txt]
+  - name: train
+    depends-on: [prep]
+    resources: {gpu: 1}
+    commands: ["cat data.txt", "echo trained"]
+"""
+
+
+def test_a_dag_whose_steps_need_different_runners_says_so_and_stays_controller_driven(
+    tmp_path, controller_home, cli, make_project
+):
+    cpu = start_agent(tmp_path / "cpu", controller_home, name="cpu-box", extra_env={"LANPOOL_FAKE_CPUS": "2"})
+    gpu = start_agent(
+        tmp_path / "gpu",
+        controller_home,
+        name="gpu-box",
+        extra_env={"LANPOOL_FAKE_CPUS": "1", "LANPOOL_FAKE_GPUS": "0"},
+    )
+    try:
+        for agent in (cpu, gpu):
+            cli("headless", "runners", "add", agent.address, check=True)
+        out = cli("headless", "run", "train", "-d", cwd=make_project(SPLIT), check=True)
+        assert "need different runners" in out.stderr and "sent the whole chain" not in out.stderr, out.stderr
+        assert "prepared" in out.stdout + out.stderr and "trained" in out.stdout + out.stderr
+        assert {j["runner"] for j in _jobs(cli).values()} == {"cpu-box", "gpu-box"}
+    finally:
+        cpu.stop()
+        gpu.stop()
+
+
+def test_gc_keeps_a_finished_step_while_a_step_that_waits_for_it_has_not_run(tmp_path):
+    from agent.home import AgentHome
+    from agent.journal import JobRecord
+    from agent.retention import collect
+
+    home = AgentHome(tmp_path / "agent")
+    home.create()
+    for job_id, state, after in (("prep", "DONE", []), ("train", "QUEUED", ["prep"]), ("other", "DONE", [])):
+        job_dir = home.job_dir(job_id)
+        (job_dir / "workspace").mkdir(parents=True)
+        record = JobRecord(job_id, "r", job_id, ["true"], {}, [], state=state, after=after, finished_at=1.0)
+        record.save(job_dir)
+    report = collect(home, None, 0)
+    assert report.jobs_removed == ["other"]
+    assert home.job_dir("prep").exists() and report.kept_unfinished == 2
