@@ -119,7 +119,9 @@ def test_app_in_a_real_terminal_runs_a_workflow(pane, agent, cli, make_project):
     screen = pane.wait_for("WORKFLOW")  # the runs table's header
     # The row of the runs table (notifications may name the run too).
     [row] = [line.split() for line in screen.splitlines() if line.startswith(f" {run_name} ")]
-    assert row[2:7] == ["hello", "test-runner", "DONE", "(0)", "0s"] and row[7] == "ago", row
+    # How long ago it ended depends on the machine's load: seconds, not a fixed figure.
+    assert row[2:6] == ["hello", "test-runner", "DONE", "(0)"] and row[7] == "ago", row
+    assert row[6].endswith("s") and row[6][:-1].isdigit() and int(row[6][:-1]) < 60, row
     assert " error" not in screen, screen
 
     pane.keys("q")
