@@ -5,9 +5,8 @@ RUNNING job declared (SubmitJob.ports): no other host, no undeclared port, no
 job that ended. A forward is cut when its job ends.
 
 The bytes go through asyncssh's protocol-level forwarder (no task, no stream
-copy per chunk) on a channel with large packets: with asyncssh's defaults
-(32 KiB packets, a 64 KiB stream copy) a forwarded port carried ~0.1x of a
-direct connection on loopback (scripts/bench-shell).
+copy per chunk), with backpressure both ways; the controller picks the packet
+size of what comes down (app/port_forward.py).
 """
 
 import asyncio
@@ -26,8 +25,8 @@ LOOPBACK = ("127.0.0.1", "localhost")
 _CONNECT_S = 10.0
 # What the controller may send before the agent reads, and in one packet (the upload side of a
 # forward; the download side is the controller's window, app/job_shell.py).
-PORT_WINDOW = 8 * 1024 * 1024
-PORT_MAX_PACKET = 256 * 1024
+PORT_WINDOW = 4 * 1024 * 1024
+PORT_MAX_PACKET = 64 * 1024
 
 # The controller's side of a forward (asyncssh's stream/protocol types for a direct-tcpip open).
 Forward = tuple[asyncssh.SSHTCPChannel[bytes], Awaitable[asyncssh.SSHTCPSession[bytes]]]

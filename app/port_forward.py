@@ -2,9 +2,11 @@
 channel to the runner's 127.0.0.1:PORT (which the agent allows only for a port the running
 job declared, agent/job_ports.py) and the bytes go through asyncssh's protocol-level forwarder.
 
-Not asyncssh's forward_local_port: its channels take the 2 MiB window and 32 KiB packets of
-asyncssh's defaults, which held a forwarded port to ~0.1x of a direct connection on loopback
-(a Python round of packet work per 32 KiB); these take larger ones (scripts/bench-shell).
+Not asyncssh's forward_local_port: its channels take asyncssh's 32 KiB packets, a Python round
+of packet work per 32 KiB; 64 KiB packets carried 1.3-1.4x as much on loopback (alternating
+runs, scripts/bench-shell). Larger packets (128-256 KiB) and windows (16 MiB) did worse: asyncssh
+ignores the TCP transport's backpressure, so the runner's whole window piles into asyncio's
+send buffer, which is shifted on every partial send.
 """
 
 import asyncio
@@ -15,9 +17,9 @@ import asyncssh
 
 log = logging.getLogger(__name__)
 
-# What the runner may send before we read, and in one SSH packet, on a port's channel.
-PORT_WINDOW = 16 * 1024 * 1024
-PORT_MAX_PACKET = 256 * 1024
+# What the runner may send before we read, and in one SSH packet, on a port's channel (see above).
+PORT_WINDOW = 4 * 1024 * 1024
+PORT_MAX_PACKET = 64 * 1024
 
 
 class PortForward:

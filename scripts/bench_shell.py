@@ -104,6 +104,12 @@ async def _read_all(port: int) -> float:
     return total / (time.perf_counter() - t0) / 2**20
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds a process has used (Linux /proc): less swayed by the machine's load than wall time."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _figure(name: str, ms: list[float]) -> str:
     return f"{name}: median {statistics.median(ms):.3f} ms (p90 {sorted(ms)[int(len(ms) * 0.9)]:.3f})"
 
@@ -138,8 +144,12 @@ async def main_async(args: argparse.Namespace, tmp: Path) -> None:
                         echo[name] += await _echo_ms(conn, command, per_round)
             forward = await forward_local(session.conn, port)
             fwd, direct = [], []
+            agent_cpu = our_cpu = 0.0
             for _ in range(args.pairs):
+                a0, c0 = _cpu_s(agent.proc.pid), time.process_time()
                 fwd.append(await _read_all(forward.get_port()))
+                agent_cpu += _cpu_s(agent.proc.pid) - a0
+                our_cpu += time.process_time() - c0
                 direct.append(await _read_all(port))
             forward.close()
             await session.stop("bench1", True, 0)
@@ -153,6 +163,11 @@ async def main_async(args: argparse.Namespace, tmp: Path) -> None:
         f, d = statistics.median(fwd), statistics.median(direct)
         print(
             f"port {args.size_mb} MiB: forwarded {f:.0f} MiB/s, direct {d:.0f} MiB/s, ratio {f / d:.2f} (target >= 0.8)"
+        )
+        mib = args.size_mb * args.pairs
+        print(
+            f"forwarded, CPU per MiB: agent {agent_cpu / mib * 1000:.2f} ms, controller (forward + reader) "
+            f"{our_cpu / mib * 1000:.2f} ms"
         )
     finally:
         for proc in (server, floor):
