@@ -23,7 +23,7 @@ from asyncssh.connection import SSHConnection
 from asyncssh.misc import TermModes, TermSize
 
 from agent.home import AgentHome
-from agent.job_ports import Handler, declaring_job, forward_to
+from agent.job_ports import Forward, declaring_job, forward_to
 from agent.job_shell import ShellRequest, parse_exec
 from agent.jobs import JobManager
 from agent.pairing import Pairing, PairingGrant, PairingState
@@ -210,7 +210,7 @@ class AgentSSHServer(asyncssh.SSHServer):
         return LanpoolSession(self._agent, self._conn)
 
     # Every other channel type and global request: refused, and logged.
-    def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int) -> Handler | bool:
+    def connection_requested(self, dest_host: str, dest_port: int, orig_host: str, orig_port: int) -> Forward | bool:
         assert self._conn is not None
         manager = self._agent.manager
         job = None
@@ -225,7 +225,7 @@ class AgentSSHServer(asyncssh.SSHServer):
             )
             return False
         log.info("forwarding port %d of job %s to %s", dest_port, job.record.job_id, self._peer)
-        return forward_to(job, dest_port)
+        return forward_to(self._conn, job, dest_port)
 
     def server_requested(self, listen_host: str, listen_port: int) -> bool:
         log.warning("refused remote port forwarding (tcpip-forward) from %s", self._peer)

@@ -23,6 +23,7 @@ from typing import BinaryIO
 import asyncssh
 
 from app.errors import LanpoolError, RunnerError, UsageError
+from app.port_forward import PortForward, forward_local
 from app.remote_job import JobServices, RemoteJob
 from app.runner_client import RunnerSession
 from app.store import JobRow
@@ -133,13 +134,13 @@ async def run_shell(session: RunnerSession, job_id: str) -> int:
     return _exit_code(proc)
 
 
-async def forward_ports(session: RunnerSession, ports: list[int]) -> dict[int, asyncssh.SSHListener]:
+async def forward_ports(session: RunnerSession, ports: list[int]) -> dict[int, PortForward]:
     """A listener on a free port of our 127.0.0.1 for each of the job's ports (the runner's loopback)."""
-    listeners: dict[int, asyncssh.SSHListener] = {}
+    listeners: dict[int, PortForward] = {}
     for port in ports:
         try:
-            listeners[port] = await session.conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", port)
-        except (OSError, asyncssh.Error) as exc:
+            listeners[port] = await forward_local(session.conn, port)
+        except OSError as exc:
             for listener in listeners.values():
                 listener.close()
             raise RunnerError(f"cannot listen on 127.0.0.1 for port {port}: {_reason(exc)}") from None
@@ -147,7 +148,7 @@ async def forward_ports(session: RunnerSession, ports: list[int]) -> dict[int, a
 
 
 async def hold_forwards(
-    session: RunnerSession, job_id: str, listeners: dict[int, asyncssh.SSHListener], say: Callable[[str], None]
+    session: RunnerSession, job_id: str, listeners: dict[int, PortForward], say: Callable[[str], None]
 ) -> JobState:
     """Keep the forwards open until the job ends (the runner also cuts them then); its final state."""
     try:

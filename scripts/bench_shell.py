@@ -2,11 +2,14 @@
 
 1. keystroke echo: one byte typed into a PTY running `cat` in a job through the
    agent's exec door, until its echo is back, vs the same through a loopback
-   OpenSSH server (scripts/bench_downloads.py's Sshd). The same asyncssh client
-   drives both, so the figure compares the two servers' paths; ratio target <= 1.2.
-2. a forwarded port: --size-mb from a TCP server on the runner's loopback, read
-   through the agent's forward of a job's declared port vs read directly;
-   ratio target >= 0.8.
+   OpenSSH server (scripts/bench_downloads.py's Sshd), rounds alternating. The
+   same asyncssh client drives both, so the figure compares the two servers'
+   paths; ratio target <= 1.2. A third figure is the floor of any asyncssh
+   server: a bare one echoing in-process, no PTY, no lanpool code.
+2. a forwarded port: --size-mb from a TCP server in a process of its own on the
+   runner's loopback (as a job's would be), read through the forward that
+   `app headless ports` opens (app/port_forward.py) vs read directly, pairs
+   alternating; ratio target >= 0.8.
 Needs /usr/sbin/sshd (openssh-server) for 1.
 """
 
@@ -14,6 +17,7 @@ import argparse
 import asyncio
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -29,14 +33,47 @@ from bench_downloads import Sshd  # noqa: E402
 from app.home import ControllerHome  # noqa: E402
 from app.job_shell import exec_command  # noqa: E402
 from app.keys import load_or_create_client_key  # noqa: E402
+from app.port_forward import forward_local  # noqa: E402
 from app.runner_client import RunnerSession  # noqa: E402
-from protocol import SubmitJob  # noqa: E402
+from protocol import ENCRYPTION_ALGS, SubmitJob  # noqa: E402
 from tests import harness  # noqa: E402
+
+# A job's server: SIZE bytes to each connection; prints its port.
+BYTE_SERVER = """
+import socket, sys, threading
+size = int(sys.argv[1]); block = bytes(1 << 20)
+srv = socket.create_server(("127.0.0.1", 0)); print(srv.getsockname()[1], flush=True)
+def send(c):
+    with c:
+        left = size
+        while left:
+            left -= c.send(memoryview(block)[: min(left, len(block))])
+while True:
+    threading.Thread(target=send, args=(srv.accept()[0],), daemon=True).start()
+"""
+
+# The floor: a bare asyncssh server echoing what it gets (no PTY, no lanpool code); prints its port.
+ECHO_SERVER = """
+import asyncio, sys, asyncssh
+async def echo(process):
+    while data := await process.stdin.read(65536):
+        process.stdout.write(data)
+    process.exit(0)
+class Open(asyncssh.SSHServer):
+    def begin_auth(self, username): return False
+async def main():
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    srv = await asyncssh.create_server(Open, "127.0.0.1", 0, server_host_keys=[key], process_factory=echo,
+        encoding=None, encryption_algs=sys.argv[1].split(","), line_editor=False)
+    print(srv.sockets[0].getsockname()[1], flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
 
 
 async def _echo_ms(conn: asyncssh.SSHClientConnection, command: str, keys: int) -> list[float]:
     proc = await conn.create_process(command, term_type="xterm", term_size=(80, 24), encoding=None)
-    await asyncio.sleep(0.5)  # the shell / cat started
+    await asyncio.sleep(0.3)  # the shell / cat started
     times = []
     for i in range(keys):
         ch = bytes([97 + i % 26])
@@ -51,20 +88,10 @@ async def _echo_ms(conn: asyncssh.SSHClientConnection, command: str, keys: int) 
     return times
 
 
-async def _serve_bytes(size: int) -> tuple[asyncio.Server, int]:
-    block = os.urandom(1 << 20)
-
-    async def send(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        left = size
-        while left:
-            n = min(left, len(block))
-            writer.write(block[:n])
-            await writer.drain()
-            left -= n
-        writer.close()
-
-    server = await asyncio.start_server(send, "127.0.0.1", 0)
-    return server, server.sockets[0].getsockname()[1]
+def _spawn(script: str, *args: str) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, int(proc.stdout.readline())
 
 
 async def _read_all(port: int) -> float:
@@ -77,12 +104,24 @@ async def _read_all(port: int) -> float:
     return total / (time.perf_counter() - t0) / 2**20
 
 
+def _cpu_s(pid: int) -> float:
+    """CPU seconds a process has used (Linux /proc): less swayed by the machine's load than wall time."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _figure(name: str, ms: list[float]) -> str:
+    return f"{name}: median {statistics.median(ms):.3f} ms (p90 {sorted(ms)[int(len(ms) * 0.9)]:.3f})"
+
+
 async def main_async(args: argparse.Namespace, tmp: Path) -> None:
     home = tmp / "controller"
     os.environ["LANPOOL_HOME"] = str(home)
     agent = harness.start_agent(tmp / "agent", home)
     sshd = Sshd(tmp) if not args.no_sshd else None
-    server, port = await _serve_bytes(args.size_mb << 20)
+    server, port = _spawn(BYTE_SERVER, str(args.size_mb << 20))
+    floor, floor_port = _spawn(ECHO_SERVER, ",".join(ENCRYPTION_ALGS))
+    echo: dict[str, list[float]] = {"lanpool": [], "OpenSSH": [], "bare asyncssh": []}
     try:
         key = load_or_create_client_key(ControllerHome.default().key)
         async with await RunnerSession.open(agent.host, agent.port, key, None) as session:
@@ -90,34 +129,50 @@ async def main_async(args: argparse.Namespace, tmp: Path) -> None:
                 SubmitJob(job_id="bench1", run_name="bench", workflow="w", commands=["sleep 600"], ports=[port])
             )
             await asyncio.sleep(1.0)
-            lp = await _echo_ms(session.conn, exec_command("bench1", ["cat"]), args.keys)
-            listener = await session.conn.forward_local_port("127.0.0.1", 0, "127.0.0.1", port)
-            fwd = [await _read_all(listener.get_port()) for _ in range(args.pairs)]
-            direct = [await _read_all(port) for _ in range(args.pairs)]
+            others = {"bare asyncssh": (dict(port=floor_port, username="x"), "x")}
+            if sshd is not None:
+                client = [str(sshd.dir / "client")]
+                user = os.environ.get("USER", "root")
+                others["OpenSSH"] = (dict(port=sshd.port, username=user, client_keys=client), "cat")
+            per_round = max(1, args.keys // args.rounds)
+            for _ in range(args.rounds):  # alternating, so the machine's load falls on all alike
+                echo["lanpool"] += await _echo_ms(session.conn, exec_command("bench1", ["cat"]), per_round)
+                for name, (options, command) in others.items():
+                    async with asyncssh.connect(
+                        "127.0.0.1", known_hosts=None, config=[], encryption_algs=ENCRYPTION_ALGS, **options
+                    ) as conn:
+                        echo[name] += await _echo_ms(conn, command, per_round)
+            forward = await forward_local(session.conn, port)
+            fwd, direct = [], []
+            agent_cpu = our_cpu = 0.0
+            for _ in range(args.pairs):
+                a0, c0 = _cpu_s(agent.proc.pid), time.process_time()
+                fwd.append(await _read_all(forward.get_port()))
+                agent_cpu += _cpu_s(agent.proc.pid) - a0
+                our_cpu += time.process_time() - c0
+                direct.append(await _read_all(port))
+            forward.close()
             await session.stop("bench1", True, 0)
-        print(
-            f"keystroke echo via lanpool: median {statistics.median(lp):.2f} ms (p90 {sorted(lp)[int(len(lp) * 0.9)]:.2f})"
-        )
-        if sshd is not None:
-            async with asyncssh.connect(
-                "127.0.0.1",
-                sshd.port,
-                username=os.environ.get("USER", "root"),
-                client_keys=[str(sshd.dir / "client")],
-                known_hosts=None,
-                config=[],
-            ) as conn:
-                ossh = await _echo_ms(conn, "cat", args.keys)
-            print(
-                f"keystroke echo via OpenSSH: median {statistics.median(ossh):.2f} ms (p90 {sorted(ossh)[int(len(ossh) * 0.9)]:.2f})"
-            )
-            print(f"echo ratio lanpool/OpenSSH: {statistics.median(lp) / statistics.median(ossh):.2f} (target <= 1.2)")
+        for name, ms in echo.items():
+            if ms:
+                print(_figure(f"keystroke echo via {name}", ms))
+        lp = statistics.median(echo["lanpool"])
+        if echo["OpenSSH"]:
+            print(f"echo ratio lanpool/OpenSSH: {lp / statistics.median(echo['OpenSSH']):.2f} (target <= 1.2)")
+        print(f"echo ratio lanpool/bare asyncssh: {lp / statistics.median(echo['bare asyncssh']):.2f}")
         f, d = statistics.median(fwd), statistics.median(direct)
         print(
             f"port {args.size_mb} MiB: forwarded {f:.0f} MiB/s, direct {d:.0f} MiB/s, ratio {f / d:.2f} (target >= 0.8)"
         )
+        mib = args.size_mb * args.pairs
+        print(
+            f"forwarded, CPU per MiB: agent {agent_cpu / mib * 1000:.2f} ms, controller (forward + reader) "
+            f"{our_cpu / mib * 1000:.2f} ms"
+        )
     finally:
-        server.close()
+        for proc in (server, floor):
+            proc.kill()
+            proc.wait()
         if sshd is not None:
             sshd.stop()
         agent.stop()
@@ -125,7 +180,8 @@ async def main_async(args: argparse.Namespace, tmp: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--keys", type=int, default=300, help="keystrokes timed")
+    parser.add_argument("--keys", type=int, default=300, help="keystrokes timed per server")
+    parser.add_argument("--rounds", type=int, default=6, help="alternating rounds the keystrokes are split into")
     parser.add_argument("--size-mb", type=int, default=256)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--no-sshd", action="store_true")

@@ -1,0 +1,92 @@
+"""A job's declared port through the controller's forward (app/port_forward.py, what
+`app headless ports` and `run` open) and the agent's (agent/job_ports.py): bytes intact
+both ways on several connections at once, a declared port where nothing listens, the
+forward cut when the job ends, an undeclared port refused (a pairing connection's refusal: tests/test_job_shell.py). A real
+agent on loopback."""
+
+import asyncio
+import hashlib
+import os
+
+from app.port_forward import forward_local
+from protocol import SubmitJob
+from tests.test_docker_executor import _session, _stop, wait_for_line
+from tests.test_job_shell import _connect, _free_port
+
+
+async def _hash_server() -> tuple[asyncio.Server, int]:
+    """A job's server: echoes every byte back (so the test checks both directions)."""
+
+    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while data := await reader.read(1 << 20):
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(echo, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def _round_trip(port: int, payload: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+    async def send() -> None:
+        for i in range(0, len(payload), 100_000):  # odd-sized writes: packets never line up with them
+            writer.write(payload[i : i + 100_000])
+            await writer.drain()
+        writer.write_eof()
+
+    sender = asyncio.create_task(send())
+    got = bytearray()
+    while data := await asyncio.wait_for(reader.read(1 << 20), 30):
+        got += data
+    await sender
+    writer.close()
+    return bytes(got)
+
+
+def test_a_forward_carries_bytes_both_ways_and_is_cut_with_its_job(agent):
+    async def check() -> None:
+        server, port = await _hash_server()
+        idle = _free_port()  # declared, but nothing listens there
+        async with await _session(agent) as session:
+            await session.submit(
+                SubmitJob(
+                    job_id="fwd", run_name="r", workflow="w", commands=["echo ready", "sleep 60"], ports=[port, idle]
+                )
+            )
+        await asyncio.to_thread(wait_for_line, agent, "fwd", "ready")
+        async with _connect(agent) as conn:
+            forward = await forward_local(conn, port)
+            payloads = [os.urandom(n) for n in (1, 3 << 20, (8 << 20) + 7)]
+            results = await asyncio.gather(*(_round_trip(forward.get_port(), p) for p in payloads))
+            for sent, got in zip(payloads, results, strict=True):
+                assert hashlib.sha256(got).digest() == hashlib.sha256(sent).digest()
+
+            # Nothing listens on a declared port: the local connection is closed, the forward lives on.
+            nobody = await forward_local(conn, idle)
+            reader, writer = await asyncio.open_connection("127.0.0.1", nobody.get_port())
+            assert await asyncio.wait_for(reader.read(), 15) == b""
+            writer.close()
+            assert await _round_trip(forward.get_port(), b"still here") == b"still here"
+
+            # An undeclared port: refused by the agent, so the local connection only closes.
+            refused = await forward_local(conn, agent.port)
+            reader, writer = await asyncio.open_connection("127.0.0.1", refused.get_port())
+            assert await asyncio.wait_for(reader.read(), 15) == b""
+            writer.close()
+
+            # Held open across the job's end: the agent cuts it.
+            reader, writer = await asyncio.open_connection("127.0.0.1", forward.get_port())
+            writer.write(b"x")
+            assert await asyncio.wait_for(reader.readexactly(1), 15) == b"x"
+            await _stop(agent, "fwd", abort=True, grace_s=0)
+            assert await asyncio.wait_for(reader.read(), 20) == b""
+            writer.close()
+            for f in (forward, nobody, refused):
+                f.close()
+        server.close()
+
+    asyncio.run(check())
+    log = agent.log_path.read_text()
+    assert "nothing answers on its port" in log and "refused port forwarding (direct-tcpip)" in log
