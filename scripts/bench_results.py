@@ -18,6 +18,7 @@ import re
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -99,6 +100,21 @@ def record(name: str, rows: list[dict], command: str | None = None) -> Path | No
     tmp.replace(path)  # a reader never sees half a file
     print(f"{name}: figures recorded in {path} (scripts/bench-report renders docs/benchmarks.md)", file=sys.stderr)
     return path
+
+
+def recording(name: str, work: Callable[[], dict], rows_of: Callable[[dict], list[dict]]) -> Callable[[], dict]:
+    """`work` for bench_stats.run_bench, recording its figures once it has them. A figure the
+    results lack (a part not run, a key renamed) is left out; recording never fails the bench."""
+
+    def recorded() -> dict:
+        results = work()
+        try:
+            record(name, rows_of(results))
+        except (OSError, TypeError, ValueError, KeyError, ZeroDivisionError) as exc:
+            print(f"{name}: figures not recorded: {exc}", file=sys.stderr)
+        return results
+
+    return recorded
 
 
 def _number(x: object) -> bool:
