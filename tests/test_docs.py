@@ -31,7 +31,9 @@ def test_readme_is_short_and_starts_with_the_two_commands():
         "scripts/demo",
         "scripts/test",
     ]
-    assert text.index("## Start here") < text.index("## Use it with your own project") < text.index("## Troubleshooting")
+    assert (
+        text.index("## Start here") < text.index("## Use it with your own project") < text.index("## Troubleshooting")
+    )
 
 
 @pytest.mark.parametrize("md", [README, *sorted(DOCS.glob("*.md"))], ids=lambda p: p.name)
