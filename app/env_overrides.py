@@ -32,7 +32,7 @@ def check_env_name(name: str, where: str) -> str:
     if name.startswith("LANPOOL_") or name in _LANPOOLS:
         raise UsageError(
             f"{where}: {name} is set by lanpool for every job and cannot be overridden "
-            "(README 'Environment and secrets')"
+            "(docs/workflows.md, 'Environment and secrets')"
         )
     return name
 

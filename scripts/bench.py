@@ -857,6 +857,44 @@ def main(argv: list[str] | None = None) -> int:
         bench.agent_rss()
         return bench.results
 
+    from bench_results import pick, recording, row  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
+
+    work = recording(
+        "bench",
+        work,
+        lambda r: [
+            row(
+                "`run` of an echo workflow to its first line, vs bare asyncssh exec (median)",
+                pick(r, "dispatch.lanpool.first_line_s.median"),
+                pick(r, "dispatch.bare.first_line_s.median"),
+                target="<= 1.2",
+                unit="s",
+            ),
+            row(
+                "same, to exit",
+                pick(r, "dispatch.lanpool.exit_s.median"),
+                pick(r, "dispatch.bare.exit_s.median"),
+                unit="s",
+            ),
+            *(
+                row(f"cold start of `{k}`", pick(v, "median_s"), target="<= 0.2 s", unit="s")
+                for k, v in (pick(r, "cold_start") or {}).items()
+            ),
+            row(
+                "log lines stored in SQLite vs a raw asyncssh channel (median)",
+                pick(r, "throughput.lanpool.lines_per_s_median"),
+                pick(r, "throughput.bare.lines_per_s_median"),
+                target=">= 500000 lines/s",
+                unit="lines/s",
+            ),
+            row(
+                "lines lost / duplicated (max)",
+                None
+                if pick(r, "throughput.lanpool") is None
+                else f"{pick(r, 'throughput.lanpool.lost_max')} / {pick(r, 'throughput.lanpool.duplicates_max')}",
+            ),
+        ],
+    )
     return run_bench("bench", work, bench.stop, report, args.json, errors=(harness.AgentStartError,))
 
 

@@ -350,6 +350,29 @@ def main(argv: list[str] | None = None) -> int:
         say(f"2 runners up; {args.repeat} x (lanpool, by hand), {args.steps} steps each")
         return bench.run()
 
+    from bench_results import pick, recording, row  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
+
+    work = recording(
+        "bench-ddp",
+        work,
+        lambda r: [
+            row(
+                f"char-GPT on 2 nodes, samples/s via lanpool vs by hand (median of {args.repeat}, {args.steps} steps)",
+                pick(r, "median.lanpool.samples_per_s"),
+                pick(r, "median.hand.samples_per_s"),
+                target=">= 0.99",
+                unit="samples/s",
+                ratio=pick(r, "ratio_samples_per_s"),
+            ),  # type: ignore[arg-type]
+            row(
+                "start -> first training step, lanpool vs by hand",
+                pick(r, "median.lanpool.to_first_step_s"),
+                pick(r, "median.hand.to_first_step_s"),
+                unit="s",
+            ),
+            row("first step, lanpool's extra", pick(r, "first_step_extra_s"), target="<= 0.5 s", unit="s"),
+        ],
+    )
     # The table goes to stderr, --json or not.
     return run_bench(
         "bench-ddp", work, bench.stop, lambda res, _out: report(res), args.json, errors=(harness.AgentStartError,)

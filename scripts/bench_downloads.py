@@ -250,6 +250,30 @@ def main(argv: list[str] | None = None) -> int:
             file=out,
         )
 
+    from bench_results import pick, recording, row  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
+
+    work = recording(
+        "bench-downloads",
+        work,
+        lambda r: [
+            row(
+                f"{args.size_mb} MiB artifact back, pull alone, vs scp from a loopback sshd (median)",
+                pick(r, "pull_s.median"),
+                pick(r, "scp_s.median"),
+                target=">= 0.8",
+                unit="s",
+                ratio=pick(r, "pull_ratio"),
+            ),  # type: ignore[arg-type]
+            row(
+                "`run -d` -> `status` -> `artifacts download`, vs the same scp",
+                pick(r, "path_s.median"),
+                pick(r, "scp_s.median"),
+                target=">= 0.7",
+                unit="s",
+                ratio=pick(r, "path_ratio"),
+            ),  # type: ignore[arg-type]
+        ],
+    )
     return run_bench("scripts/bench-downloads", work, stop, report, args.json)
 
 

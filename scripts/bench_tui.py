@@ -739,6 +739,26 @@ def main(argv: list[str] | None = None) -> int:
         bench.results["loadavg_end"] = os.getloadavg()
         return bench.results
 
+    from bench_results import pick, recording, row  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
+
+    work = recording(
+        "bench-tui",
+        work,
+        lambda r: [
+            row(
+                "start-up, big store, vs a minimal Textual app (median)",
+                pick(r, "startup.full.interactive_s.median"),
+                pick(r, "startup.minimal.interactive_s.median"),
+                target="< 0.7 s",
+                unit="s",
+            ),
+            row("start-up, empty store", pick(r, "startup.empty.interactive_s.median"), unit="s"),
+            row("key -> frame while following (median)", pick(r, "following.traffic.median"), unit="s"),
+            row("key -> frame while following (p95)", pick(r, "following.traffic.p95"), target="< 0.05 s", unit="s"),
+            row("back to the Runs tab (median)", pick(r, "startup.runs_tab_s.median"), target="< 0.05 s", unit="s"),
+            row("lines reaching the TUI", pick(r, "following.received_lines_per_s_median"), unit="lines/s"),
+        ],
+    )
     return run_bench("bench-tui", work, bench.stop, report, args.json, errors=(harness.AgentStartError,))
 
 

@@ -117,6 +117,27 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         agent.stop(15)
         shutil.rmtree(tmp, ignore_errors=True)
+    # docs/bench/bench-uploads.json -> docs/benchmarks.md (scripts/bench-report)
+    from bench_results import record, row
+
+    record(
+        "bench-uploads",
+        [
+            row(
+                f"upload of a {args.project_mb} MB project ({out.get('first_upload_blobs')} blobs)",
+                out.get("first_upload_s"),
+                unit="s",
+            ),
+            row("upload after a one-line edit", out.get("upload_after_edit_s"), target="<= 1 s", unit="s"),
+            row(
+                f"peak RSS of `run` with a {args.untracked_mb} MB untracked file, vs a small project",
+                out.get("rss_with_untracked_mb"),
+                out.get("rss_small_project_mb"),
+                target="< 100 MB",
+                unit="MB",
+            ),
+        ],
+    )
     if args.json:
         print(json.dumps(out, indent=2))
         return 0

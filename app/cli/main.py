@@ -110,7 +110,7 @@ def _help() -> str:
         lines.append(f"app {word} verbs:")
         lines += [f"  {verb:<12}{text}" for verb, text in verb_helps(parser)]
         lines.append("")
-    lines.append("Start with `app headless run --help` or the README.")
+    lines.append("Start with `app headless run --help` or the README (docs/ holds the reference).")
     return "\n".join(lines)
 
 

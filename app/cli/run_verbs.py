@@ -16,7 +16,7 @@ from app.formatting import duration, status_text
 from app.workflows import Project, find_project
 from app.workflows.resolve import render_value
 
-_NO_PROJECT = "no .lanpool/workflows.yaml (or .dstack/workflows.yaml) here or above: see README 'Workflows'"
+_NO_PROJECT = "no .lanpool/workflows.yaml (or .dstack/workflows.yaml) here or above: see docs/workflows.md"
 
 
 def _project(ctl: Controller, args: argparse.Namespace, verb: str) -> Project:

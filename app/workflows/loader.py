@@ -35,7 +35,7 @@ def load_workflows(root: Path) -> Project:
             break
     else:
         raise WorkflowError(
-            f"no .lanpool/workflows.yaml (or .dstack/workflows.yaml) in {root}: create one, see README 'Workflows'"
+            f"no .lanpool/workflows.yaml (or .dstack/workflows.yaml) in {root}: create one, see docs/workflows.md"
         )
     data = read_yaml(path)
     if data is None:
