@@ -28,6 +28,8 @@ async def submit_job(
     The job is in the store before it is sent, so a crash here loses nothing."""
     job, job_id, store = launch.job, launch.job_id, jobs.store
     runners = [store.known_runner(s.hello.name) for s in sessions]
+    # One session for several nodes: a Slurm runner runs them all as one allocation (app/slurm_placement.py).
+    resources = {**job.resources, "nodes": job.nodes} if len(sessions) == 1 and job.nodes > 1 else job.resources
     spec = {
         "commands": job.commands,
         "env": job.env,
@@ -38,7 +40,7 @@ async def submit_job(
         "ports": job.ports,
         "working_dir": job.working_dir,
         "snapshot": launch.snapshot_digest,
-        "resources": job.resources,
+        "resources": resources,
         "nodes": len(sessions),
         "runners": [r["name"] for r in runners],
     }
@@ -66,7 +68,7 @@ async def submit_job(
                     working_dir=job.working_dir,
                     image=job.image,
                     pull=job.pull,
-                    resources=job.resources,
+                    resources=resources,
                     executor=job.executor,
                     pick_master_port=(node == 0 and gang.size > 1),
                     python=job.python,
