@@ -149,10 +149,16 @@ async def bench(agent, rounds: int, gpt_rounds: int, gpt_steps: int, data: Path)
         if gpt_rounds <= 0:
             return
         gpt_ours, gpt_theirs = [], []
-        for i in range(gpt_rounds):  # alternating
+        for i in range(gpt_rounds):  # alternating, which goes first too (load drifts within a round)
+            if i % 2:
+                gpt_theirs.append(await asyncio.to_thread(srun_gpt, data, gpt_steps))
             gpt_ours.append(await lanpool_gpt(s, f"gpt{i}", data, gpt_steps))
-            gpt_theirs.append(await asyncio.to_thread(srun_gpt, data, gpt_steps))
-            print(f"  char-GPT round {i + 1}: lanpool {gpt_ours[-1]}, srun {gpt_theirs[-1]} (samples/s, s)")
+            if not i % 2:
+                gpt_theirs.append(await asyncio.to_thread(srun_gpt, data, gpt_steps))
+            (so, wo), (st, wt) = gpt_ours[-1], gpt_theirs[-1]
+            print(
+                f"  char-GPT round {i + 1}: lanpool {so:.0f} samples/s, {wo:.1f} s; srun {st:.0f} samples/s, {wt:.1f} s"
+            )
         so, st = (statistics.median(r[0] for r in x) for x in (gpt_ours, gpt_theirs))
         wo, wt = (statistics.median(r[1] for r in x) for x in (gpt_ours, gpt_theirs))
         print(
