@@ -36,6 +36,8 @@ def ended_state(job: Job, outcome: Outcome) -> tuple[JobState, str]:
     error = "" if code == 0 or state is not JobState.FAILED else f"exited with code {code}"
     if record.timed_out:
         error = f"stopped: max_duration {human_duration(record.max_duration_s)} reached"
+    elif outcome.ended_by and state is JobState.FAILED:
+        error = f"stopped: {outcome.ended_by} reached"
     if outcome.oom_error():
         error = outcome.oom_error()
         job.system_line(f"lanpool: {error}")

@@ -31,6 +31,8 @@ async def submit_job(
     `run_key`: a detached DAG's step, started by its runner once those jobs are DONE (agent.dag)."""
     job, job_id, store = launch.job, launch.job_id, jobs.store
     runners = [store.known_runner(s.hello.name) for s in sessions]
+    # One session for several nodes: a Slurm runner runs them all as one allocation (app/slurm_placement.py).
+    resources = {**job.resources, "nodes": job.nodes} if len(sessions) == 1 and job.nodes > 1 else job.resources
     spec = {
         "commands": job.commands,
         "env": job.env,
@@ -41,7 +43,7 @@ async def submit_job(
         "ports": job.ports,
         "working_dir": job.working_dir,
         "snapshot": launch.snapshot_digest,
-        "resources": job.resources,
+        "resources": resources,
         "nodes": len(sessions),
         "runners": [r["name"] for r in runners],
     }
@@ -71,7 +73,7 @@ async def submit_job(
                     working_dir=job.working_dir,
                     image=job.image,
                     pull=job.pull,
-                    resources=job.resources,
+                    resources=resources,
                     executor=job.executor,
                     pick_master_port=(node == 0 and gang.size > 1),
                     python=job.python,

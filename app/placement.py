@@ -8,6 +8,7 @@ from app.pool import DEFAULT_PORT, DISCOVERY_WAIT_S, Pool, parse_address
 from app.runner_client import RunnerSession
 from app.runner_views import RunnerState, RunnerView, bounded_props
 from app.scheduler import Capacity, Need, place
+from app.slurm_placement import slurm_runner
 from app.workflows.resolve import ResolvedJob
 
 
@@ -51,6 +52,8 @@ class Placement:
         views = await self.pool.refresh(wait_s=0 if self.pool.store.runners() else DISCOVERY_WAIT_S)
         pool = [v.capacity() for v in views]
         for job in jobs:
+            if job.nodes > 1 and slurm_runner(views, job.resources, job.nodes, self._pinned_name(job)):
+                continue  # one Slurm runner takes all its nodes
             decision = place(Need.of(job.resources), pool, nodes=job.nodes, pinned=self._pinned_name(job))
             if decision.rejected:
                 raise UsageError(f"cannot run {job.workflow}: {decision.rejected}")
@@ -60,6 +63,10 @@ class Placement:
         if job.nodes == 1 and self.address is not None:
             session = await self._pinned_address(job)
             return [session], [self.address[0]]
+        if job.nodes > 1:
+            whole = await self._slurm_session(job)
+            if whole is not None:
+                return whole
         hosts = await self.pool.choose_runners(
             self._pinned_name(job),
             Need.of(job.resources),
@@ -95,6 +102,18 @@ class Placement:
             for job in jobs:  # each must fit the pinned runner (an error names the one that cannot)
                 await self._pinned_address(job)
         return await self.sessions_for(largest, job_id)
+
+    async def _slurm_session(self, job: ResolvedJob) -> tuple[list[RunnerSession], list[str]] | None:
+        """A Slurm runner that runs all of a multi-node job's nodes as one job (one Slurm
+        allocation; app/slurm_placement.py), if one fits; None: the job goes to N runners."""
+        views = await self.pool.refresh(wait_s=0 if self.pool.store.runners() else DISCOVERY_WAIT_S)
+        view = slurm_runner(views, job.resources, job.nodes, self._pinned_name(job))
+        if view is None:
+            return None
+        if (view.host, view.port) not in self.sessions:
+            self.sessions[view.host, view.port] = await self.pool.connect(view.host, view.port)
+        self.say(f"{job.workflow}: its {job.nodes} nodes run as one Slurm job on runner {view.name}")
+        return [self.sessions[view.host, view.port]], [view.host]
 
     def close(self) -> None:
         for session in self.sessions.values():

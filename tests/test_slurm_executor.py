@@ -302,8 +302,9 @@ def test_two_node_lightning_ddp_trains_through_slurm(slurm_agent):
     chunks, final = follow(slurm_agent, "d1", timeout=300)
     out = lines(chunks, "out")
     assert final.state == JobState.DONE, (final, out[-20:], lines(chunks, "err")[-20:])
-    assert any(line.startswith("rank 0 of 2 master n1:") and line.endswith("ntasks=unset") for line in out), out
-    assert any(line.startswith("rank 1 of 2 master n1:") for line in out), out
+    assert any(line.startswith("[node 0] rank 0 of 2 master n1:") and line.endswith("ntasks=unset") for line in out)
+    assert any(line.startswith("[node 1] rank 1 of 2 master n1:") for line in out), out
+    assert all(line.startswith(("[node 0] ", "[node 1] ")) for line in out), out
     assert [a.path for a in final.artifacts] == ["ck/autoencoder.ckpt"], final.artifacts
     assert dataclasses.asdict(final.artifacts[0])["size"] > 0
 

@@ -65,6 +65,8 @@ class Outcome:
     exit_code: int  # 128 + N when killed by signal N, as shells report it
     oom_killed: bool = False  # the kernel killed it for exceeding its memory limit
     memory_limit: int = 0  # bytes; 0 = none
+    # A limit outside lanpool that ended the job, named for its error ("Slurm time limit"); "" = none.
+    ended_by: str = ""
 
     def oom_error(self) -> str:
         """The job's error when it was killed for memory, else ""."""

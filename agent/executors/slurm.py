@@ -59,6 +59,8 @@ class SlurmExecutor:
             f"--job-name=lanpool-{launch.job_id}",
             f"--output={slurm_dir / OUT_FILE}",
             f"--error={slurm_dir / ERR_FILE}",
+            # a retry's output follows the earlier attempts' (see _prepare)
+            "--open-mode=append",
             f"--chdir={launch.working_dir}",
             "--export=ALL",
             f"--nodes={nodes}",
@@ -80,7 +82,7 @@ class SlurmExecutor:
             raise ExecutorError("this runner runs jobs through Slurm as plain processes; drop the job's image")
         check_env(launch.env)
         slurm_dir = launch.workspace.parent / "slurm"
-        batch = await asyncio.to_thread(_prepare, slurm_dir, launch)
+        batch, offsets = await asyncio.to_thread(_prepare, slurm_dir, launch)
         args = self.sbatch_args(launch, slurm_dir, batch)
         env = {**os.environ, **{k: v for k, v in launch.env.items() if k not in _GPU_ENV}}
         for name in _GPU_ENV:
@@ -90,7 +92,9 @@ class SlurmExecutor:
         if rc != 0 or not _SLURM_ID.match(slurm_id):
             raise ExecutorError(f"sbatch refused the job: {last_line(err) or last_line(out) or f'exit status {rc}'}")
         await asyncio.to_thread((slurm_dir / ID_FILE).write_text, slurm_id + "\n")
-        sink("sys", f"lanpool: Slurm job {slurm_id} submitted\n".encode())
+        nodes = node_count(launch.resources)
+        many = f" ({nodes} nodes, one allocation; lines tagged [node K])" if nodes > 1 else ""
+        sink("sys", f"lanpool: Slurm job {slurm_id} submitted{many}\n".encode())
         try:
             await self._until_started(slurm_id, launch, sink)
         except asyncio.CancelledError:
@@ -100,7 +104,7 @@ class SlurmExecutor:
                 with contextlib.suppress(ExecutorError):
                     await asyncio.shield(cancel(slurm_id, None))
             raise
-        return SlurmExecution(slurm_id, slurm_dir, sink)
+        return SlurmExecution(slurm_id, slurm_dir, sink, offsets)
 
     async def _until_started(self, slurm_id: str, launch: Launch, sink: OutputSink) -> None:
         said = ""
@@ -126,16 +130,65 @@ class SlurmExecutor:
         except OSError:
             slurm_id = ""
         if not _SLURM_ID.match(slurm_id):
-            raise ExecutorError("the agent restarted before the job was submitted to Slurm")
+            # The agent may have died between sbatch and writing the id: Slurm knows the job by name.
+            slurm_id = await self._submitted_as(job.job_id)
+            if not slurm_id:
+                raise ExecutorError("the agent restarted before the job was submitted to Slurm")
+            await asyncio.to_thread((slurm_dir / ID_FILE).write_text, slurm_id + "\n")
+            sink("sys", f"lanpool: Slurm job {slurm_id} found by its name after a restart\n".encode())
         return SlurmExecution(slurm_id, slurm_dir, sink, dict(job.delivered))
 
     async def remove_leftovers(self, active: set[str]) -> list[str]:
-        return []  # a Slurm job leaves only files in its job's directory, which is the job's
+        """Slurm jobs of this agent's jobs that are not running here any more (lost, or ended
+        while their Slurm job was left) are cancelled: nothing would watch them."""
+        cancelled = []
+        for job_id, slurm_id in (await self._ours()).items():
+            if job_id not in active:
+                log.warning("cancelling Slurm job %s: lanpool job %s is not running here", slurm_id, job_id)
+                await cancel(slurm_id, None)
+                cancelled.append(f"slurm-{slurm_id}")
+        return cancelled
+
+    async def _submitted_as(self, job_id: str) -> str:
+        return (await self._ours(job_id)).get(job_id, "")
+
+    async def _ours(self, job_id: str = "") -> dict[str, str]:
+        """{lanpool job id: Slurm job id} of the jobs in Slurm's queue that this agent submitted:
+        named lanpool-<id> AND running this agent's batch script for that id (another agent on
+        the cluster may use the same job id; a user may name a job anything)."""
+        args = ["squeue", "-h", "-o", "%i|%j|%o"]
+        if job_id:
+            args[2:2] = ["-t", "all", "-n", f"lanpool-{job_id}"]  # one that ended meanwhile left its exit file
+        rc, out, err = await run(*args)
+        if rc != 0:
+            log.warning("squeue: %s", last_line(err))
+            return {}
+        found = {}
+        for line in out.splitlines():
+            slurm_id, _, rest = line.strip().partition("|")
+            name, _, command = rest.partition("|")
+            if not name.startswith("lanpool-") or not _SLURM_ID.match(slurm_id):
+                continue
+            ours = name.removeprefix("lanpool-")
+            slurm_dir = self.jobs_root / ours / "slurm"
+            if command.split(" ")[:2] == [str(slurm_dir / "batch.sh"), str(slurm_dir)]:
+                found[ours] = slurm_id
+        return found
 
 
-def _prepare(slurm_dir: Path, launch: Launch) -> Path:
-    """The job's scripts; what a previous attempt (a retry) left is cleared first."""
-    for name in (OUT_FILE, ERR_FILE, EXIT_FILE, ID_FILE):
+def _prepare(slurm_dir: Path, launch: Launch) -> tuple[Path, dict[str, int]]:
+    """The job's scripts, and where this attempt's output starts in the output files.
+
+    A previous attempt's (a retry's) exit and id go; its output stays, and this one is
+    appended (--open-mode=append): the spool holds every attempt's bytes, so after a
+    restart the count of them (Adoption.delivered) is where to resume in the file."""
+    for name in (EXIT_FILE, ID_FILE):
         with contextlib.suppress(FileNotFoundError):
             (slurm_dir / name).unlink()
-    return write_scripts(slurm_dir, launch.working_dir, launch.commands)
+    offsets = {}
+    for stream, name in (("out", OUT_FILE), ("err", ERR_FILE)):
+        try:
+            offsets[stream] = (slurm_dir / name).stat().st_size
+        except FileNotFoundError:
+            offsets[stream] = 0
+    return write_scripts(slurm_dir, launch.working_dir, launch.commands), offsets

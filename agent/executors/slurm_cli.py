@@ -18,6 +18,9 @@ from agent.executors.base import ExecutorError
 log = logging.getLogger(__name__)
 
 CLI_TIMEOUT_S = 30.0
+# sinfo at the agent's start: with an unusable SLURM_CONF (no slurmctld answering) it retries
+# for about 30 s before refusing; a start-up check says so sooner.
+SINFO_TIMEOUT_S = 5.0
 # Slurm's partition/account/QoS names: letters, digits, _ . - (no leading '-': it would read as an option).
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 # A constraint is feature names joined by & | , with optional [ ] ( ) and *count.
@@ -91,7 +94,9 @@ def time_limit(max_duration_s: float, grace_s: float) -> str:
     return str(max(1, math.ceil((max_duration_s + grace_s + 60) / 60)))
 
 
-async def run(*args: str, env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
+async def run(
+    *args: str, env: Mapping[str, str] | None = None, timeout_s: float = CLI_TIMEOUT_S
+) -> tuple[int, str, str]:
     """Run a Slurm client; (exit status, stdout, stderr). ExecutorError if it cannot be run or hangs."""
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -104,11 +109,11 @@ async def run(*args: str, env: Mapping[str, str] | None = None) -> tuple[int, st
     except OSError as exc:
         raise ExecutorError(f"cannot run {args[0]}: {exc.strerror or exc} (is the Slurm client installed?)") from None
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), CLI_TIMEOUT_S)
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
     except TimeoutError:
         proc.kill()
         await proc.wait()
-        raise ExecutorError(f"{args[0]} did not answer in {CLI_TIMEOUT_S:g}s") from None
+        raise ExecutorError(f"{args[0]} did not answer in {timeout_s:g}s") from None
     return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
 
 
@@ -144,7 +149,10 @@ async def cancel(slurm_id: str, signal_name: str | None) -> None:
 
 async def cluster_resources() -> dict[str, int | str]:
     """What the agent reports (Hello): the cluster's partitions, nodes and GPUs from sinfo."""
-    rc, out, err = await run("sinfo", "-h", "-N", "-o", "%N|%P|%T|%c|%m|%G")
+    try:
+        rc, out, err = await run("sinfo", "-h", "-N", "-o", "%N|%P|%T|%c|%m|%G", timeout_s=SINFO_TIMEOUT_S)
+    except ExecutorError as exc:
+        raise ExecutorError(f"{exc}: is SLURM_CONF right and its slurmctld reachable from here?") from None
     if rc != 0:
         raise ExecutorError(f"sinfo: {last_line(err) or f'exit status {rc}'} (is SLURM_CONF right?)")
     nodes: dict[str, tuple[str, int, int, int]] = {}

@@ -24,6 +24,8 @@ _READ_SIZE = 256 * 1024
 _MAX_LINE = 64 * 1024  # as the process executor: one runaway line cannot hold memory
 # Slurm says the job ended but no exit file yet: shared storage may show it late.
 _EXIT_FILE_WAIT_S = 3.0
+_SETTLE_WAIT_S = 5.0  # for Slurm to say whether its time limit ended a job that exited non-zero
+_TIME_LIMIT = "Slurm time limit (--time)"
 _ENDED = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL"}
 
 
@@ -83,7 +85,7 @@ class SlurmExecution:
             code = await asyncio.to_thread(self._exit_code)
             if code is not None:
                 await self._drain(final=True)
-                return Outcome(code)
+                return Outcome(code, ended_by=await self._time_limit_hit() if code else "")
             now = loop.time()
             if now >= next_state:
                 next_state = now + STATE_POLL_S
@@ -96,8 +98,24 @@ class SlurmExecution:
                 await self._drain(final=True)
                 why = f"Slurm job {self.slurm_id} ended ({self.state or 'gone'}) without its exit code"
                 self._sink("sys", f"lanpool: {why}; counted as killed\n".encode())
-                return Outcome(128 + signal.SIGKILL)
+                return Outcome(128 + signal.SIGKILL, ended_by=_TIME_LIMIT if self.state == "TIMEOUT" else "")
             await asyncio.sleep(POLL_S)
+
+    async def _time_limit_hit(self) -> str:
+        """_TIME_LIMIT when Slurm's --time (the backstop past max_duration) ended the job, else "".
+        The wrapper's exit file may come before Slurm settles the job's state (COMPLETING)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _SETTLE_WAIT_S
+        while True:
+            try:
+                state, reason = await job_state(self.slurm_id)
+            except ExecutorError:
+                return ""
+            if state == "TIMEOUT" or reason == "TimeLimit":
+                return _TIME_LIMIT
+            if state != "COMPLETING" or loop.time() >= deadline:
+                return ""
+            await asyncio.sleep(STATE_POLL_S / 4)
 
     def send_signal(self, sig: int) -> None:
         name = "TERM" if sig == signal.SIGTERM else "KILL" if sig == signal.SIGKILL else signal.Signals(sig).name[3:]

@@ -77,6 +77,10 @@ if [ "${{SLURM_JOB_NUM_NODES:-1}}" -gt 1 ]; then
   first=${{hosts%%$'\\n'*}}
   export MASTER_ADDR=$first LANPOOL_MASTER_ADDR=$first LANPOOL_NODES_IPS=$(echo $hosts | tr ' ' ,)
   export OMP_NUM_THREADS=${{OMP_NUM_THREADS:-1}}
+  # "[node K] " before each line, as the controller tags a LAN gang's nodes. The taggers
+  # ignore TERM (a stop signals every process of the job): they end when the job closes its output.
+  tag() {{ trap '' TERM; exec sed -u "s/^/[node $NODE_RANK] /"; }}
+  exec > >(tag) 2> >(tag >&2)
 fi
 unset SLURM_NTASKS SLURM_NPROCS SLURM_NTASKS_PER_NODE SLURM_TASKS_PER_NODE SLURM_STEP_NUM_TASKS
 cd {shlex.quote(str(working_dir))} || exit 1

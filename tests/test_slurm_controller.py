@@ -1,0 +1,97 @@
+"""A `nodes: 2` workflow through the controller (`app headless run`) to a Slurm runner: ONE job
+there (one Slurm allocation on the private two-node cluster of scripts/slurm), its node
+lines tagged as on the LAN, its checkpoint back with `artifacts download`; one failing
+node fails the job. Needs root (the cluster), skipped with the reason otherwise."""
+
+import json
+import shutil
+import sys
+import time
+
+import pytest
+
+from tests import test_slurm_executor as ex
+from tests.harness import REPO
+
+# the executor tests' fixtures (the cluster, an agent on it)
+slurm_cluster = ex.slurm_cluster
+slurm_agent = ex.slurm_agent
+
+
+@pytest.fixture
+def paired(slurm_agent, cli):
+    cli("headless", "runners", "add", slurm_agent.address, check=True)
+    return slurm_agent
+
+
+def _project(tmp_path, workflows: str):
+    project = tmp_path / "repo"
+    shutil.copytree(REPO / "training", project / "training", ignore=shutil.ignore_patterns("__pycache__"))
+    (project / ".lanpool").mkdir()
+    (project / ".lanpool" / "workflows.yaml").write_text(workflows)
+    return project
+
+
+@pytest.mark.slow
+def test_a_two_node_workflow_is_one_slurm_job_and_its_checkpoint_comes_back(paired, cli, tmp_path):
+    project = _project(
+        tmp_path,
+        f"""
+workflows:
+  - name: ae
+    nodes: 2
+    commands:
+      - echo "rank $NODE_RANK of $LANPOOL_NUM_NODES, master $MASTER_ADDR:$MASTER_PORT"
+      - {sys.executable} -m training.autoencoder --max-epochs 1 --devices 1 --out ck
+    artifacts: [ck]
+""",
+    )
+    res = cli("headless", "run", "ae", cwd=project, timeout=300)
+    assert res.returncode == 0, (res.stdout[-3000:], res.stderr[-2000:])
+    assert "its 2 nodes run as one Slurm job on runner slurm-runner" in res.stderr, res.stderr
+    assert "[node 0] rank 0 of 2, master n1:" in res.stdout and "[node 1] rank 1 of 2, master n1:" in res.stdout
+    [latest] = json.loads(cli("headless", "status", "--json", check=True).stdout)
+    run, [job] = latest["run"], latest["jobs"]
+    assert job["status"] == "DONE" and job["runner"] == "slurm-runner", job
+    assert [a["path"] for a in job["artifacts"]] == ["ck/autoencoder.ckpt"], job
+    cli("headless", "artifacts", "download", run, "-o", str(tmp_path / "got"), check=True)
+    assert (tmp_path / "got" / "ck" / "autoencoder.ckpt").stat().st_size > 0
+
+
+def test_one_failing_node_fails_the_slurm_job(paired, cli, tmp_path):
+    project = _project(
+        tmp_path,
+        """
+workflows:
+  - name: ff
+    nodes: 2
+    commands:
+      - echo "up $NODE_RANK"
+      - if [ "$NODE_RANK" = 1 ]; then echo "node 1 fails"; exit 7; fi
+      - sleep 120
+""",
+    )
+    t0 = time.time()
+    res = cli("headless", "run", "ff", cwd=project, timeout=150)
+    took = time.time() - t0
+    assert res.returncode != 0, res.stdout
+    assert "[node 1] node 1 fails" in res.stdout, res.stdout
+    [latest] = json.loads(cli("headless", "status", "--json", check=True).stdout)
+    [job] = latest["jobs"]
+    assert job["status"] == "FAILED", job
+    assert took < 90, took  # node 0's sleep was ended, not waited out
+
+
+def test_a_slurm_runner_too_small_for_the_nodes_is_not_chosen(paired, cli, tmp_path):
+    project = _project(
+        tmp_path,
+        """
+workflows:
+  - name: big
+    nodes: 3
+    commands: [echo never]
+""",
+    )
+    res = cli("headless", "run", "big", cwd=project, timeout=60)
+    assert res.returncode != 0 and "never" not in res.stdout
+    assert "needs 3 runners" in res.stderr and "Traceback" not in res.stderr, res.stderr
