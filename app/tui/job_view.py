@@ -161,6 +161,8 @@ class JobView(LanpoolBase):
             + (f" ({job.exit_code})" if job.exit_code is not None else ""),
             severity=severity,
         )
+        if self._closing or self._exit:
+            return  # a run's worker ended while the app closes: its widgets are gone or going
         if job_id == self.job_id:
             self._show_job_header()
             self.show_artifacts()
