@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import lanpool_env
+from tests.harness import lanpool_env, start_agent
 from tests.test_tui_tmux import APP, Pane
 
 WORKFLOWS = """
@@ -24,6 +24,18 @@ workflows:
       - echo ready
       - sleep 120
 """
+
+
+@pytest.fixture
+def agent(tmp_path, controller_home):
+    """The runner, with a HOME of its own: a job's interactive shell reads $HOME/.bashrc, and this
+    machine's own (pyenv's rehash, waiting on a lock a killed shell left) must not decide the test."""
+    home = tmp_path / "runner-home"
+    home.mkdir()
+    (home / ".bashrc").write_text("PS1='job$ '\n")
+    a = start_agent(tmp_path / "agent", controller_home, extra_env={"HOME": str(home)})
+    yield a
+    a.stop()
 
 
 @pytest.fixture
@@ -115,7 +127,8 @@ def test_ssh_into_a_container_job_in_a_real_terminal(term, docker_agent, busybox
 def test_ssh_into_a_job_that_is_not_running_is_one_line_in_a_terminal(term, agent, cli, make_project):
     run = _start_idle_run(cli, make_project, agent.address)
     cli("headless", "stop", run, "--abort", check=True)
-    _open(term, f"{shlex.quote(str(APP))} headless ssh {shlex.quote(run)}; echo ssh-exit=$?")
+    # The pane stays alive after: tmux 3.3 can drop a dying pane's last output (remain-on-exit).
+    _open(term, f"{shlex.quote(str(APP))} headless ssh {shlex.quote(run)}; echo ssh-exit=$?; sleep 60")
     screen = term.wait_for("ssh-exit=")
     assert "ended" in screen and "ssh-exit=0" not in screen and "Traceback" not in screen
 
