@@ -23,6 +23,7 @@ from typing import Any
 from agent.blobs import BlobCache
 from agent.dag import blocked, check_after, key_hash, stage_dependencies
 from agent.executors import Executor, ExecutorChoice, ExecutorError
+from agent.gang_line import gang_line
 from agent.gpus import GpuAllocator, GpuError
 from agent.home import AgentHome
 from agent.job import Job, masked_env
@@ -244,7 +245,7 @@ class JobManager:
         )
         queued = self._ready(queued)
         now = time.time()
-        queued = self._gang_line(queued, now)
+        queued = gang_line(queued, self.gang_held, now)
         if not queued:
             return
         used = in_use([j.record for j in self.jobs.values()])
@@ -295,26 +296,6 @@ class JobManager:
             queued = [j for j in queued if j.record.state == JobState.QUEUED]
 
     # -- detached gangs (agent.gang) -------------------------------------------
-
-    def _gang_line(self, queued: list[Job], now: float) -> list[Job]:
-        """The queue as the plan sees it: gang members in the gangs' global order (the same on every
-        runner), and only one of them in line, none while a gang reservation is held."""
-        members = [j for j in queued if j.record.gang_id]
-        if not members:
-            return queued
-        ordered = iter(sorted(members, key=lambda j: (j.record.gang_order, j.record.gang_id)))
-        queued = [next(ordered) if j.record.gang_id else j for j in queued]
-        due = [j for j in queued if j.record.gang_id and j.record.not_before <= now]
-        first = "" if self.gang_held or not due else due[0].record.job_id
-        line = []
-        for job in queued:
-            backing_off = job.record.not_before > now and not self.gang_held  # in line for the plan's wake-up only
-            if job.record.gang_id and job.record.job_id != first and not backing_off:
-                if job.record.job_id != self.gang_held:
-                    job.position, job.reason = 0, "waiting for the gang ahead of it on this runner"
-                continue
-            line.append(job)
-        return line
 
     def is_reserved(self, job: Job) -> bool:
         return bool(self.gang_held) and self.gang_held == job.record.job_id

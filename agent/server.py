@@ -19,9 +19,9 @@ from asyncssh.connection import SSHConnection
 
 from agent import __version__
 from agent.errors import AgentError
-from agent.gang import GangHub
 from agent.executors import ExecutorChoice, ExecutorError, ProcessExecutor
 from agent.executors.slurm_cli import SlurmOptions, cluster_resources
+from agent.gang import GangHub
 from agent.gpu_telemetry import telemetry
 from agent.gpus import GpuAllocator, detect_gpus
 from agent.home import AgentHome

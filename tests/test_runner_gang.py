@@ -5,7 +5,6 @@ wrong token, a gang connection asking for anything but its barrier, a wrong node
 Real agents, real SSH on loopback; "no controller alive" = every controller session closed."""
 
 import asyncio
-import time
 
 import asyncssh
 import pytest
