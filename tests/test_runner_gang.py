@@ -5,6 +5,7 @@ wrong token, a gang connection asking for anything but its barrier, a wrong node
 Real agents, real SSH on loopback; "no controller alive" = every controller session closed."""
 
 import asyncio
+import json
 
 import asyncssh
 import pytest
@@ -164,3 +165,32 @@ def test_a_member_refuses_a_node0_whose_host_key_does_not_match(runners):
             await s.stop("gk-0", abort=True, grace_s=None)
 
     asyncio.run(go())
+
+
+def test_run_detached_submits_a_two_node_job_to_both_runners_and_returns(tmp_path, controller_home, cli):
+    agents = [start_agent(tmp_path / f"n{k}", controller_home, name=f"node-{k}", extra_env=GANG_ENV) for k in range(2)]
+    try:
+        for a in agents:
+            cli("headless", "runners", "add", a.address, check=True)
+        project = tmp_path / "repo"
+        (project / ".lanpool").mkdir(parents=True)
+        (project / ".lanpool" / "workflows.yaml").write_text(
+            "workflows:\n  - name: pair\n    nodes: 2\n    commands:\n"
+            '      - echo "rank $NODE_RANK of $LANPOOL_NUM_NODES at $MASTER_ADDR:$MASTER_PORT"\n'
+        )
+        res = cli("headless", "run", "pair", "-d", "--json", cwd=project, timeout=60)
+        assert res.returncode == 0, res.stderr
+        out = json.loads(res.stdout)
+        job_id = out["jobs"][0]["job_id"]
+
+        async def go():
+            ends = [await _end(a, job_id, 60) for a in agents]
+            assert [s.state for s, _ in ends] == ["DONE", "DONE"], [s.error for s, _ in ends]
+            (_, log0), (_, log1) = ends
+            assert "rank 0 of 2 at 127.0.0.1:" in log0 and "rank 1 of 2 at 127.0.0.1:" in log1
+            assert log0.split(":")[-1].strip() == log1.split(":")[-1].strip()  # one MASTER_PORT
+
+        asyncio.run(go())
+    finally:
+        for a in agents:
+            a.stop()
