@@ -6,6 +6,7 @@ Real agents, real SSH on loopback; "no controller alive" = every controller sess
 
 import asyncio
 import json
+import time
 
 import asyncssh
 import pytest
@@ -167,7 +168,7 @@ def test_a_member_refuses_a_node0_whose_host_key_does_not_match(runners):
     asyncio.run(go())
 
 
-def test_run_detached_submits_a_two_node_job_to_both_runners_and_returns(tmp_path, controller_home, cli):
+def test_run_detached_submits_a_two_node_job_to_busy_runners_and_returns(tmp_path, controller_home, cli):
     agents = [start_agent(tmp_path / f"n{k}", controller_home, name=f"node-{k}", extra_env=GANG_ENV) for k in range(2)]
     try:
         for a in agents:
@@ -175,16 +176,22 @@ def test_run_detached_submits_a_two_node_job_to_both_runners_and_returns(tmp_pat
         project = tmp_path / "repo"
         (project / ".lanpool").mkdir(parents=True)
         (project / ".lanpool" / "workflows.yaml").write_text(
-            "workflows:\n  - name: pair\n    nodes: 2\n    commands:\n"
+            "workflows:\n  - name: pair\n    nodes: 2\n    resources: {cpu: 2}\n    commands:\n"
             '      - echo "rank $NODE_RANK of $LANPOOL_NUM_NODES at $MASTER_ADDR:$MASTER_PORT"\n'
         )
+        asyncio.run(_submit(agents[1], SubmitJob("busy", "r", "w", ["sleep 4"], resources={"cpu": 2})))
+        t0 = time.monotonic()
         res = cli("headless", "run", "pair", "-d", "--json", cwd=project, timeout=60)
+        took = time.monotonic() - t0
         assert res.returncode == 0, res.stderr
+        assert took < 15, took  # it returned while node-1 was still busy: the runners hold the gang
         out = json.loads(res.stdout)
         job_id = out["jobs"][0]["job_id"]
 
         async def go():
+            busy, _ = await _end(agents[1], "busy")
             ends = [await _end(a, job_id, 60) for a in agents]
+            assert min(s.started_at for s, _ in ends) >= busy.finished_at - 0.5  # node 0 waited for node 1
             assert [s.state for s, _ in ends] == ["DONE", "DONE"], [s.error for s, _ in ends]
             (_, log0), (_, log1) = ends
             assert "rank 0 of 2 at 127.0.0.1:" in log0 and "rank 1 of 2 at 127.0.0.1:" in log1
