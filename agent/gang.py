@@ -171,9 +171,11 @@ class GangHub:
         gang.ready.add(rank)
         self._arm(gang)
         self._check(gang, leader)
+        said_end = False
         try:
             while (msg := await lines.read()) is not None:
                 state = msg.get("end")
+                said_end = said_end or isinstance(state, str)
                 if gang.started and isinstance(state, str) and state in (s.value for s in _FAILED):
                     self._fail(gang, leader, rank, "failed" if state == JobState.FAILED.value else "was lost")
         except (OSError, asyncssh.Error, ConnectionError):
@@ -182,6 +184,10 @@ class GangHub:
             gang.members.pop(rank, None)
             gang.ready.discard(rank)
             process.exit(0)
+        if gang.started and not said_end and not leader.record.terminal:  # its agent went: LOST, unless back soon
+            await asyncio.wait([asyncio.ensure_future(leader.wait_terminal())], timeout=self.lost_s)
+            if not leader.record.terminal:
+                self._fail(gang, leader, rank, "was lost")
 
     def _arm(self, gang: _Gang) -> None:
         if gang.timer is None and not gang.started:
@@ -189,6 +195,9 @@ class GangHub:
 
     def _check(self, gang: _Gang, leader: Job) -> None:
         if gang.started or gang.ready != set(range(gang.size)):
+            return
+        if not self.manager.is_reserved(leader):  # node 0 ended (cancelled) while the others waited
+            gang.ready.discard(0)
             return
         gang.started = True
         if gang.timer is not None:
@@ -262,20 +271,32 @@ class GangHub:
                     self.manager.unreserve(job, self._backoff(rec.gang_id))
                     return
                 await asyncio.sleep(1.0)
-        async with conn:
-            process = await conn.create_process(subsystem=GANG_SUBSYSTEM, encoding=None)
-            lines = _Lines(process.stdout, process.stdin)
-            lines.send(ready=rec.gang_rank)
-            msg = await _until_end(lines.read(), job)
-            if job.record.terminal:
-                return
-            if msg is None or "go" not in msg or not isinstance(msg["go"], int) or not 0 < msg["go"] < 65536:
-                backoff = msg.get("release") if msg else None
-                wait = float(backoff) if isinstance(backoff, (int, float)) and 0 < backoff < 600 else 5.0
-                self.manager.unreserve(job, wait)
-                return
-            self.manager.start_reserved(job, msg["go"])
-            await self._run_member(job, lines)
+        try:
+            async with conn:
+                await self._meet(job, conn)
+        except (OSError, asyncssh.Error, ConnectionError) as exc:
+            job.system_line(f"lanpool: lost node 0's agent at {spec.coordinator}: {exc}")
+            if self.manager.is_reserved(job):
+                self.manager.unreserve(job, self._backoff(rec.gang_id))
+            elif not job.record.terminal:
+                _stop(self.manager, job, "lost node 0's agent")
+
+    async def _meet(self, job: Job, conn: asyncssh.SSHClientConnection) -> None:
+        """Ready, then Go (its job starts) or a release (it goes back in line), then the run."""
+        rec = job.record
+        process = await conn.create_process(subsystem=GANG_SUBSYSTEM, encoding=None)
+        lines = _Lines(process.stdout, process.stdin)
+        lines.send(ready=rec.gang_rank)
+        msg = await _until_end(lines.read(), job)
+        if job.record.terminal:
+            return
+        if msg is None or "go" not in msg or not isinstance(msg["go"], int) or not 0 < msg["go"] < 65536:
+            backoff = msg.get("release") if msg else None
+            wait = float(backoff) if isinstance(backoff, (int, float)) and 0 < backoff < 600 else 5.0
+            self.manager.unreserve(job, wait)
+            return
+        self.manager.start_reserved(job, msg["go"])
+        await self._run_member(job, lines)
 
     async def _run_member(self, job: Job, lines: _Lines) -> None:
         while True:
