@@ -194,6 +194,8 @@ def _check(value: Any, tp: Any, where: str, bound: _Bound = _DEFAULT_BOUND) -> A
 
 
 def _type_matches(value: Any, tp: Any) -> bool:
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # an optional struct: say what is wrong inside it
+        return isinstance(value, dict)
     if tp is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if tp is int:

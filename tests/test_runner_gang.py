@@ -5,6 +5,7 @@ wrong token, a gang connection asking for anything but its barrier, a wrong node
 Real agents, real SSH on loopback; "no controller alive" = every controller session closed."""
 
 import asyncio
+import dataclasses
 import json
 import time
 
@@ -201,3 +202,27 @@ def test_run_detached_submits_a_two_node_job_to_busy_runners_and_returns(tmp_pat
     finally:
         for a in agents:
             a.stop()
+
+
+def test_a_gang_spec_out_of_bounds_is_refused_at_submit(runners):
+    from app.errors import RunnerError
+
+    r0, _ = runners
+
+    async def go():
+        def bad(**change) -> SubmitJob:
+            req = _member(r0, "gz", 1, "echo x", 1.0)
+            return dataclasses.replace(req, gang=dataclasses.replace(req.gang, **change))
+
+        async with await _session(r0) as s:
+            for change, says in [
+                ({"gang_rank": 2}, "rank below its size"),
+                ({"gang_token": "short"}, "token"),
+                ({"coordinator": "no-port"}, "HOST:PORT"),
+                ({"gang_size": 1}, "gang_size"),
+                ({"gang_id": "../x"}, "gang_id"),
+            ]:
+                with pytest.raises(RunnerError, match=says):
+                    await s.submit(bad(**change))
+
+    asyncio.run(go())
