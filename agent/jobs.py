@@ -23,6 +23,7 @@ from typing import Any
 from agent.blobs import BlobCache
 from agent.dag import blocked, check_after, key_hash, stage_dependencies
 from agent.executors import Executor, ExecutorChoice, ExecutorError
+from agent.gang_line import gang_line
 from agent.gpus import GpuAllocator, GpuError
 from agent.home import AgentHome
 from agent.job import Job, masked_env
@@ -33,7 +34,18 @@ from agent.job_limits import check_limits
 from agent.job_request import JobError, check_job_id, check_request, parse_resources
 from agent.job_supervision import Supervisor
 from agent.journal import JobRecord
-from agent.queue import Amount, Waiting, capacity_of, holds, in_use, need_of, never_fits, plan, replace_files
+from agent.queue import (
+    Amount,
+    Waiting,
+    capacity_of,
+    gang_fields,
+    holds,
+    in_use,
+    need_of,
+    never_fits,
+    plan,
+    replace_files,
+)
 from agent.recovery import adoption_of, read_journal
 from agent.spool import LogSpool
 from agent.staging import stage_workspace
@@ -74,6 +86,10 @@ class JobManager:
         # Called when a job starts or ends (what the runner has free changed).
         self.listeners: list[Callable[[], None]] = []
         self.supervisor = Supervisor(grace_s, self._spawn, self._finish, self._changed)
+        # Detached gangs (agent.gang): the member holding this runner's one gang reservation
+        # (QUEUED, its resources held), and who is told when a reservation is taken.
+        self.gang_held: str = ""
+        self.on_reserved: Callable[[Job], None] | None = None
 
     def usage(self) -> dict[str, int]:
         """What running jobs hold now: GPUs free, CPUs and memory reserved, job count."""
@@ -155,6 +171,7 @@ class JobManager:
         check_request(req)
         check_limits(req)
         check_after(req, self.jobs)
+        gang = gang_fields(req)
         try:
             executor, note = self.executors.choose(req.image, req.executor, req.python)
         except ExecutorError as exc:
@@ -190,6 +207,7 @@ class JobManager:
             retry_delay_s=req.retry_delay_s,
             after=list(req.after),
             run_key_hash=key_hash(req.run_key),
+            **gang,
         )
         job = Job(record, job_dir, LogSpool(job_dir / "log.spool"), executor=executor)
         job.masks = [m.encode() for m in req.masked]
@@ -226,20 +244,29 @@ class JobManager:
             (j for j in self.jobs.values() if j.record.state == JobState.QUEUED), key=lambda j: j.record.queued_seq
         )
         queued = self._ready(queued)
+        now = time.time()
+        queued = gang_line(queued, self.gang_held, now)
         if not queued:
             return
         used = in_use([j.record for j in self.jobs.values()])
+        if self.gang_held:  # a reservation holds its CPUs and memory (its GPUs are allocated)
+            held = need_of(self.jobs[self.gang_held].record)
+            used = Amount(used.cpus + held.cpus, used.memory_mb + held.memory_mb, 0)
         free = Amount(self.capacity.cpus - used.cpus, self.capacity.memory_mb - used.memory_mb, len(self.gpus.free))
-        now = time.time()
         waiting = [Waiting(j.record.job_id, need_of(j.record), j.record.not_before) for j in queued]
         decided = plan(waiting, free, self.capacity, now)
         for job in queued:
             position, reason = decided.waiting.get(job.record.job_id, (0, ""))
             if job.record.not_before > now:
                 reason = f"retry {job.record.attempt} of {job.record.retry_limit} in {job.record.not_before - now:.0f}s"
+                if job.record.gang_id:
+                    reason = f"gang {job.record.gang_id}: not all its nodes were free; again in {job.record.not_before - now:.0f}s"
             job.position, job.reason = position, reason
         for job_id in decided.start:
-            self._launch(self.jobs[job_id])
+            if self.jobs[job_id].record.gang_id:
+                self._reserve(self.jobs[job_id])
+            else:
+                self._launch(self.jobs[job_id])
         if self._wake is not None:
             self._wake.cancel()
             self._wake = None
@@ -268,15 +295,59 @@ class JobManager:
             self._changed()
             queued = [j for j in queued if j.record.state == JobState.QUEUED]
 
-    def _launch(self, job: Job) -> None:
-        """Take the job out of the queue: its GPUs, then its start (in the background)."""
+    # -- detached gangs (agent.gang) -------------------------------------------
+
+    def is_reserved(self, job: Job) -> bool:
+        return bool(self.gang_held) and self.gang_held == job.record.job_id
+
+    def _reserve(self, job: Job) -> None:
+        """A gang member at the head that fits: hold its resources, and tell the gang (agent.gang)."""
+        try:
+            job.record.gpus = self.gpus.allocate(job.record.job_id, need_of(job.record).gpus)
+        except GpuError as exc:
+            self._finish(job, JobState.FAILED, None, f"could not start the job: {exc}")
+            return
+        self.gang_held = job.record.job_id
+        job.position, job.reason = 0, f"gang {job.record.gang_id}: reserved, waiting for its other nodes"
+        job.notify()
+        if self.on_reserved is None:
+            self.fail_reserved(job, "this runner does not coordinate gangs")
+            return
+        self.on_reserved(job)
+
+    def unreserve(self, job: Job, backoff_s: float) -> None:
+        """Give the reservation back; the member goes back in line after `backoff_s`."""
+        if not self.is_reserved(job):
+            return
+        self.gang_held = ""
+        self.gpus.release(job.record.job_id)
+        job.record.gpus = []
+        job.record.not_before = time.time() + backoff_s
+        job.record.save(job.dir)
+        job.notify()
+        self._pump()
+
+    def start_reserved(self, job: Job, master_port: int) -> None:
+        """Go: the reserved member starts now, with node 0's MASTER_PORT."""
+        if not self.is_reserved(job) or job.record.terminal:
+            return
+        self.gang_held = ""
+        job.record.master_port = master_port
+        self._launch(job, held=True)
+
+    def fail_reserved(self, job: Job, error: str) -> None:
+        if not job.record.terminal:
+            self._finish(job, JobState.FAILED, None, error)
+
+    def _launch(self, job: Job, held: bool = False) -> None:
+        """Take the job out of the queue: its GPUs (already held by a gang member), then its start."""
         record = job.record
         try:
             req = job.request or read_request(job.dir)
             if job.request is None and req.masked:
                 raise ValueError("its secrets are not kept on the runner across an agent restart: run it again")
             executor = job.executor or self.executors.for_journal(record.executor)
-            gpus = self.gpus.allocate(record.job_id, need_of(record).gpus)
+            gpus = record.gpus if held else self.gpus.allocate(record.job_id, need_of(record).gpus)
         except (OSError, ValueError, ProtocolError, ExecutorError, GpuError) as exc:
             self._finish(job, JobState.FAILED, None, f"could not start the job: {exc}")
             return
@@ -353,6 +424,8 @@ class JobManager:
         held freed, and the queue's next job started now."""
         settle(job, state, code, error)
         self.gpus.release(job.record.job_id)
+        if self.gang_held == job.record.job_id:
+            self.gang_held = ""
         job.notify()
         self._changed()
         self._pump()

@@ -63,6 +63,12 @@ class JobRecord:
     # A detached DAG's step (agent.dag): the jobs it waits for, and its run key's sha256.
     after: list[str] = field(default_factory=list)
     run_key_hash: str = ""
+    # A detached gang's member (agent.gang): its gang, rank and order; node 0 keeps its token's sha256.
+    gang_id: str = ""
+    gang_size: int = 0
+    gang_rank: int = 0
+    gang_order: float = 0.0
+    gang_token_hash: str = ""
 
     def settle_last_cut(self, spool_size: int) -> None:
         """Count the latest cut (and masking) if its record reached the spool (`spool_size` bytes), then forget it."""

@@ -16,12 +16,15 @@ manager (agent.jobs) applies the choices.
 """
 
 import dataclasses
+import hashlib
 import math
 from dataclasses import dataclass
+from typing import Any
 
+from agent.job_request import JobError
 from agent.journal import JobRecord
 from agent.resources import detect_machine
-from protocol import JobState, SubmitJob
+from protocol import ErrorCode, JobState, SubmitJob
 from protocol.resources import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB
 
 
@@ -148,7 +151,9 @@ def replace_files(req: SubmitJob, env: dict[str, str] | None = None) -> SubmitJo
     (how many there were is kept: such a request cannot start after a restart)."""
     masked = ["***"] * len(req.masked) if env is not None else req.masked
     # The run key is kept as its hash in the record only (agent.dag): never needed to start.
-    return dataclasses.replace(req, files=[], env=req.env if env is None else env, masked=masked, run_key="")
+    # A gang's token likewise: node 0 keeps its hash, a member needs it only until its gang starts (agent.gang).
+    gang = dataclasses.replace(req.gang, gang_token="") if req.gang is not None else None
+    return dataclasses.replace(req, files=[], env=req.env if env is None else env, masked=masked, run_key="", gang=gang)
 
 
 def reserved(value: float, limit: float) -> float:
@@ -159,3 +164,23 @@ def reserved(value: float, limit: float) -> float:
     except (TypeError, ValueError, OverflowError):
         return 0.0
     return min(num, limit) if math.isfinite(num) and num > 0 else 0.0
+
+
+def gang_fields(req: SubmitJob) -> dict[str, Any]:
+    """A gang member's record fields (agent.gang), its spec checked; node 0 keeps its token's sha256 only."""
+    gang = req.gang
+    if gang is None:
+        return {}
+    if not gang.gang_id or gang.gang_rank >= gang.gang_size or len(gang.gang_token) < 16:
+        raise JobError(ErrorCode.BAD_REQUEST, "a gang member needs a gang id, a rank below its size and a token")
+    host, _, port = gang.coordinator.rpartition(":")
+    if gang.gang_rank and (not host or not port.isdigit() or not 0 < int(port) < 65536 or not gang.host_key):
+        raise JobError(ErrorCode.BAD_REQUEST, "a gang member needs node 0's agent as HOST:PORT and its host key")
+    digest = hashlib.sha256(gang.gang_token.encode()).hexdigest() if gang.gang_rank == 0 else ""
+    return {
+        "gang_id": gang.gang_id,
+        "gang_size": gang.gang_size,
+        "gang_rank": gang.gang_rank,
+        "gang_order": gang.gang_order,
+        "gang_token_hash": digest,
+    }

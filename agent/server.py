@@ -21,6 +21,7 @@ from agent import __version__
 from agent.errors import AgentError
 from agent.executors import ExecutorChoice, ExecutorError, ProcessExecutor
 from agent.executors.slurm_cli import SlurmOptions, cluster_resources
+from agent.gang import GangHub
 from agent.gpu_telemetry import telemetry
 from agent.gpus import GpuAllocator, detect_gpus
 from agent.home import AgentHome
@@ -35,7 +36,7 @@ from agent.queue import Amount
 from agent.resources import detect_resources
 from agent.session import ChannelSession
 from agent.ssh_server import Grants, LanpoolSession, listen
-from protocol import PROTOCOL_VERSION, SUBSYSTEM, key_text
+from protocol import GANG_SUBSYSTEM, PROTOCOL_VERSION, SUBSYSTEM, key_text
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +114,9 @@ class Agent:
         self.lockout = Lockout()
         # Pairing-only connections, with the key and code each authenticated with.
         self.pairing_grants: Grants = weakref.WeakKeyDictionary()
+        # Gang-only connections (agent.gang), with the gang each authenticated for.
+        self.gang_grants: weakref.WeakKeyDictionary[SSHConnection, str] = weakref.WeakKeyDictionary()
+        self.gang: GangHub | None = None
         # One pairing attempt per connection, whatever the channel.
         self._pairing_exchanges: weakref.WeakKeyDictionary[SSHConnection, PairingResponder] = (
             weakref.WeakKeyDictionary()
@@ -150,6 +154,7 @@ class Agent:
             GpuAllocator(list(range(int(cluster["gpus"]))) if cluster else [g.index for g in gpus]),
             Amount(float(cluster["cpus"]), int(cluster["memory_mb"]), 0) if cluster else None,
         )
+        self.gang = GangHub(self.manager)
         if self.blob_cache_size is not None:
             self.manager.blobs.budget = self.blob_cache_size
         self.manager.blobs.create()
@@ -221,10 +226,14 @@ class Agent:
         if request is not None and self.manager is not None:
             await serve_exec(process, self.manager, request)
             return
-        if process.subsystem != SUBSYSTEM:  # _LanpoolSession lets nothing else through
+        conn = process.channel.get_connection()
+        gang_id = self.gang_grants.get(conn)
+        if gang_id is not None and process.subsystem == GANG_SUBSYSTEM and self.gang is not None:
+            await self.gang.serve(process, gang_id)  # a gang-only connection: its barrier, nothing else
+            return
+        if process.subsystem != SUBSYSTEM or gang_id is not None:  # LanpoolSession lets nothing else through
             process.exit(1)
             return
-        conn = process.channel.get_connection()
         grant = self.pairing_grants.get(conn)
         exchange = None
         if grant is not None:

@@ -22,12 +22,13 @@ import asyncssh
 from asyncssh.connection import SSHConnection
 from asyncssh.misc import TermModes, TermSize
 
+from agent.gang import GangHub
 from agent.home import AgentHome
 from agent.job_ports import Forward, declaring_job, forward_to
 from agent.job_shell import ShellRequest, parse_exec
 from agent.jobs import JobManager
 from agent.pairing import Pairing, PairingGrant, PairingState
-from protocol import ENCRYPTION_ALGS, SUBSYSTEM, key_text
+from protocol import ENCRYPTION_ALGS, GANG_SUBSYSTEM, GANG_USER_PREFIX, SUBSYSTEM, key_text
 from protocol.pairing import PAIRING_USER
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,9 @@ class AgentSide(Protocol):
     manager: JobManager | None
     # Pairing-only connections, with the key and code each authenticated with.
     pairing_grants: Grants
+    # Gang-only connections (agent.gang): user gang-<id>, password = the gang's token.
+    gang_grants: weakref.WeakKeyDictionary[SSHConnection, str]
+    gang: GangHub | None
 
     async def serve_channel(self, process: asyncssh.SSHServerProcess[bytes]) -> None: ...
 
@@ -65,7 +69,7 @@ async def listen(agent: AgentSide, host: str, port: int, host_key: asyncssh.SSHK
         agent_forwarding=False,
         x11_forwarding=False,
         allow_pty=True,  # for exec into a job only: see LanpoolSession.pty_requested
-        password_auth=False,
+        password_auth=True,  # for gang-<id> users only (AgentSSHServer.password_auth_supported)
         kbdint_auth=False,
         host_based_auth=False,
         gss_host=None,
@@ -88,7 +92,7 @@ class LanpoolSession(asyncssh.SSHServerProcess[bytes]):
         self.shell_request: ShellRequest | None = None
 
     def _authorized(self) -> bool:
-        return self._peer_conn not in self._agent.pairing_grants
+        return self._peer_conn not in self._agent.pairing_grants and self._peer_conn not in self._agent.gang_grants
 
     def shell_requested(self) -> bool:
         log.warning("refused a shell request from %s", peer_name(self._peer_conn))
@@ -111,7 +115,9 @@ class LanpoolSession(asyncssh.SSHServerProcess[bytes]):
         return self._pty
 
     def subsystem_requested(self, subsystem: str) -> bool:
-        if subsystem == SUBSYSTEM and not self._pty:
+        # A gang connection may open its barrier and nothing else; no other connection may open that.
+        wanted = GANG_SUBSYSTEM if self._peer_conn in self._agent.gang_grants else SUBSYSTEM
+        if subsystem == wanted and not self._pty:
             return super().subsystem_requested(subsystem)
         log.warning("refused the %r subsystem%s", subsystem[:64], " on a PTY" if self._pty else "")
         return False
@@ -133,6 +139,7 @@ class AgentSSHServer(asyncssh.SSHServer):
         self._peer = "?"
         self._offered: tuple[str, PairingState] | None = None  # last pairing key accepted, with its code
         self._expiry: asyncio.TimerHandle | None = None
+        self._gang_user = False  # the username is gang-<id>: password (the gang token) only
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self._conn = conn
@@ -147,6 +154,10 @@ class AgentSSHServer(asyncssh.SSHServer):
     def begin_auth(self, username: str) -> bool:
         assert self._conn is not None
         self._offered = None
+        self._gang_user = username.startswith(GANG_USER_PREFIX)
+        if self._gang_user:
+            self._conn.set_authorized_keys(None)  # no key logs in as a gang member
+            return True
         if username == PAIRING_USER:
             # No authorized_keys here: every key goes through validate_public_key,
             # which is how the key the client proves is known.
@@ -179,7 +190,13 @@ class AgentSSHServer(asyncssh.SSHServer):
         return True
 
     def password_auth_supported(self) -> bool:
-        return False
+        return self._gang_user
+
+    def validate_password(self, username: str, password: str) -> bool:
+        gang = self._agent.gang
+        if not self._gang_user or gang is None:
+            return False
+        return gang.authorize(username[len(GANG_USER_PREFIX) :], password, self._peer)
 
     def kbdint_auth_supported(self) -> bool:
         return False
@@ -189,7 +206,12 @@ class AgentSSHServer(asyncssh.SSHServer):
 
     def auth_completed(self) -> None:
         assert self._conn is not None
-        if self._conn.get_extra_info("username") != PAIRING_USER:
+        username = str(self._conn.get_extra_info("username"))
+        if self._gang_user:
+            self._agent.gang_grants[self._conn] = username[len(GANG_USER_PREFIX) :]
+            log.info("gang-only connection from %s for gang %s", self._peer, username[len(GANG_USER_PREFIX) :])
+            return
+        if username != PAIRING_USER:
             log.info("controller authenticated from %s", self._peer)
             return
         assert self._offered is not None
@@ -214,7 +236,7 @@ class AgentSSHServer(asyncssh.SSHServer):
         assert self._conn is not None
         manager = self._agent.manager
         job = None
-        if self._conn not in self._agent.pairing_grants and manager is not None:
+        if self._conn not in self._agent.pairing_grants and self._conn not in self._agent.gang_grants and manager:
             job = declaring_job(manager, dest_host, dest_port)
         if job is None:
             log.warning(

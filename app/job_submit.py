@@ -4,7 +4,9 @@ the store before anything is sent, so a crash here loses nothing; a node that fa
 to accept stops every node that did (none may run alone).
 """
 
+import secrets
 import time
+from typing import Any
 
 import asyncssh
 
@@ -14,7 +16,7 @@ from app.remote_job import JobServices, Launch, NodeAt, RemoteJob, Say
 from app.runner_client import RunnerSession
 from app.secret_store import masked_values, reveal
 from app.uploads import upload
-from protocol import JobState, JobStatus, SubmitJob
+from protocol import GangSpec, JobState, JobStatus, SubmitJob
 
 
 async def submit_job(
@@ -25,10 +27,12 @@ async def submit_job(
     say: Say,
     after: list[str] | None = None,
     run_key: str = "",
+    detached: bool = False,
 ) -> tuple[RemoteJob, JobStatus]:
     """Submit the job to every session (node k = sessions[k]); returns it and node 0's status.
     The job is in the store before it is sent, so a crash here loses nothing. `after` and
-    `run_key`: a detached DAG's step, started by its runner once those jobs are DONE (agent.dag)."""
+    `run_key`: a detached DAG's step, started by its runner once those jobs are DONE (agent.dag).
+    `detached` with several nodes: a detached gang, whose runners start it together (agent.gang)."""
     job, job_id, store = launch.job, launch.job_id, jobs.store
     runners = [store.known_runner(s.hello.name) for s in sessions]
     # One session for several nodes: a Slurm runner runs them all as one allocation (app/slurm_placement.py).
@@ -53,10 +57,11 @@ async def submit_job(
     gang = RemoteJob(jobs, job_id, [NodeAt(k, r["name"], r["host"], r["port"]) for k, r in enumerate(runners)])
     first: JobStatus | None = None
     master_port = 0
+    gang_specs = _gang_specs(job_id, runners, addresses) if detached and gang.size > 1 else []
     try:
         for node, session in enumerate(sessions):
             env = dict(job.env) if gang.size == 1 else node_env(job, node, addresses)
-            if node:
+            if node and not gang_specs:  # a detached gang's node 0 sends its MASTER_PORT at Go
                 env["MASTER_PORT"] = str(master_port)
             # Secrets go in here only: the stored spec above keeps their placeholders.
             env = reveal(env, launch.secrets)
@@ -75,7 +80,7 @@ async def submit_job(
                     pull=job.pull,
                     resources=resources,
                     executor=job.executor,
-                    pick_master_port=(node == 0 and gang.size > 1),
+                    pick_master_port=(node == 0 and gang.size > 1 and not gang_specs),
                     python=job.python,
                     requirements=job.requirements,
                     ports=job.ports,
@@ -86,6 +91,7 @@ async def submit_job(
                     retry_delay_s=job.retry_delay_s,
                     after=list(after or []),
                     run_key=run_key,
+                    gang=gang_specs[node] if gang_specs else None,
                 )
             )
             if accepted.job_id != job_id or status.job_id != job_id:
@@ -117,3 +123,15 @@ async def submit_job(
         store.set_job_status(job_id, JobState.RUNNING, f"on {gang.size} nodes", started_at=time.time())
     assert first is not None
     return gang, first
+
+
+def _gang_specs(job_id: str, runners: list[dict[str, Any]], addresses: list[str]) -> list[GangSpec]:
+    """Each node's part of a detached gang: node 0's agent (as this controller reaches it, with
+    the host key pinned here) coordinates, the others meet it there with a token drawn now."""
+    token, order = secrets.token_urlsafe(32), time.time()
+    host = addresses[0]
+    coordinator = f"[{host}]:{runners[0]['port']}" if ":" in host else f"{host}:{runners[0]['port']}"
+    return [
+        GangSpec(job_id, len(runners), rank, coordinator, str(runners[0]["host_key"]), token, order)
+        for rank in range(len(runners))
+    ]

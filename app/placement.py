@@ -32,6 +32,7 @@ class Placement:
     ) -> None:
         self.pool = pool
         self.queue_timeout = queue_timeout
+        self.gangs_queue = False  # a detached run's gang waits in its runners' queues (agent/gang.py)
         self.spec = spec
         self.run_name = run_name
         self.say = say
@@ -76,6 +77,7 @@ class Placement:
             job.workflow,
             self.say,
             self.queue_timeout,
+            self.gangs_queue,
         )
         for host, port in hosts:
             if (host, port) not in self.sessions:

@@ -249,6 +249,7 @@ class Pool:
         workflow: str,
         say: Callable[[str], None],
         queue_timeout: float | None = None,
+        gangs_queue: bool = False,
     ) -> list[tuple[str, int]]:
         """`nodes` distinct runners, node 0 first. A job of one node goes to a runner whose
         capacity fits (it queues there, journalled: no need for this process to stay);
@@ -268,7 +269,10 @@ class Pool:
                     if view.problem and view.problem not in told:  # once, not every poll
                         say(view.problem)
                         told.add(view.problem)
-                decision = place(need, [v.capacity() for v in views], nodes=nodes, pinned=spec, runner_queues=True)
+                capacities = [v.capacity() for v in views]
+                decision = place(
+                    need, capacities, nodes=nodes, pinned=spec, runner_queues=True, gangs_queue=gangs_queue
+                )
                 if decision.runners:
                     rows = [self.store.known_runner(name) for name in decision.runners]
                     return [(row["host"], row["port"]) for row in rows]

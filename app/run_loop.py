@@ -93,8 +93,8 @@ class RunLoop:
         plan = self.plan(project, req.workflow_name, req.overrides, req.no_cache, req.reuse, req.env)
         resumes = self.resumes.of(project, plan, req.workflow_name, cli_resume)
         multinode = [p for p in plan.to_run if p.job.nodes > 1 or (req.nodes and req.nodes > 1 and _requested(p, req))]
-        if not req.follow and multinode:
-            raise UsageError("--detach does not take multi-node jobs: the controller watches all nodes together")
+        if not req.follow and multinode and len(plan.to_run) > 1:
+            raise UsageError("--detach takes a multi-node job alone, not in a chain: run its dependencies first")
         follow = req.follow
         outcome = RunOutcome(run_name=new_run_name(self.store.run_name_taken))
         job_ids = {p.workflow: secrets.token_hex(6) for p in plan.to_run}
@@ -109,6 +109,7 @@ class RunLoop:
                 say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
             return outcome
         placement = Placement(self.pool, req.runner_spec, outcome.run_name, say, req.queue_timeout)
+        placement.gangs_queue = not follow
         manifest: Manifest | None = None
         done: dict[str, JobRow] = {}
         chain: tuple[list[RunnerSession], list[str]] | None = None  # a detached DAG's one runner
@@ -172,6 +173,7 @@ class RunLoop:
                     say,
                     after=after,
                     run_key=run_key if chain else "",
+                    detached=not follow,
                 )
                 submitted = Submitted(outcome.run_name, job_id, remote.nodes[0].runner, status)
                 outcome.submitted.append(submitted)

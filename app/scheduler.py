@@ -72,13 +72,19 @@ class Decision:
 
 
 def place(
-    need: Need, pool: list[Capacity], nodes: int = 1, pinned: str | None = None, runner_queues: bool = False
+    need: Need,
+    pool: list[Capacity],
+    nodes: int = 1,
+    pinned: str | None = None,
+    runner_queues: bool = False,
+    gangs_queue: bool = False,
 ) -> Decision:
     """Choose `nodes` distinct runners for a job (all or none).
 
     `runner_queues` (a job of one node): the runners queue jobs themselves (agent.queue),
     so any usable runner whose capacity fits will do: one with room now first, then the
-    shortest queue. A gang still waits here until all its runners have room at once."""
+    shortest queue. A gang still waits here until all its runners have room at once, unless
+    `gangs_queue` (a detached gang: its runners start it together, agent/gang.py)."""
     if pinned is not None:
         pool = [c for c in pool if c.name == pinned]
         if not pool:
@@ -93,12 +99,12 @@ def place(
     ever = [c for c in candidates if c.fits_ever(need)]
     if len(ever) < nodes:
         return Decision([], rejected=_never_reason(need, pool, candidates, nodes, pinned))
-    if runner_queues and nodes == 1:
+    if runner_queues and (nodes == 1 or gangs_queue):
         usable = sorted(
             (c for c in ever if c.usable), key=lambda c: (not c.fits_now(need), c.queued, c.slack(need), c.name)
         )
-        if usable:
-            return Decision([usable[0].name])
+        if len(usable) >= nodes:
+            return Decision([c.name for c in usable[:nodes]])
         return Decision([], queued=_wait_reason(need, ever, nodes, 0))
     now = sorted((c for c in ever if c.fits_now(need)), key=lambda c: (c.slack(need), c.name))
     if len(now) >= nodes:

@@ -15,6 +15,7 @@ from protocol.messages import (
     Attach,
     ClientHello,
     Error,
+    GangSpec,
     GetStatus,
     Hello,
     JobAccepted,
@@ -42,7 +43,7 @@ from protocol.transfer_messages import (
     MissingBlobs,
     PutBlob,
 )
-from protocol.wire import DEFAULT_PORT, ENCRYPTION_ALGS, SUBSYSTEM, key_text
+from protocol.wire import DEFAULT_PORT, ENCRYPTION_ALGS, GANG_SUBSYSTEM, GANG_USER_PREFIX, SUBSYSTEM, key_text
 
 __all__ = [
     "AGENT_MESSAGES",
@@ -52,6 +53,9 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "PROTOCOL_VERSION",
     "SUBSYSTEM",
+    "GANG_SUBSYSTEM",
+    "GANG_USER_PREFIX",
+    "GangSpec",
     "ArtifactFile",
     "ArtifactData",
     "ArtifactEnd",

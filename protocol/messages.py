@@ -137,6 +137,22 @@ class ClientHello:
 
 
 @dataclass(frozen=True)
+class GangSpec:
+    """A detached multi-node job's member (agent/gang.py): member `gang_rank` of `gang_size`, whose
+    agent meets node 0's agent at `coordinator` ("host:port", host key `host_key`, pinned) with
+    `gang_token`, a secret the controller draws per gang. `gang_order` (the controller's clock at
+    submit) orders gangs the same way on every runner."""
+
+    gang_id: str
+    gang_size: int
+    gang_rank: int
+    coordinator: str
+    host_key: str
+    gang_token: str
+    gang_order: float
+
+
+@dataclass(frozen=True)
 class SubmitJob:
     """Start a job. The controller picks `job_id` so it is stored before sending."""
 
@@ -175,6 +191,7 @@ class SubmitJob:
     # steps share: `after` may name only jobs submitted with the same key.
     after: list[str] = field(default_factory=list)
     run_key: str = ""
+    gang: GangSpec | None = None  # a detached multi-node job's member (agent/gang.py)
 
 
 @dataclass(frozen=True)

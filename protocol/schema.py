@@ -122,6 +122,14 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "retry_delay_s": _Bound(lo=0, hi=7 * 24 * 3600),
     "after": _Bound(max_len=128, pattern=_ID),  # a DAG step's dependencies (job ids)
     "run_key": _Bound(max_len=128, text=True),
+    # A detached gang's member (SubmitJob.gang, agent/gang.py).
+    "gang_id": _Bound(max_len=64, pattern=_ID),
+    "gang_size": _Bound(lo=2, hi=256),
+    "gang_rank": _Bound(lo=0, hi=255),
+    "coordinator": _Bound(max_len=300, text=True),
+    "host_key": _Bound(max_len=16 * 1024, text=True),
+    "gang_token": _Bound(max_len=128, text=True),
+    "gang_order": _Bound(lo=0),
     "submitted_at": _Bound(lo=0),
     "started_at": _Bound(lo=0),
     "finished_at": _Bound(lo=0),
@@ -186,6 +194,8 @@ def _check(value: Any, tp: Any, where: str, bound: _Bound = _DEFAULT_BOUND) -> A
 
 
 def _type_matches(value: Any, tp: Any) -> bool:
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):  # an optional struct: say what is wrong inside it
+        return isinstance(value, dict)
     if tp is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if tp is int:

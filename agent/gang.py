@@ -1,0 +1,356 @@
+"""Detached gangs: the members of a multi-node job start together, with no controller alive.
+
+The controller submits member k of a gang to runner k (SubmitJob.gang): the
+gang's id and size, the member's rank, node 0's agent address and pinned host
+key, a secret token the controller draws per gang, and the gang's order (the
+controller's clock at submit). Each member waits in its runner's queue like any
+job. When it reaches the head and fits, its runner RESERVES what it needs
+(agent.jobs: the job stays QUEUED, holding its GPUs, CPUs and memory) and tells
+node 0's agent, the coordinator. When every rank is reserved the coordinator
+picks MASTER_PORT and sends Go to all, and starts node 0: only then does any
+member's process start.
+
+No deadlock: every runner puts gang members in the gang order (ahead of later
+gangs), holds one gang reservation at a time, and the coordinator releases a
+gang whose reservations waited LANPOOL_GANG_RESERVE_S (60) without Go; each
+member goes back in line after a random backoff, so two gangs over the same
+runners cannot keep blocking each other.
+
+While the gang runs, each member's connection to the coordinator stays open:
+a member ending FAILED or LOST is relayed to the others, which stop ("node K
+failed"); a member that loses the coordinator for LANPOOL_GANG_LOST_S (60) stops.
+
+Trust: members reach node 0's agent over SSH with the host key the controller
+pinned (never trust on first use), as user `gang-<gang id>` with the token as
+password. Node 0 keeps only the token's sha256 (compared in constant time);
+such a connection may open only the `lanpool-gang` subsystem of its own gang:
+no submit, no logs, no files, no exec, no forwarding (agent.ssh_server). The
+token is kept in memory only on the members: a member whose agent restarted
+before its gang started fails and says to run the job again.
+"""
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncssh
+
+from agent.job import Job
+from agent.job_env import free_port
+from agent.jobs import JobManager
+from protocol import ENCRYPTION_ALGS, GANG_SUBSYSTEM, GANG_USER_PREFIX, JobState
+
+log = logging.getLogger(__name__)
+
+_LINE_MAX = 1024  # one message of the gang channel: a few small JSON fields
+_FAILED = (JobState.FAILED, JobState.LOST)
+
+
+def _seconds(name: str, default: float) -> float:
+    try:
+        return max(0.1, float(os.environ.get(name, default)))
+    except ValueError:
+        return default
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest() if token else ""
+
+
+class _Lines:
+    """Newline-delimited JSON objects on an SSH channel, each at most _LINE_MAX bytes."""
+
+    def __init__(self, reader: "asyncssh.SSHReader[bytes]", writer: "asyncssh.SSHWriter[bytes]") -> None:
+        self._reader, self._writer, self._buf = reader, writer, b""
+
+    async def read(self) -> dict[str, Any] | None:
+        """The next message; None at the end of the channel or on anything malformed."""
+        while b"\n" not in self._buf:
+            if len(self._buf) > _LINE_MAX:
+                return None
+            data = await self._reader.read(_LINE_MAX)
+            if not data:
+                return None
+            self._buf += data
+        line, self._buf = self._buf.split(b"\n", 1)
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            return None
+        return msg if isinstance(msg, dict) else None
+
+    def send(self, **msg: Any) -> None:
+        try:
+            self._writer.write(json.dumps(msg).encode() + b"\n")
+        except (OSError, asyncssh.Error, ConnectionError):
+            pass
+
+
+@dataclass
+class _Gang:
+    """Node 0's view of one gang: which ranks are reserved, and their channels."""
+
+    gang_id: str
+    size: int
+    ready: set[int] = field(default_factory=set)
+    members: dict[int, _Lines] = field(default_factory=dict)
+    started: bool = False
+    ended: bool = False
+    timer: asyncio.TimerHandle | None = None
+
+
+class GangHub:
+    """Both sides of the gang barrier on one agent: coordinator for its rank-0 jobs, member for the others."""
+
+    def __init__(self, manager: JobManager) -> None:
+        self.manager = manager
+        self.reserve_s = _seconds("LANPOOL_GANG_RESERVE_S", 60.0)
+        self.lost_s = _seconds("LANPOOL_GANG_LOST_S", 60.0)
+        self._gangs: dict[str, _Gang] = {}
+        self._tries: dict[str, int] = {}  # releases per gang: the backoff grows with them
+        self._tasks: set[asyncio.Task[None]] = set()
+        manager.on_reserved = self.reserved
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _backoff(self, gang_id: str) -> float:
+        tries = self._tries[gang_id] = self._tries.get(gang_id, 0) + 1
+        return min(300.0, self.reserve_s * min(tries, 5) / 2) * random.uniform(0.5, 1.5)
+
+    # -- node 0: the coordinator ------------------------------------------------
+
+    def _leader(self, gang_id: str) -> Job | None:
+        for job in self.manager.jobs.values():
+            rec = job.record
+            if rec.gang_id == gang_id and rec.gang_rank == 0 and not rec.terminal:
+                return job
+        return None
+
+    def authorize(self, gang_id: str, token: str, peer: str) -> bool:
+        """Whether `token` is the token of gang `gang_id`, led by a job of this runner that has not ended."""
+        leader = self._leader(gang_id)
+        expected = leader.record.gang_token_hash if leader is not None else ""
+        ok = bool(expected) and hmac.compare_digest(expected, token_hash(token))
+        if not ok:
+            log.warning("refused a gang connection from %s: %s", peer, "wrong token" if leader else "unknown gang")
+        return ok
+
+    def _gang(self, leader: Job) -> _Gang:
+        rec = leader.record
+        gang = self._gangs.get(rec.gang_id)
+        if gang is None or gang.ended:
+            gang = self._gangs[rec.gang_id] = _Gang(rec.gang_id, rec.gang_size)
+        return gang
+
+    async def serve(self, process: "asyncssh.SSHServerProcess[bytes]", gang_id: str) -> None:
+        """A member's channel to this coordinator: Ready(rank), then its end, until it closes."""
+        lines = _Lines(process.stdin, process.stdout)
+        leader = self._leader(gang_id)
+        msg = await lines.read()
+        rank = msg.get("ready") if msg else None
+        if leader is None or not isinstance(rank, int) or not 0 < rank < leader.record.gang_size:
+            log.warning("gang %s: a member sent no valid Ready: closing", gang_id)
+            process.exit(1)
+            return
+        gang = self._gang(leader)
+        if rank in gang.members or gang.started:
+            log.warning("gang %s: rank %d is already here (or the gang started): closing", gang_id, rank)
+            process.exit(1)
+            return
+        gang.members[rank] = lines
+        gang.ready.add(rank)
+        self._arm(gang)
+        self._check(gang, leader)
+        said_end = False
+        try:
+            while (msg := await lines.read()) is not None:
+                state = msg.get("end")
+                said_end = said_end or isinstance(state, str)
+                if gang.started and isinstance(state, str) and state in (s.value for s in _FAILED):
+                    self._fail(gang, leader, rank, "failed" if state == JobState.FAILED.value else "was lost")
+        except (OSError, asyncssh.Error, ConnectionError):
+            pass
+        finally:
+            gang.members.pop(rank, None)
+            gang.ready.discard(rank)
+            process.exit(0)
+        if gang.started and not said_end and not leader.record.terminal:  # its agent went: LOST, unless back soon
+            await asyncio.wait([asyncio.ensure_future(leader.wait_terminal())], timeout=self.lost_s)
+            if not leader.record.terminal:
+                self._fail(gang, leader, rank, "was lost")
+
+    def _arm(self, gang: _Gang) -> None:
+        if gang.timer is None and not gang.started:
+            gang.timer = asyncio.get_running_loop().call_later(self.reserve_s, self._release, gang)
+
+    def _check(self, gang: _Gang, leader: Job) -> None:
+        if gang.started or gang.ready != set(range(gang.size)):
+            return
+        if not self.manager.is_reserved(leader):  # node 0 ended (cancelled) while the others waited
+            gang.ready.discard(0)
+            return
+        gang.started = True
+        if gang.timer is not None:
+            gang.timer.cancel()
+        port = free_port()
+        log.info("gang %s: all %d nodes reserved: Go (MASTER_PORT %d)", gang.gang_id, gang.size, port)
+        for lines in gang.members.values():
+            lines.send(go=port)
+        self.manager.start_reserved(leader, port)
+        self._spawn(self._watch_leader(gang, leader))
+
+    def _release(self, gang: _Gang) -> None:
+        """Not every rank was reserved in time: everyone lets go and goes back in line."""
+        gang.timer = None
+        if gang.started:
+            return
+        backoff = self._backoff(gang.gang_id)
+        log.info(
+            "gang %s: not all nodes free within %.0fs: released, again in %.0fs", gang.gang_id, self.reserve_s, backoff
+        )
+        for lines in gang.members.values():
+            lines.send(release=backoff)
+        gang.ready.clear()
+        leader = self._leader(gang.gang_id)
+        if leader is not None and self.manager.is_reserved(leader):
+            self.manager.unreserve(leader, backoff)
+
+    async def _watch_leader(self, gang: _Gang, leader: Job) -> None:
+        await leader.wait_terminal()
+        if JobState(leader.record.state) in _FAILED:
+            self._fail(gang, leader, 0, "failed")
+        gang.ended = True
+
+    def _fail(self, gang: _Gang, leader: Job, rank: int, what: str) -> None:
+        reason = f"node {rank} {what}"
+        for other, lines in gang.members.items():
+            if other != rank:
+                lines.send(stop=reason)
+        if rank != 0:
+            _stop(self.manager, leader, reason)
+
+    # -- every rank: a reservation was taken ---------------------------------------
+
+    def reserved(self, job: Job) -> None:
+        rec = job.record
+        if rec.gang_rank == 0:
+            gang = self._gang(job)
+            gang.ready.add(0)
+            self._arm(gang)
+            self._check(gang, job)
+        else:
+            self._spawn(self._member(job))
+
+    async def _member(self, job: Job) -> None:
+        """Member k: Ready to the coordinator, Go (or a release), then its job's end both ways."""
+        rec, req = job.record, job.request
+        spec = req.gang if req is not None else None
+        if spec is None or not spec.gang_token:
+            self.manager.fail_reserved(job, "its gang token is not kept across an agent restart: run the job again")
+            return
+        deadline = time.monotonic() + self.reserve_s
+        conn = None
+        while conn is None:
+            try:
+                conn = await _connect(spec.coordinator, spec.host_key, rec.gang_id, spec.gang_token)
+            except (OSError, asyncssh.Error, ValueError) as exc:
+                if not self.manager.is_reserved(job):
+                    return
+                if time.monotonic() > deadline:
+                    job.system_line(f"lanpool: cannot reach node 0's agent at {spec.coordinator}: {exc}")
+                    self.manager.unreserve(job, self._backoff(rec.gang_id))
+                    return
+                await asyncio.sleep(1.0)
+        try:
+            async with conn:
+                await self._meet(job, conn)
+        except (OSError, asyncssh.Error, ConnectionError) as exc:
+            job.system_line(f"lanpool: lost node 0's agent at {spec.coordinator}: {exc}")
+            if self.manager.is_reserved(job):
+                self.manager.unreserve(job, self._backoff(rec.gang_id))
+            elif not job.record.terminal:
+                _stop(self.manager, job, "lost node 0's agent")
+
+    async def _meet(self, job: Job, conn: asyncssh.SSHClientConnection) -> None:
+        """Ready, then Go (its job starts) or a release (it goes back in line), then the run."""
+        rec = job.record
+        process = await conn.create_process(subsystem=GANG_SUBSYSTEM, encoding=None)
+        lines = _Lines(process.stdout, process.stdin)
+        lines.send(ready=rec.gang_rank)
+        msg = await _until_end(lines.read(), job)
+        if job.record.terminal:
+            return
+        if msg is None or "go" not in msg or not isinstance(msg["go"], int) or not 0 < msg["go"] < 65536:
+            backoff = msg.get("release") if msg else None
+            wait = float(backoff) if isinstance(backoff, (int, float)) and 0 < backoff < 600 else 5.0
+            self.manager.unreserve(job, wait)
+            return
+        self.manager.start_reserved(job, msg["go"])
+        await self._run_member(job, lines)
+
+    async def _run_member(self, job: Job, lines: _Lines) -> None:
+        while True:
+            msg = await _until_end(lines.read(), job)
+            if job.record.terminal:
+                lines.send(end=job.record.state)
+                return
+            if msg is None:  # the coordinator is gone: its end may be relayed to nobody, so stop in time
+                job.system_line(f"lanpool: lost node 0's agent; stopping in {self.lost_s:.0f}s")
+                await asyncio.wait([asyncio.ensure_future(job.wait_terminal())], timeout=self.lost_s)
+                _stop(self.manager, job, "lost node 0's agent")
+                return
+            if isinstance(msg.get("stop"), str):
+                _stop(self.manager, job, msg["stop"][:200])
+
+
+async def _until_end(read: Any, job: Job) -> dict[str, Any] | None:
+    """The next message, or None once the job ended first (the read is abandoned)."""
+    reading = asyncio.ensure_future(read)
+    ending = asyncio.ensure_future(job.wait_terminal())
+    try:
+        await asyncio.wait([reading, ending], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        ending.cancel()
+    if not reading.done():
+        reading.cancel()
+        return None
+    try:
+        result: dict[str, Any] | None = reading.result()
+        return result
+    except (OSError, asyncssh.Error, ConnectionError):
+        return None
+
+
+def _stop(manager: JobManager, job: Job, reason: str) -> None:
+    if not job.record.terminal:
+        job.system_line(f"lanpool: stopping: {reason}")
+        manager.stop(job.record.job_id, abort=False, grace_s=None)
+
+
+async def _connect(coordinator: str, host_key: str, gang_id: str, token: str) -> asyncssh.SSHClientConnection:
+    """Node 0's agent, whose host key must be the one the controller pinned (never trusted on first use)."""
+    host, _, port = coordinator.rpartition(":")
+    key = asyncssh.import_public_key(host_key)
+    return await asyncssh.connect(
+        host.strip("[]"),
+        int(port),
+        username=GANG_USER_PREFIX + gang_id,
+        password=token,
+        known_hosts=([key], [], []),
+        client_keys=None,
+        agent_path=None,
+        preferred_auth="password",
+        encryption_algs=ENCRYPTION_ALGS,
+        config=None,
+        connect_timeout=10,
+    )
