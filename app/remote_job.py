@@ -16,13 +16,15 @@ A job with no job_nodes row yet (between its jobs row and its runner accepting
 it, or seeded by a test) is node 0 on the jobs row's runner.
 """
 
+from __future__ import annotations  # runner sessions, artifacts, uploads: types only here (start-up time)
+
 import asyncio
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.errors import (
     HostKeyMismatch,
@@ -33,22 +35,23 @@ from app.errors import (
     RunnerRefused,
     UsageError,
 )
-from app.job_artifacts import Artifacts
-from app.job_end import finish_job
 from app.multinode import prefix_node
-from app.runner_client import RunnerSession
 from app.runner_output import OwnOutput
 from app.secret_store import mask
 from app.store import JobRow, Store
-from app.uploads import WorkspaceFiles
-from app.workflows.resolve import ResolvedJob
 from protocol import JobState, JobStatus
+
+if TYPE_CHECKING:  # `status`/`logs` of stored jobs use RemoteJob without the SSH stack (issue #17)
+    from app.job_artifacts import Artifacts
+    from app.runner_client import RunnerSession
+    from app.uploads import WorkspaceFiles
+    from app.workflows.resolve import ResolvedJob
 
 log = logging.getLogger(__name__)
 
 RECONNECT_S = 2.0  # how often a followed job's offline runner is tried again
 
-Connect = Callable[[str, int], Awaitable[RunnerSession]]  # a session with a trusted runner
+Connect = Callable[[str, int], Awaitable["RunnerSession"]]  # a session with a trusted runner
 LogSink = Callable[[str, str, bytes], None]  # (job_id, stream, data) for each chunk of new log lines
 Say = Callable[[str], None]
 
@@ -337,6 +340,8 @@ class RemoteJob:
     ) -> JobRow:
         """Every node ended: its artifacts and its end (app/job_end.py); a follower waits for
         another process pulling them, a refresh does not."""
+        from app.job_end import finish_job  # with the artifacts' pull (start-up time: imports above)
+
         return await finish_job(
             self.store, self.jobs.artifacts, self.job_id, self.size, live, finals, failure, pull, wait=follow
         )
