@@ -44,6 +44,7 @@ from protocol import JobState, JobStatus
 if TYPE_CHECKING:  # `status`/`logs` of stored jobs use RemoteJob without the SSH stack (issue #17)
     from app.job_artifacts import Artifacts
     from app.runner_client import RunnerSession
+    from app.store.log_batch import LogBatch
     from app.uploads import WorkspaceFiles
     from app.workflows.resolve import ResolvedJob
 
@@ -278,6 +279,22 @@ class RemoteJob:
         follow: bool,
         shown: bool,
     ) -> JobStatus:
+        pending = self.store.log_batch()  # one commit per 0.25 s, not per batch (app/store/log_batch.py)
+        try:
+            return await self._follow_node_into(pending, at, live, sink, start, follow, shown)
+        finally:
+            pending.flush()
+
+    async def _follow_node_into(
+        self,
+        pending: LogBatch,
+        at: NodeAt,
+        live: dict[int, RunnerSession],
+        sink: LogSink | None,
+        start: int | None,
+        follow: bool,
+        shown: bool,
+    ) -> JobStatus:
         """Store node `at`'s log from `start` (default: where the store ends) and pass it to
         `sink` (when `shown`); returns its final status (with follow=False: its status now).
         A gang of one rides out its runner's outages (OFFLINE, then re-attach): the session
@@ -299,11 +316,12 @@ class RemoteJob:
                         rows = [(*r[:5], mask(r[5], self.masks)) for r in rows]
                     if rows:
                         position = max(position, max(r[2] + r[3] for r in rows))
-                        self.store.add_log_chunks(rows)
+                        pending.add(rows)
                         if sink and shown:
                             for row in rows:
                                 sink(self.job_id, row[4], self.shown(at.node, row[4], row[5]))
                     if final is not None:
+                        pending.flush()  # every line before a status is stored before it
                         self._note(at.node, final)
                         if not follow or JobState(final.state).is_terminal():
                             return final
