@@ -318,6 +318,10 @@ class RemoteJob:
                         position = max(position, max(r[2] + r[3] for r in rows))
                         pending.add(rows)
                         if sink and shown:
+                            # Sinks that read what was stored (app/log_select.py; metrics, which the TUI's
+                            # charts read back) get it committed first; plain lines wait for the batch.
+                            if getattr(sink, "reads_the_store", False) or any(r[4] == "met" for r in rows):
+                                pending.flush()
                             for row in rows:
                                 sink(self.job_id, row[4], self.shown(at.node, row[4], row[5]))
                     if final is not None:
