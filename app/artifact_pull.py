@@ -29,12 +29,15 @@ import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.artifact_files import DISK_RESERVE_BYTES, ArtifactsRefused, checked_declared, checked_path, make_dirs
 from app.errors import LanpoolError, RunnerProtocolError
-from app.runner_client import RunnerSession
 from protocol import ArtifactData, ArtifactEnd, ArtifactRange, ArtifactsSent, Error, JobStatus
 from protocol.messages import AgentMessage
+
+if TYPE_CHECKING:  # a type only here: `status` reads pull_percent without the SSH stack (issue #17)
+    from app.runner_client import RunnerSession
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +142,7 @@ def node_prefix(node: int) -> str:
     return "" if node == 0 else f"node-{node}/"
 
 
-Final = tuple[int, RunnerSession, JobStatus]
+Final = tuple[int, "RunnerSession", JobStatus]
 
 
 async def pull_job(store_dir: Path, job_id: str, finals: list[Final], limits: PullLimits) -> list[tuple[str, int]]:
@@ -195,7 +198,7 @@ async def pull_job(store_dir: Path, job_id: str, finals: list[Final], limits: Pu
 
 
 async def _pull_node(
-    session: RunnerSession,
+    session: "RunnerSession",
     job_id: str,
     staging: Path,
     prefix: str,

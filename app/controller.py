@@ -11,30 +11,34 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-import asyncssh
-
-from app.artifact_pull import PullBusy
 from app.errors import LanpoolError, RunnerError, UsageError
 from app.home import ControllerHome
-from app.job_artifacts import PULL_BUSY_POLL_S, Artifacts
 from app.overview import MetricsReader
 from app.pool import DEFAULT_PORT, Pool, RunnerState, parse_address
-from app.remote_job import JobServices, LogSink, RemoteJob
+from app.remote_job import LogSink, RemoteJob
 from app.retention import DEFAULT_PRUNE_AGE, Removal, Retention, parse_age
 from app.run_result import RunOutcome, Submitted
-from app.runner_client import RunnerSession
 from app.runs import Runs
 from app.secret_store import SecretStore, secret_refs
 from app.store import ARTIFACTS_REFUSED, JobRow, Store
-from app.workflows import Project, load_workflows
-from app.workflows.model import Scalar
 from protocol import JobState
 
-if TYPE_CHECKING:  # planning and the run loop are imported by the verbs that plan or run (start-up time)
+# Start-up time (issue #17): `status` and `logs` of stored runs need only the store. What talks
+# to runners (asyncssh, cryptography) and reads workflows (yaml) is imported on first use: the
+# jobs and artifacts below are built when a verb first asks for them, the pool connects lazily.
+if TYPE_CHECKING:
+    import asyncssh
+
+    from app.job_artifacts import Artifacts
     from app.planning import Plan
+    from app.remote_job import JobServices
+    from app.runner_client import RunnerSession
+    from app.workflows import Project
+    from app.workflows.model import Scalar
 
 log = logging.getLogger(__name__)
 
@@ -60,17 +64,28 @@ class Controller:
         self.home = home or ControllerHome.default()
         self.home.create()
         self.store = Store(self.home.db)
-        self.pool = Pool(self.store, self.home)
+        self.pool = Pool(self.store, self.home)  # light: it imports asyncssh when it first talks to a runner
         self.runs = Runs(self.store, self.home)
-        self.artifacts = Artifacts(self.store, self.home)
         self.retention = Retention(self.store, self.home)  # rm and prune of old runs
         self.secrets = SecretStore(self.home)  # `${{ secrets.NAME }}` values: a 0600 file, never SQLite
-        self.jobs = JobServices(
+
+    # Built on first use (start-up time, above): each imports its graph then.
+    @cached_property
+    def artifacts(self) -> "Artifacts":
+        from app.job_artifacts import Artifacts
+
+        return Artifacts(self.store, self.home)
+
+    @cached_property
+    def jobs(self) -> "JobServices":
+        from app.remote_job import JobServices
+
+        return JobServices(
             self.store, self.artifacts, self.pool.connect, self.pool.runner_seen, self.secrets.masks_for_spec
         )
 
     @property
-    def client_key(self) -> asyncssh.SSHKey:
+    def client_key(self) -> "asyncssh.SSHKey":
         return self.pool.client_key
 
     @property
@@ -80,7 +95,7 @@ class Controller:
     def close(self) -> None:
         self.store.close()
 
-    async def connect(self, host: str, port: int, *, trust: bool = False) -> RunnerSession:
+    async def connect(self, host: str, port: int, *, trust: bool = False) -> "RunnerSession":
         return await self.pool.connect(host, port, trust=trust)
 
     async def add_runner(self, host: str, port: int) -> str:
@@ -88,12 +103,14 @@ class Controller:
 
     # -- runs ----------------------------------------------------------------------------
 
-    def load_project(self, root: Path) -> Project:
+    def load_project(self, root: Path) -> "Project":
+        from app.workflows import load_workflows
+
         return load_workflows(root)
 
     def plan(
         self,
-        project: Project,
+        project: "Project",
         workflow_name: str,
         overrides: dict[str, str] | None = None,
         no_cache: bool = False,
@@ -105,7 +122,7 @@ class Controller:
 
     def plan_in_thread(
         self,
-        project: Project,
+        project: "Project",
         workflow_name: str,
         overrides: dict[str, str] | None = None,
         no_cache: bool = False,
@@ -120,7 +137,7 @@ class Controller:
     def _plan(
         self,
         store: Store,
-        project: Project,
+        project: "Project",
         workflow_name: str,
         overrides: dict[str, str] | None,
         no_cache: bool,
@@ -135,16 +152,16 @@ class Controller:
         self.secrets.values_for(n for p in plan.to_run for n in secret_refs(p.job.env))
         return plan
 
-    def variables(self, project: Project, workflow_name: str) -> dict[str, Scalar]:
+    def variables(self, project: "Project", workflow_name: str) -> dict[str, "Scalar"]:
         """Every variable a run of the workflow takes (its DAG's), with its default."""
         from app.planning import known_variables
 
         # Each default comes from Project.variables_of, a Scalar; planning hands them on as objects.
-        return cast(dict[str, Scalar], known_variables(project, workflow_name))
+        return cast("dict[str, Scalar]", known_variables(project, workflow_name))
 
     async def run(
         self,
-        project: Project,
+        project: "Project",
         workflow_name: str,
         runner_spec: str | None = None,
         overrides: dict[str, str] | None = None,
@@ -289,6 +306,9 @@ class Controller:
         self, job_id: str, output: Path, progress: Callable[[int, int], None] | None = None
     ) -> list[tuple[str, int]]:
         """Copy a job's artifacts to `output`; `progress(done_bytes, total_bytes)` after each file."""
+        from app.artifact_pull import PullBusy
+        from app.job_artifacts import PULL_BUSY_POLL_S
+
         job = self.store.job(job_id)
         while not job.artifacts_pulled and not job.synced:  # it may have ended while detached: ask
             try:

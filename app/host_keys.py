@@ -9,8 +9,6 @@ with one line saying how to fix it.
 
 from typing import Any
 
-import asyncssh
-
 from app.errors import LanpoolError
 
 KEY_TYPE = "ssh-ed25519"
@@ -30,6 +28,8 @@ def host_key_or_none(text: object) -> str | None:
     parts = text.split()
     if len(parts) < 2 or parts[0] != KEY_TYPE:
         return None
+    import asyncssh  # here, not at the top: `status` lists stored runners without the SSH stack (issue #17)
+
     try:
         key = asyncssh.import_public_key(f"{parts[0]} {parts[1]}")
     except (asyncssh.KeyImportError, ValueError, TypeError):

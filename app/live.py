@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from app.adverts import CONFLICT_BROWSE_S
 from app.controller import Controller, LogSink
 from app.errors import LanpoolError
-from app.pool import CONFLICT_BROWSE_S
 
 if TYPE_CHECKING:  # app.discovery imports zeroconf, which only browsing needs
     from app.discovery import Advert, Browser

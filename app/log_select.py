@@ -60,6 +60,9 @@ class LogSelection:
     chunk's time, and the chunk was stored before the sink is called.
     """
 
+    # A follower commits rows in batches (app/store/log_batch.py): this sink has them stored first.
+    reads_the_store = True
+
     def __init__(
         self,
         store: Store,

@@ -7,10 +7,13 @@ LANPOOL_* names of DESIGN.md. LOCAL_RANK, WORLD_SIZE and TORCHELASTIC_RUN_ID are
 never set: Lightning hangs on them or ignores them.
 """
 
-from app.workflows.resolve import ResolvedJob
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the workflow loader (yaml) is not for `status`/`logs`, which tag lines only
+    from app.workflows.resolve import ResolvedJob
 
 
-def node_env(job: ResolvedJob, node: int, addresses: list[str]) -> dict[str, str]:
+def node_env(job: "ResolvedJob", node: int, addresses: list[str]) -> dict[str, str]:
     env = {
         "MASTER_ADDR": addresses[0],
         "NODE_RANK": str(node),

@@ -20,21 +20,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-import asyncssh
-
-from app.adverts import CONFLICT_BROWSE_S, fold_advert, fold_browse, forget_claims, has_conflicts, record_advert
 from app.errors import HostKeyMismatch, LanpoolError, RunnerError, RunnerRefused, UsageError
 from app.home import ControllerHome
 from app.host_keys import UnreadableHostKey, host_key_or_none, pinned_key
-from app.keys import load_or_create_client_key
-from app.runner_client import RunnerSession
 from app.runner_views import PROBE_TIMEOUT_S, RunnerState, RunnerView, bounded_props, count, props_of, views
 from app.scheduler import Need, place
 from app.store import JobRow, Store
 from protocol import JobState, wire
 
 if TYPE_CHECKING:  # app.discovery imports zeroconf, which only browsing needs
+    import asyncssh
+
     from app.discovery import Advert
+    from app.runner_client import RunnerSession
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +40,7 @@ DEFAULT_PORT = wire.DEFAULT_PORT
 DISCOVERY_WAIT_S = 1.5  # mDNS browse when no runner is known yet
 QUEUE_POLL_S = 2.0  # how often a queued job looks for room again
 
-__all__ = ["CONFLICT_BROWSE_S", "DEFAULT_PORT", "Pool", "RunnerState", "RunnerView", "parse_address"]
+__all__ = ["DEFAULT_PORT", "Pool", "RunnerState", "RunnerView", "parse_address"]
 
 
 def parse_address(spec: str, default_port: int) -> tuple[str, int]:
@@ -76,9 +74,13 @@ class Pool:
         self.home = home
         self._key: asyncssh.SSHKey | None = None
 
+    # asyncssh (with cryptography) is imported by what talks to runners, not at the top:
+    # `status` and `logs` of stored runs never need it (start-up time, issue #17).
     @property
-    def client_key(self) -> asyncssh.SSHKey:
+    def client_key(self) -> "asyncssh.SSHKey":
         if self._key is None:
+            from app.keys import load_or_create_client_key
+
             self._key = load_or_create_client_key(self.home.key)
         return self._key
 
@@ -87,7 +89,7 @@ class Pool:
         _ = self.client_key
         return Path(str(self.home.key) + ".pub")
 
-    async def connect(self, host: str, port: int, *, trust: bool = False) -> RunnerSession:
+    async def connect(self, host: str, port: int, *, trust: bool = False) -> "RunnerSession":
         """Open a session with the runner at host:port, checked against its pinned host key.
 
         Only a runner this controller trusts is connected to (app/pool.py). `trust` is the
@@ -103,6 +105,8 @@ class Pool:
                 f"`app headless runners add {host}:{port}` trusts what answers there, "
                 "or pair it (`app headless runners pair NAME CODE`)"
             )
+        from app.runner_client import RunnerSession
+
         session = await RunnerSession.open(host, port, self.client_key, pinned_key(known) if known else None)
         try:
             name = session.hello.name
@@ -165,6 +169,8 @@ class Pool:
             self.store.set_runner(name, state=RunnerState.UNPAIRED)
             return RunnerState.UNPAIRED
         fields: dict[str, object]
+        from app.runner_client import RunnerSession
+
         try:
             session = await RunnerSession.open(
                 row["host"], row["port"], self.client_key, pinned, timeout=PROBE_TIMEOUT_S
@@ -202,15 +208,21 @@ class Pool:
 
     async def fold_advert(self, advert: "Advert") -> None:
         """One advert as it comes: a new address is checked before it is stored."""
+        from app.adverts import fold_advert  # asyncssh with it: only what handles adverts pays for it
+
         await fold_advert(self.store, self.client_key, advert)
 
     async def fold_browse(self, adverts: list["Advert"], started_at: float, browsed_s: float) -> None:
         """Everything one browse heard: conflicts whose claim it no longer heard are over."""
+        from app.adverts import fold_browse
+
         await fold_browse(self.store, self.client_key, adverts, started_at, browsed_s)
 
     def goodbye(self, service: str, still_heard: list["Advert"]) -> list[str]:
         """A service said goodbye: the conflicts it made are over, unless an advert still
         heard makes the same claim. Returns the runners whose conflict ended, to check again."""
+        from app.adverts import forget_claims, record_advert
+
         names = forget_claims(self.store, service)
         for advert in still_heard:
             if advert.name in names:
@@ -218,24 +230,28 @@ class Pool:
         return names
 
     def has_conflicts(self) -> bool:
-        return has_conflicts(self.store)
+        # app.adverts.has_conflicts, without importing adverts (asyncssh) for a plain `runners` listing
+        return any(r["conflict_key"] for r in self.store.runners())
 
     async def refresh(self, wait_s: float = 1.5, interfaces: list[str] | None = None) -> list[RunnerView]:
         """Browse mDNS for `wait_s` (if any interface), then check every known runner.
 
         A recorded conflict lasts only while its claim is heard, so with one on record
         the browse happens even when `wait_s` is 0."""
-        if wait_s <= 0 and has_conflicts(self.store):
+        if wait_s <= 0 and self.has_conflicts():
+            from app.adverts import CONFLICT_BROWSE_S
+
             wait_s = CONFLICT_BROWSE_S
         if wait_s > 0:
             # zeroconf is imported only when browsing: it is heavy for short CLI calls.
+            from app.adverts import fold_browse
             from app.discovery import browse_interfaces, discover
 
             interfaces = browse_interfaces() if interfaces is None else interfaces
             if interfaces:
                 started = time.time()
-                adverts = await discover(interfaces, wait_s)
-                await fold_browse(self.store, self.client_key, adverts, started, wait_s)
+                heard = await discover(interfaces, wait_s)
+                await fold_browse(self.store, self.client_key, heard, started, wait_s)
         await asyncio.gather(*(self.probe(row) for row in self.store.runners()))
         return views(self.store)
 
@@ -326,6 +342,8 @@ class Pool:
             expected = None  # first contact by address: the key seen now is pinned
         if not code.strip(" -"):
             raise UsageError("no pairing code given: `app agent status` on the runner shows it (like ABCD-EFGH)")
+        from app.runner_client import RunnerSession
+
         session = await RunnerSession.open(host, port, self.client_key, expected, pairing=True)
         try:
             public = self.client_key.export_public_key().decode().strip()

@@ -16,13 +16,15 @@ A job with no job_nodes row yet (between its jobs row and its runner accepting
 it, or seeded by a test) is node 0 on the jobs row's runner.
 """
 
+from __future__ import annotations  # runner sessions, artifacts, uploads: types only here (start-up time)
+
 import asyncio
 import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.errors import (
     HostKeyMismatch,
@@ -33,22 +35,24 @@ from app.errors import (
     RunnerRefused,
     UsageError,
 )
-from app.job_artifacts import Artifacts
-from app.job_end import finish_job
 from app.multinode import prefix_node
-from app.runner_client import RunnerSession
 from app.runner_output import OwnOutput
 from app.secret_store import mask
 from app.store import JobRow, Store
-from app.uploads import WorkspaceFiles
-from app.workflows.resolve import ResolvedJob
 from protocol import JobState, JobStatus
+
+if TYPE_CHECKING:  # `status`/`logs` of stored jobs use RemoteJob without the SSH stack (issue #17)
+    from app.job_artifacts import Artifacts
+    from app.runner_client import RunnerSession
+    from app.store.log_batch import LogBatch
+    from app.uploads import WorkspaceFiles
+    from app.workflows.resolve import ResolvedJob
 
 log = logging.getLogger(__name__)
 
 RECONNECT_S = 2.0  # how often a followed job's offline runner is tried again
 
-Connect = Callable[[str, int], Awaitable[RunnerSession]]  # a session with a trusted runner
+Connect = Callable[[str, int], Awaitable["RunnerSession"]]  # a session with a trusted runner
 LogSink = Callable[[str, str, bytes], None]  # (job_id, stream, data) for each chunk of new log lines
 Say = Callable[[str], None]
 
@@ -275,6 +279,22 @@ class RemoteJob:
         follow: bool,
         shown: bool,
     ) -> JobStatus:
+        pending = self.store.log_batch()  # one commit per 0.25 s, not per batch (app/store/log_batch.py)
+        try:
+            return await self._follow_node_into(pending, at, live, sink, start, follow, shown)
+        finally:
+            pending.flush()
+
+    async def _follow_node_into(
+        self,
+        pending: LogBatch,
+        at: NodeAt,
+        live: dict[int, RunnerSession],
+        sink: LogSink | None,
+        start: int | None,
+        follow: bool,
+        shown: bool,
+    ) -> JobStatus:
         """Store node `at`'s log from `start` (default: where the store ends) and pass it to
         `sink` (when `shown`); returns its final status (with follow=False: its status now).
         A gang of one rides out its runner's outages (OFFLINE, then re-attach): the session
@@ -296,11 +316,16 @@ class RemoteJob:
                         rows = [(*r[:5], mask(r[5], self.masks)) for r in rows]
                     if rows:
                         position = max(position, max(r[2] + r[3] for r in rows))
-                        self.store.add_log_chunks(rows)
+                        pending.add(rows)
                         if sink and shown:
+                            # Sinks that read what was stored (app/log_select.py; metrics, which the TUI's
+                            # charts read back) get it committed first; plain lines wait for the batch.
+                            if getattr(sink, "reads_the_store", False) or any(r[4] == "met" for r in rows):
+                                pending.flush()
                             for row in rows:
                                 sink(self.job_id, row[4], self.shown(at.node, row[4], row[5]))
                     if final is not None:
+                        pending.flush()  # every line before a status is stored before it
                         self._note(at.node, final)
                         if not follow or JobState(final.state).is_terminal():
                             return final
@@ -337,6 +362,8 @@ class RemoteJob:
     ) -> JobRow:
         """Every node ended: its artifacts and its end (app/job_end.py); a follower waits for
         another process pulling them, a refresh does not."""
+        from app.job_end import finish_job  # with the artifacts' pull (start-up time: imports above)
+
         return await finish_job(
             self.store, self.jobs.artifacts, self.job_id, self.size, live, finals, failure, pull, wait=follow
         )

@@ -486,25 +486,37 @@ class Bench:
 
     def cold_start(self) -> None:
         """`status`, `logs` and `runners`, each a new process (spawn -> exit), beside `python -c pass`
-        and the bare client's `import asyncssh`: the floor, and what an SSH client pays anyway."""
+        and the bare client's `import asyncssh`: the floor, and what an SSH client pays anyway.
+        Then the same verbs on a home filled like a long-used one (scripts/bench_tui.py's filler)."""
         k = self.args.repeat
+        if self.last_echo is None:  # dispatch skipped: one finished job for `logs`
+            self.last_echo = check(self.lanpool_run("echo", marker=MARKER), "lanpool run echo")
+        job = _job_id(self.last_echo)
+        full_home = self.tmp / "full-controller"
+        from bench_tui import fill_home  # the TUI bench's filler: the real schema, 10k runs
+
+        say(f"cold start: filling a second home with {self.args.cold_runs:,} runs, {self.args.cold_lines:,} lines ...")
+        filled = fill_home(full_home, self.args.cold_runs, self.args.cold_lines)
+        full_env = dict(self.env, LANPOOL_HOME=str(full_home))
         say(f"cold start: {k} x (python -c pass, import asyncssh, app headless status | logs | runners) interleaved")
-        job = _job_id(self.last_echo) if self.last_echo else None
-        cases: dict[str, list[str]] = {
-            "python -c pass": [PY, "-c", "pass"],
-            "python -c 'import asyncssh'": [PY, "-c", "import asyncssh"],
-            "app headless status": [*APP, "headless", "status"],
-            "app headless logs JOB": [*APP, "headless", "logs", job or "none"],
-            "app headless runners": [*APP, "headless", "runners", "--wait", "0"],
+        cases: dict[str, tuple[list[str], dict]] = {
+            "python -c pass": ([PY, "-c", "pass"], self.env),
+            "python -c 'import asyncssh'": ([PY, "-c", "import asyncssh"], self.env),
+            "app headless status": ([*APP, "headless", "status"], self.env),
+            "app headless logs JOB": ([*APP, "headless", "logs", job], self.env),
+            "app headless runners": ([*APP, "headless", "runners", "--wait", "0"], self.env),
+            f"status, {filled['runs']:,} runs": ([*APP, "headless", "status"], full_env),
+            f"logs newest run, {filled['runs']:,} runs": ([*APP, "headless", "logs", filled["newest_run"]], full_env),
         }
         times: dict[str, list[Timed]] = {name: [] for name in cases}
         for _ in range(k):
-            for name, argv in cases.items():
-                times[name].append(check(timed(argv, env=self.env, cwd=self.tmp, keep_stdout=True), name))
+            for name, (argv, env) in cases.items():
+                times[name].append(check(timed(argv, env=env, cwd=self.tmp, keep_stdout=True), name))
         self.results["cold_start"] = {
             name: {"median_s": med([t.exit_s for t in ts]), "cpu_s_median": med([t.cpu_s for t in ts])}
             for name, ts in times.items()
         }
+        self.results["cold_start_full_home"] = {k: v for k, v in filled.items() if k in ("runs", "jobs", "log_lines")}
 
     # -- 2. log throughput --
 
@@ -835,8 +847,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (paths printed)")
     parser.add_argument(
-        "--skip", choices=["dispatch", "throughput"], action="append", default=[], help=argparse.SUPPRESS
+        "--skip", choices=["dispatch", "cold", "throughput"], action="append", default=[], help=argparse.SUPPRESS
     )
+    parser.add_argument("--cold-runs", type=int, default=10_000, help="runs in the filled home of the cold start")
+    parser.add_argument("--cold-lines", type=int, default=200_000, help="log lines in that home")
     args = parser.parse_args(argv)
     if args.lines < 1 or args.repeat < 1:
         parser.error("--lines and --repeat must be >= 1")
@@ -850,6 +864,7 @@ def main(argv: list[str] | None = None) -> int:
             bench.dispatch()
             bench.phases()
             bench.imports()
+        if "cold" not in args.skip:
             bench.cold_start()
         if "throughput" not in args.skip:
             bench.producer()

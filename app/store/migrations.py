@@ -5,6 +5,7 @@ Append new migrations; never edit one that has shipped.
 
 import sqlite3
 from collections.abc import Callable
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 from app.store.transactions import atomic
@@ -156,16 +157,31 @@ MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
 ]
 
 
+def _sqlite_utils() -> ModuleType:
+    """sqlite_utils, imported only when there is something to migrate (the first command on a
+    new home), and without numpy and pandas: it imports them when installed (~0.2 s) only to map
+    their scalar types to columns, which these migrations never use (issue #17)."""
+    import sys
+
+    if "sqlite_utils" in sys.modules:
+        return sys.modules["sqlite_utils"]
+    blocked = [name for name in ("numpy", "pandas") if name not in sys.modules]
+    for name in blocked:
+        sys.modules[name] = None  # type: ignore[assignment]  # None in sys.modules: ImportError on import
+    try:
+        import sqlite_utils
+    finally:
+        for name in blocked:  # a later `import numpy` in this process works as usual
+            sys.modules.pop(name, None)
+    return sqlite_utils
+
+
 def migrate(conn: sqlite3.Connection) -> None:
     """Apply the migrations this database has not had yet."""
     current = conn.execute("PRAGMA user_version").fetchone()[0]
     if current >= len(MIGRATIONS):
         return
-    # Imported only when there is something to do: sqlite_utils loads numpy
-    # (when installed) at import, ~100 ms on every CLI call otherwise.
-    import sqlite_utils
-
-    db = sqlite_utils.Database(conn)
+    db = _sqlite_utils().Database(conn)
     for number, step in enumerate(MIGRATIONS[current:], start=current + 1):
         with atomic(db.conn):  # a failed step leaves no half-made schema behind
             step(db)
