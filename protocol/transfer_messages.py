@@ -27,10 +27,13 @@ class FileEntry:
 
 @dataclass(frozen=True)
 class ArtifactRange:
-    """Part of GetArtifacts: send `path` from byte `offset` (a resumed pull)."""
+    """Part of GetArtifacts: send `path` from byte `offset` (a resumed pull), `length`
+    bytes of it (0: to its end). A controller pulling one file over several connections
+    asks each for a range of its own, and takes no byte outside it."""
 
     path: str
     offset: int = 0
+    length: int = 0
 
 
 # -- controller -> agent ----------------------------------------------------
