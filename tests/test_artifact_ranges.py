@@ -163,3 +163,22 @@ def test_a_worker_connects_only_to_the_pinned_host_key(hostile, ctl, tmp_path, s
     assert out.returncode == 1 and line["kind"] == "lost" and "different host key" in line["message"], out
     assert hostile.counters.artifact_requests == [] and list(staging.iterdir()) == []
     assert done.read_bytes() == bytes(8)
+
+
+def test_a_real_agent_sends_exactly_the_ranges_asked(agent, cli, make_project, tmp_path, monkeypatch):
+    """~71 MB, over the 64 MiB floor: two ranges from a real agent. Had it sent a byte past a
+    range, the controller would have refused the file."""
+    monkeypatch.setenv(ranges.STREAMS_ENV, "2")
+    project = make_project(
+        "workflows:\n  - name: wf\n    commands:\n"
+        "      - 'mkdir -p out && seq 1 9000000 > out/big.txt'\n"
+        "    artifacts: [out]\n"
+    )
+    cli("headless", "run", "wf", "--runner", agent.address, cwd=project, check=True, timeout=300)
+    [entry] = json.loads(cli("headless", "status", "--json", check=True).stdout)
+    [row] = entry["jobs"]
+    out = tmp_path / "dl"
+    cli("headless", "artifacts", "download", row["job"], "--output", str(out), check=True, timeout=300)
+    want = "".join(f"{i}\n" for i in range(1, 9_000_001)).encode()
+    assert len(want) > ranges.PARALLEL_MIN_BYTES
+    assert (out / "out" / "big.txt").read_bytes() == want
