@@ -116,8 +116,10 @@ def pull_percent(store_dir: Path, job_id: str) -> int | None:
 
 
 @contextlib.contextmanager
-def _pull_lock(store_dir: Path, job_id: str) -> Iterator[None]:
-    """Held while this process pulls the job; the lock file goes with it."""
+def _pull_lock(store_dir: Path, job_id: str) -> Iterator[int]:
+    """Held while this process pulls the job (and by its range workers, which inherit the
+    descriptor: one left running after this process was killed keeps the next pull out);
+    the lock file goes with it."""
     path = store_dir / f"{job_id}.part.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
@@ -133,7 +135,7 @@ def _pull_lock(store_dir: Path, job_id: str) -> Iterator[None]:
                 + ": try again when it is done"
             ) from None
         try:
-            yield
+            yield fd
         finally:
             path.unlink(missing_ok=True)  # while still held: a waiter sees it gone, not ours
     finally:
@@ -166,7 +168,7 @@ async def pull_job(
     limits.check(every)
     store_dir.mkdir(parents=True, exist_ok=True)
     staging = staging_dir(store_dir, job_id)
-    with _pull_lock(store_dir, job_id):
+    with _pull_lock(store_dir, job_id) as lock_fd:
         state = RangeState(store_dir, job_id)
         try:
             staging.mkdir(exist_ok=True)
@@ -190,7 +192,7 @@ async def pull_job(
                 try:
                     pulls = [_pull_node(session, job_id, staging, prefix, declared, ranges)] if ranges else []
                     if ranged and parallel is not None:
-                        pulls.append(pull_ranges(session, job_id, staging, prefix, state, parallel))
+                        pulls.append(pull_ranges(session, job_id, staging, prefix, state, parallel, lock_fd))
                     await run_pulls(pulls)
                     check_sizes(staging, {k: every[k] for k in ranged})
                 except (ArtifactsRefused, RunnerProtocolError) as exc:

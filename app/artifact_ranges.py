@@ -176,6 +176,7 @@ async def pull_ranges(
     prefix: str,
     state: RangeState,
     parallel: Parallel,
+    lock_fd: int,
 ) -> None:
     """Pull every unfinished range of the files under `prefix` (this node's), a worker each,
     all at once. ArtifactsRefused as soon as one worker refuses what the runner sent (the
@@ -210,7 +211,7 @@ async def pull_ranges(
     pending: set[asyncio.Future[tuple[str, str]]] = set()
     try:
         for spec in specs:
-            procs.append(await _spawn(spec))
+            procs.append(await _spawn(spec, lock_fd))
         pending = {asyncio.ensure_future(_result(p, json.dumps(s).encode())) for p, s in zip(procs, specs, strict=True)}
         lost: str | None = None
         while pending:
@@ -232,7 +233,8 @@ async def pull_ranges(
         await asyncio.gather(*pending, *(p.wait() for p in procs), return_exceptions=True)
 
 
-async def _spawn(spec: dict[str, object]) -> asyncio.subprocess.Process:
+async def _spawn(spec: dict[str, object], lock_fd: int) -> asyncio.subprocess.Process:
+    """A worker holding the job's pull lock too (`lock_fd`, see app/artifact_pull.py)."""
     env = dict(os.environ)  # the worker imports this very package, wherever it is installed
     root = str(Path(app.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
@@ -244,6 +246,7 @@ async def _spawn(spec: dict[str, object]) -> asyncio.subprocess.Process:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         env=env,
+        pass_fds=(lock_fd,),
     )
 
 

@@ -247,13 +247,15 @@ class HostileRunner:
         """Stream the job's files (or its hand-made frames); False when it cut the channel."""
         asked = [(r.path, r.offset) for r in msg.files] or [(p, 0) for p in script.files]
         lengths = [r.length for r in msg.files] or [0] * len(asked)
-        self.counters.artifact_requests.append(asked if not any(lengths) else [(*a, n) for a, n in zip(asked, lengths)])
+        self.counters.artifact_requests.append(
+            asked if not any(lengths) else [(*a, n) for a, n in zip(asked, lengths, strict=True)]
+        )
         if script.artifact_frames is not None:
             out = [encode_message(m) if not isinstance(m, bytes) else m for m in script.artifact_frames]
             process.stdout.write(b"".join(out))
             await process.stdout.drain()
             return True
-        for (path, offset), length in zip(asked, lengths):
+        for (path, offset), length in zip(asked, lengths, strict=True):
             data = script.files.get(path, b"")
             end = offset + length if length and not script.ignore_length else len(data)
             for at in range(max(0, offset - script.overlap), end, 64 * 1024):
