@@ -45,6 +45,7 @@ from protocol import (
 )
 from protocol.errors import clip
 from protocol.messages import AgentMessage, ClientMessage
+from protocol.transfer_messages import ARTIFACT_RANGES
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class ChannelSession:
     async def run(self) -> None:
         reader = FrameReader()
         try:
-            await self._send(Hello(PROTOCOL_VERSION, __version__, self._name, self._resources()))
+            await self._send(Hello(PROTOCOL_VERSION, __version__, self._name, self._resources(), [ARTIFACT_RANGES]))
             while True:
                 data = await self._proc.stdin.read(_READ_SIZE)
                 if not data:

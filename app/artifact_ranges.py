@@ -32,6 +32,7 @@ import app
 from app.artifact_files import ArtifactsRefused, checked_path, make_dirs
 from app.errors import LanpoolError, RunnerError, RunnerProtocolError
 from app.runner_client import RunnerSession
+from protocol.transfer_messages import ARTIFACT_RANGES
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +292,7 @@ def plan_node(
 ) -> set[str]:
     """The files of this node to pull in ranges (their state saved): those a cut-off pull
     started in ranges, and those with at least PARALLEL_MIN_BYTES to come."""
-    usable = parallel is not None and bool(session.host_key)
+    usable = parallel is not None and bool(session.host_key) and ARTIFACT_RANGES in session.hello.features
     started = {k for k in state.keys() if k.startswith(prefix) and k[len(prefix) :] in declared}
     if started and not usable:  # no pinned host key to open more connections with: start those over
         forget(staging, state, started)

@@ -8,6 +8,10 @@ ArtifactRange (part of GetArtifacts) are their records. Registered in protocol/m
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+# Hello.features: this agent sends exactly the range asked (ArtifactRange.length). An older one
+# would send to the end of the file, which the controller refuses: it is asked for whole files.
+ARTIFACT_RANGES = "artifact-ranges"
+
 
 @dataclass(frozen=True)
 class FileEntry:

@@ -55,6 +55,7 @@ from protocol import (
     encode_frame,
     encode_message,
 )
+from protocol.transfer_messages import ARTIFACT_RANGES
 
 BASHRC = b"# the user's own .bashrc\n"  # in the fake $HOME of tests (conftest `home`): no runner may touch it
 
@@ -142,6 +143,7 @@ class HostileRunner:
         self.default_script = Script()
         self.counters = Counters()
         self.size_lie: int | None = None  # SFTP reports this size for every file
+        self.features = [ARTIFACT_RANGES]  # Hello's: [] is an agent from before ranges
         self.host = "127.0.0.1"
         self.port = 0
         self.host_key = ""
@@ -222,7 +224,11 @@ class HostileRunner:
             process.exit(1)
             return
         write = process.stdout.write
-        write(encode_message(Hello(PROTOCOL_VERSION, "0-hostile", self.name, {"gpus": 8, "gpu_name": "H100"})))
+        write(
+            encode_message(
+                Hello(PROTOCOL_VERSION, "0-hostile", self.name, {"gpus": 8, "gpu_name": "H100"}, self.features)
+            )
+        )
         reader = FrameReader()
         try:
             while data := await process.stdin.read(1 << 20):

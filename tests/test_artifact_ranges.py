@@ -74,11 +74,15 @@ def test_a_large_file_comes_in_disjoint_ranges_byte_exact(hostile, ctl, small_ra
     assert _sidecars(ctl) == []
 
 
-def test_one_stream_when_asked_for(hostile, ctl, small_ranges, monkeypatch):
-    monkeypatch.setenv(ranges.STREAMS_ENV, "1")
+@pytest.mark.parametrize("why", ["asked for", "an agent from before ranges"])
+def test_one_stream_when_asked_for_or_the_agent_has_no_ranges(hostile, ctl, small_ranges, monkeypatch, why):
+    if why == "asked for":
+        monkeypatch.setenv(ranges.STREAMS_ENV, "1")
+    else:
+        hostile.features = []  # it would send each file to its end, whatever the range
     _add(hostile, ctl, "one")
     assert _follow(ctl, "one").artifacts_pulled == 1
-    assert sorted(hostile.counters.artifact_requests[0]) == [("big.bin", 0), ("small.txt", 0)]
+    assert hostile.counters.artifact_requests == [[("small.txt", 0), ("big.bin", 0)]]
 
 
 @pytest.mark.parametrize("value", ["many", "0", "99"])
