@@ -176,8 +176,9 @@ async def pull_job(
                 reset(staging, state)
             inode = staging.stat().st_ino
             have = _sizes_there(staging, every)  # a ranged file is never past its size: kept
-            if staging.stat().st_ino != inode:  # started over: so do the ranges
-                reset(staging, state)
+            if staging.stat().st_ino != inode or not state.keys() <= have.keys():
+                reset(staging, state)  # started over, or a ranged file is gone: so do the ranges
+                have = {}
             have.update({k: state.have(k) for k in state.keys()})
             _ensure_room(store_dir, sum(every.values()) - sum(have.values()))
             _meta(store_dir, job_id).write_text(json.dumps({"total": sum(every.values())}))

@@ -186,3 +186,16 @@ def test_a_real_agent_sends_exactly_the_ranges_asked(agent, cli, make_project, t
     want = "".join(f"{i}\n" for i in range(1, 9_000_001)).encode()
     assert len(want) > ranges.PARALLEL_MIN_BYTES
     assert (out / "out" / "big.txt").read_bytes() == want
+
+
+def test_a_ranged_file_gone_from_staging_starts_over_not_refused(hostile, ctl, small_ranges):
+    script = _add(hostile, ctl, "gone")
+    script.cut_after = 1_500_000
+    with pytest.raises(LanpoolError):
+        _follow(ctl, "gone")
+    (staging_dir(ctl.home.artifacts, "gone") / "big.bin").unlink()  # the done offsets now say nothing
+    script.cut_after = None
+    asyncio.run(ctl.refresh([ctl.store.job("gone")]))
+    job = ctl.store.job("gone")
+    assert job.artifacts_pulled == 1, job.error
+    assert (ctl.home.job_artifacts("gone") / "big.bin").read_bytes() == BLOB
