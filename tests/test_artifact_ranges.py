@@ -199,3 +199,23 @@ def test_a_ranged_file_gone_from_staging_starts_over_not_refused(hostile, ctl, s
     job = ctl.store.job("gone")
     assert job.artifacts_pulled == 1, job.error
     assert (ctl.home.job_artifacts("gone") / "big.bin").read_bytes() == BLOB
+
+
+@pytest.mark.parametrize(
+    ("offset", "length", "ok"),
+    [(0, 0, (0, 100)), (10, 20, (10, 30)), (90, 10, (90, 100)), (100, 0, (100, 100)), (90, 11, None), (101, 0, None)],
+)
+def test_the_agent_serves_only_ranges_inside_a_listed_file(offset, length, ok):
+    from types import SimpleNamespace
+
+    from agent.job_request import JobError
+    from agent.session import ChannelSession
+    from protocol import ArtifactRange, GetArtifacts
+
+    job = SimpleNamespace(record=SimpleNamespace(terminal=True, artifact_files=[{"path": "m.bin", "size": 100}]))
+    msg = GetArtifacts("j", [ArtifactRange("m.bin", offset, length)])
+    if ok is None:
+        with pytest.raises(JobError, match="outside artifact"):
+            ChannelSession._artifact_ranges(job, msg)
+    else:
+        assert ChannelSession._artifact_ranges(job, msg) == [("m.bin", *ok, 100)]
