@@ -45,6 +45,7 @@ from protocol import (
 )
 from protocol.errors import clip
 from protocol.messages import AgentMessage, ClientMessage
+from protocol.transfer_messages import ARTIFACT_RANGES
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class ChannelSession:
     async def run(self) -> None:
         reader = FrameReader()
         try:
-            await self._send(Hello(PROTOCOL_VERSION, __version__, self._name, self._resources()))
+            await self._send(Hello(PROTOCOL_VERSION, __version__, self._name, self._resources(), [ARTIFACT_RANGES]))
             while True:
                 data = await self._proc.stdin.read(_READ_SIZE)
                 if not data:
@@ -249,30 +250,35 @@ class ChannelSession:
             return
 
     @staticmethod
-    def _artifact_ranges(job: Job, msg: GetArtifacts) -> list[tuple[str, int, int]]:
-        """(path, offset, listed size) of each file asked for: only files in the job's list."""
+    def _artifact_ranges(job: Job, msg: GetArtifacts) -> list[tuple[str, int, int, int]]:
+        """(path, offset, end, listed size) of each file asked for: only files in the job's
+        list, and only ranges inside them (`end`: where this request stops sending)."""
         if not job.record.terminal:
             raise JobError(ErrorCode.BAD_REQUEST, f"job {msg.job_id} has not ended: its artifacts are not listed yet")
         listed = {f["path"]: int(f["size"]) for f in job.record.artifact_files}
         if not msg.files:
-            return [(path, 0, size) for path, size in listed.items()]
+            return [(path, 0, size, size) for path, size in listed.items()]
         wanted = []
         for r in msg.files:
             if r.path not in listed:
                 raise JobError(ErrorCode.BAD_REQUEST, f"{r.path!r} is not an artifact of job {msg.job_id}")
-            if not 0 <= r.offset <= listed[r.path]:
-                raise JobError(ErrorCode.BAD_REQUEST, f"offset {r.offset} is outside artifact {r.path!r}")
-            wanted.append((r.path, r.offset, listed[r.path]))
+            size = listed[r.path]
+            end = r.offset + r.length if r.length else size
+            if not 0 <= r.offset <= end <= size:
+                raise JobError(
+                    ErrorCode.BAD_REQUEST, f"range {r.offset}+{r.length} is outside artifact {r.path!r} ({size} bytes)"
+                )
+            wanted.append((r.path, r.offset, end, size))
         return wanted
 
-    async def _send_artifacts(self, job: Job, wanted: list[tuple[str, int, int]]) -> None:
+    async def _send_artifacts(self, job: Job, wanted: list[tuple[str, int, int, int]]) -> None:
         """Each file's ArtifactData parts and ArtifactEnd, then ArtifactsSent. Exactly the
         listed size goes out: a file that shrank since gets an Error (the controller refuses
         it), one that grew is cut at its listed size."""
         job_id, workspace = job.record.job_id, job.dir / "workspace"
         try:
-            for path, offset, size in wanted:
-                batches = frame_batches(workspace, job_id, path, offset, size, ARTIFACT_PART, _ARTIFACT_BATCH)
+            for path, offset, end, size in wanted:  # ArtifactEnd says the file's size, even after a range
+                batches = frame_batches(workspace, job_id, path, offset, end, ARTIFACT_PART, _ARTIFACT_BATCH)
                 try:
                     await self._send_batches(batches)
                 except ArtifactChanged as exc:

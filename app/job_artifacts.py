@@ -13,6 +13,7 @@ from pathlib import Path
 
 from app.artifact_files import ArtifactsRefused, checked_path, copy_file
 from app.artifact_pull import Final, PullBusy, PullLimits, node_prefix, pull_job, pull_percent
+from app.artifact_ranges import Parallel, pull_streams
 from app.errors import LanpoolError, NotFoundError, RunnerProtocolError, UsageError
 from app.home import ControllerHome
 from app.store import ARTIFACTS_REFUSED, JobRow, Store
@@ -67,7 +68,8 @@ class Artifacts:
 
     async def _pull(self, job_id: str, finals: list[Final]) -> str:
         try:
-            files = await pull_job(self.home.artifacts, job_id, finals, self.limits or PullLimits.from_env())
+            parallel = Parallel(pull_streams(), self.home.key)
+            files = await pull_job(self.home.artifacts, job_id, finals, self.limits or PullLimits.from_env(), parallel)
         except (ArtifactsRefused, RunnerProtocolError) as exc:
             line = f"{REFUSED_LINE}: {exc.message}"
             log.warning("job %s: %s", job_id, line)

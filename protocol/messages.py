@@ -56,6 +56,7 @@ class Hello:
     agent_version: str
     name: str
     resources: dict[str, int | str] = field(default_factory=dict)
+    features: list[str] = field(default_factory=list)  # what a controller may ask beyond the version (additive)
 
 
 @dataclass(frozen=True)

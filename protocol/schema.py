@@ -105,6 +105,8 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "log_lines": _COUNT,
     "size": _COUNT,
     "offset": _COUNT,
+    "length": _COUNT,
+    "features": _WORD,  # ArtifactRange's: bytes from `offset`
     "mode": _Bound(lo=0, hi=0o7777),
     "node": _Bound(lo=0, hi=65535),
     "master_port": _Bound(lo=0, hi=65535),

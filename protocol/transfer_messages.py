@@ -8,6 +8,10 @@ ArtifactRange (part of GetArtifacts) are their records. Registered in protocol/m
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+# Hello.features: this agent sends exactly the range asked (ArtifactRange.length). An older one
+# would send to the end of the file, which the controller refuses: it is asked for whole files.
+ARTIFACT_RANGES = "artifact-ranges"
+
 
 @dataclass(frozen=True)
 class FileEntry:
@@ -27,10 +31,13 @@ class FileEntry:
 
 @dataclass(frozen=True)
 class ArtifactRange:
-    """Part of GetArtifacts: send `path` from byte `offset` (a resumed pull)."""
+    """Part of GetArtifacts: send `path` from byte `offset` (a resumed pull), `length`
+    bytes of it (0: to its end). A controller pulling one file over several connections
+    asks each for a range of its own, and takes no byte outside it."""
 
     path: str
     offset: int = 0
+    length: int = 0
 
 
 # -- controller -> agent ----------------------------------------------------

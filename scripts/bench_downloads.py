@@ -164,7 +164,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument(
+        "--streams", default="1,2", help="LANPOOL_PULL_STREAMS values to compare, alternating (default 1,2)"
+    )
     args = parser.parse_args(argv)
+    try:
+        streams = [int(n) for n in args.streams.split(",")]
+    except ValueError:
+        parser.error(f"--streams {args.streams!r}: whole numbers separated by commas, such as 1,2,4")
     tmp = Path(tempfile.mkdtemp(prefix="lanpool-bench-down-"))
     state: dict = {}
 
@@ -180,8 +187,12 @@ def main(argv: list[str] | None = None) -> int:
         )
         project = harness.write_project(tmp / "project", workflows)
         _app(["runners", "add", agent.address], project, env)
-        pull, path, scp = [], [], []
-        cpu: dict[str, list[float]] = {"scp": [], "controller": [], "agent": []}
+        scp: list[float] = []
+        pull: dict[int, list[float]] = {n: [] for n in streams}
+        path: dict[int, list[float]] = {n: [] for n in streams}
+        cpu: dict[str, list[float]] = {"scp": []}
+        for n in streams:
+            cpu[f"controller-{n}"], cpu[f"agent-{n}"] = [], []
         for i in range(args.pairs):
             say(f"pair {i + 1}/{args.pairs}")
             back = tmp / "scp.bin"
@@ -189,37 +200,46 @@ def main(argv: list[str] | None = None) -> int:
             scp.append(_timed(lambda back=back: subprocess.run(sshd.scp_args(src, back), check=True)))
             cpu["scp"].append(_children_cpu() - before)
             back.unlink()
-            # pull alone: the job ended while detached; `status` brings it (and its artifact) back
-            run = _run_detached(project, env)
-            _ended_on_runner(agent.data_dir, run)
-            before, agent_before = _children_cpu(), _proc_cpu(agent.proc.pid)
-            pull.append(_timed(lambda run=run: _status(project, env, run)))
-            cpu["controller"].append(_children_cpu() - before)
-            cpu["agent"].append(_proc_cpu(agent.proc.pid) - agent_before)
-            stored = list((tmp / "controller" / "artifacts").glob("*/out/big.bin"))
-            if not stored or stored[-1].stat().st_size != src.stat().st_size:
-                raise BenchError("the artifact did not arrive whole")
-            # the whole path, as a user would: run -d, status until DONE, download
-            started = time.perf_counter()
-            run = _run_detached(project, env)
-            while not _status(project, env, run).startswith("DONE"):
-                time.sleep(0.05)
-            _app(["artifacts", "download", run, "-o", str(tmp / f"dl-{i}")], project, env)
-            path.append(time.perf_counter() - started)
-            if (tmp / f"dl-{i}" / "out" / "big.bin").stat().st_size != src.stat().st_size:
-                raise BenchError("the download is not whole")
-            _app(["prune", "--older-than", "0s"], project, env)  # keep the disk in check
+            for n in streams:  # alternating with scp and with each other: load hits all alike
+                envn = dict(env, LANPOOL_PULL_STREAMS=str(n))
+                # pull alone: the job ended while detached; `status` brings it (and its artifact) back
+                run = _run_detached(project, envn)
+                _ended_on_runner(agent.data_dir, run)
+                before, agent_before = _children_cpu(), _proc_cpu(agent.proc.pid)
+                pull[n].append(_timed(lambda run=run, envn=envn: _status(project, envn, run)))
+                cpu[f"controller-{n}"].append(_children_cpu() - before)
+                cpu[f"agent-{n}"].append(_proc_cpu(agent.proc.pid) - agent_before)
+                stored = list((tmp / "controller" / "artifacts").glob("*/out/big.bin"))
+                if not stored or stored[-1].stat().st_size != src.stat().st_size:
+                    raise BenchError("the artifact did not arrive whole")
+                # the whole path, as a user would: run -d, status until DONE, download
+                started = time.perf_counter()
+                run = _run_detached(project, envn)
+                while not _status(project, envn, run).startswith("DONE"):
+                    time.sleep(0.05)
+                _app(["artifacts", "download", run, "-o", str(tmp / f"dl-{i}-{n}")], project, envn)
+                path[n].append(time.perf_counter() - started)
+                if (tmp / f"dl-{i}-{n}" / "out" / "big.bin").stat().st_size != src.stat().st_size:
+                    raise BenchError("the download is not whole")
+                _app(["prune", "--older-than", "0s"], project, env)  # keep the disk in check
+                shutil.rmtree(tmp / f"dl-{i}-{n}")
         return {
             "size_mb": args.size_mb,
             "scp_s": summary(scp),
-            "pull_s": summary(pull),
-            "path_s": summary(path),
-            "pull_ratio": med(scp) / med(pull),
-            "path_ratio": med(scp) / med(path),
-            "pull_mb_s": args.size_mb / med(pull),
             "scp_mb_s": args.size_mb / med(scp),
+            "streams": {
+                str(n): {
+                    "pull_s": summary(pull[n]),
+                    "path_s": summary(path[n]),
+                    "pull_ratio": med(scp) / med(pull[n]),
+                    "path_ratio": med(scp) / med(path[n]),
+                    "pull_mb_s": args.size_mb / med(pull[n]),
+                }
+                for n in streams
+            },
             "cpu_s": {side: med(v) for side, v in cpu.items()},
             "load": os.getloadavg()[0],
+            "cpus": os.cpu_count(),
         }
 
     def stop() -> None:
@@ -233,20 +253,18 @@ def main(argv: list[str] | None = None) -> int:
         n = res["size_mb"]
         print(f"artifact of {n} MiB, {res['scp_s']['n']} alternating pairs (medians):", file=out)
         print(f"  scp from a loopback sshd ({CIPHER}): {res['scp_s']['median']:.2f} s", file=out)
-        print(
-            f"  lanpool pull (`status` of a detached job): {res['pull_s']['median']:.2f} s "
-            f"= {res['pull_ratio']:.2f}x scp (target >= 0.8x)",
-            file=out,
-        )
-        print(
-            f"  run -d -> status -> artifacts download: {res['path_s']['median']:.2f} s "
-            f"= {res['path_ratio']:.2f}x scp (target >= 0.7x)",
-            file=out,
-        )
         c = res["cpu_s"]
+        for n, r in res["streams"].items():
+            print(
+                f"  LANPOOL_PULL_STREAMS={n}: pull (`status` of a detached job) {r['pull_s']['median']:.2f} s "
+                f"= {r['pull_ratio']:.2f}x scp (target >= 0.8x); run -d -> status -> artifacts download "
+                f"{r['path_s']['median']:.2f} s = {r['path_ratio']:.2f}x scp (target >= 0.7x); CPU s of the pull: "
+                f"controller {c[f'controller-{n}']:.2f} + agent {c[f'agent-{n}']:.2f}",
+                file=out,
+            )
         print(
-            f"  CPU s: scp client {c['scp']:.2f} (sshd not counted); lanpool pull: controller "
-            f"{c['controller']:.2f} + agent {c['agent']:.2f}; load average {res['load']:.1f}",
+            f"  CPU s: scp client {c['scp']:.2f} (sshd not counted); load average {res['load']:.1f}, "
+            f"{res['cpus']} CPUs",
             file=out,
         )
 

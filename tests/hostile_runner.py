@@ -14,7 +14,8 @@ artifact files it streams back (GetArtifacts), and the misbehaviours to add:
 - `files` / `declared`: the bytes served for each path (honestly, from the offset
   asked) and the files the status declares (any paths, any sizes);
 - `artifact_frames`: hand-made messages sent instead of the honest stream;
-- `cut_after`: the channel closes after this many artifact bytes (a drop).
+- `cut_after`: the channel closes after this many artifact bytes (a drop);
+- `ignore_length` / `overlap`: a ranged request gets more than its range.
 Jobs submitted by a controller get `default_script` (with their own id).
 """
 
@@ -54,6 +55,7 @@ from protocol import (
     encode_frame,
     encode_message,
 )
+from protocol.transfer_messages import ARTIFACT_RANGES
 
 BASHRC = b"# the user's own .bashrc\n"  # in the fake $HOME of tests (conftest `home`): no runner may touch it
 
@@ -75,6 +77,8 @@ class Script:
     artifact_frames: list | None = None  # messages sent instead of the honest stream
     cut_after: int | None = None  # close the channel after this many artifact bytes
     slow_s: float = 0.0  # a pause after each artifact part (a slow link)
+    ignore_length: bool = False  # a ranged request gets the file to its end
+    overlap: int = 0  # a request from offset N gets bytes from N - overlap
 
 
 @dataclass
@@ -139,6 +143,7 @@ class HostileRunner:
         self.default_script = Script()
         self.counters = Counters()
         self.size_lie: int | None = None  # SFTP reports this size for every file
+        self.features = [ARTIFACT_RANGES]  # Hello's: [] is an agent from before ranges
         self.host = "127.0.0.1"
         self.port = 0
         self.host_key = ""
@@ -219,7 +224,11 @@ class HostileRunner:
             process.exit(1)
             return
         write = process.stdout.write
-        write(encode_message(Hello(PROTOCOL_VERSION, "0-hostile", self.name, {"gpus": 8, "gpu_name": "H100"})))
+        write(
+            encode_message(
+                Hello(PROTOCOL_VERSION, "0-hostile", self.name, {"gpus": 8, "gpu_name": "H100"}, self.features)
+            )
+        )
         reader = FrameReader()
         try:
             while data := await process.stdin.read(1 << 20):
@@ -243,16 +252,20 @@ class HostileRunner:
     async def _artifacts(self, script: Script, msg: GetArtifacts, process) -> bool:
         """Stream the job's files (or its hand-made frames); False when it cut the channel."""
         asked = [(r.path, r.offset) for r in msg.files] or [(p, 0) for p in script.files]
-        self.counters.artifact_requests.append(asked)
+        lengths = [r.length for r in msg.files] or [0] * len(asked)
+        self.counters.artifact_requests.append(
+            asked if not any(lengths) else [(*a, n) for a, n in zip(asked, lengths, strict=True)]
+        )
         if script.artifact_frames is not None:
             out = [encode_message(m) if not isinstance(m, bytes) else m for m in script.artifact_frames]
             process.stdout.write(b"".join(out))
             await process.stdout.drain()
             return True
-        for path, offset in asked:
+        for (path, offset), length in zip(asked, lengths, strict=True):
             data = script.files.get(path, b"")
-            for at in range(offset, len(data), 64 * 1024):
-                part = data[at : at + 64 * 1024]
+            end = offset + length if length and not script.ignore_length else len(data)
+            for at in range(max(0, offset - script.overlap), end, 64 * 1024):
+                part = data[at : min(end, at + 64 * 1024)]
                 if script.cut_after is not None and self.counters.artifact_bytes + len(part) > script.cut_after:
                     await process.stdout.drain()
                     process.channel.get_connection().close()  # the connection drops mid-file
