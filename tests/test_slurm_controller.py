@@ -80,6 +80,15 @@ workflows:
     [job] = latest["jobs"]
     assert job["status"] == "FAILED", job
     assert took < 90, took  # node 0's sleep was ended, not waited out
+    # One node to the controller, but its 2 Slurm nodes are what status and logs --node speak of
+    assert job["slurm_nodes"] == 2, job
+    assert "slurm-runner (2 nodes, slurm)" in cli("headless", "status", check=True).stdout
+    one = cli("headless", "logs", job["job"], "--node", "1", check=True).stdout
+    assert "[node 1] up 1" in one and "[node 1] node 1 fails" in one and "[node 0]" not in one, one
+    zero = cli("headless", "logs", job["job"], "--node", "0", "--tail", "9", check=True)
+    assert "[node 0] up 0" in zero.stdout and "[node 1]" not in zero.stdout + zero.stderr, (zero.stdout, zero.stderr)
+    bad = cli("headless", "logs", job["job"], "--node", "2")
+    assert bad.returncode != 0 and "--node takes 0 to 1, not 2" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_a_slurm_runner_too_small_for_the_nodes_is_not_chosen(paired, cli, tmp_path):
