@@ -104,3 +104,22 @@ workflows:
     res = cli("headless", "run", "big", cwd=project, timeout=60)
     assert res.returncode != 0 and "never" not in res.stdout
     assert "needs 3 runners" in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_a_runner_named_by_address_takes_a_multi_node_job_as_a_known_name_does(slurm_agent, cli, tmp_path):
+    project = _project(
+        tmp_path,
+        """
+workflows:
+  - name: two
+    nodes: 2
+    commands: ['echo "hello from $NODE_RANK"']
+""",
+    )
+    res = cli("headless", "run", "two", "--runner", slurm_agent.address, cwd=project, timeout=120)
+    assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])
+    assert "its 2 nodes run as one Slurm job on runner slurm-runner" in res.stderr, res.stderr
+    assert "[node 0] hello from 0" in res.stdout and "[node 1] hello from 1" in res.stdout, res.stdout
+    [latest] = json.loads(cli("headless", "status", "--json", check=True).stdout)
+    [job] = latest["jobs"]
+    assert job["runner"] == "slurm-runner" and job["slurm_nodes"] == 2, job
