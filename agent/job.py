@@ -54,7 +54,8 @@ class Job:
         status = self.record.to_status(self.spool.next_seq)
         if self.record.state == JobState.QUEUED:
             return dataclasses.replace(status, position=self.position, reason=self.reason)
-        if self.record.state == JobState.SUBMITTED and self.reason:  # started, but waiting in Slurm's queue
+        # started (or re-adopted), but waiting in Slurm's queue
+        if self.record.state in (JobState.SUBMITTED, JobState.RUNNING) and self.reason:
             return dataclasses.replace(status, state=JobState.QUEUED, reason=self.reason)
         if self.record.attempt:
             return dataclasses.replace(status, reason=f"retry {self.record.attempt} of {self.record.retry_limit}")

@@ -31,7 +31,8 @@ async def adoption_of(job: Job, resumes_output: bool) -> Adoption:
     record.settle_last_cut(job.spool.size)
     added = {s: record.log_cuts.get(s, 0) + record.log_masked.get(s, 0) for s in ("out", "err")}
     delivered = await asyncio.to_thread(spooled_bytes, job.spool, added) if resumes_output else {}
-    return Adoption(record.job_id, record.pid, started=record.state != JobState.SUBMITTED, delivered=delivered)
+    started = record.state != JobState.SUBMITTED
+    return Adoption(record.job_id, record.pid, started=started, delivered=delivered, on_pending=job.set_pending)
 
 
 def spooled_bytes(spool: LogSpool, added: dict[str, int]) -> dict[str, int]:

@@ -143,7 +143,7 @@ class Agent:
         cluster: dict[str, int | str] = {}
         if self.executor_mode == "slurm":  # the cluster's, not this login node's
             try:
-                cluster = await cluster_resources()
+                cluster = await cluster_resources(self.slurm.partition if self.slurm else "")
             except ExecutorError as exc:
                 raise AgentError(f"--executor slurm: {exc}") from None
         gpus = [] if cluster else await asyncio.to_thread(detect_gpus)

@@ -8,7 +8,7 @@ from app.pool import DEFAULT_PORT, DISCOVERY_WAIT_S, Pool, parse_address
 from app.runner_client import RunnerSession
 from app.runner_views import RunnerState, RunnerView, bounded_props
 from app.scheduler import Capacity, Need, place
-from app.slurm_placement import slurm_runner
+from app.slurm_placement import fits, slurm_runner
 from app.workflows.resolve import ResolvedJob
 
 
@@ -107,7 +107,10 @@ class Placement:
 
     async def _slurm_session(self, job: ResolvedJob) -> tuple[list[RunnerSession], list[str]] | None:
         """A Slurm runner that runs all of a multi-node job's nodes as one job (one Slurm
-        allocation; app/slurm_placement.py), if one fits; None: the job goes to N runners."""
+        allocation; app/slurm_placement.py), if one fits; None: the job goes to N runners.
+        `--runner HOST:PORT` names the one, as a known name does."""
+        if self.address is not None:
+            return await self._slurm_address(job)
         views = await self.pool.refresh(wait_s=0 if self.pool.store.runners() else DISCOVERY_WAIT_S)
         view = slurm_runner(views, job.resources, job.nodes, self._pinned_name(job))
         if view is None:
@@ -116,6 +119,16 @@ class Placement:
             self.sessions[view.host, view.port] = await self.pool.connect(view.host, view.port)
         self.say(f"{job.workflow}: its {job.nodes} nodes run as one Slurm job on runner {view.name}")
         return [self.sessions[view.host, view.port]], [view.host]
+
+    async def _slurm_address(self, job: ResolvedJob) -> tuple[list[RunnerSession], list[str]] | None:
+        assert self.address is not None
+        if self.address not in self.sessions:  # naming it trusts it, as for a single-node job
+            self.sessions[self.address] = await self.pool.connect(*self.address, trust=True)
+        session = self.sessions[self.address]
+        if not fits(bounded_props(dict(session.hello.resources)), job.resources, job.nodes):
+            return None
+        self.say(f"{job.workflow}: its {job.nodes} nodes run as one Slurm job on runner {session.hello.name}")
+        return [session], [self.address[0]]
 
     def close(self) -> None:
         for session in self.sessions.values():

@@ -6,7 +6,9 @@ A runner with `--executor slurm` reports its cluster per partition
 free/total GPUs). A job fits a partition when it has as many nodes as the job
 and GPUs for each node; free nodes do not matter, since Slurm queues the job
 itself (it shows QUEUED with Slurm's reason). The job's `slurm: {partition}`,
-if named, is the only partition considered.
+if named, is the only partition considered; else the runner's default partition
+("slurm_default_partition": its --partition, or the cluster's default), where
+sbatch would put the job. (A runner that reports no default: any partition.)
 """
 
 import re
@@ -40,11 +42,18 @@ def partitions(props: dict[str, Any]) -> list[Partition]:
     return out
 
 
+def fitting(props: dict[str, Any], resources: dict[str, Any], nodes: int) -> list[Partition]:
+    """The partitions of a Slurm runner with these props that could ever run `nodes` nodes of this job."""
+    wanted = str(resources.get("slurm_partition", "") or props.get("slurm_default_partition", ""))
+    gpu = int(resources.get("gpu", 0) or 0)
+    return [
+        p for p in partitions(props) if (not wanted or p.name == wanted) and p.nodes >= nodes and p.gpus >= gpu * nodes
+    ]
+
+
 def fits(props: dict[str, Any], resources: dict[str, Any], nodes: int) -> bool:
     """Whether a Slurm runner with these props could ever run `nodes` nodes of this job."""
-    wanted = str(resources.get("slurm_partition", ""))
-    gpu = int(resources.get("gpu", 0) or 0)
-    return any(p.nodes >= nodes and p.gpus >= gpu * nodes for p in partitions(props) if not wanted or p.name == wanted)
+    return bool(fitting(props, resources, nodes))
 
 
 def slurm_runner(
@@ -59,9 +68,10 @@ def slurm_runner(
             continue
         if not v.trusted or v.problem or v.state not in (RunnerState.LIVE, RunnerState.BUSY):
             continue
-        if not fits(v.props, resources, nodes):
+        usable = fitting(v.props, resources, nodes)
+        if not usable:
             continue
-        key = (-max(p.nodes_idle for p in partitions(v.props)), v.name)
+        key = (-max(p.nodes_idle for p in usable), v.name)
         if best is None or key < best:
             best, chosen = key, v
     return chosen

@@ -129,7 +129,9 @@ async def log_latency(s: RunnerSession, n: int) -> list[float]:
     return delays
 
 
-async def bench(agent, rounds: int, gpt_rounds: int, gpt_steps: int, data: Path) -> None:
+async def bench(agent, rounds: int, gpt_rounds: int, gpt_steps: int, data: Path) -> dict:
+    """Prints the figures as they come; returns them (recorded at the end of main)."""
+    res: dict = {"rounds": rounds, "gpt_rounds": gpt_rounds, "gpt_steps": gpt_steps}
     key = load_or_create_client_key(ControllerHome.default().key)
     async with await RunnerSession.open(agent.host, agent.port, key, None) as s:
         ours, theirs, batch = [], [], []
@@ -142,12 +144,14 @@ async def bench(agent, rounds: int, gpt_rounds: int, gpt_steps: int, data: Path)
             f"echo, median of {rounds}: lanpool-on-Slurm {mo * 1000:.0f} ms, srun {mt * 1000:.0f} ms "
             f"(ratio {mo / mt:.2f}), sbatch + squeue poll by hand {mb * 1000:.0f} ms (ratio {mo / mb:.2f})"
         )
+        res["echo_s"] = {"lanpool": mo, "srun": mt, "sbatch": mb}
         delays = sorted(await log_latency(s, 25))
+        res["log_latency_s"] = {"median": statistics.median(delays), "max": delays[-1]}
         print(
             f"log latency print -> controller: median {statistics.median(delays) * 1000:.0f} ms, max {delays[-1] * 1000:.0f} ms"
         )
         if gpt_rounds <= 0:
-            return
+            return res
         gpt_ours, gpt_theirs = [], []
         for i in range(gpt_rounds):  # alternating, which goes first too (load drifts within a round)
             if i % 2:
@@ -165,6 +169,8 @@ async def bench(agent, rounds: int, gpt_rounds: int, gpt_steps: int, data: Path)
             f"char-GPT 2 nodes, {gpt_steps} steps, median of {gpt_rounds}: lanpool-on-Slurm {so:.0f} samples/s, "
             f"srun by hand {st:.0f} samples/s (ratio {so / st:.3f}); wall {wo:.1f} s vs {wt:.1f} s"
         )
+        res["gpt"] = {"lanpool_sps": so, "srun_sps": st, "lanpool_wall_s": wo, "srun_wall_s": wt}
+    return res
 
 
 def main() -> None:
@@ -187,9 +193,29 @@ def main() -> None:
             extra_env={"SLURM_CONF": CONF},
         )
         try:
-            asyncio.run(bench(agent, args.rounds, args.gpt_rounds, args.gpt_steps, data))
+            res = asyncio.run(bench(agent, args.rounds, args.gpt_rounds, args.gpt_steps, data))
         finally:
             agent.stop()
+
+    from bench_results import pick, record, row  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
+
+    rounds, gpt = f"median of {args.rounds}", f"2 nodes, {args.gpt_steps} steps, median of {args.gpt_rounds}"
+    record(
+        "bench-slurm",
+        [
+            row(f"`echo` through lanpool-on-Slurm vs `srun` ({rounds})", pick(res, "echo_s.lanpool"),
+                pick(res, "echo_s.srun"), unit="s"),
+            row(f"`echo` through lanpool-on-Slurm vs `sbatch` + `squeue` polled by hand ({rounds})",
+                pick(res, "echo_s.lanpool"), pick(res, "echo_s.sbatch"), unit="s"),
+            row("log latency, print -> controller (median of 25)", pick(res, "log_latency_s.median"),
+                unit="s"),
+            row("log latency, print -> controller (max of 25)", pick(res, "log_latency_s.max"), unit="s"),
+            row(f"char-GPT DDP samples/s through lanpool-on-Slurm vs `srun -N2` by hand ({gpt})",
+                pick(res, "gpt.lanpool_sps"), pick(res, "gpt.srun_sps"), target=">= 0.97", unit="samples/s"),
+            row(f"char-GPT DDP wall time, lanpool-on-Slurm vs `srun -N2` by hand ({gpt})",
+                pick(res, "gpt.lanpool_wall_s"), pick(res, "gpt.srun_wall_s"), unit="s"),
+        ],
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -80,6 +80,15 @@ workflows:
     [job] = latest["jobs"]
     assert job["status"] == "FAILED", job
     assert took < 90, took  # node 0's sleep was ended, not waited out
+    # One node to the controller, but its 2 Slurm nodes are what status and logs --node speak of
+    assert job["slurm_nodes"] == 2, job
+    assert "slurm-runner (2 nodes, slurm)" in cli("headless", "status", check=True).stdout
+    one = cli("headless", "logs", job["job"], "--node", "1", check=True).stdout
+    assert "[node 1] up 1" in one and "[node 1] node 1 fails" in one and "[node 0]" not in one, one
+    zero = cli("headless", "logs", job["job"], "--node", "0", "--tail", "9", check=True)
+    assert "[node 0] up 0" in zero.stdout and "[node 1]" not in zero.stdout + zero.stderr, (zero.stdout, zero.stderr)
+    bad = cli("headless", "logs", job["job"], "--node", "2")
+    assert bad.returncode != 0 and "--node takes 0 to 1, not 2" in bad.stderr and "Traceback" not in bad.stderr
 
 
 def test_a_slurm_runner_too_small_for_the_nodes_is_not_chosen(paired, cli, tmp_path):
@@ -95,3 +104,22 @@ workflows:
     res = cli("headless", "run", "big", cwd=project, timeout=60)
     assert res.returncode != 0 and "never" not in res.stdout
     assert "needs 3 runners" in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
+def test_a_runner_named_by_address_takes_a_multi_node_job_as_a_known_name_does(slurm_agent, cli, tmp_path):
+    project = _project(
+        tmp_path,
+        """
+workflows:
+  - name: two
+    nodes: 2
+    commands: ['echo "hello from $NODE_RANK"']
+""",
+    )
+    res = cli("headless", "run", "two", "--runner", slurm_agent.address, cwd=project, timeout=120)
+    assert res.returncode == 0, (res.stdout[-2000:], res.stderr[-2000:])
+    assert "its 2 nodes run as one Slurm job on runner slurm-runner" in res.stderr, res.stderr
+    assert "[node 0] hello from 0" in res.stdout and "[node 1] hello from 1" in res.stdout, res.stdout
+    [latest] = json.loads(cli("headless", "status", "--json", check=True).stdout)
+    [job] = latest["jobs"]
+    assert job["runner"] == "slurm-runner" and job["slurm_nodes"] == 2, job

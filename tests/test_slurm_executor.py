@@ -318,3 +318,4 @@ def test_the_agent_reports_the_clusters_partitions_nodes_and_gpus(slurm_agent):
     res = asyncio.run(hello())
     assert res["executor"] == "slurm" and res["slurm_nodes"] == 2 and res["gpus"] == 4, res
     assert res["cpus"] == 4 and res["slurm_partitions"].startswith("debug:"), res
+    assert res["slurm_default_partition"] == "debug", res  # sinfo's "debug*"

@@ -35,3 +35,25 @@ def test_only_a_usable_slurm_runner_is_chosen_and_a_pin_is_kept():
     assert slurm_runner([lan, ok], {}, 2, None) is ok
     assert slurm_runner([lan, ok], {}, 2, "lan") is None
     assert slurm_runner([lan, ok], {}, 2, "hpc") is ok
+
+
+def test_a_job_naming_no_partition_is_placed_by_the_default_partition_only():
+    # 8 nodes in "gpu", 2 in the default "debug": a 4-node job naming none goes where sbatch would put it
+    default_debug = {**SLURM, "slurm_default_partition": "debug"}
+    assert fits(default_debug, {}, 2) and not fits(default_debug, {}, 4)
+    assert fits(default_debug, {"slurm_partition": "gpu"}, 4)  # named: that one, whatever the default
+    assert slurm_runner([_view("hpc", default_debug)], {}, 4, None) is None
+    assert fits({**SLURM, "slurm_default_partition": "gpu"}, {}, 8)
+    # a default that is not among the partitions (a --partition sinfo does not list) fits nothing
+    assert not fits({**SLURM, "slurm_default_partition": "gone"}, {}, 1)
+    assert fits(SLURM, {}, 8)  # a runner that reports no default: any partition
+
+
+def test_the_runner_chosen_has_the_most_idle_nodes_in_a_partition_the_job_can_use():
+    # "a" has 7 idle nodes, but in a partition the job cannot use (its default is "small")
+    a = _view(
+        "a",
+        {"executor": "slurm", "slurm_partitions": "small:0/2n:0/0g,big:7/8n:0/0g", "slurm_default_partition": "small"},
+    )
+    b = _view("b", {"executor": "slurm", "slurm_partitions": "debug:2/2n:0/0g", "slurm_default_partition": "debug"})
+    assert slurm_runner([a, b], {}, 2, None) is b

@@ -191,3 +191,34 @@ def test_an_unusable_slurm_conf_stops_the_agent_with_one_line(tmp_path, controll
     assert "Traceback" not in err and len(err.splitlines()) == 1, err
     assert "sinfo" in err and "SLURM_CONF" in err, err
     assert took < 20, took
+
+
+def test_a_job_still_pending_in_slurm_when_readopted_shows_queued_then_runs(tmp_path, controller_home, slurm_cluster):
+    blocker = subprocess.run(
+        ["sbatch", "--parsable", "-N", "2", "--exclusive", f"--output={tmp_path}/blocker.out", "--wrap", "sleep 120"],
+        capture_output=True,
+        text=True,
+        env=_ENV,
+        check=True,
+    ).stdout.strip()
+    agent = _start(tmp_path, controller_home, slurm_cluster)
+    try:
+        submit(agent, "q1", ["echo ran-after-all"])
+        wait_until(lambda: status(agent, "q1").state == JobState.QUEUED, what="QUEUED before the restart")
+        _kill(agent)
+        agent = _start(tmp_path, controller_home, slurm_cluster)
+        queued = wait_until(
+            lambda: (s := status(agent, "q1")).state == JobState.QUEUED and s.reason and s,
+            what="QUEUED with Slurm's reason after the restart",
+        )
+        assert queued.reason.startswith("Slurm: "), queued
+        time.sleep(1.5)  # polled again meanwhile: still pending, still QUEUED (not RUNNING)
+        assert status(agent, "q1").state == JobState.QUEUED
+        subprocess.run(["scancel", blocker], env=_ENV, check=True)
+        wait_until(lambda: status(agent, "q1").state != JobState.QUEUED, what="no longer QUEUED once Slurm runs it")
+        chunks, final = follow(agent, "q1")
+    finally:
+        subprocess.run(["scancel", blocker], env=_ENV, check=False)
+        agent.stop()
+        _squeue_cancel_ours(tmp_path)
+    assert final.state == JobState.DONE and lines(chunks, "out") == ["ran-after-all"], (final, lines(chunks, "sys"))

@@ -56,6 +56,8 @@ class Adoption:
     started: bool  # False: the agent stopped while the job was still starting
     # Bytes of each stream ("out", "err") already spooled: output resumes after them.
     delivered: Mapping[str, int] = field(default_factory=dict)
+    # As Launch.on_pending: a job re-adopted while its executor's queue (Slurm's) still holds it.
+    on_pending: Callable[[str], None] | None = None
 
 
 @dataclass(frozen=True)

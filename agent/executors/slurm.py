@@ -136,7 +136,7 @@ class SlurmExecutor:
                 raise ExecutorError("the agent restarted before the job was submitted to Slurm")
             await asyncio.to_thread((slurm_dir / ID_FILE).write_text, slurm_id + "\n")
             sink("sys", f"lanpool: Slurm job {slurm_id} found by its name after a restart\n".encode())
-        return SlurmExecution(slurm_id, slurm_dir, sink, dict(job.delivered))
+        return SlurmExecution(slurm_id, slurm_dir, sink, dict(job.delivered), on_pending=job.on_pending)
 
     async def remove_leftovers(self, active: set[str]) -> list[str]:
         """Slurm jobs of this agent's jobs that are not running here any more (lost, or ended

@@ -147,8 +147,9 @@ async def cancel(slurm_id: str, signal_name: str | None) -> None:
         log.warning("scancel %s: %s", slurm_id, last_line(err))
 
 
-async def cluster_resources() -> dict[str, int | str]:
-    """What the agent reports (Hello): the cluster's partitions, nodes and GPUs from sinfo."""
+async def cluster_resources(default_partition: str = "") -> dict[str, int | str]:
+    """What the agent reports (Hello): the cluster's partitions, nodes and GPUs from sinfo, and
+    the partition a job naming none goes to (the agent's --partition, else the cluster's default)."""
     try:
         rc, out, err = await run("sinfo", "-h", "-N", "-o", "%N|%P|%T|%c|%m|%G", timeout_s=SINFO_TIMEOUT_S)
     except ExecutorError as exc:
@@ -156,6 +157,7 @@ async def cluster_resources() -> dict[str, int | str]:
     if rc != 0:
         raise ExecutorError(f"sinfo: {last_line(err) or f'exit status {rc}'} (is SLURM_CONF right?)")
     nodes: dict[str, tuple[str, int, int, int]] = {}
+    default = ""  # sinfo marks the cluster's default partition with '*'
     partitions: dict[str, list[int]] = {}  # name: [nodes, idle nodes, gpus, gpus on idle nodes]
     for line in out.splitlines():
         parts = line.strip().split("|")
@@ -165,6 +167,8 @@ async def cluster_resources() -> dict[str, int | str]:
         gpus = sum(int(m.group(1)) for m in re.finditer(r"gpu(?::[^:,()]+)?:(\d+)", gres))
         nodes[name] = (state, _int(cpus), _int(memory), gpus)
         idle = state.rstrip("*~#") == "idle"
+        if partition.endswith("*"):
+            default = default or partition.rstrip("*")
         row = partitions.setdefault(partition.rstrip("*"), [0, 0, 0, 0])
         row[0] += 1
         row[1] += idle
@@ -179,6 +183,7 @@ async def cluster_resources() -> dict[str, int | str]:
         "slurm_nodes_idle": sum(1 for n in nodes.values() if n[0].rstrip("*~#") == "idle"),
         # partition:idle/total nodes:free/total GPUs, within Hello's bound on a value
         "slurm_partitions": summary[:250],
+        "slurm_default_partition": (default_partition or default)[:64],
     }
 
 

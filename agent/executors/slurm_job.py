@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from agent.executors.base import ExecutorError, Handle, Outcome, OutputSink
@@ -60,8 +61,18 @@ class _Tail:
 
 
 class SlurmExecution:
-    def __init__(self, slurm_id: str, slurm_dir: Path, sink: OutputSink, delivered: dict[str, int] | None = None):
+    def __init__(
+        self,
+        slurm_id: str,
+        slurm_dir: Path,
+        sink: OutputSink,
+        delivered: dict[str, int] | None = None,
+        on_pending: Callable[[str], None] | None = None,
+    ):
         self.slurm_id = slurm_id
+        # A re-adopted job may still be pending in Slurm: wait() says so (it shows QUEUED) until it runs.
+        self._on_pending = on_pending
+        self._pending = ""
         self.dir = slurm_dir
         self._sink = sink
         done = delivered or {}
@@ -91,6 +102,7 @@ class SlurmExecution:
                 next_state = now + STATE_POLL_S
                 state, reason = await job_state(self.slurm_id)
                 self.state = state
+                self._note_pending(f"Slurm: {reason}" if state == "PENDING" else "")
                 if (not state or state in _ENDED) and ended_at is None:
                     ended_at = now
                     log.info("Slurm job %s ended (%s, %s); waiting for its exit file", self.slurm_id, state, reason)
@@ -100,6 +112,11 @@ class SlurmExecution:
                 self._sink("sys", f"lanpool: {why}; counted as killed\n".encode())
                 return Outcome(128 + signal.SIGKILL, ended_by=_TIME_LIMIT if self.state == "TIMEOUT" else "")
             await asyncio.sleep(POLL_S)
+
+    def _note_pending(self, reason: str) -> None:
+        if reason != self._pending and self._on_pending is not None:
+            self._pending = reason
+            self._on_pending(reason)
 
     async def _time_limit_hit(self) -> str:
         """_TIME_LIMIT when Slurm's --time (the backstop past max_duration) ended the job, else "".

@@ -78,12 +78,21 @@ if [ "${{SLURM_JOB_NUM_NODES:-1}}" -gt 1 ]; then
   export MASTER_ADDR=$first LANPOOL_MASTER_ADDR=$first LANPOOL_NODES_IPS=$(echo $hosts | tr ' ' ,)
   export OMP_NUM_THREADS=${{OMP_NUM_THREADS:-1}}
   # "[node K] " before each line, as the controller tags a LAN gang's nodes. The taggers
-  # ignore TERM (a stop signals every process of the job): they end when the job closes its output.
+  # ignore TERM (a stop signals every process of the job): they end when the job closes its
+  # output. They are a pipeline the node script waits for: a failing node's last lines are
+  # written before srun (--kill-on-bad-exit) sees it end and kills the job's processes.
   tag() {{ trap '' TERM; exec sed -u "s/^/[node $NODE_RANK] /"; }}
-  exec > >(tag) 2> >(tag >&2)
 fi
 unset SLURM_NTASKS SLURM_NPROCS SLURM_NTASKS_PER_NODE SLURM_TASKS_PER_NODE SLURM_STEP_NUM_TASKS
 cd {shlex.quote(str(working_dir))} || exit 1
+if [ "${{SLURM_JOB_NUM_NODES:-1}}" -gt 1 ]; then
+  # A stop's TERM is the commands' to act on: this script (and the group) wait for them and
+  # their tagged output (a trap, not an ignore: the commands must not inherit it).
+  trap : TERM
+  set -o pipefail  # the commands' exit status, not the taggers'
+  {{ trap : TERM; bash {shlex.quote(str(commands_file))} 2>&1 1>&3 3>&- | tag >&2; }} 3>&1 | tag
+  exit
+fi
 exec bash {shlex.quote(str(commands_file))}
 """
 
