@@ -24,6 +24,7 @@ from agent.blobs import BlobCache
 from agent.dag import blocked, stage_dependencies
 from agent.executors import Executor, ExecutorChoice, ExecutorError
 from agent.gang_line import gang_line
+from agent.gang_token import forget_token, keep_token
 from agent.gpus import GpuAllocator, GpuError
 from agent.home import AgentHome
 from agent.job import Job, masked_env
@@ -172,6 +173,8 @@ class JobManager:
         # restart; its secrets stay in memory (job.request), the saved copy has *** for them.
         job.request = req
         save_request(job_dir, replace_files(req, env=masked_env(dict(req.env), req.masked)))
+        if req.gang is not None and req.gang.gang_rank:  # a member's token, for a restart (agent.gang_token)
+            keep_token(job_dir, req.gang.gang_token)
         self.jobs[req.job_id] = job
         record.save(job_dir)
         if note:
@@ -380,6 +383,8 @@ class JobManager:
         """The job's run ended (or never began): its record settled (agent.job_end), what it
         held freed, and the queue's next job started now."""
         settle(job, state, code, error)
+        if job.record.terminal:  # not a retry, which needs it again
+            forget_token(job.dir)
         self.gpus.release(job.record.job_id)
         if self.gang_held == job.record.job_id:
             self.gang_held = ""
