@@ -18,21 +18,23 @@ runners cannot keep blocking each other.
 
 While the gang runs, each member's connection to the coordinator stays open:
 a member ending FAILED or LOST is relayed to the others, which stop ("node K
-failed"); a member that loses the coordinator for LANPOOL_GANG_LOST_S (60) stops.
+failed"); a member that loses the coordinator tries to re-join it (backoff) for
+LANPOOL_GANG_LOST_S (60), then stops; node 0 likewise waits that long for a
+member whose connection dropped to come back before it counts that node lost.
 
 Trust: members reach node 0's agent over SSH with the host key the controller
 pinned (never trust on first use), as user `gang-<gang id>` with the token as
 password. Node 0 keeps only the token's sha256 (compared in constant time);
 such a connection may open only the `lanpool-gang` subsystem of its own gang:
-no submit, no logs, no files, no exec, no forwarding (agent.ssh_server). The
-token is kept in memory only on the members: a member whose agent restarted
-before its gang started fails and says to run the job again.
+no submit, no logs, no files, no exec, no forwarding (agent.ssh_server). A
+member keeps the token in its job's private dir (agent.gang_token), so one whose
+agent restarted before Go re-joins the barrier.
 """
 
 import asyncio
+import dataclasses
 import hashlib
 import hmac
-import json
 import logging
 import os
 import random
@@ -42,14 +44,17 @@ from typing import Any
 
 import asyncssh
 
+from agent.gang_channel import Lines, connect_node0, open_barrier, until_end
+from agent.gang_token import read_token
 from agent.job import Job
 from agent.job_env import free_port
+from agent.job_launch import read_request
 from agent.jobs import JobManager
-from protocol import ENCRYPTION_ALGS, GANG_SUBSYSTEM, GANG_USER_PREFIX, JobState
+from protocol import GangSpec, JobState
+from protocol.errors import ProtocolError
 
 log = logging.getLogger(__name__)
 
-_LINE_MAX = 1024  # one message of the gang channel: a few small JSON fields
 _FAILED = (JobState.FAILED, JobState.LOST)
 
 
@@ -64,35 +69,6 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest() if token else ""
 
 
-class _Lines:
-    """Newline-delimited JSON objects on an SSH channel, each at most _LINE_MAX bytes."""
-
-    def __init__(self, reader: "asyncssh.SSHReader[bytes]", writer: "asyncssh.SSHWriter[bytes]") -> None:
-        self._reader, self._writer, self._buf = reader, writer, b""
-
-    async def read(self) -> dict[str, Any] | None:
-        """The next message; None at the end of the channel or on anything malformed."""
-        while b"\n" not in self._buf:
-            if len(self._buf) > _LINE_MAX:
-                return None
-            data = await self._reader.read(_LINE_MAX)
-            if not data:
-                return None
-            self._buf += data
-        line, self._buf = self._buf.split(b"\n", 1)
-        try:
-            msg = json.loads(line)
-        except ValueError:
-            return None
-        return msg if isinstance(msg, dict) else None
-
-    def send(self, **msg: Any) -> None:
-        try:
-            self._writer.write(json.dumps(msg).encode() + b"\n")
-        except (OSError, asyncssh.Error, ConnectionError):
-            pass
-
-
 @dataclass
 class _Gang:
     """Node 0's view of one gang: which ranks are reserved, and their channels."""
@@ -100,7 +76,7 @@ class _Gang:
     gang_id: str
     size: int
     ready: set[int] = field(default_factory=set)
-    members: dict[int, _Lines] = field(default_factory=dict)
+    members: dict[int, Lines] = field(default_factory=dict)
     started: bool = False
     ended: bool = False
     timer: asyncio.TimerHandle | None = None
@@ -154,23 +130,29 @@ class GangHub:
 
     async def serve(self, process: "asyncssh.SSHServerProcess[bytes]", gang_id: str) -> None:
         """A member's channel to this coordinator: Ready(rank), then its end, until it closes."""
-        lines = _Lines(process.stdin, process.stdout)
+        lines = Lines(process.stdin, process.stdout)
         leader = self._leader(gang_id)
-        msg = await lines.read()
-        rank = msg.get("ready") if msg else None
+        hello = await lines.read() or {}
+        rank, back = hello.get("ready"), hello.get("running")  # Running: a started member re-joins
+        rank = back if rank is None else rank
         if leader is None or not isinstance(rank, int) or not 0 < rank < leader.record.gang_size:
             log.warning("gang %s: a member sent no valid Ready: closing", gang_id)
             process.exit(1)
             return
         gang = self._gang(leader)
-        if rank in gang.members or gang.started:
+        if back is None and (rank in gang.members or gang.started):
             log.warning("gang %s: rank %d is already here (or the gang started): closing", gang_id, rank)
             process.exit(1)
             return
+        if back is not None and not self._rejoined(gang, leader):
+            log.warning("gang %s: rank %d re-joins a gang that has not started: closing", gang_id, rank)
+            process.exit(1)
+            return
         gang.members[rank] = lines
-        gang.ready.add(rank)
-        self._arm(gang)
-        self._check(gang, leader)
+        if back is None:
+            gang.ready.add(rank)
+            self._arm(gang)
+            self._check(gang, leader)
         said_end = False
         try:
             while (msg := await lines.read()) is not None:
@@ -181,13 +163,26 @@ class GangHub:
         except (OSError, asyncssh.Error, ConnectionError):
             pass
         finally:
-            gang.members.pop(rank, None)
-            gang.ready.discard(rank)
+            if gang.members.get(rank) is lines:  # not a newer channel of the same rank
+                gang.members.pop(rank)
+                gang.ready.discard(rank)
             process.exit(0)
-        if gang.started and not said_end and not leader.record.terminal:  # its agent went: LOST, unless back soon
-            await asyncio.wait([asyncio.ensure_future(leader.wait_terminal())], timeout=self.lost_s)
-            if not leader.record.terminal:
+        if gang.started and not said_end and rank not in gang.members:  # LOST, unless back soon
+            deadline = time.monotonic() + self.lost_s
+            while not leader.record.terminal and rank not in gang.members and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+            if not leader.record.terminal and rank not in gang.members:
                 self._fail(gang, leader, rank, "was lost")
+
+    def _rejoined(self, gang: _Gang, leader: Job) -> bool:
+        """Whether a started member may re-join: node 0 runs (after this agent's restart its
+        gang is new here: it is started now, and node 0's end relayed again)."""
+        if self.manager.is_reserved(leader) or leader.record.state == JobState.QUEUED:
+            return False
+        if not gang.started:
+            gang.started = True
+            self._spawn(self._watch_leader(gang, leader))
+        return True
 
     def _arm(self, gang: _Gang) -> None:
         if gang.timer is None and not gang.started:
@@ -253,16 +248,16 @@ class GangHub:
 
     async def _member(self, job: Job) -> None:
         """Member k: Ready to the coordinator, Go (or a release), then its job's end both ways."""
-        rec, req = job.record, job.request
-        spec = req.gang if req is not None else None
-        if spec is None or not spec.gang_token:
-            self.manager.fail_reserved(job, "its gang token is not kept across an agent restart: run the job again")
+        rec = job.record
+        spec = _spec(job)
+        if spec is None:
+            self.manager.fail_reserved(job, "its gang token is missing on this runner: run the job again")
             return
         deadline = time.monotonic() + self.reserve_s
         conn = None
         while conn is None:
             try:
-                conn = await _connect(spec.coordinator, spec.host_key, rec.gang_id, spec.gang_token)
+                conn = await connect_node0(spec.coordinator, spec.host_key, rec.gang_id, spec.gang_token)
             except (OSError, asyncssh.Error, ValueError) as exc:
                 if not self.manager.is_reserved(job):
                     return
@@ -273,7 +268,7 @@ class GangHub:
                 await asyncio.sleep(1.0)
         try:
             async with conn:
-                await self._meet(job, conn)
+                await self._meet(job, conn, spec)
         except (OSError, asyncssh.Error, ConnectionError) as exc:
             job.system_line(f"lanpool: lost node 0's agent at {spec.coordinator}: {exc}")
             if self.manager.is_reserved(job):
@@ -281,13 +276,11 @@ class GangHub:
             elif not job.record.terminal:
                 _stop(self.manager, job, "lost node 0's agent")
 
-    async def _meet(self, job: Job, conn: asyncssh.SSHClientConnection) -> None:
+    async def _meet(self, job: Job, conn: asyncssh.SSHClientConnection, spec: GangSpec) -> None:
         """Ready, then Go (its job starts) or a release (it goes back in line), then the run."""
         rec = job.record
-        process = await conn.create_process(subsystem=GANG_SUBSYSTEM, encoding=None)
-        lines = _Lines(process.stdout, process.stdin)
-        lines.send(ready=rec.gang_rank)
-        msg = await _until_end(lines.read(), job)
+        lines = await open_barrier(conn, ready=rec.gang_rank)
+        msg = await until_end(lines.read(), job)
         if job.record.terminal:
             return
         if msg is None or "go" not in msg or not isinstance(msg["go"], int) or not 0 < msg["go"] < 65536:
@@ -296,61 +289,63 @@ class GangHub:
             self.manager.unreserve(job, wait)
             return
         self.manager.start_reserved(job, msg["go"])
-        await self._run_member(job, lines)
+        await self._run_member(job, lines, spec)
 
-    async def _run_member(self, job: Job, lines: _Lines) -> None:
-        while True:
-            msg = await _until_end(lines.read(), job)
-            if job.record.terminal:
-                lines.send(end=job.record.state)
-                return
-            if msg is None:  # the coordinator is gone: its end may be relayed to nobody, so stop in time
-                job.system_line(f"lanpool: lost node 0's agent; stopping in {self.lost_s:.0f}s")
-                await asyncio.wait([asyncio.ensure_future(job.wait_terminal())], timeout=self.lost_s)
-                _stop(self.manager, job, "lost node 0's agent")
-                return
-            if isinstance(msg.get("stop"), str):
-                _stop(self.manager, job, msg["stop"][:200])
+    async def _run_member(self, job: Job, lines: Lines, spec: GangSpec) -> None:
+        again: list[asyncssh.SSHClientConnection] = []  # connections of re-joins, closed at the end
+        try:
+            while True:
+                msg = await until_end(lines.read(), job)
+                if job.record.terminal:
+                    lines.send(end=job.record.state)
+                    return
+                if msg is None:  # the coordinator is gone: its end may be relayed to nobody, so stop in time
+                    joined = await self._rejoin(job, spec)
+                    if joined is None:
+                        _stop(self.manager, job, "lost node 0's agent")
+                        return
+                    again.append(joined[0])
+                    lines = joined[1]
+                elif isinstance(msg.get("stop"), str):
+                    _stop(self.manager, job, msg["stop"][:200])
+        finally:
+            for conn in again:
+                conn.close()
 
-
-async def _until_end(read: Any, job: Job) -> dict[str, Any] | None:
-    """The next message, or None once the job ended first (the read is abandoned)."""
-    reading = asyncio.ensure_future(read)
-    ending = asyncio.ensure_future(job.wait_terminal())
-    try:
-        await asyncio.wait([reading, ending], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        ending.cancel()
-    if not reading.done():
-        reading.cancel()
+    async def _rejoin(self, job: Job, spec: GangSpec) -> tuple[asyncssh.SSHClientConnection, Lines] | None:
+        """Node 0's agent again (it may be restarting), with a growing pause, for at most LANPOOL_GANG_LOST_S."""
+        job.system_line(f"lanpool: lost node 0's agent; trying to re-join it for {self.lost_s:.0f}s")
+        deadline, pause = time.monotonic() + self.lost_s, 0.5
+        while not job.record.terminal and time.monotonic() < deadline:
+            conn = None
+            try:
+                conn = await connect_node0(spec.coordinator, spec.host_key, spec.gang_id, spec.gang_token)
+                lines = await open_barrier(conn, running=job.record.gang_rank)
+                job.system_line("lanpool: re-joined node 0's agent")
+                return conn, lines
+            except (OSError, asyncssh.Error, ValueError) as exc:
+                log.info("gang %s: node 0 not back yet: %s", spec.gang_id, exc)
+                if conn is not None:
+                    conn.close()
+            await asyncio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+            pause = min(pause * 2, 5.0)
         return None
+
+
+def _spec(job: Job) -> GangSpec | None:
+    """The member's gang spec with its token: from memory, or after a restart from the job's dir."""
+    if job.request is not None and job.request.gang is not None:
+        return job.request.gang
     try:
-        result: dict[str, Any] | None = reading.result()
-        return result
-    except (OSError, asyncssh.Error, ConnectionError):
+        saved = read_request(job.dir).gang
+    except (OSError, ValueError, ProtocolError) as exc:
+        log.warning("job %s: cannot read its request back: %s", job.record.job_id, exc)
         return None
+    token = read_token(job.dir)
+    return dataclasses.replace(saved, gang_token=token) if saved is not None and token else None
 
 
 def _stop(manager: JobManager, job: Job, reason: str) -> None:
     if not job.record.terminal:
         job.system_line(f"lanpool: stopping: {reason}")
         manager.stop(job.record.job_id, abort=False, grace_s=None)
-
-
-async def _connect(coordinator: str, host_key: str, gang_id: str, token: str) -> asyncssh.SSHClientConnection:
-    """Node 0's agent, whose host key must be the one the controller pinned (never trusted on first use)."""
-    host, _, port = coordinator.rpartition(":")
-    key = asyncssh.import_public_key(host_key)
-    return await asyncssh.connect(
-        host.strip("[]"),
-        int(port),
-        username=GANG_USER_PREFIX + gang_id,
-        password=token,
-        known_hosts=([key], [], []),
-        client_keys=None,
-        agent_path=None,
-        preferred_auth="password",
-        encryption_algs=ENCRYPTION_ALGS,
-        config=None,
-        connect_timeout=10,
-    )

@@ -5,7 +5,7 @@ leaves its jobs running and comes back to their spooled logs. Jobs whose
 executor outlives the agent (containers) also survive a restart: the next
 start re-adopts them (`load_journal`).
 
-The request is checked in agent.job_request, the workspace staged in
+The request is checked in agent.job_admission, the workspace staged in
 agent.staging, the environment built in agent.job_env, the journal read back in
 agent.recovery; a started job is watched to its end in agent.job_supervision and
 its end written in agent.job_end. This module holds the jobs themselves: their
@@ -21,28 +21,26 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from agent.blobs import BlobCache
-from agent.dag import blocked, check_after, key_hash, stage_dependencies
+from agent.dag import blocked, stage_dependencies
 from agent.executors import Executor, ExecutorChoice, ExecutorError
 from agent.gang_line import gang_line
+from agent.gang_token import forget_token, keep_token
 from agent.gpus import GpuAllocator, GpuError
 from agent.home import AgentHome
 from agent.job import Job, masked_env
+from agent.job_admission import admit
 from agent.job_end import settle
 from agent.job_env import free_port
 from agent.job_launch import launch_of, read_request, save_request
-from agent.job_limits import check_limits
-from agent.job_request import JobError, check_job_id, check_request, parse_resources
+from agent.job_request import JobError
 from agent.job_supervision import Supervisor
-from agent.journal import JobRecord
 from agent.queue import (
     Amount,
     Waiting,
     capacity_of,
-    gang_fields,
     holds,
     in_use,
     need_of,
-    never_fits,
     plan,
     replace_files,
 )
@@ -165,56 +163,18 @@ class JobManager:
         return job
 
     async def submit(self, req: SubmitJob) -> Job:
-        check_job_id(req.job_id)
-        if req.job_id in self.jobs:
-            raise JobError(ErrorCode.JOB_EXISTS, f"job {req.job_id!r} already exists on this runner")
-        check_request(req)
-        check_limits(req)
-        check_after(req, self.jobs)
-        gang = gang_fields(req)
-        try:
-            executor, note = self.executors.choose(req.image, req.executor, req.python)
-        except ExecutorError as exc:
-            raise JobError(ErrorCode.BAD_REQUEST, str(exc)) from None
-        resources = parse_resources(req.resources)
-        need = Amount(resources.cpu or 0.0, resources.memory_mb or 0, resources.gpu or 0)
-        problem = never_fits(need, self.capacity)
-        if problem:
-            raise JobError(ErrorCode.BAD_REQUEST, problem)
+        record, executor, note = admit(req, self.jobs, self.executors, self.capacity)
         job_dir = self.home.job_dir(req.job_id)
         workspace = job_dir / "workspace"
         workspace.mkdir(parents=True)
-        record = JobRecord(
-            job_id=req.job_id,
-            run_name=req.run_name,
-            workflow=req.workflow,
-            commands=list(req.commands),
-            env=masked_env(dict(req.env), req.masked),  # the real values only in memory and the job's env
-            artifacts=list(req.artifacts),
-            working_dir=req.working_dir,
-            submitted_at=time.time(),
-            state=JobState.QUEUED,
-            executor=executor.name,
-            image=req.image if executor.in_container else "",
-            cpus=resources.cpu or 0.0,
-            memory_mb=resources.memory_mb or 0,
-            ports=sorted(set(req.ports)),
-            gpu_count=resources.gpu or 0,
-            queued_seq=1 + max((j.record.queued_seq for j in self.jobs.values()), default=0),
-            max_duration_s=req.max_duration_s,
-            retry_on=list(req.retry_on),
-            retry_limit=req.retry_limit,
-            retry_delay_s=req.retry_delay_s,
-            after=list(req.after),
-            run_key_hash=key_hash(req.run_key),
-            **gang,
-        )
         job = Job(record, job_dir, LogSpool(job_dir / "log.spool"), executor=executor)
         job.masks = [m.encode() for m in req.masked]
         # The request (its files are staged below) is what starts the job later, maybe after a
         # restart; its secrets stay in memory (job.request), the saved copy has *** for them.
         job.request = req
         save_request(job_dir, replace_files(req, env=masked_env(dict(req.env), req.masked)))
+        if req.gang is not None and req.gang.gang_rank:  # a member's token, for a restart (agent.gang_token)
+            keep_token(job_dir, req.gang.gang_token)
         self.jobs[req.job_id] = job
         record.save(job_dir)
         if note:
@@ -423,6 +383,8 @@ class JobManager:
         """The job's run ended (or never began): its record settled (agent.job_end), what it
         held freed, and the queue's next job started now."""
         settle(job, state, code, error)
+        if job.record.terminal:  # not a retry, which needs it again
+            forget_token(job.dir)
         self.gpus.release(job.record.job_id)
         if self.gang_held == job.record.job_id:
             self.gang_held = ""

@@ -1,7 +1,8 @@
 """The runner's queue: `run -d`-like submit latency, hand-over latency (first job ends ->
 second starts), the agent's CPU and memory with N queued jobs, and `run -d` of a
-3-step DAG to the prompt (the real CLI; a 1-job `run -d` alternated with it as the
-baseline, so the machine's load weighs on both). Loopback only.
+3-step DAG and of a 2-node gang to the prompt (the real CLI; a 1-job `run -d`
+alternated with each as the baseline, so the machine's load weighs on both alike).
+Loopback only. Figures go to docs/bench/bench-queue.json (scripts/bench-report).
     scripts/bench-queue [--jobs N] [--dag-rounds R]"""
 
 import argparse
@@ -35,6 +36,14 @@ workflows:
     depends-on: [two]
     commands: ["cat two.txt"]
 """
+GANG = """
+workflows:
+  - name: pair
+    nodes: 2
+    commands: ["echo rank $NODE_RANK"]
+  - name: solo
+    commands: ["echo solo"]
+"""
 
 
 def _proc(pid: int) -> tuple[float, int]:
@@ -49,18 +58,20 @@ def _proc(pid: int) -> tuple[float, int]:
     return cpu, rss
 
 
-async def bench(agent, n: int) -> None:
+async def bench(agent, n: int) -> dict:
     key = load_or_create_client_key(ControllerHome.default().key)
     async with await RunnerSession.open(agent.host, agent.port, key, None) as s:
         job = lambda i, cmd: SubmitJob(f"j{i}", "r", "w", [cmd], resources={"cpu": 1})  # noqa: E731
         t0 = time.perf_counter()
         await s.submit(job(0, "sleep 1"))
         await s.submit(job(1, "true"))
-        print(f"submit (accepted, queued): {1000 * (time.perf_counter() - t0) / 2:.1f} ms each")
+        submit_ms = 1000 * (time.perf_counter() - t0) / 2
+        print(f"submit (accepted, queued): {submit_ms:.1f} ms each")
         while (second := await s.status("j1")).state != "DONE":
             await asyncio.sleep(0.05)
         first = await s.status("j0")
-        print(f"hand-over latency: {1000 * (second.started_at - first.finished_at):.0f} ms")
+        handover_ms = 1000 * (second.started_at - first.finished_at)
+        print(f"hand-over latency: {handover_ms:.0f} ms")
         await s.submit(job(2, "sleep 600"))
         cpu0, rss0 = _proc(agent.proc.pid)
         t0 = time.perf_counter()
@@ -76,10 +87,18 @@ async def bench(agent, n: int) -> None:
         )
         last = await s.status(f"j{2 + n}")
         print(f"last job: {last.state}, position {last.position}: {last.reason}")
+    return {
+        "submit_ms": round(submit_ms, 1),
+        "handover_ms": round(handover_ms),
+        "queued_each_ms": round(1000 * took / n, 1),
+        "rss_mb": (round(rss0 / 1024), round(rss1 / 1024)),
+        "idle_cpu_pct": round((cpu2 - cpu1) / 5 * 100, 1),
+    }
 
 
-def bench_dag(agent, home: Path, project: Path, rounds: int) -> None:
-    """Seconds from `run -d` to the prompt: a 3-step DAG (no step reusable: --no-cache) and one job."""
+def _prompt(agents: list, home: Path, project: Path, rounds: int, it: str, baseline: str) -> tuple[float, float]:
+    """Median seconds from `run -d` to the prompt of workflow `it` and of `baseline` (one job),
+    alternated, so the machine's load weighs on both alike (no step reusable: --no-cache)."""
     env = lanpool_env(home)
 
     def app(*args: str) -> float:
@@ -87,14 +106,16 @@ def bench_dag(agent, home: Path, project: Path, rounds: int) -> None:
         subprocess.run([*APP_MODULE, *args], cwd=project, env=env, check=True, capture_output=True, timeout=120)
         return time.perf_counter() - t0
 
-    app("headless", "runners", "add", agent.address)
-    dag: list[float] = []
+    for agent in agents:
+        app("headless", "runners", "add", agent.address)
+    measured: list[float] = []
     single: list[float] = []
-    for _ in range(rounds):  # alternated, so the machine's load weighs on both alike
-        dag.append(app("headless", "run", "three", "-d", "--no-cache"))
-        single.append(app("headless", "run", "one", "-d", "--no-cache"))
-    d, o = statistics.median(dag), statistics.median(single)
-    print(f"run -d to the prompt, median of {rounds}: 3-step DAG {d:.2f}s, one job {o:.2f}s (ratio {d / o:.2f})")
+    for _ in range(rounds):
+        measured.append(app("headless", "run", it, "-d", "--no-cache"))
+        single.append(app("headless", "run", baseline, "-d", "--no-cache"))
+    m, o = statistics.median(measured), statistics.median(single)
+    print(f"run -d to the prompt, median of {rounds}: {it} {m:.2f}s, one job {o:.2f}s (ratio {m / o:.2f})")
+    return m, o
 
 
 def main() -> None:
@@ -102,20 +123,44 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=1000)
     ap.add_argument("--dag-rounds", type=int, default=5)
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        os.environ["LANPOOL_HOME"] = str(Path(tmp) / "controller")
-        agent = start_agent(
-            Path(tmp) / "agent", Path(tmp) / "controller", extra_env={"LANPOOL_FAKE_CPUS": "1"}, verbose=False
-        )
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        os.environ["LANPOOL_HOME"] = str(tmp / "controller")
+        agent = start_agent(tmp / "agent", tmp / "controller", extra_env={"LANPOOL_FAKE_CPUS": "1"}, verbose=False)
         try:
-            asyncio.run(bench(agent, args.jobs))
+            queue = asyncio.run(bench(agent, args.jobs))
         finally:
             agent.stop()
-        agent = start_agent(Path(tmp) / "agent2", Path(tmp) / "controller", verbose=False)
+        agent = start_agent(tmp / "agent2", tmp / "controller", verbose=False)
         try:
-            bench_dag(agent, Path(tmp) / "controller", write_project(Path(tmp) / "project", DAG), args.dag_rounds)
+            dag = _prompt([agent], tmp / "controller", write_project(tmp / "dag", DAG), args.dag_rounds, "three", "one")
         finally:
             agent.stop()
+        home = tmp / "gang-controller"
+        os.environ["LANPOOL_HOME"] = str(home)
+        agents = [start_agent(tmp / f"node{k}", home, name=f"node-{k}", verbose=False) for k in range(2)]
+        try:
+            gang = _prompt(agents, home, write_project(tmp / "gang", GANG), args.dag_rounds, "pair", "solo")
+        finally:
+            for agent in agents:
+                agent.stop()
+
+    from bench_results import record, row  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
+
+    rss0, rss1 = queue["rss_mb"]
+    record(
+        "bench-queue",
+        [
+            row("submit to a runner's queue", queue["submit_ms"], target="< 500 ms", unit="ms"),
+            row("hand-over (room frees -> next job starts)", queue["handover_ms"], target="< 1000 ms", unit="ms"),
+            row(f"{args.jobs:,} queued jobs, submit each", queue["queued_each_ms"], unit="ms"),
+            row(f"agent RSS with {args.jobs:,} queued jobs (before: baseline)", rss1, rss0, unit="MB"),
+            row(f"agent idle CPU with {args.jobs:,} queued jobs", queue["idle_cpu_pct"], unit="%"),
+            row("`run -d` of a 3-step DAG to the prompt, vs one job", round(dag[0], 2), round(dag[1], 2), unit="s"),
+            row("`run -d` of a 2-node gang to the prompt, vs one job", round(gang[0], 2), round(gang[1], 2), unit="s"),
+            row("`run -d` of a 2-node gang to the prompt", round(gang[0], 2), target="< 0.5 s", unit="s"),
+        ],
+    )
 
 
 if __name__ == "__main__":

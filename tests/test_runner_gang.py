@@ -14,7 +14,7 @@ import pytest
 
 from protocol import GANG_SUBSYSTEM, GANG_USER_PREFIX, SUBSYSTEM, GangSpec, SubmitJob
 from tests.harness import start_agent
-from tests.test_runner_queue import ALL_CPUS, _log, _session, _wait_state
+from tests.test_runner_queue import ALL_CPUS, _log, _session, _status, _wait_state
 
 TOKEN = "t" * 32
 GANG_ENV = {**ALL_CPUS, "LANPOOL_GANG_RESERVE_S": "3", "LANPOOL_GANG_LOST_S": "3"}
@@ -226,3 +226,123 @@ def test_a_gang_spec_out_of_bounds_is_refused_at_submit(runners):
                     await s.submit(bad(**change))
 
     asyncio.run(go())
+
+
+def test_a_member_whose_agent_restarts_before_go_rejoins_and_the_gang_starts_together(tmp_path, controller_home):
+    """Its token is kept in the job's private dir (0600), never in request.json, the journal or
+    a log, so the restarted member re-joins node 0's barrier; the token goes when the job ends."""
+    r0 = start_agent(tmp_path / "agent0", controller_home, name="r0", extra_env=GANG_ENV)
+    data1 = tmp_path / "agent1"
+    r1 = start_agent(data1, controller_home, name="r1", extra_env=GANG_ENV)
+    token = "k" * 40
+    try:
+
+        async def submit():
+            await _submit(r0, SubmitJob("busy", "r", "w", ["sleep 8"], resources={"cpu": 2}))
+            await _submit(r0, _member(r0, "gr", 0, 'echo "port=$MASTER_PORT"', 1.0, token=token))
+            second = await _submit(r1, _member(r0, "gr", 1, 'echo "port=$MASTER_PORT"', 1.0, token=token))
+            assert second.state == "QUEUED" and second.started_at is None, second.state
+
+        asyncio.run(submit())
+        kept = data1 / "jobs" / "gr-1" / "gang.token"
+        assert kept.read_text() == token and kept.stat().st_mode & 0o777 == 0o600
+        on_disk = [p for p in data1.rglob("*") if p.is_file() and p != kept and token.encode() in p.read_bytes()]
+        assert not on_disk, on_disk
+        r1.stop()
+        r1 = start_agent(data1, controller_home, name="r1", extra_env=GANG_ENV)
+
+        async def after_restart():
+            busy, _ = await _end(r0, "busy")
+            (s0, log0), (s1, log1) = await _end(r0, "gr-0", 90), await _end(r1, "gr-1", 90)
+            assert s0.state == s1.state == "DONE", (s0.error, s1.error, log1)
+            assert min(s0.started_at, s1.started_at) >= busy.finished_at - 0.5
+            assert abs(s0.started_at - s1.started_at) < 3, (s0.started_at, s1.started_at)
+            assert log0.split("port=")[1].split()[0] == log1.split("port=")[1].split()[0], (log0, log1)
+
+        asyncio.run(after_restart())
+        assert not kept.exists()
+        assert token not in r1.log_tail(200000) and token not in r0.log_tail(200000)
+    finally:
+        r0.stop()
+        r1.stop()
+
+
+def test_a_running_member_rejoins_node0_whose_agent_restarted(tmp_path, controller_home, docker_client, busybox_image):
+    """Node 0 runs in a container, which outlives its agent: the running member loses node 0's
+    agent, tries again with backoff, re-joins the restarted one, and both nodes finish."""
+    from tests.docker_harness import remove_agent_containers
+
+    env = {**GANG_ENV, "LANPOOL_GANG_LOST_S": "30"}
+    data0 = tmp_path / "agent0"
+    r0 = start_agent(data0, controller_home, name="r0", extra_env=env, extra_args=("--executor", "docker"))
+    r1 = start_agent(tmp_path / "agent1", controller_home, name="r1", extra_env=env)
+    try:
+
+        async def submit():
+            node0 = dataclasses.replace(_member(r0, "gj", 0, "sleep 12; echo node0 done", 1.0), image=busybox_image)
+            await _submit(r0, node0)
+            await _submit(r1, _member(r0, "gj", 1, "sleep 12; echo node1 done", 1.0))
+            async with await _session(r1) as s:
+                await _wait_state(s, "gj-1", {"RUNNING"}, 30)
+
+        asyncio.run(submit())
+        port = r0.port
+        r0.stop()
+        r0 = start_agent(
+            data0, controller_home, name="r0", port=port, extra_env=env, extra_args=("--executor", "docker")
+        )
+
+        async def after_restart():
+            (s1, log1), (s0, log0) = await _end(r1, "gj-1", 60), await _end(r0, "gj-0", 60)
+            assert s0.state == s1.state == "DONE", (s0.error, s1.error, log1)
+            assert "re-joined node 0's agent" in log1 and "node1 done" in log1, log1
+            assert "node0 done" in log0, log0
+
+        asyncio.run(after_restart())
+    finally:
+        r0.stop()
+        r1.stop()
+        remove_agent_containers(docker_client, data0)
+
+
+PAIR = (
+    "workflows:\n  - name: pair\n    nodes: 2\n    resources: {cpu: 2}\n    commands:\n"
+    '      - echo "rank $NODE_RANK must not run"\n'
+)
+
+
+def test_stop_on_a_detached_gang_queued_behind_a_busy_runner_cancels_every_member(tmp_path, controller_home, cli):
+    agents = [start_agent(tmp_path / f"n{k}", controller_home, name=f"node-{k}", extra_env=GANG_ENV) for k in range(2)]
+    try:
+        for a in agents:
+            cli("headless", "runners", "add", a.address, check=True)
+        project = tmp_path / "repo"
+        (project / ".lanpool").mkdir(parents=True)
+        (project / ".lanpool" / "workflows.yaml").write_text(PAIR)
+        asyncio.run(_submit(agents[1], SubmitJob("busy", "r", "w", ["sleep 60"], resources={"cpu": 2})))
+        out = cli("headless", "run", "pair", "-d", "--json", cwd=project, timeout=60)
+        assert out.returncode == 0, out.stderr
+        job_id = json.loads(out.stdout)["jobs"][0]["job_id"]
+        stopped = cli("headless", "stop", job_id, timeout=60)
+        assert stopped.returncode == 0, stopped.stderr
+        job = _status(cli)[job_id]
+        assert job["status"] in ("STOPPED", "ABORTED") and "cancelled while queued" in (job["error"] or ""), job
+
+        async def on_the_runners():
+            for a in agents:  # both queues are empty of it; the busy job still runs
+                async with await _session(a) as s:
+                    member = await s.status(job_id)
+                    assert member.state in ("STOPPED", "ABORTED") and member.started_at is None, member
+                    assert "cancelled while queued" in member.error, member.error
+                    assert "must not run" not in await _log(s, job_id)
+            async with await _session(agents[1]) as s:
+                assert (await s.status("busy")).state == "RUNNING"
+            await asyncio.sleep(4)  # past the reservation time: nothing of the gang comes back
+            for a in agents:
+                async with await _session(a) as s:
+                    assert (await s.status(job_id)).state in ("STOPPED", "ABORTED")
+
+        asyncio.run(on_the_runners())
+    finally:
+        for a in agents:
+            a.stop()

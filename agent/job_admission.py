@@ -1,0 +1,66 @@
+"""What a submit checks before a job exists on this runner, and the record it starts with.
+
+The manager (agent.jobs) calls `admit` first: a request refused here leaves
+nothing behind (no job dir, no journal entry). A detached gang member's token
+is the one secret of the request a restarted agent still needs (agent.gang_token).
+"""
+
+import time
+
+from agent.dag import check_after, key_hash
+from agent.executors import Executor, ExecutorChoice, ExecutorError
+from agent.job import Job, masked_env
+from agent.job_limits import check_limits
+from agent.job_request import JobError, check_job_id, check_request, parse_resources
+from agent.journal import JobRecord
+from agent.queue import Amount, gang_fields, never_fits
+from protocol import ErrorCode, JobState, SubmitJob
+
+
+def admit(
+    req: SubmitJob, jobs: dict[str, Job], executors: ExecutorChoice, capacity: Amount
+) -> tuple[JobRecord, Executor, str]:
+    """The QUEUED record of a new job, its executor and a note about that choice (or "");
+    JobError when the request is malformed, names a job that exists, or can never fit this runner."""
+    check_job_id(req.job_id)
+    if req.job_id in jobs:
+        raise JobError(ErrorCode.JOB_EXISTS, f"job {req.job_id!r} already exists on this runner")
+    check_request(req)
+    check_limits(req)
+    check_after(req, jobs)
+    gang = gang_fields(req)
+    try:
+        executor, note = executors.choose(req.image, req.executor, req.python)
+    except ExecutorError as exc:
+        raise JobError(ErrorCode.BAD_REQUEST, str(exc)) from None
+    resources = parse_resources(req.resources)
+    need = Amount(resources.cpu or 0.0, resources.memory_mb or 0, resources.gpu or 0)
+    problem = never_fits(need, capacity)
+    if problem:
+        raise JobError(ErrorCode.BAD_REQUEST, problem)
+    record = JobRecord(
+        job_id=req.job_id,
+        run_name=req.run_name,
+        workflow=req.workflow,
+        commands=list(req.commands),
+        env=masked_env(dict(req.env), req.masked),  # the real values only in memory and the job's env
+        artifacts=list(req.artifacts),
+        working_dir=req.working_dir,
+        submitted_at=time.time(),
+        state=JobState.QUEUED,
+        executor=executor.name,
+        image=req.image if executor.in_container else "",
+        cpus=resources.cpu or 0.0,
+        memory_mb=resources.memory_mb or 0,
+        ports=sorted(set(req.ports)),
+        gpu_count=resources.gpu or 0,
+        queued_seq=1 + max((j.record.queued_seq for j in jobs.values()), default=0),
+        max_duration_s=req.max_duration_s,
+        retry_on=list(req.retry_on),
+        retry_limit=req.retry_limit,
+        retry_delay_s=req.retry_delay_s,
+        after=list(req.after),
+        run_key_hash=key_hash(req.run_key),
+        **gang,
+    )
+    return record, executor, note
