@@ -126,17 +126,18 @@ class ChannelSession:
         except JobError as exc:
             # Clipped: a reply never grows with what the peer sent (a 16 MB id must not make a 16 MB reply).
             await self._send(Error(exc.code, clip(exc.message, _ERROR_CHARS), clip(getattr(msg, "job_id", ""))))
-        except (OSError, asyncssh.Error, ConnectionError):
+        except (asyncssh.Error, ConnectionError):
             raise
+        except OSError as exc:
+            if self._proc.is_closing():
+                raise  # the channel itself went: nothing more can be said on it
+            # A local failure (a disk full, a file gone while staging) is this request's: say so,
+            # and keep serving, rather than end the channel with no reason the controller can show.
+            log.exception("request %s failed", type(msg).__name__)
+            await self._send(_internal_error(msg, exc))
         except Exception as exc:  # a bug in one request must not end the channel
             log.exception("request %s failed", type(msg).__name__)
-            await self._send(
-                Error(
-                    ErrorCode.INTERNAL,
-                    clip(f"the runner failed on this request: {exc}", _ERROR_CHARS),
-                    clip(getattr(msg, "job_id", "")),
-                )
-            )
+            await self._send(_internal_error(msg, exc))
 
     async def _dispatch(self, msg: ClientMessage) -> None:
         if self._pairing is not None and not isinstance(msg, (ClientHello, PairStart, PairConfirm, Ping)):
@@ -317,3 +318,12 @@ class ChannelSession:
         async with self._write_lock:  # frames from concurrent streams must not interleave
             self._proc.stdout.write(data)
             await self._proc.stdout.drain()
+
+
+def _internal_error(msg: ClientMessage, exc: BaseException) -> Error:
+    """The reply to a request the runner failed on for its own reasons (the controller shows it)."""
+    return Error(
+        ErrorCode.INTERNAL,
+        clip(f"the runner failed on this request: {exc}", _ERROR_CHARS),
+        clip(getattr(msg, "job_id", "")),
+    )

@@ -226,3 +226,28 @@ def test_storing_blobs_keeps_the_cache_within_its_budget(tmp_path):
     for i in range(5):
         _put(cache, bytes([i]) * 1000, 0)
     assert cache.usage() <= 2500
+
+
+async def _local_failure(agent) -> None:
+    conn, chan = await _channel(agent)
+    async with conn:
+        good = b"a blob the disk refuses\n"
+        tmp = _blobs(agent) / "tmp"
+        tmp.rename(tmp.with_name("tmp.away"))
+        tmp.write_text("not a directory")  # every part file now fails to open: an OSError on the runner
+        try:
+            chan.send(PutBlob(_sha(good), 0, len(good), good))
+            reply = await asyncio.wait_for(chan.recv(), 30)
+        finally:
+            tmp.unlink()
+            tmp.with_name("tmp.away").rename(tmp)
+        # Said, with its cause, on a channel that stays open (not a silent close the controller
+        # could only call "runner closed the connection").
+        assert isinstance(reply, Error) and reply.code == "internal", reply
+        assert "the runner failed on this request" in reply.message and "Not a directory" in reply.message
+        chan.send(PutBlob(_sha(good), 0, len(good), good))
+        assert isinstance(await asyncio.wait_for(chan.recv(), 30), BlobStored)
+
+
+def test_a_local_failure_on_the_runner_is_an_error_reply_and_the_channel_stays(agent):
+    asyncio.run(_local_failure(agent))
