@@ -253,6 +253,11 @@ async def _run_on_pty(
     async def pump_out() -> None:
         await closed.wait()
 
+    typed = _PtyInput(process, master)
+    # Typed bytes and resizes go into the PTY from asyncssh's data callback (no task hop per
+    # keystroke); what still comes through the reader arrived before this, or is the end.
+    process.set_writer(typed, False, None)
+
     async def feed() -> None:
         while True:
             try:
@@ -265,15 +270,62 @@ async def _run_on_pty(
             if not data:  # a terminal has no EOF of its own (^D is a byte): the channel closed
                 await process.channel.wait_closed()
                 return
-            while data:
-                try:
-                    data = data[os.write(master, data) :]
-                except BlockingIOError:
-                    await asyncio.sleep(0.01)
+            typed.write(data)
 
     loop.add_reader(master, readable)
     try:
         return await _supervise(job, proc, asyncio.create_task(feed()), [asyncio.create_task(pump_out())])
     finally:
+        process.set_writer(None, False, None)  # closes `typed`: it stops watching the master
         loop.remove_reader(master)
         os.close(master)
+
+
+class _PtyInput:
+    """The channel's bytes into a PTY master as they arrive (asyncssh's writer protocol). What
+    the PTY cannot take yet waits here with the channel paused, so the SSH window holds the
+    client back, until the master is writable again."""
+
+    def __init__(self, process: asyncssh.SSHServerProcess[bytes], master: int) -> None:
+        self._process = process
+        self._master = master
+        self._loop = asyncio.get_running_loop()
+        self._pending = b""
+        self._waiting = False  # paused, and watching the master for room
+
+    def write(self, data: bytes) -> None:
+        self._pending += data
+        if not self._waiting:
+            self._flush()
+
+    def _flush(self) -> None:
+        try:
+            while self._pending:
+                self._pending = self._pending[os.write(self._master, self._pending) :]
+        except BlockingIOError:
+            pass
+        except OSError:  # EIO: nothing holds the terminal any more; input goes nowhere, as on a hung-up tty
+            self._pending = b""
+        if self._pending and not self._waiting:
+            self._waiting = True
+            self._process.channel.pause_reading()
+            self._loop.add_writer(self._master, self._writable)
+        elif not self._pending and self._waiting:
+            self.close()
+            self._process.channel.resume_reading()
+
+    def _writable(self) -> None:
+        self._flush()
+
+    def write_exception(self, exc: Exception) -> None:
+        # A server process hands the writer its channel's resizes (breaks and signals: ignored).
+        if isinstance(exc, asyncssh.TerminalSizeChanged):
+            _set_size(self._master, exc.width, exc.height)
+
+    def write_eof(self) -> None:
+        pass  # a terminal has no EOF of its own
+
+    def close(self) -> None:
+        if self._waiting:
+            self._waiting = False
+            self._loop.remove_writer(self._master)

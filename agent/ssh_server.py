@@ -69,6 +69,9 @@ async def listen(agent: AgentSide, host: str, port: int, host_key: asyncssh.SSHK
         agent_forwarding=False,
         x11_forwarding=False,
         allow_pty=True,  # for exec into a job only: see LanpoolSession.pty_requested
+        # No line editor: with encoding=None it never edits, but it wraps every session channel
+        # (a proxy per call on each keystroke and its echo); the job's PTY does the editing.
+        line_editor=False,
         password_auth=True,  # for gang-<id> users only (AgentSSHServer.password_auth_supported)
         kbdint_auth=False,
         host_based_auth=False,

@@ -91,15 +91,15 @@ async def run_command(session: RunnerSession, job_id: str, argv: list[str]) -> i
     return _exit_code(proc)
 
 
-async def run_shell(session: RunnerSession, job_id: str) -> int:
-    """An interactive shell in the job on our terminal (raw mode, resize, Ctrl-C); its exit code."""
+async def run_shell(session: RunnerSession, job_id: str, argv: list[str] | None = None) -> int:
+    """An interactive shell (or `argv`) in the job on our terminal (raw mode, resize, Ctrl-C); its exit code."""
     fd = sys.stdin.fileno()
     if not os.isatty(fd):
         raise UsageError("ssh needs a terminal; for one command use `app headless exec JOB -- CMD`")
     cols, rows = os.get_terminal_size(fd)
     try:
         proc = await session.conn.create_process(
-            exec_command(job_id, []),
+            exec_command(job_id, argv or []),
             encoding=None,
             term_type=os.environ.get("TERM", "xterm-256color"),
             term_size=(cols, rows),

@@ -1,11 +1,12 @@
 """Into a running job, measured on this machine (figures, no pass/fail exit code):
 
-1. keystroke echo: one byte typed into a PTY running `cat` in a job through the
-   agent's exec door, until its echo is back, vs the same through a loopback
-   OpenSSH server (scripts/bench_downloads.py's Sshd), rounds alternating. The
-   same asyncssh client drives both, so the figure compares the two servers'
-   paths; ratio target <= 1.2. A third figure is the floor of any asyncssh
-   server: a bare one echoing in-process, no PTY, no lanpool code.
+1. keystroke echo, end to end: one byte typed into the terminal (a PTY) of
+   lanpool's client (app/job_shell.py run_shell, as `app headless ssh` runs it)
+   with `cat` on a PTY in the job, until its echo is on that terminal, vs the
+   same with OpenSSH's `ssh -tt` to a loopback sshd (scripts/bench_downloads.py's
+   Sshd), rounds alternating; ratio target <= 1.2. Then the servers alone: the
+   same asyncssh client typing into each, and the floor of any asyncssh
+   server, a bare one echoing in-process (no PTY, no lanpool code).
 2. a forwarded port: --size-mb from a TCP server in a process of its own on the
    runner's loopback (as a job's would be), read through the forward that
    `app headless ports` opens (app/port_forward.py) vs read directly, pairs
@@ -16,10 +17,13 @@ Needs /usr/sbin/sshd (openssh-server) for 1.
 import argparse
 import asyncio
 import os
+import pty
+import select
 import statistics
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 from pathlib import Path
 
@@ -28,7 +32,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 import asyncssh  # noqa: E402
-from bench_downloads import Sshd  # noqa: E402
+from bench_downloads import CIPHER, Sshd  # noqa: E402
 
 from app.home import ControllerHome  # noqa: E402
 from app.job_shell import exec_command  # noqa: E402
@@ -88,6 +92,64 @@ async def _echo_ms(conn: asyncssh.SSHClientConnection, command: str, keys: int) 
     return times
 
 
+# lanpool's client on a terminal: `app headless ssh`'s run_shell, with `cat` in the job.
+SHELL_CLIENT = """
+import asyncio, sys
+from app.home import ControllerHome
+from app.job_shell import run_shell
+from app.keys import load_or_create_client_key
+from app.runner_client import RunnerSession
+async def main():
+    key = load_or_create_client_key(ControllerHome.default().key)
+    async with await RunnerSession.open(sys.argv[1], int(sys.argv[2]), key, None) as session:
+        await run_shell(session, sys.argv[3], ["cat"])
+asyncio.run(main())
+"""
+
+
+class Terminal:
+    """A client program on a PTY of ours: bytes typed into it, its screen read back."""
+
+    def __init__(self, argv: list[str]) -> None:
+        self.fd, slave = pty.openpty()
+        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+        os.close(slave)
+        deadline = time.monotonic() + 30
+        # The client has put its terminal in raw mode (no local echo to mistake for the far end's).
+        while termios.tcgetattr(self.fd)[3] & termios.ECHO:
+            if time.monotonic() > deadline or self.proc.poll() is not None:
+                raise TimeoutError(f"{argv[:2]!r} did not take its terminal")
+            time.sleep(0.05)
+        self.type_and_wait(b"!", 30)  # connected, and `cat` runs at the far end
+
+    def type_and_wait(self, ch: bytes, timeout: float = 10) -> float:
+        t0 = time.perf_counter()
+        os.write(self.fd, ch)
+        got = b""
+        while ch not in got:
+            if not select.select([self.fd], [], [], max(0.0, t0 + timeout - time.perf_counter()))[0]:
+                raise TimeoutError(f"no echo of {ch!r} from {self.proc.args!r}")
+            got += os.read(self.fd, 4096)
+        return (time.perf_counter() - t0) * 1000
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        os.close(self.fd)
+
+
+def _terminal_echo_ms(term: Terminal, keys: int) -> list[float]:
+    return [term.type_and_wait(bytes([97 + i % 26])) for i in range(keys)]
+
+
+def _ssh_options(sshd: Sshd) -> list[str]:
+    return [
+        *("-p", str(sshd.port), "-i", str(sshd.dir / "client"), "-o", "BatchMode=yes", "-o", "LogLevel=ERROR"),
+        *("-o", "StrictHostKeyChecking=no", "-o", f"UserKnownHostsFile={sshd.dir / 'known_hosts'}"),
+        *("-o", f"Ciphers={CIPHER}", f"{os.environ.get('USER', 'root')}@127.0.0.1"),
+    ]
+
+
 def _spawn(script: str, *args: str) -> tuple[subprocess.Popen[str], int]:
     proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -114,7 +176,7 @@ def _figure(name: str, ms: list[float]) -> str:
     return f"{name}: median {statistics.median(ms):.3f} ms (p90 {sorted(ms)[int(len(ms) * 0.9)]:.3f})"
 
 
-async def main_async(args: argparse.Namespace, tmp: Path) -> None:
+async def main_async(args: argparse.Namespace, tmp: Path) -> dict:
     home = tmp / "controller"
     os.environ["LANPOOL_HOME"] = str(home)
     agent = harness.start_agent(tmp / "agent", home)
@@ -122,6 +184,7 @@ async def main_async(args: argparse.Namespace, tmp: Path) -> None:
     server, port = _spawn(BYTE_SERVER, str(args.size_mb << 20))
     floor, floor_port = _spawn(ECHO_SERVER, ",".join(ENCRYPTION_ALGS))
     echo: dict[str, list[float]] = {"lanpool": [], "OpenSSH": [], "bare asyncssh": []}
+    e2e: dict[str, list[float]] = {"lanpool": [], "OpenSSH": []}
     try:
         key = load_or_create_client_key(ControllerHome.default().key)
         async with await RunnerSession.open(agent.host, agent.port, key, None) as session:
@@ -129,6 +192,16 @@ async def main_async(args: argparse.Namespace, tmp: Path) -> None:
                 SubmitJob(job_id="bench1", run_name="bench", workflow="w", commands=["sleep 600"], ports=[port])
             )
             await asyncio.sleep(1.0)
+            terms = {"lanpool": Terminal([sys.executable, "-c", SHELL_CLIENT, agent.host, str(agent.port), "bench1"])}
+            if sshd is not None:
+                terms["OpenSSH"] = Terminal(["ssh", "-tt", *_ssh_options(sshd), "cat"])
+            try:
+                for _ in range(args.rounds):  # alternating, so the machine's load falls on both alike
+                    for name, term in terms.items():
+                        e2e[name] += await asyncio.to_thread(_terminal_echo_ms, term, max(1, args.keys // args.rounds))
+            finally:
+                for term in terms.values():
+                    term.close()
             others = {"bare asyncssh": (dict(port=floor_port, username="x"), "x")}
             if sshd is not None:
                 client = [str(sshd.dir / "client")]
@@ -153,22 +226,7 @@ async def main_async(args: argparse.Namespace, tmp: Path) -> None:
                 direct.append(await _read_all(port))
             forward.close()
             await session.stop("bench1", True, 0)
-        for name, ms in echo.items():
-            if ms:
-                print(_figure(f"keystroke echo via {name}", ms))
-        lp = statistics.median(echo["lanpool"])
-        if echo["OpenSSH"]:
-            print(f"echo ratio lanpool/OpenSSH: {lp / statistics.median(echo['OpenSSH']):.2f} (target <= 1.2)")
-        print(f"echo ratio lanpool/bare asyncssh: {lp / statistics.median(echo['bare asyncssh']):.2f}")
-        f, d = statistics.median(fwd), statistics.median(direct)
-        print(
-            f"port {args.size_mb} MiB: forwarded {f:.0f} MiB/s, direct {d:.0f} MiB/s, ratio {f / d:.2f} (target >= 0.8)"
-        )
-        mib = args.size_mb * args.pairs
-        print(
-            f"forwarded, CPU per MiB: agent {agent_cpu / mib * 1000:.2f} ms, controller (forward + reader) "
-            f"{our_cpu / mib * 1000:.2f} ms"
-        )
+        return _report(args, e2e, echo, fwd, direct, agent_cpu, our_cpu)
     finally:
         for proc in (server, floor):
             proc.kill()
@@ -176,6 +234,75 @@ async def main_async(args: argparse.Namespace, tmp: Path) -> None:
         if sshd is not None:
             sshd.stop()
         agent.stop()
+
+
+def _median(ms: list[float]) -> float | None:
+    return statistics.median(ms) if ms else None
+
+
+def _report(
+    args: argparse.Namespace,
+    e2e: dict[str, list[float]],
+    echo: dict[str, list[float]],
+    fwd: list[float],
+    direct: list[float],
+    agent_cpu: float,
+    our_cpu: float,
+) -> dict:
+    """Print the figures; what record() keeps of them."""
+    for kind, series in (("end to end", e2e), ("server alone", echo)):
+        for name, ms in series.items():
+            if ms:
+                print(_figure(f"keystroke echo, {kind}, via {name}", ms))
+    res: dict = {"e2e": {n: _median(ms) for n, ms in e2e.items()}, "server": {n: _median(ms) for n, ms in echo.items()}}
+    for kind in ("e2e", "server"):
+        lp, ossh = res[kind]["lanpool"], res[kind]["OpenSSH"]
+        if lp and ossh:
+            print(f"echo ratio lanpool/OpenSSH, {kind}: {lp / ossh:.2f} (target <= 1.2)")
+    f, d = statistics.median(fwd), statistics.median(direct)
+    print(f"port {args.size_mb} MiB: forwarded {f:.0f} MiB/s, direct {d:.0f} MiB/s, ratio {f / d:.2f} (target >= 0.8)")
+    mib = args.size_mb * args.pairs
+    res["port"] = {"forwarded": f, "direct": d, "agent_cpu_ms_per_mib": agent_cpu / mib * 1000}
+    print(
+        f"forwarded, CPU per MiB: agent {agent_cpu / mib * 1000:.2f} ms, controller (forward + reader) "
+        f"{our_cpu / mib * 1000:.2f} ms; load average {os.getloadavg()[0]:.1f}"
+    )
+    return res
+
+
+def _rows(r: dict, size_mb: int) -> list[dict]:
+    from bench_results import pick, row  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
+
+    return [
+        row(
+            "keystroke echo, end to end: `app headless ssh`'s client vs `ssh -tt`, `cat` in the job / at a "
+            "loopback sshd (median)",
+            pick(r, "e2e.lanpool"),
+            pick(r, "e2e.OpenSSH"),
+            target="<= 1.2",
+            unit="ms",
+        ),
+        row(
+            "keystroke echo, servers alone: the agent's exec door vs the sshd, one asyncssh client (median)",
+            pick(r, "server.lanpool"),
+            pick(r, "server.OpenSSH"),
+            unit="ms",
+        ),
+        row(
+            "keystroke echo, the floor of any asyncssh server (a bare echo, no PTY) vs the sshd (median)",
+            pick(r, "server.bare asyncssh"),
+            pick(r, "server.OpenSSH"),
+            unit="ms",
+        ),
+        row(
+            f"forwarded port, {size_mb} MiB from a job's server, vs read directly (median)",
+            pick(r, "port.forwarded"),
+            pick(r, "port.direct"),
+            target=">= 0.8",
+            unit="MiB/s",
+        ),
+        row("agent CPU per forwarded MiB", pick(r, "port.agent_cpu_ms_per_mib"), unit="ms"),
+    ]
 
 
 def main() -> None:
@@ -187,7 +314,10 @@ def main() -> None:
     parser.add_argument("--no-sshd", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        asyncio.run(main_async(args, Path(tmp)))
+        results = asyncio.run(main_async(args, Path(tmp)))
+    from bench_results import record
+
+    record("bench-shell", _rows(results, args.size_mb))
 
 
 if __name__ == "__main__":

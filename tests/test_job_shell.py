@@ -3,6 +3,7 @@ clients and the real `app` CLI; each door is tried from where it must stay shut 
 (a pairing connection, a job that ended, an undeclared port, a plain exec)."""
 
 import asyncio
+import hashlib
 import json
 import re
 import subprocess
@@ -109,6 +110,33 @@ def test_a_shell_on_a_pty_runs_typed_commands_and_ctrl_c(agent):
     seen, code = asyncio.run(session())
     assert code == 5 and "mark-42" in seen
     asyncio.run(_stop(agent, "ptyjob", abort=True, grace_s=0))
+
+
+def test_a_paste_larger_than_the_pty_takes_arrives_whole(agent):
+    # 1 MiB typed at once: far more than a PTY's input queue, so the agent must hold the rest
+    # (the channel paused) and write it as the command reads, losing and reordering nothing.
+    submit(agent, "pastejob", ["echo ready", "sleep 60"], "")
+    _wait_running(agent, "pastejob")
+    size = 1 << 20
+    paste = bytes(b"0123456789abcdef"[i % 16] for i in range(size))
+
+    async def session() -> tuple[bytes, int | None]:
+        async with _connect(agent) as conn:
+            proc = await conn.create_process(
+                exec_command("pastejob", ["sh", "-c", f"stty raw -echo; head -c {size} | md5sum"]),
+                term_type="xterm",
+                term_size=(80, 24),
+                encoding=None,
+            )
+            await asyncio.sleep(0.5)  # stty ran: no line discipline in the way
+            proc.stdin.write(paste)
+            out = await asyncio.wait_for(proc.stdout.read(), 60)
+            await asyncio.wait_for(proc.wait_closed(), 20)
+            return out, proc.exit_status
+
+    out, code = asyncio.run(session())
+    assert code == 0 and hashlib.md5(paste).hexdigest().encode() in out
+    asyncio.run(_stop(agent, "pastejob", abort=True, grace_s=0))
 
 
 def test_exec_into_an_ended_or_unknown_job_is_one_line(agent):
