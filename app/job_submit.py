@@ -56,6 +56,7 @@ async def submit_job(
     store.create_job(job_id, launch.run_name, job.workflow, runners[0], spec, launch.cache_key, launch.cache_inputs)
     gang = RemoteJob(jobs, job_id, [NodeAt(k, r["name"], r["host"], r["port"]) for k, r in enumerate(runners)])
     first: JobStatus | None = None
+    gang_statuses: list[JobStatus] = []  # each node's answer, in node order
     master_port = 0
     gang_specs = _gang_specs(job_id, runners, addresses) if detached and gang.size > 1 else []
     try:
@@ -101,6 +102,7 @@ async def submit_job(
             if node == 0:
                 first, master_port = status, accepted.master_port
             gang._note(node, status)
+            gang_statuses.append(status)
             if gang.size > 1:
                 say(
                     f"node {node}: runner {runners[node]['name']} ({addresses[node]})"
@@ -120,7 +122,13 @@ async def submit_job(
         where = sessions[0].where if gang.size == 1 else f"all {gang.size} nodes"
         raise RunnerError(f"could not submit to {where}: {message}") from None
     if gang.size > 1:
-        store.set_job_status(job_id, JobState.RUNNING, f"on {gang.size} nodes", started_at=time.time())
+        waiting = [(k, n) for k, n in enumerate(gang_statuses) if n.state == JobState.QUEUED]
+        if gang_specs and waiting:  # a detached gang waits in its runners' queues until all can start
+            k, node_status = waiting[0]
+            reason = f"gang of {gang.size}: node {k} waits" + (f" ({node_status.reason})" if node_status.reason else "")
+            store.set_job_status(job_id, JobState.QUEUED, f"on {gang.size} nodes", error=reason)
+        else:
+            store.set_job_status(job_id, JobState.RUNNING, f"on {gang.size} nodes", started_at=time.time())
     assert first is not None
     return gang, first
 

@@ -323,6 +323,8 @@ def test_stop_on_a_detached_gang_queued_behind_a_busy_runner_cancels_every_membe
         out = cli("headless", "run", "pair", "-d", "--json", cwd=project, timeout=60)
         assert out.returncode == 0, out.stderr
         job_id = json.loads(out.stdout)["jobs"][0]["job_id"]
+        waiting = _status(cli)[job_id]  # QUEUED with why, not RUNNING, while its runners hold it
+        assert waiting["status"] == "QUEUED" and "gang of 2" in (waiting["error"] or ""), waiting
         stopped = cli("headless", "stop", job_id, timeout=60)
         assert stopped.returncode == 0, stopped.stderr
         job = _status(cli)[job_id]
