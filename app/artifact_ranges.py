@@ -27,12 +27,15 @@ import sys
 from collections.abc import Coroutine
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import app
 from app.artifact_files import ArtifactsRefused, checked_path, make_dirs
 from app.errors import LanpoolError, RunnerError, RunnerProtocolError
-from app.runner_client import RunnerSession
 from protocol.transfer_messages import ARTIFACT_RANGES
+
+if TYPE_CHECKING:  # asyncssh only where a pull happens: `status` of stored runs must not load it
+    from app.runner_client import RunnerSession
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +174,7 @@ def create_staged(staging: Path, key: str) -> None:
 
 
 async def pull_ranges(
-    session: RunnerSession,
+    session: "RunnerSession",
     job_id: str,
     staging: Path,
     prefix: str,
@@ -287,7 +290,7 @@ def plan_node(
     prefix: str,
     declared: dict[str, int],
     have: dict[str, int],
-    session: RunnerSession,
+    session: "RunnerSession",
     parallel: Parallel | None,
 ) -> set[str]:
     """The files of this node to pull in ranges (their state saved): those a cut-off pull
