@@ -100,6 +100,10 @@ def _prompt(agents: list, home: Path, project: Path, rounds: int, it: str, basel
     """Median seconds from `run -d` to the prompt of workflow `it` and of `baseline` (one job),
     alternated, so the machine's load weighs on both alike (no step reusable: --no-cache)."""
     env = lanpool_env(home)
+    # Bytecode cached as in any install (as scripts/bench.py does): with PYTHONDONTWRITEBYTECODE
+    # set here, every `run` would compile lanpool's sources again, which no user's `run` does.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = str(home.parent / "pycache")
 
     def app(*args: str) -> float:
         t0 = time.perf_counter()
