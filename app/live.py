@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from app.adverts import CONFLICT_BROWSE_S
 from app.controller import Controller, LogSink
 from app.errors import LanpoolError
 
@@ -94,10 +93,11 @@ class LiveFeeds:
         from app.discovery import discover
 
         self._last_sweep = started = time.time()
-        adverts = await discover(self._browser.interfaces, CONFLICT_BROWSE_S)
+        browse_s = self.ctl.pool.conflict_browse_s
+        adverts = await discover(self._browser.interfaces, browse_s)
         heard = {a.service for a in adverts}
         self._claims = {service: a for service, a in self._claims.items() if service in heard}
-        await self.ctl.pool.fold_browse(adverts, started, CONFLICT_BROWSE_S)
+        await self.ctl.pool.fold_browse(adverts, started, browse_s)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)

@@ -212,6 +212,13 @@ class Pool:
 
         await fold_advert(self.store, self.client_key, advert)
 
+    @property
+    def conflict_browse_s(self) -> float:
+        """How long a browse that settles a name conflict listens (app.adverts, loaded only here)."""
+        from app.adverts import CONFLICT_BROWSE_S
+
+        return CONFLICT_BROWSE_S
+
     async def fold_browse(self, adverts: list["Advert"], started_at: float, browsed_s: float) -> None:
         """Everything one browse heard: conflicts whose claim it no longer heard are over."""
         from app.adverts import fold_browse
