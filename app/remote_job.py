@@ -141,7 +141,7 @@ class RemoteJob:
         if known and JobState(known["status"]).is_terminal() and not JobState(status.state).is_terminal():
             return  # a stale "still running" after the end was recorded: the end stands
         self.store.set_node(self.job_id, node, at.row(), status.state, status.exit_code, _cause(status))
-        if status.state == JobState.RUNNING and self.store.job(self.job_id).state is JobState.QUEUED:
+        if self.size > 1 and status.state == JobState.RUNNING and self.store.job(self.job_id).state is JobState.QUEUED:
             # A detached gang left its runners' queues (they start its nodes together).
             self.store.set_job_status(
                 self.job_id, JobState.RUNNING, f"on {self.size} nodes", error="", started_at=status.started_at
