@@ -9,6 +9,7 @@ the venv's `app` entry point when there is one (what a user runs).
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -222,3 +223,10 @@ def write_project(root: Path, workflows_yaml: str, files: dict[str, str] | None 
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(text)
     return root
+
+
+def training_project(tmp_path: Path, workflows_yaml: str) -> Path:
+    """A project dir holding a copy of the bundled training/ recipes and this workflows.yaml."""
+    project = tmp_path / "repo"
+    shutil.copytree(REPO / "training", project / "training", ignore=shutil.ignore_patterns("__pycache__"))
+    return write_project(project, workflows_yaml)

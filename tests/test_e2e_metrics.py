@@ -1,11 +1,10 @@
 """Training metrics travel from the job's metrics file to the controller's SQLite."""
 
 import json
-import shutil
 
 import pytest
 
-from tests.harness import REPO
+from tests.harness import training_project
 
 
 def test_metrics_lines_reach_the_store_and_stay_out_of_the_log(agent, cli, make_project):
@@ -35,12 +34,10 @@ def test_metrics_lines_reach_the_store_and_stay_out_of_the_log(agent, cli, make_
 
 @pytest.mark.slow
 def test_lightning_metrics_from_the_autoencoder(agent, cli, tmp_path):
-    project = tmp_path / "repo"
-    shutil.copytree(REPO / "training", project / "training", ignore=shutil.ignore_patterns("__pycache__"))
-    (project / ".lanpool").mkdir()
-    (project / ".lanpool" / "workflows.yaml").write_text(
+    project = training_project(
+        tmp_path,
         "workflows:\n  - name: ae\n    commands:\n"
-        "      - python -m training.autoencoder --max-epochs 3 --devices 1 --out ck\n"
+        "      - python -m training.autoencoder --max-epochs 3 --devices 1 --out ck\n",
     )
     res = cli("headless", "run", "ae", "--runner", agent.address, cwd=project, timeout=240)
     assert res.returncode == 0, res.stderr

@@ -2,14 +2,13 @@
 one failed node failing the job."""
 
 import json
-import shutil
 import subprocess
 import sys
 import time
 
 import pytest
 
-from tests.harness import REPO, start_agent
+from tests.harness import REPO, start_agent, training_project
 
 
 @pytest.fixture
@@ -20,14 +19,6 @@ def two_agents(tmp_path, controller_home, cli):
     yield agents
     for a in agents:
         a.stop()
-
-
-def _project(tmp_path, workflows: str):
-    project = tmp_path / "repo"
-    shutil.copytree(REPO / "training", project / "training", ignore=shutil.ignore_patterns("__pycache__"))
-    (project / ".lanpool").mkdir()
-    (project / ".lanpool" / "workflows.yaml").write_text(workflows)
-    return project
 
 
 def _running_run(cli, timeout: float = 30) -> str:
@@ -43,7 +34,7 @@ def _running_run(cli, timeout: float = 30) -> str:
 
 @pytest.mark.slow
 def test_two_nodes_train_the_autoencoder(two_agents, cli, tmp_path):
-    project = _project(
+    project = training_project(
         tmp_path,
         """
 workflows:
@@ -74,7 +65,7 @@ workflows:
 
 
 def test_a_failing_node_fails_the_job_and_stops_the_others(two_agents, cli, tmp_path):
-    project = _project(
+    project = training_project(
         tmp_path,
         """
 workflows:
@@ -128,7 +119,7 @@ def test_a_frozen_node_fails_the_job_within_a_minute(two_agents, cli, tmp_path):
     import signal
     import subprocess
 
-    project = _project(
+    project = training_project(
         tmp_path,
         """
 workflows:
@@ -172,7 +163,7 @@ workflows:
 
 @pytest.mark.slow
 def test_resume_puts_the_checkpoint_on_every_node(two_agents, cli, tmp_path):
-    project = _project(
+    project = training_project(
         tmp_path,
         """
 workflows:
@@ -197,7 +188,7 @@ workflows:
 
 
 def test_artifacts_of_every_node_come_back_under_node_k(two_agents, cli, tmp_path):
-    project = _project(
+    project = training_project(
         tmp_path,
         """
 workflows:
@@ -234,7 +225,7 @@ def test_logs_follow_a_multinode_job_from_another_controller_process(two_agents,
     import signal
     import subprocess
 
-    project = _project(
+    project = training_project(
         tmp_path,
         """
 workflows:
@@ -281,7 +272,7 @@ workflows:
 def test_stop_stops_every_node_and_the_job_ends_stopped(two_agents, cli, tmp_path):
     """`stop RUN` of a 2-node job asks both runners at once; the job (and each node) ends
     STOPPED, not FAILED, and the `run` that followed it exits."""
-    project = _project(
+    project = training_project(
         tmp_path,
         """
 workflows:
@@ -324,7 +315,7 @@ def test_two_nodes_train_the_char_gpt(two_agents, cli, tmp_path):
     SQLite), the snapshot comes back and samples text."""
     from tests.test_training_chargpt import write_corpus
 
-    project = _project(
+    project = training_project(
         tmp_path,
         """
 workflows:

@@ -4,14 +4,13 @@ lines tagged as on the LAN, its checkpoint back with `artifacts download`; one f
 node fails the job. Needs root (the cluster), skipped with the reason otherwise."""
 
 import json
-import shutil
 import sys
 import time
 
 import pytest
 
 from tests import test_slurm_executor as ex
-from tests.harness import REPO
+from tests.harness import training_project
 
 # the executor tests' fixtures (the cluster, an agent on it)
 slurm_cluster = ex.slurm_cluster
@@ -24,17 +23,9 @@ def paired(slurm_agent, cli):
     return slurm_agent
 
 
-def _project(tmp_path, workflows: str):
-    project = tmp_path / "repo"
-    shutil.copytree(REPO / "training", project / "training", ignore=shutil.ignore_patterns("__pycache__"))
-    (project / ".lanpool").mkdir()
-    (project / ".lanpool" / "workflows.yaml").write_text(workflows)
-    return project
-
-
 @pytest.mark.slow
 def test_a_two_node_workflow_is_one_slurm_job_and_its_checkpoint_comes_back(paired, cli, tmp_path):
-    project = _project(
+    project = training_project(
         tmp_path,
         f"""
 workflows:
@@ -59,7 +50,7 @@ workflows:
 
 
 def test_one_failing_node_fails_the_slurm_job(paired, cli, tmp_path):
-    project = _project(
+    project = training_project(
         tmp_path,
         """
 workflows:
@@ -92,7 +83,7 @@ workflows:
 
 
 def test_a_slurm_runner_too_small_for_the_nodes_is_not_chosen(paired, cli, tmp_path):
-    project = _project(
+    project = training_project(
         tmp_path,
         """
 workflows:
@@ -107,7 +98,7 @@ workflows:
 
 
 def test_a_runner_named_by_address_takes_a_multi_node_job_as_a_known_name_does(slurm_agent, cli, tmp_path):
-    project = _project(
+    project = training_project(
         tmp_path,
         """
 workflows:
