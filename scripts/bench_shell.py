@@ -294,8 +294,8 @@ def _rows(r: dict, size_mb: int, where: str = "") -> list[dict]:
 
     rows = [
         row(
-            "keystroke echo, end to end: `app headless ssh`'s client vs `ssh -tt`, `cat` in the job / at a "
-            "loopback sshd (median)",
+            "keystroke echo, end to end: `app headless ssh`'s client vs `ssh -tt`, `cat` in the job / at an "
+            "sshd beside the agent (median)",
             pick(r, "e2e.lanpool"),
             pick(r, "e2e.OpenSSH"),
             target="<= 1.2",
