@@ -11,6 +11,7 @@ import contextlib
 import json
 import logging
 import os
+import select
 import shlex
 import signal
 import sys
@@ -97,8 +98,11 @@ async def run_shell(session: RunnerSession, job_id: str, argv: list[str] | None 
     if not os.isatty(fd):
         raise UsageError("ssh needs a terminal; for one command use `app headless exec JOB -- CMD`")
     cols, rows = os.get_terminal_size(fd)
+    loop = asyncio.get_running_loop()
+    term = _TerminalSession(loop)
     try:
-        proc = await session.conn.create_process(
+        chan, _ = await session.conn.create_session(
+            lambda: term,
             exec_command(job_id, argv or []),
             encoding=None,
             term_type=os.environ.get("TERM", "xterm-256color"),
@@ -106,32 +110,58 @@ async def run_shell(session: RunnerSession, job_id: str, argv: list[str] | None 
         )
     except (OSError, asyncssh.Error) as exc:
         raise RunnerError(f"{session.where} refused a shell in job {job_id}: {_reason(exc)}") from None
-    loop = asyncio.get_running_loop()
     saved = termios.tcgetattr(fd)
 
+    # Each keystroke goes from the terminal to the channel in one callback (no stream, no task).
     def typed() -> None:
         data = os.read(fd, _READ_SIZE)
         if data:
-            proc.stdin.write(data)
+            chan.write(data)
         else:
             loop.remove_reader(fd)
-            proc.stdin.write_eof()
+            chan.write_eof()
 
     def resized() -> None:
         with contextlib.suppress(OSError):
-            proc.change_terminal_size(*os.get_terminal_size(fd))
+            chan.change_terminal_size(*os.get_terminal_size(fd))
 
     tty.setraw(fd)
     loop.add_reader(fd, typed)
     loop.add_signal_handler(signal.SIGWINCH, resized)
     try:
-        await asyncio.gather(_copy(proc.stdout, sys.stdout.buffer), _copy(proc.stderr, sys.stderr.buffer))
-        await proc.wait_closed()
+        await term.closed
     finally:
         loop.remove_reader(fd)
         loop.remove_signal_handler(signal.SIGWINCH)
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-    return _exit_code(proc)
+    status = chan.get_exit_status()
+    return status if status is not None and status >= 0 else 255  # a signal or no status: as ssh reports it
+
+
+class _TerminalSession(asyncssh.SSHClientSession[bytes]):
+    """The job's output written straight to our terminal as each packet arrives: an echo costs
+    one callback, not a stream reader's wake-up of a copying task (scripts/bench-shell)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.closed: asyncio.Future[None] = loop.create_future()
+
+    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
+        _write_all(2 if datatype == asyncssh.EXTENDED_DATA_STDERR else 1, data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """All of `data` to a terminal. Blocking on purpose: a slow terminal holds the job's output back
+    (the channel's window fills, so the runner stops sending) rather than piling it up here."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:  # a terminal someone set non-blocking
+            select.select([], [fd], [])
 
 
 async def forward_ports(session: RunnerSession, ports: list[int]) -> dict[int, PortForward]:

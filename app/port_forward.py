@@ -54,10 +54,11 @@ class _LocalEnd(asyncssh.SSHForwarder):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)  # sets TCP_NODELAY
-        assert isinstance(transport, asyncio.Transport)
+        # A stream transport (create_server); uvloop's are not asyncio.Transport subclasses.
+        stream = cast(asyncio.Transport, transport)
         # Nothing is read until the channel is open, so nothing need be held meanwhile.
-        transport.pause_reading()
-        self._opening = asyncio.ensure_future(self._open(transport))
+        stream.pause_reading()
+        self._opening = asyncio.ensure_future(self._open(stream))
 
     async def _open(self, transport: asyncio.Transport) -> None:
         try:

@@ -39,9 +39,11 @@ CIPHER = "aes128-gcm@openssh.com"
 
 
 class Sshd:
-    """An OpenSSH server on 127.0.0.1 with its own host key and one authorized key."""
+    """An OpenSSH server on `host` (127.0.0.1) with its own host key and one authorized key;
+    `wrap` prefixes its command (bench_lan.in_runner: in a network namespace)."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, host: str = "127.0.0.1", wrap: list[str] | None = None) -> None:
+        self.host = host
         self.dir = tmp / "sshd"
         self.dir.mkdir()
         if not Path("/usr/sbin/sshd").exists():
@@ -53,13 +55,15 @@ class Sshd:
         self.port = _free_port()
         config = self.dir / "sshd_config"
         config.write_text(
-            f"Port {self.port}\nListenAddress 127.0.0.1\nHostKey {self.dir / 'host'}\n"
+            f"Port {self.port}\nListenAddress {host}\nHostKey {self.dir / 'host'}\n"
             f"AuthorizedKeysFile {self.dir / 'authorized_keys'}\nPasswordAuthentication no\n"
             f"StrictModes no\nPidFile {self.dir / 'pid'}\nCiphers {CIPHER}\nUsePAM no\n"
             "Subsystem sftp internal-sftp\n"
         )
         Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation dir sshd insists on
-        self.proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", str(config)], stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [*(wrap or []), "/usr/sbin/sshd", "-D", "-e", "-f", str(config)], stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             if self._scp_ok():
@@ -81,7 +85,7 @@ class Sshd:
             f"UserKnownHostsFile={self.dir / 'known_hosts'}",
             "-o",
             f"Ciphers={CIPHER}",
-            f"{os.environ.get('USER', 'root')}@127.0.0.1:{remote}",
+            f"{os.environ.get('USER', 'root')}@{self.host}:{remote}",
             str(local),
         ]
 

@@ -10,12 +10,18 @@
 2. a forwarded port: --size-mb from a TCP server in a process of its own on the
    runner's loopback (as a job's would be), read through the forward that
    `app headless ports` opens (app/port_forward.py) vs read directly, pairs
-   alternating; ratio target >= 0.8.
+   alternating; ratio target >= 0.8. The reader is a process of its own, as a
+   browser or TensorBoard client would be.
+Both on loopback (direct = GB/s without encryption), then again across a LAN-shaped
+link (scripts/bench_lan.py: the runner, the job's server and the sshd in one network
+namespace, the controller and the clients in another, 1 Gbit/s and 0.1 ms each way):
+direct = the job's server read across the link. The LAN part needs root (skipped if not).
 Needs /usr/sbin/sshd (openssh-server) for 1.
 """
 
 import argparse
 import asyncio
+import json
 import os
 import pty
 import select
@@ -33,6 +39,7 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 import asyncssh  # noqa: E402
 from bench_downloads import CIPHER, Sshd  # noqa: E402
+from bench_lan import RUN_IP, LanLink, in_controller, in_runner  # noqa: E402
 
 from app.home import ControllerHome  # noqa: E402
 from app.job_shell import exec_command  # noqa: E402
@@ -46,7 +53,7 @@ from tests import harness  # noqa: E402
 BYTE_SERVER = """
 import socket, sys, threading
 size = int(sys.argv[1]); block = bytes(1 << 20)
-srv = socket.create_server(("127.0.0.1", 0)); print(srv.getsockname()[1], flush=True)
+srv = socket.create_server((sys.argv[2], 0)); print(srv.getsockname()[1], flush=True)
 def send(c):
     with c:
         left = size
@@ -67,7 +74,7 @@ class Open(asyncssh.SSHServer):
     def begin_auth(self, username): return False
 async def main():
     key = asyncssh.generate_private_key("ssh-ed25519")
-    srv = await asyncssh.create_server(Open, "127.0.0.1", 0, server_host_keys=[key], process_factory=echo,
+    srv = await asyncssh.create_server(Open, sys.argv[2], 0, server_host_keys=[key], process_factory=echo,
         encoding=None, encryption_algs=sys.argv[1].split(","), line_editor=False)
     print(srv.sockets[0].getsockname()[1], flush=True)
     await asyncio.Event().wait()
@@ -146,24 +153,31 @@ def _ssh_options(sshd: Sshd) -> list[str]:
     return [
         *("-p", str(sshd.port), "-i", str(sshd.dir / "client"), "-o", "BatchMode=yes", "-o", "LogLevel=ERROR"),
         *("-o", "StrictHostKeyChecking=no", "-o", f"UserKnownHostsFile={sshd.dir / 'known_hosts'}"),
-        *("-o", f"Ciphers={CIPHER}", f"{os.environ.get('USER', 'root')}@127.0.0.1"),
+        *("-o", f"Ciphers={CIPHER}", f"{os.environ.get('USER', 'root')}@{sshd.host}"),
     ]
 
 
-def _spawn(script: str, *args: str) -> tuple[subprocess.Popen[str], int]:
-    proc = subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True)
+def _spawn(script: str, *args: str, wrap: list[str]) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen([*wrap, sys.executable, "-c", script, *args], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     return proc, int(proc.stdout.readline())
 
 
-async def _read_all(port: int) -> float:
-    t0 = time.perf_counter()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    total = 0
-    while data := await reader.read(1 << 20):
-        total += len(data)
-    writer.close()
-    return total / (time.perf_counter() - t0) / 2**20
+# A client of the port in a process of its own: it reads to the end; prints MiB/s from connect to end.
+READER = """
+import socket, sys, time
+buf = bytearray(1 << 20); total = 0; t0 = time.perf_counter()
+with socket.create_connection((sys.argv[1], int(sys.argv[2]))) as s:
+    while n := s.recv_into(buf):
+        total += n
+print(total / (time.perf_counter() - t0) / 2**20)
+"""
+
+
+async def _read_all(host: str, port: int) -> float:
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-c", READER, host, str(port), stdout=subprocess.PIPE)
+    out, _ = await proc.communicate()
+    return float(out)
 
 
 def _cpu_s(pid: int) -> float:
@@ -176,13 +190,17 @@ def _figure(name: str, ms: list[float]) -> str:
     return f"{name}: median {statistics.median(ms):.3f} ms (p90 {sorted(ms)[int(len(ms) * 0.9)]:.3f})"
 
 
-async def main_async(args: argparse.Namespace, tmp: Path) -> dict:
+async def main_async(args: argparse.Namespace, tmp: Path, lan: bool) -> dict:
+    """The figures on loopback, or (`lan`, run in the controller's namespace) across the link."""
     home = tmp / "controller"
     os.environ["LANPOOL_HOME"] = str(home)
-    agent = harness.start_agent(tmp / "agent", home)
-    sshd = Sshd(tmp) if not args.no_sshd else None
-    server, port = _spawn(BYTE_SERVER, str(args.size_mb << 20))
-    floor, floor_port = _spawn(ECHO_SERVER, ",".join(ENCRYPTION_ALGS))
+    host, wrap = (RUN_IP, in_runner([])) if lan else ("127.0.0.1", [])
+    env = harness.lanpool_env(home)
+    harness.authorize_key(harness.controller_key(env), tmp / "agent", env)
+    agent = harness.spawn_agent(tmp / "agent", env, host=host, app=[*wrap, *harness.APP_MODULE]).wait_listening()
+    sshd = Sshd(tmp, host, wrap) if not args.no_sshd else None
+    server, port = _spawn(BYTE_SERVER, str(args.size_mb << 20), "0.0.0.0" if lan else host, wrap=wrap)
+    floor, floor_port = _spawn(ECHO_SERVER, ",".join(ENCRYPTION_ALGS), host, wrap=wrap)
     echo: dict[str, list[float]] = {"lanpool": [], "OpenSSH": [], "bare asyncssh": []}
     e2e: dict[str, list[float]] = {"lanpool": [], "OpenSSH": []}
     try:
@@ -212,7 +230,7 @@ async def main_async(args: argparse.Namespace, tmp: Path) -> dict:
                 echo["lanpool"] += await _echo_ms(session.conn, exec_command("bench1", ["cat"]), per_round)
                 for name, (options, command) in others.items():
                     async with asyncssh.connect(
-                        "127.0.0.1", known_hosts=None, config=[], encryption_algs=ENCRYPTION_ALGS, **options
+                        host, known_hosts=None, config=[], encryption_algs=ENCRYPTION_ALGS, **options
                     ) as conn:
                         echo[name] += await _echo_ms(conn, command, per_round)
             forward = await forward_local(session.conn, port)
@@ -220,10 +238,10 @@ async def main_async(args: argparse.Namespace, tmp: Path) -> dict:
             agent_cpu = our_cpu = 0.0
             for _ in range(args.pairs):
                 a0, c0 = _cpu_s(agent.proc.pid), time.process_time()
-                fwd.append(await _read_all(forward.get_port()))
+                fwd.append(await _read_all("127.0.0.1", forward.get_port()))
                 agent_cpu += _cpu_s(agent.proc.pid) - a0
                 our_cpu += time.process_time() - c0
-                direct.append(await _read_all(port))
+                direct.append(await _read_all(host, port))
             forward.close()
             await session.stop("bench1", True, 0)
         return _report(args, e2e, echo, fwd, direct, agent_cpu, our_cpu)
@@ -270,13 +288,14 @@ def _report(
     return res
 
 
-def _rows(r: dict, size_mb: int) -> list[dict]:
+def _rows(r: dict, size_mb: int, where: str = "") -> list[dict]:
+    """The figures of one place: loopback (`where` empty, the names as recorded before) or the LAN link."""
     from bench_results import pick, row  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
 
-    return [
+    rows = [
         row(
-            "keystroke echo, end to end: `app headless ssh`'s client vs `ssh -tt`, `cat` in the job / at a "
-            "loopback sshd (median)",
+            "keystroke echo, end to end: `app headless ssh`'s client vs `ssh -tt`, `cat` in the job / at an "
+            "sshd beside the agent (median)",
             pick(r, "e2e.lanpool"),
             pick(r, "e2e.OpenSSH"),
             target="<= 1.2",
@@ -303,6 +322,7 @@ def _rows(r: dict, size_mb: int) -> list[dict]:
         ),
         row("agent CPU per forwarded MiB", pick(r, "port.agent_cpu_ms_per_mib"), unit="ms"),
     ]
+    return [{**one, "figure": where + one["figure"]} for one in rows]
 
 
 def main() -> None:
@@ -312,12 +332,50 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=256)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--no-sshd", action="store_true")
+    parser.add_argument("--only", choices=["loopback", "lan"], help="one place only (default: both)")
+    parser.add_argument("--inner-lan", action="store_true", help=argparse.SUPPRESS)  # in the controller's namespace
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        results = asyncio.run(main_async(args, Path(tmp)))
+    if args.inner_lan:
+        with tempfile.TemporaryDirectory() as tmp:
+            print(RESULT + json.dumps(asyncio.run(main_async(args, Path(tmp), True))), flush=True)
+        return
+    rows = []
+    if args.only != "lan":
+        print("== loopback", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            rows += _rows(asyncio.run(main_async(args, Path(tmp), False)), args.size_mb)
+    if args.only != "loopback":
+        why = LanLink.unavailable()
+        if why:
+            print(f"LAN-shaped part skipped: {why}", flush=True)
+        else:
+            shape, results = _lan(args)
+            rows += _rows(results, args.size_mb, f"LAN-shaped ({shape}): ")
     from bench_results import record
 
-    record("bench-shell", _rows(results, args.size_mb))
+    record("bench-shell", rows)
+
+
+RESULT = "bench-shell result: "
+
+
+def _lan(args: argparse.Namespace) -> tuple[str, dict]:
+    """main_async in the controller's namespace of a fresh link (a process of its own there)."""
+    argv = [sys.executable, __file__, "--inner-lan", f"--keys={args.keys}", f"--rounds={args.rounds}"]
+    argv += [f"--size-mb={args.size_mb}", f"--pairs={args.pairs}", *(["--no-sshd"] if args.no_sshd else [])]
+    with LanLink() as link:
+        print(f"== LAN-shaped: {link.shape}", flush=True)
+        proc = subprocess.Popen(in_controller(argv), stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None
+        result: dict = {}
+        for line in proc.stdout:
+            if line.startswith(RESULT):
+                result = json.loads(line[len(RESULT) :])
+            else:
+                print(line, end="", flush=True)
+        if proc.wait() != 0 or not result:
+            raise SystemExit(f"bench-shell: the LAN-shaped part failed (exit {proc.returncode})")
+    return link.shape, result
 
 
 if __name__ == "__main__":
