@@ -36,10 +36,9 @@ from app.errors import (
     UsageError,
 )
 from app.multinode import prefix_node
-from app.runner_output import OwnOutput
 from app.secret_store import mask
 from app.store import JobRow, Store
-from protocol import JobState, JobStatus
+from protocol import JobState
 
 if TYPE_CHECKING:  # `status`/`logs` of stored jobs use RemoteJob without the SSH stack (issue #17)
     from app.job_artifacts import Artifacts
@@ -47,6 +46,7 @@ if TYPE_CHECKING:  # `status`/`logs` of stored jobs use RemoteJob without the SS
     from app.store.log_batch import LogBatch
     from app.uploads import WorkspaceFiles
     from app.workflows.resolve import ResolvedJob
+    from protocol import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -304,6 +304,8 @@ class RemoteJob:
         `sink` (when `shown`); returns its final status (with follow=False: its status now).
         A gang of one rides out its runner's outages (OFFLINE, then re-attach): the session
         it reconnects with goes into `live`."""
+        from app.runner_output import OwnOutput  # the message classes: only a follow needs them (start-up time)
+
         position = self.store.log_end(self.job_id, at.node) if start is None else start
         offline_since = None
         session = live.get(at.node)

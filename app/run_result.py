@@ -4,10 +4,15 @@ Its own module so front ends get these types without importing the run loop
 (app/run_loop.py), which only `run` needs.
 """
 
+from __future__ import annotations  # JobStatus for typing only: `status`/`logs` skip the message classes
+
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from app.store import JobRow
-from protocol import JobStatus
+
+if TYPE_CHECKING:
+    from protocol import JobStatus
 
 
 @dataclass(frozen=True)

@@ -132,7 +132,7 @@ mark("interpreter_ready")
 import app.cli.headless as headless
 mark("imports_done")
 import app.controller as controller_mod
-import app.pool as pool_mod
+import app.keys as keys_mod  # app.pool imports it when it first needs the key
 import app.run_loop as run_loop_mod
 from app.cli import render
 from app.runner_client import RunnerSession
@@ -159,7 +159,7 @@ def wrap(owner, attr, name, is_async):
 
 wrap(controller_mod.Controller, "__init__", "controller_init", False)
 wrap(controller_mod.Controller, "load_project", "load_project", False)
-wrap(pool_mod, "load_or_create_client_key", "load_key", False)
+wrap(keys_mod, "load_or_create_client_key", "load_key", False)
 wrap(run_loop_mod, "build_manifest", "build_snapshot", False)
 wrap(RunnerSession, "open", "ssh_connect", True)
 wrap(RunnerSession, "put_blobs", "sftp_upload", True)

@@ -36,6 +36,7 @@ def _lines(records) -> list[tuple[int, str, bytes]]:
     out = []
     for rec in records:
         assert rec.data.endswith(b"\n")
+        assert rec.n_lines == rec.data.count(b"\n")  # read takes it from the headers: they must agree
         for i, line in enumerate(rec.data.splitlines(keepends=True)):
             out.append((rec.seq + i, rec.stream, line))
     return out
@@ -63,6 +64,18 @@ def test_append_returns_the_first_seq_and_counts_lines(tmp_path: Path):
 def test_read_from_every_seq(spool, from_seq):
     got = _lines(spool.read(from_seq))
     assert got == EXPECTED[from_seq:]
+
+
+@pytest.mark.parametrize("from_seq", range(6))
+def test_merged_records_count_their_lines_from_any_seq(tmp_path: Path, from_seq):
+    s = LogSpool(tmp_path / "log.spool")
+    s.append("out", b"a\nb\n")
+    s.append("out", b"c\n")  # same stream, within MERGE_S: one record comes back
+    s.append("out", b"d\ne\nf\n")
+    (rec,) = s.read(from_seq)
+    assert (rec.seq, rec.n_lines) == (from_seq, 6 - from_seq)
+    assert rec.data == b"a\nb\nc\nd\ne\nf\n"[2 * from_seq :]
+    s.close()
 
 
 def test_read_cuts_the_first_record_at_from_seq(spool):

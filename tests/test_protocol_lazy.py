@@ -1,0 +1,45 @@
+"""protocol/__init__ imports each public name on first use (issue #17: start-up time).
+
+A verb that reads the store asks for JobState only; the message classes and their
+validation load when something first names them, and every public name still resolves.
+"""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+import protocol
+
+
+def test_every_public_name_resolves_to_its_module_object() -> None:
+    for name in protocol.__all__:
+        value = getattr(protocol, name)
+        module = sys.modules[protocol._WHERE[name]]
+        assert value is getattr(module, name)
+    assert sorted(protocol.__all__) == sorted(protocol._WHERE)
+    assert set(protocol.__all__) <= set(dir(protocol))
+
+
+def test_an_unknown_name_is_an_attribute_error_not_a_key_error() -> None:
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchMessage'"):
+        protocol.NoSuchMessage  # noqa: B018
+    with pytest.raises(ImportError):
+        exec("from protocol import NoSuchMessage", {})
+
+
+def test_job_state_alone_does_not_load_the_message_classes() -> None:
+    code = (
+        "import json, sys\n"
+        "from protocol import JobState\n"
+        "assert JobState.DONE.is_terminal()\n"
+        "before = sorted(m for m in sys.modules if m.startswith('protocol'))\n"
+        "from protocol import LogChunk\n"
+        "after = sorted(m for m in sys.modules if m.startswith('protocol'))\n"
+        "print(json.dumps([before, after]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    before, after = json.loads(out)
+    assert "protocol.messages" not in before and "protocol.schema" not in before
+    assert "protocol.messages" in after
