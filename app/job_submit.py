@@ -93,6 +93,7 @@ async def submit_job(
                     after=list(after or []),
                     run_key=run_key,
                     gang=gang_specs[node] if gang_specs else None,
+                    detached=detached,
                 )
             )
             if accepted.job_id != job_id or status.job_id != job_id:
