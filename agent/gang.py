@@ -28,7 +28,8 @@ password. Node 0 keeps only the token's sha256 (compared in constant time);
 such a connection may open only the `lanpool-gang` subsystem of its own gang:
 no submit, no logs, no files, no exec, no forwarding (agent.ssh_server). A
 member keeps the token in its job's private dir (agent.gang_token), so one whose
-agent restarted before Go re-joins the barrier.
+agent restarted before Go re-joins the barrier, and one whose container outlived a restart
+after Go re-joins the running gang (`adopted`).
 """
 
 import asyncio
@@ -93,6 +94,7 @@ class GangHub:
         self._tries: dict[str, int] = {}  # releases per gang: the backoff grows with them
         self._tasks: set[asyncio.Task[None]] = set()
         manager.on_reserved = self.reserved
+        manager.on_adopted = self.adopted
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -159,7 +161,10 @@ class GangHub:
                 state = msg.get("end")
                 said_end = said_end or isinstance(state, str)
                 if gang.started and isinstance(state, str) and state in (s.value for s in _FAILED):
-                    self._fail(gang, leader, rank, "failed" if state == JobState.FAILED.value else "was lost")
+                    why = msg.get("why")  # e.g. its agent shut down (a member's word: clipped, printable)
+                    what = "failed" if state == JobState.FAILED.value else "was lost"
+                    what += f" ({''.join(c for c in why[:120] if c.isprintable())})" if isinstance(why, str) else ""
+                    self._fail(gang, leader, rank, what)
         except (OSError, asyncssh.Error, ConnectionError):
             pass
         finally:
@@ -172,7 +177,7 @@ class GangHub:
             while not leader.record.terminal and rank not in gang.members and time.monotonic() < deadline:
                 await asyncio.sleep(0.5)
             if not leader.record.terminal and rank not in gang.members:
-                self._fail(gang, leader, rank, "was lost")
+                self._fail(gang, leader, rank, f"was lost (its agent gone, not back within {self.lost_s:.0f}s)")
 
     def _rejoined(self, gang: _Gang, leader: Job) -> bool:
         """Whether a started member may re-join: node 0 runs (after this agent's restart its
@@ -297,7 +302,11 @@ class GangHub:
             while True:
                 msg = await until_end(lines.read(), job)
                 if job.record.terminal:
-                    lines.send(end=job.record.state)
+                    if self.manager.closing and job.record.state != JobState.DONE.value:
+                        # Stopped because this agent exits (a process cannot outlive it): the gang cannot go on.
+                        lines.send(end=JobState.LOST.value, why="its agent shut down")
+                    else:
+                        lines.send(end=job.record.state)
                     return
                 if msg is None:  # the coordinator is gone: its end may be relayed to nobody, so stop in time
                     joined = await self._rejoin(job, spec)
@@ -312,9 +321,31 @@ class GangHub:
             for conn in again:
                 conn.close()
 
-    async def _rejoin(self, job: Job, spec: GangSpec) -> tuple[asyncssh.SSHClientConnection, Lines] | None:
+    def adopted(self, job: Job) -> None:
+        """A member still running when this agent restarted (a container outlives it)."""
+        self._spawn(self._readopted(job))
+
+    async def _readopted(self, job: Job) -> None:
+        """Re-join node 0's agent as a started member and go on, as after losing node 0;
+        stop if that fails within LANPOOL_GANG_LOST_S (node 0 counts this node lost by then)."""
+        spec = _spec(job)
+        why = "this runner's agent restarted"
+        joined = await self._rejoin(job, spec, why) if spec is not None else None
+        if spec is None or joined is None:
+            _stop(self.manager, job, f"{why} and could not re-join node 0's agent")
+            return
+        try:
+            async with joined[0]:
+                await self._run_member(job, joined[1], spec)
+        except (OSError, asyncssh.Error, ConnectionError) as exc:
+            job.system_line(f"lanpool: lost node 0's agent at {spec.coordinator}: {exc}")
+            _stop(self.manager, job, "lost node 0's agent")
+
+    async def _rejoin(
+        self, job: Job, spec: GangSpec, why: str = "lost node 0's agent"
+    ) -> tuple[asyncssh.SSHClientConnection, Lines] | None:
         """Node 0's agent again (it may be restarting), with a growing pause, for at most LANPOOL_GANG_LOST_S."""
-        job.system_line(f"lanpool: lost node 0's agent; trying to re-join it for {self.lost_s:.0f}s")
+        job.system_line(f"lanpool: {why}; trying to re-join node 0's agent for {self.lost_s:.0f}s")
         deadline, pause = time.monotonic() + self.lost_s, 0.5
         while not job.record.terminal and time.monotonic() < deadline:
             conn = None

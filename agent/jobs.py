@@ -44,7 +44,7 @@ from agent.queue import (
     plan,
     replace_files,
 )
-from agent.recovery import adoption_of, read_journal
+from agent.recovery import adoption_of, read_journal, remove_leftovers
 from agent.spool import LogSpool
 from agent.staging import stage_workspace
 from protocol import ErrorCode, JobState, SubmitJob
@@ -55,6 +55,7 @@ log = logging.getLogger(__name__)
 DEFAULT_GRACE_S = 10.0
 # A submit answers once the job has started, or after this long (an image
 # still being pulled): the job then shows SUBMITTED, with pull progress in its log.
+# A detached one (`run -d`, SubmitJob.detached) answers once accepted.
 START_WAIT_S = 20.0
 
 
@@ -88,6 +89,12 @@ class JobManager:
         # (QUEUED, its resources held), and who is told when a reservation is taken.
         self.gang_held: str = ""
         self.on_reserved: Callable[[Job], None] | None = None
+        self.on_adopted: Callable[[Job], None] | None = None
+
+    @property
+    def closing(self) -> bool:
+        """The agent is exiting: a job that ends now ends because of that."""
+        return self._closing
 
     def usage(self) -> dict[str, int]:
         """What running jobs hold now: GPUs free, CPUs and memory reserved, job count."""
@@ -125,7 +132,7 @@ class JobManager:
             self.jobs[job.record.job_id] = job
         for job in [j for j in self.jobs.values() if holds(j.record)]:
             await self._adopt(job)
-        await self._remove_leftovers()
+        await remove_leftovers(self.executors, {i for i, j in self.jobs.items() if not j.record.terminal})
         self._pump()  # the queue, in its journalled order
 
     async def _adopt(self, job: Job) -> None:
@@ -141,18 +148,8 @@ class JobManager:
         self.gpus.claim(record.job_id, record.gpus)
         # Metrics resume from the last offset the journal saved: a few values may repeat.
         self.supervisor.running(job, execution, adopted=True)
-
-    async def _remove_leftovers(self) -> None:
-        """What ended (or unknown) jobs left behind (containers) goes: their logs and artifacts are safe."""
-        active = {job_id for job_id, job in self.jobs.items() if not job.record.terminal}
-        for executor in self.executors.all():
-            try:
-                removed = await executor.remove_leftovers(active)
-            except ExecutorError as exc:
-                log.warning("cannot clean up after old %s jobs: %s", executor.name, exc)
-                continue
-            if removed:
-                log.info("removed %d leftover(s) of %s jobs", len(removed), executor.name)
+        if record.gang_id and record.gang_rank and self.on_adopted is not None:
+            self.on_adopted(job)  # a running gang member re-joins node 0's agent (agent.gang)
 
     # -- requests --------------------------------------------------------------
 
@@ -189,7 +186,7 @@ class JobManager:
             record.master_port = free_port()
             record.save(job_dir)
         self._pump()
-        if job.starting is not None:
+        if job.starting is not None and not req.detached:
             await asyncio.wait([job.starting], timeout=START_WAIT_S)
         return job
 

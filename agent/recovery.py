@@ -5,13 +5,16 @@ container outlives the agent, a process's pipes do not.
 """
 
 import asyncio
+import logging
 
-from agent.executors import Adoption
+from agent.executors import Adoption, ExecutorChoice, ExecutorError
 from agent.home import AgentHome
 from agent.job import Job
 from agent.journal import JobRecord
 from agent.spool import LogSpool
 from protocol import JobState
+
+log = logging.getLogger(__name__)
 
 
 def read_journal(home: AgentHome) -> list[Job]:
@@ -46,3 +49,15 @@ def spooled_bytes(spool: LogSpool, added: dict[str, int]) -> dict[str, int]:
                 counts[rec.stream] += len(rec.data)
             seq = rec.seq + rec.n_lines
     return {stream: n - added.get(stream, 0) for stream, n in counts.items()}
+
+
+async def remove_leftovers(executors: ExecutorChoice, active: set[str]) -> None:
+    """What ended (or unknown) jobs left behind (containers) goes: their logs and artifacts are safe."""
+    for executor in executors.all():
+        try:
+            removed = await executor.remove_leftovers(active)
+        except ExecutorError as exc:
+            log.warning("cannot clean up after old %s jobs: %s", executor.name, exc)
+            continue
+        if removed:
+            log.info("removed %d leftover(s) of %s jobs", len(removed), executor.name)

@@ -1,9 +1,11 @@
 """Submitting a job to its runners: the blobs each lacks, then SubmitJob to every node
-(node k = session k), node 0 first so the others learn its MASTER_PORT. The job is in
-the store before anything is sent, so a crash here loses nothing; a node that fails
-to accept stops every node that did (none may run alone).
+(node k = session k), node 0 first so the others learn its MASTER_PORT (a detached
+gang's nodes, which learn it at Go, all at once). The job is in the store before
+anything is sent, so a crash here loses nothing; a node that fails to accept stops
+every node that did (none may run alone).
 """
 
+import asyncio
 import secrets
 import time
 from typing import Any
@@ -16,7 +18,7 @@ from app.remote_job import JobServices, Launch, NodeAt, RemoteJob, Say
 from app.runner_client import RunnerSession
 from app.secret_store import masked_values, reveal
 from app.uploads import upload
-from protocol import GangSpec, JobState, JobStatus, SubmitJob
+from protocol import GangSpec, JobAccepted, JobState, JobStatus, SubmitJob
 
 
 async def submit_job(
@@ -59,55 +61,72 @@ async def submit_job(
     gang_statuses: list[JobStatus] = []  # each node's answer, in node order
     master_port = 0
     gang_specs = _gang_specs(job_id, runners, addresses) if detached and gang.size > 1 else []
-    try:
-        for node, session in enumerate(sessions):
-            env = dict(job.env) if gang.size == 1 else node_env(job, node, addresses)
-            if node and not gang_specs:  # a detached gang's node 0 sends its MASTER_PORT at Go
-                env["MASTER_PORT"] = str(master_port)
-            # Secrets go in here only: the stored spec above keeps their placeholders.
-            env = reveal(env, launch.secrets)
-            await upload(session, launch.files, say)
-            accepted, status = await session.submit_accepted(
-                SubmitJob(
-                    job_id=job_id,
-                    run_name=launch.run_name,
-                    workflow=job.workflow,
-                    commands=job.commands,
-                    env=env,
-                    artifacts=(job.artifacts if node == 0 else []) + job.artifacts_all_nodes,
-                    files=launch.files.entries,
-                    working_dir=job.working_dir,
-                    image=job.image,
-                    pull=job.pull,
-                    resources=resources,
-                    executor=job.executor,
-                    pick_master_port=(node == 0 and gang.size > 1 and not gang_specs),
-                    python=job.python,
-                    requirements=job.requirements,
-                    ports=job.ports,
-                    masked=masked_values(launch.secrets.values()),
-                    max_duration_s=job.max_duration_s,
-                    retry_on=job.retry_on,
-                    retry_limit=job.retry_limit,
-                    retry_delay_s=job.retry_delay_s,
-                    after=list(after or []),
-                    run_key=run_key,
-                    gang=gang_specs[node] if gang_specs else None,
-                )
+
+    async def send(node: int, session: RunnerSession) -> tuple[JobAccepted, JobStatus]:
+        env = dict(job.env) if gang.size == 1 else node_env(job, node, addresses)
+        if node and not gang_specs:  # a detached gang's node 0 sends its MASTER_PORT at Go
+            env["MASTER_PORT"] = str(master_port)
+        # Secrets go in here only: the stored spec above keeps their placeholders.
+        env = reveal(env, launch.secrets)
+        await upload(session, launch.files, say)
+        accepted, status = await session.submit_accepted(
+            SubmitJob(
+                job_id=job_id,
+                run_name=launch.run_name,
+                workflow=job.workflow,
+                commands=job.commands,
+                env=env,
+                artifacts=(job.artifacts if node == 0 else []) + job.artifacts_all_nodes,
+                files=launch.files.entries,
+                working_dir=job.working_dir,
+                image=job.image,
+                pull=job.pull,
+                resources=resources,
+                executor=job.executor,
+                pick_master_port=(node == 0 and gang.size > 1 and not gang_specs),
+                python=job.python,
+                requirements=job.requirements,
+                ports=job.ports,
+                masked=masked_values(launch.secrets.values()),
+                max_duration_s=job.max_duration_s,
+                retry_on=job.retry_on,
+                retry_limit=job.retry_limit,
+                retry_delay_s=job.retry_delay_s,
+                after=list(after or []),
+                run_key=run_key,
+                gang=gang_specs[node] if gang_specs else None,
+                detached=detached,
             )
-            if accepted.job_id != job_id or status.job_id != job_id:
-                raise RunnerProtocolError(
-                    f"runner {runners[node]['name']} answered for job {status.job_id!r} when sent job {job_id}"
-                )
-            if node == 0:
-                first, master_port = status, accepted.master_port
-            gang._note(node, status)
-            gang_statuses.append(status)
-            if gang.size > 1:
-                say(
-                    f"node {node}: runner {runners[node]['name']} ({addresses[node]})"
-                    + (f", MASTER_PORT {master_port}" if node == 0 else "")
-                )
+        )
+        if accepted.job_id != job_id or status.job_id != job_id:
+            raise RunnerProtocolError(
+                f"runner {runners[node]['name']} answered for job {status.job_id!r} when sent job {job_id}"
+            )
+        return accepted, status
+
+    def noted(node: int, accepted: JobAccepted, status: JobStatus) -> None:
+        nonlocal first, master_port
+        if node == 0:
+            first, master_port = status, accepted.master_port
+        gang._note(node, status)
+        gang_statuses.append(status)
+        if gang.size > 1:
+            say(
+                f"node {node}: runner {runners[node]['name']} ({addresses[node]})"
+                + (f", MASTER_PORT {master_port}" if node == 0 else "")
+            )
+
+    try:
+        if gang_specs:  # a detached gang's nodes need nothing of each other here: all sent at once
+            answers = await asyncio.gather(*(send(k, s) for k, s in enumerate(sessions)), return_exceptions=True)
+            for failed in (a for a in answers if isinstance(a, BaseException)):
+                raise failed
+            for node, answer in enumerate(answers):
+                assert not isinstance(answer, BaseException)
+                noted(node, *answer)
+        else:  # node 0 first: the others learn its MASTER_PORT
+            for node, session in enumerate(sessions):
+                noted(node, *await send(node, session))
     except (LanpoolError, OSError, asyncssh.Error) as exc:
         message = getattr(exc, "message", None) or str(exc)
         for session in sessions:  # whatever started must not run alone

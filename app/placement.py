@@ -1,10 +1,12 @@
 """Where a run's jobs go: each job on its own runner with room for it, and the run's connections."""
 
+import asyncio
 import dataclasses
 from collections.abc import Callable
 
 from app.errors import UsageError
 from app.pool import DEFAULT_PORT, DISCOVERY_WAIT_S, Pool, parse_address
+from app.run_sessions import RunSessions
 from app.runner_client import RunnerSession
 from app.runner_views import RunnerState, RunnerView, bounded_props
 from app.scheduler import Capacity, Need, place
@@ -38,6 +40,9 @@ class Placement:
         self.say = say
         self.address = parse_address(spec, DEFAULT_PORT) if pool.names_an_address(spec) else None
         self.sessions: dict[tuple[str, int], RunnerSession] = {}
+        self.kept = RunSessions()  # the probes' sessions, connected to again by this run
+        if pool.kept is None:  # (a second run placed at once, in the TUI, probes as before)
+            pool.kept = self.kept
 
     async def check(self, jobs: list[ResolvedJob]) -> None:
         """Refuse the run before any job starts when one of them can never fit: the error
@@ -79,9 +84,12 @@ class Placement:
             self.queue_timeout,
             self.gangs_queue,
         )
-        for host, port in hosts:
-            if (host, port) not in self.sessions:
-                self.sessions[host, port] = await self.pool.connect(host, port)
+        new = [h for h in dict.fromkeys(hosts) if h not in self.sessions]
+        # A gang's runners connected to at once; those that answered are closed with the run.
+        opened = await asyncio.gather(*(self.pool.connect(*h) for h in new), return_exceptions=True)
+        self.sessions.update((h, s) for h, s in zip(new, opened, strict=True) if isinstance(s, RunnerSession))
+        for failed in (s for s in opened if isinstance(s, BaseException)):
+            raise failed
         return [self.sessions[h] for h in hosts], [host for host, _port in hosts]
 
     async def one_runner(self, jobs: list[ResolvedJob], job_id: str) -> tuple[list[RunnerSession], list[str]] | None:
@@ -133,6 +141,9 @@ class Placement:
     def close(self) -> None:
         for session in self.sessions.values():
             session.close()
+        if self.pool.kept is self.kept:
+            self.pool.kept = None
+        self.kept.close()
 
     def _pinned_name(self, job: ResolvedJob) -> str | None:
         """The known runner `--runner` names, if any; a gang is pinned only by a known name."""

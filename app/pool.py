@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # app.discovery imports zeroconf, which only browsing needs
     import asyncssh
 
     from app.discovery import Advert
+    from app.run_sessions import RunSessions
     from app.runner_client import RunnerSession
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,7 @@ class Pool:
         self.store = store
         self.home = home
         self._key: asyncssh.SSHKey | None = None
+        self.kept: RunSessions | None = None  # while a run is placed: its probes' sessions (app/run_sessions.py)
 
     # asyncssh (with cryptography) is imported by what talks to runners, not at the top:
     # `status` and `logs` of stored runs never need it (start-up time, issue #17).
@@ -107,7 +109,9 @@ class Pool:
             )
         from app.runner_client import RunnerSession
 
-        session = await RunnerSession.open(host, port, self.client_key, pinned_key(known) if known else None)
+        pinned = pinned_key(known) if known else None
+        session = self.kept.take(host, port, pinned) if self.kept and not trust else None
+        session = session or await RunnerSession.open(host, port, self.client_key, pinned)
         try:
             name = session.hello.name
             named = self.store.runner(name)
@@ -183,7 +187,10 @@ class Pool:
             state, fields = RunnerState.OFFLINE, {}
         else:
             resources = bounded_props(dict(session.hello.resources))
-            session.close()
+            if self.kept is not None and row.get("trusted"):
+                self.kept.keep(row["host"], row["port"], session)
+            else:
+                session.close()
             now = time.time()
             if not row.get("trusted"):
                 # It accepts our key, which proves nothing; what its Hello claims is not taken either.
@@ -259,7 +266,11 @@ class Pool:
                 started = time.time()
                 heard = await discover(interfaces, wait_s)
                 await fold_browse(self.store, self.client_key, heard, started, wait_s)
+        if self.kept is not None and wait_s <= 0 and self.kept.fresh():
+            return views(self.store)  # probed just now, for the same run
         await asyncio.gather(*(self.probe(row) for row in self.store.runners()))
+        if self.kept is not None:
+            self.kept.probed()
         return views(self.store)
 
     async def choose_runners(

@@ -193,6 +193,9 @@ class SubmitJob:
     after: list[str] = field(default_factory=list)
     run_key: str = ""
     gang: GangSpec | None = None  # a detached multi-node job's member (agent/gang.py)
+    # `run -d`: answer once the job is accepted (journalled, its files staged), not once it
+    # started; nobody follows it, and its start (a process, a container) is the runner's affair.
+    detached: bool = False
 
 
 @dataclass(frozen=True)

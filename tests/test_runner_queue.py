@@ -276,7 +276,7 @@ def test_two_detached_jobs_that_need_all_of_a_runner_run_one_after_the_other(run
 
 
 def test_status_shows_why_a_job_waits_and_stop_cancels_it_on_its_runner(runner, cli, make_project):
-    project = make_project(BIG)
+    project = make_project(BIG.replace("sleep 2", "sleep 10"))  # still running at `status`, even under load
     cli("headless", "runners", "add", runner.address, check=True)
     _run_d(cli, project)
     second, _ = _run_d(cli, project)

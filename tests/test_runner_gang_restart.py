@@ -1,0 +1,82 @@
+"""A detached gang's member whose agent restarts after Go (issue #15): a container member,
+which outlives its agent, is re-adopted and re-joins node 0's agent, and the gang goes on;
+a process member, which its agent stops on the way out, fails the gang on every node with a
+reason naming the node and the restart - never a gang left running with a node missing.
+Real agents, real SSH on loopback, no controller alive."""
+
+import asyncio
+import dataclasses
+
+from tests.harness import start_agent
+from tests.test_runner_gang import GANG_ENV, _end, _member, _submit
+from tests.test_runner_queue import _session, _wait_state
+
+
+async def _both_running(r0, r1, gang_id: str) -> None:
+    for agent, rank in ((r0, 0), (r1, 1)):
+        async with await _session(agent) as s:
+            await _wait_state(s, f"{gang_id}-{rank}", {"RUNNING"}, 30)
+
+
+def test_a_running_container_member_whose_agent_restarts_rejoins_and_the_gang_finishes(
+    tmp_path, controller_home, docker_client, busybox_image
+):
+    from tests.docker_harness import remove_agent_containers
+
+    # Node 0 waits 20 s for the member to re-join, the nodes run 35 s: without the re-join, node 0 fails.
+    env = {**GANG_ENV, "LANPOOL_GANG_LOST_S": "20"}
+    data1 = tmp_path / "agent1"
+    r0 = start_agent(tmp_path / "agent0", controller_home, name="r0", extra_env=env)
+    r1 = start_agent(data1, controller_home, name="r1", extra_env=env, extra_args=("--executor", "docker"))
+    try:
+
+        async def submit():
+            await _submit(r0, _member(r0, "ga", 0, "sleep 35; echo node0 done", 1.0))
+            node1 = dataclasses.replace(_member(r0, "ga", 1, "sleep 35; echo node1 done", 1.0), image=busybox_image)
+            await _submit(r1, node1)
+            await _both_running(r0, r1, "ga")
+
+        asyncio.run(submit())
+        r1.stop()  # its container keeps running
+        r1 = start_agent(data1, controller_home, name="r1", extra_env=env, extra_args=("--executor", "docker"))
+
+        async def after_restart():
+            (s1, log1), (s0, log0) = await _end(r1, "ga-1", 90), await _end(r0, "ga-0", 90)
+            assert s0.state == s1.state == "DONE", (s0.error, s1.error, log0, log1)
+            assert "this runner's agent restarted" in log1 and "re-joined node 0's agent" in log1, log1
+            assert "node1 done" in log1 and "node0 done" in log0, (log0, log1)
+
+        asyncio.run(after_restart())
+    finally:
+        r0.stop()
+        r1.stop()
+        remove_agent_containers(docker_client, data1)
+
+
+def test_a_running_process_member_whose_agent_restarts_fails_the_gang_naming_the_node(tmp_path, controller_home):
+    data1 = tmp_path / "agent1"
+    r0 = start_agent(tmp_path / "agent0", controller_home, name="r0", extra_env=GANG_ENV)
+    r1 = start_agent(data1, controller_home, name="r1", extra_env=GANG_ENV)
+    try:
+
+        async def submit():
+            await _submit(r0, _member(r0, "gp", 0, "sleep 60; echo node0 done", 1.0))
+            await _submit(r1, _member(r0, "gp", 1, "sleep 60; echo node1 done", 1.0))
+            await _both_running(r0, r1, "gp")
+
+        asyncio.run(submit())
+        r1.stop()  # a process cannot outlive its agent: it is stopped on the way out
+        r1 = start_agent(data1, controller_home, name="r1", extra_env=GANG_ENV)
+
+        async def after_restart():
+            # Well before the 60 s sleep ends: node 0 does not run on with a node missing.
+            (s0, log0), (s1, log1) = await _end(r0, "gp-0", 30), await _end(r1, "gp-1", 30)
+            assert s0.state != "DONE" and s1.state != "DONE", (s0.state, s1.state)
+            assert "node 1 was lost" in log0, log0
+            assert "its agent shut down" in log0 or "its agent gone" in log0, log0
+            assert "node0 done" not in log0 and "node1 done" not in log1
+
+        asyncio.run(after_restart())
+    finally:
+        r0.stop()
+        r1.stop()
