@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 level=logging.INFO if args.verbose else logging.WARNING,
                 format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             )
-            event_loop.run(_serve(home, args))
+            event_loop.run(_serve(home, args), uvloop_ok=False)  # its PTY shells failed under uvloop
         elif args.verb == "authorize":
             home.create()
             added = authorize_key(home.authorized_keys, args.pubkey_file)

@@ -1,10 +1,14 @@
-"""The event loop of lanpool's own `asyncio.run` calls: the agent's `serve`, the headless
-verbs and the artifact range workers (never the Textual TUI, which runs its own loop).
+"""The event loop of lanpool's own `asyncio.run` calls that move artifacts: the headless
+verbs (but the shell ones) and the artifact range workers; `agent serve` only when asked
+(never the Textual TUI, which runs its own loop).
 
-uvloop where it is installed: a pull's controller and agent spend much of their time in
-the event loop's socket and callback work (see docs/benchmarks.md, bench-downloads), which
-uvloop does in C. The standard loop when it is missing, or when LANPOOL_EVENT_LOOP=asyncio
-asks for it (a comparison, or a problem to tell apart).
+uvloop where it is installed: a pull's controller spends much of its time in the event
+loop's socket and callback work, which uvloop does in C (measured: ~10% less CPU on each
+side of a 512 MiB pull; docs/benchmarks.md). Not everywhere: under uvloop the agent's PTY
+shells lost their connection and the controller's port forwards refused uvloop's
+transports (tests/test_job_shell.py), so `ssh`/`exec`/`ports` and the agent stay on
+Python's loop unless LANPOOL_EVENT_LOOP=uvloop; LANPOOL_EVENT_LOOP=asyncio turns uvloop
+off everywhere (a comparison, or a problem to tell apart).
 """
 
 import asyncio
@@ -19,10 +23,11 @@ ENV = "LANPOOL_EVENT_LOOP"
 _T = TypeVar("_T")
 
 
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop maker, or None for asyncio's own (asked for, or uvloop not installed)."""
+def loop_factory(uvloop_ok: bool = True) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop maker, or None for asyncio's own: LANPOOL_EVENT_LOOP decides, else
+    `uvloop_ok` (where uvloop is known to work); None too when uvloop is not installed."""
     choice = os.environ.get(ENV, "").strip().lower()
-    if choice == "asyncio":
+    if choice == "asyncio" or (choice != "uvloop" and not uvloop_ok):
         return None
     try:
         import uvloop  # imported here: only a verb that runs a loop pays for it
@@ -34,7 +39,7 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return factory
 
 
-def run(main: Coroutine[Any, Any, _T]) -> _T:
+def run(main: Coroutine[Any, Any, _T], uvloop_ok: bool = True) -> _T:
     """asyncio.run(main) on the loop `loop_factory` picks."""
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=loop_factory(uvloop_ok)) as runner:
         return runner.run(main)

@@ -34,3 +34,11 @@ def test_asyncio_when_uvloop_is_missing(monkeypatch, caplog):
     monkeypatch.setenv(event_loop.ENV, "uvloop")
     assert event_loop.run(_loop_module()).startswith("asyncio")
     assert "uvloop is not installed" in caplog.text
+
+
+def test_asyncio_where_uvloop_broke_things_unless_asked(monkeypatch):
+    pytest.importorskip("uvloop")
+    monkeypatch.delenv(event_loop.ENV, raising=False)
+    assert event_loop.run(_loop_module(), uvloop_ok=False).startswith("asyncio")
+    monkeypatch.setenv(event_loop.ENV, "uvloop")
+    assert event_loop.run(_loop_module(), uvloop_ok=False).startswith("uvloop")
