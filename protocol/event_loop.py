@@ -3,8 +3,9 @@ verbs (but the shell ones) and the artifact range workers; `agent serve` only wh
 (never the Textual TUI, which runs its own loop).
 
 uvloop where it is installed: a pull's controller spends much of its time in the event
-loop's socket and callback work, which uvloop does in C (measured: ~10% less CPU on each
-side of a 512 MiB pull; docs/benchmarks.md). Not everywhere: under uvloop the agent's PTY
+loop's socket and callback work, which uvloop does in C (measured, 512 MiB one-stream
+pulls alternating on a 2-core VM at load 2.3: median 2.50 s vs 3.20 s, controller CPU
+2.17 s vs 2.73 s). Not everywhere: under uvloop the agent's PTY
 shells lost their connection and the controller's port forwards refused uvloop's
 transports (tests/test_job_shell.py), so `ssh`/`exec`/`ports` and the agent stay on
 Python's loop unless LANPOOL_EVENT_LOOP=uvloop; LANPOOL_EVENT_LOOP=asyncio turns uvloop
