@@ -1,7 +1,6 @@
 """`app agent <verb>`: run and manage the runner daemon on this machine."""
 
 import argparse
-import asyncio
 import dataclasses
 import json
 import logging
@@ -22,7 +21,7 @@ from agent.journal import JobRecord
 from agent.keys import authorize_key
 from agent.pairing import Pairing
 from agent.retention import collect, parse_size
-from protocol import DEFAULT_PORT
+from protocol import DEFAULT_PORT, event_loop
 
 
 def default_data_dir() -> Path:
@@ -148,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                 level=logging.INFO if args.verbose else logging.WARNING,
                 format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             )
-            asyncio.run(_serve(home, args))
+            event_loop.run(_serve(home, args), uvloop_ok=False)  # its PTY shells failed under uvloop
         elif args.verb == "authorize":
             home.create()
             added = authorize_key(home.authorized_keys, args.pubkey_file)

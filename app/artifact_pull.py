@@ -182,6 +182,7 @@ async def pull_job(
             if staging.stat().st_ino != inode or not state.keys() <= have.keys():
                 reset(staging, state)  # started over, or a ranged file is gone: so do the ranges
                 have = {}
+            state.distrust(staging)  # a done file's claims count only for bytes that are there
             have.update({k: state.have(k) for k in state.keys()})
             _ensure_room(store_dir, sum(every.values()) - sum(have.values()))
             _meta(store_dir, job_id).write_text(json.dumps({"total": sum(every.values())}))

@@ -21,7 +21,7 @@ from app.artifact_pull import Writer
 from app.artifact_ranges import SLOT
 from app.errors import LanpoolError, RunnerProtocolError
 from app.runner_client import RunnerSession
-from protocol import ArtifactRange, Error
+from protocol import ArtifactRange, Error, event_loop
 
 
 async def pull_range(spec: dict[str, Any]) -> None:
@@ -57,7 +57,7 @@ async def pull_range(spec: dict[str, Any]) -> None:
 def main() -> int:
     try:
         spec = json.loads(sys.stdin.read())
-        asyncio.run(pull_range(spec))
+        event_loop.run(pull_range(spec))
         kind, message = "ok", ""
     except (ArtifactsRefused, RunnerProtocolError) as exc:
         kind, message = "refused", exc.message

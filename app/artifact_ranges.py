@@ -13,6 +13,11 @@ Resume state: ranges fill the staged file out of order, so its size no longer sa
 what arrived. Next to the staging dir, `<job>.part.ranges` (JSON: each range's file,
 size, start, end) and `<job>.part.done` (one little-endian int64 per range: the offset
 its bytes reach) say it; each worker writes only its own slot of the done file.
+Those files are only a claim: before resuming, each range's claimed bytes must be on
+disk in the staged file (within its size, no hole: SEEK_HOLE), else that range starts
+over from its start (`distrust`): an edited or stale done file never leaves a gap of
+zeros in a file the pull then calls whole. (A claim inside the last, partly written
+block cannot be told apart; anything a whole block or more past what arrived can.)
 """
 
 import asyncio
@@ -119,6 +124,19 @@ class RangeState:
     def keys(self) -> set[str]:
         return {r.key for r in self.ranges}
 
+    def distrust(self, staging: Path) -> list[str]:
+        """Send back to its start each range whose claimed bytes are not in the staged file
+        (see the module docstring); returns their keys, and saves the state if any."""
+        doubted: list[str] = []
+        for i, (r, at) in enumerate(zip(self.ranges, self.done, strict=True)):
+            if at > r.start and not _on_disk(staging, r.key, r.start, at):
+                self.done[i] = r.start
+                doubted.append(r.key)
+        if doubted:
+            log.warning("range resume state claims bytes not on disk for %s: those ranges start over", doubted)
+            self.save()
+        return doubted
+
     def have(self, key: str) -> int:
         """Bytes of `key` arrived so far."""
         return sum(at - r.start for r, at in zip(self.ranges, self.done, strict=True) if r.key == key)
@@ -143,6 +161,32 @@ class RangeState:
     def remove(self) -> None:
         self.layout.unlink(missing_ok=True)
         self.done_path.unlink(missing_ok=True)
+
+
+def _on_disk(staging: Path, key: str, start: int, end: int) -> bool:
+    """Whether bytes [start, end) of the staged file were written: inside its size, and no
+    hole in them (a file system that keeps no holes reports none: then the size alone)."""
+    try:
+        parts = checked_path(key)
+        dir_fd = make_dirs(staging, parts[:-1], create=False)
+    except (ArtifactsRefused, OSError):
+        return False
+    try:
+        fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return False
+    finally:
+        os.close(dir_fd)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size < end:
+            return False
+        try:
+            return os.lseek(fd, start, os.SEEK_HOLE) >= end
+        except OSError:  # no SEEK_HOLE here: the size was all there was to check
+            return True
+    finally:
+        os.close(fd)
 
 
 def read_done(store_dir: Path, job_id: str) -> tuple[set[str], int]:

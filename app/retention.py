@@ -10,10 +10,19 @@ What is never removed:
   Only DONE jobs are ever reused or tagged inputs; a run that has placed its last job
   needs nothing more, and a later plan simply runs again what is gone.
 
+What an interrupted pull left (the staging dir `JOB.part`, its total `JOB.part.json`, the
+range resume files `JOB.part.ranges`/`JOB.part.done`, its lock) goes with its job, and
+prune also takes such leftovers of jobs no longer in the store (a pull cut off while its
+run was removed, an `rm` whose files failed half-way): "orphans", counted in the space
+freed. A job whose artifacts another process is pulling right now (its pull lock is held)
+is never touched: `rm` refuses it, prune keeps its run (or the orphan) and says why.
+
 Artifact files are removed without following links: a link in the store (even the job's
 directory itself) is unlinked, and nothing it points at is touched or counted.
 """
 
+import contextlib
+import fcntl
 import glob
 import logging
 import os
@@ -55,6 +64,7 @@ class Removal:
     artifact_bytes: int = 0  # disk space the artifact files free (a file linked elsewhere too frees none)
     log_bytes: int = 0  # log text removed from the database (its file keeps its size: SQLite reuses the pages)
     kept: list[tuple[str, str]] = field(default_factory=list)  # (run, why) that prune left in place
+    orphans: list[str] = field(default_factory=list)  # store entries of jobs no longer in the store (prune)
 
     @property
     def freed(self) -> int:
@@ -70,6 +80,7 @@ class Removal:
             "log_bytes": self.log_bytes,
             "freed_bytes": self.freed,
             "kept": [{"run": run, "why": why} for run, why in self.kept],
+            "orphans": self.orphans,
         }
 
 
@@ -96,6 +107,12 @@ class Retention:
                     f"job {job.id} of run {job.run_name} is still {job.status}: stop it first "
                     f"(`app headless stop {job.run_name}`); nothing was removed"
                 )
+        pulled = next((j for j in jobs.values() if self._pulling(j.id)), None)
+        if pulled is not None:
+            raise UsageError(
+                f"another lanpool process is pulling the artifacts of job {pulled.id} (run {pulled.run_name}): "
+                "try again when it is done; nothing was removed"
+            )
         placing = self._placing(exclude=set(runs) | {j.run_name for j in jobs.values()})
         done = next((j for j in jobs.values() if j.state is JobState.DONE), None)
         if placing and done is not None:
@@ -120,6 +137,8 @@ class Retention:
             running = next((j for j in jobs if not j.state.is_terminal()), None)
             if running is not None:
                 kept.append((run.name, f"job {running.id} is {running.status}"))
+            elif (pulled := next((j for j in jobs if self._pulling(j.id)), None)) is not None:
+                kept.append((run.name, f"the artifacts of job {pulled.id} are being pulled"))
             elif keep_tagged and run.tag:
                 kept.append((run.name, f"tagged {run.tag!r}"))
             elif placing and any(j.state is JobState.DONE for j in jobs):
@@ -127,9 +146,44 @@ class Retention:
             else:
                 chosen.append(run.name)
                 chosen_jobs += jobs
-        removal = self._remove(chosen, chosen_jobs, dry_run)
+        removal = self._remove(chosen, chosen_jobs, dry_run, orphans=self._orphans())
         removal.kept = kept
         return removal
+
+    def _orphans(self) -> list[Path]:
+        """Entries of the artifact store whose job (the name up to its first dot) is no job in
+        the store, and that no process is pulling now."""
+        try:
+            names = sorted(os.listdir(self.home.artifacts))
+        except FileNotFoundError:
+            return []
+        by_job: dict[str, list[str]] = {}
+        for name in names:
+            by_job.setdefault(name.split(".", 1)[0], []).append(name)
+        known = self.store.known_jobs([j for j in by_job if j])
+        return [
+            self.home.artifacts / name
+            for job_id, entries in by_job.items()
+            if job_id and job_id not in known and not self._pulling(job_id)
+            for name in entries
+        ]
+
+    def _pulling(self, job_id: str) -> bool:
+        """Whether a process holds the job's pull lock now (app/artifact_pull.py `_pull_lock`):
+        its staging dir is in use, and goes only once that pull ends or dies."""
+        path = self.home.artifacts / f"{job_id}.part.lock"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False  # none (or not a plain file: no pull's lock)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        finally:
+            with contextlib.suppress(OSError):
+                os.close(fd)  # releases the shared lock taken just to test
+        return False
 
     def _placing(self, exclude: set[str] | None = None) -> list[str]:
         """Runs still placing inputs: a job not ended, and the requested workflow's job not yet on a runner."""
@@ -146,11 +200,14 @@ class Retention:
                 found.append(run_name)
         return found
 
-    def _remove(self, run_names: list[str], jobs: list[JobRow], dry_run: bool) -> Removal:
+    def _remove(
+        self, run_names: list[str], jobs: list[JobRow], dry_run: bool, orphans: list[Path] | None = None
+    ) -> Removal:
         removal = Removal(dry_run=dry_run, runs=sorted(run_names), jobs=[j.id for j in jobs])
         job_ids = [j.id for j in jobs]
         removal.log_bytes = self.store.log_bytes(job_ids)
-        places = [p for j in jobs for p in self._artifact_places(j.id)]
+        removal.orphans = [p.name for p in orphans or []]
+        places = [p for j in jobs for p in self._artifact_places(j.id)] + list(orphans or [])
         removal.files, removal.artifact_bytes = _measure(places)
         if dry_run:
             return removal
@@ -170,7 +227,9 @@ class Retention:
                 f"removed {len(removal.jobs)} job(s) from the store, but not all their files: {problems[0]}"
                 + (f" (+{len(problems) - 1} more)" if len(problems) > 1 else "")
             )
-        log.info("removed runs %s, jobs %s: %d bytes", removal.runs, removal.jobs, removal.freed)
+        log.info(
+            "removed runs %s, jobs %s, orphans %s: %d bytes", removal.runs, removal.jobs, removal.orphans, removal.freed
+        )
         return removal
 
     def _artifact_places(self, job_id: str) -> list[Path]:

@@ -274,28 +274,37 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench_results import pick, recording, row  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
 
-    work = recording(
-        "bench-downloads",
-        work,
-        lambda r: [
-            row(
-                f"{args.size_mb} MiB artifact back, pull alone, vs scp from a loopback sshd (median)",
-                pick(r, "pull_s.median"),
-                pick(r, "scp_s.median"),
-                target=">= 0.8",
-                unit="s",
-                ratio=pick(r, "pull_ratio"),
-            ),  # type: ignore[arg-type]
-            row(
-                "`run -d` -> `status` -> `artifacts download`, vs the same scp",
-                pick(r, "path_s.median"),
-                pick(r, "scp_s.median"),
-                target=">= 0.7",
-                unit="s",
-                ratio=pick(r, "path_ratio"),
-            ),  # type: ignore[arg-type]
-        ],
-    )
+    def rows_of(r: dict) -> list[dict]:
+        """A row per figure and stream count (results nest them under "streams")."""
+        out = []
+        for n in streams:
+            at = f"streams.{n}"
+            out += [
+                row(
+                    f"{args.size_mb} MiB artifact back, pull alone, {n} stream(s), vs scp from a loopback sshd (median)",
+                    pick(r, f"{at}.pull_s.median"),
+                    pick(r, "scp_s.median"),
+                    target=">= 0.8",
+                    unit="s",
+                    ratio=pick(r, f"{at}.pull_ratio"),  # type: ignore[arg-type]
+                ),
+                row(
+                    f"`run -d` -> `status` -> `artifacts download`, {n} stream(s), vs the same scp",
+                    pick(r, f"{at}.path_s.median"),
+                    pick(r, "scp_s.median"),
+                    target=">= 0.7",
+                    unit="s",
+                    ratio=pick(r, f"{at}.path_ratio"),  # type: ignore[arg-type]
+                ),
+                row(
+                    f"CPU s of the pull, {n} stream(s): controller + agent, vs the scp client",
+                    f"{pick(r, f'cpu_s.controller-{n}') or 0:.2f} + {pick(r, f'cpu_s.agent-{n}') or 0:.2f}",
+                    pick(r, "cpu_s.scp"),
+                ),
+            ]
+        return out
+
+    work = recording("bench-downloads", work, rows_of)
     return run_bench("scripts/bench-downloads", work, stop, report, args.json)
 
 

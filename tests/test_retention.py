@@ -94,6 +94,75 @@ def test_rm_takes_what_an_interrupted_pull_left_and_nothing_of_other_jobs(ctl):
     assert sorted(p.name for p in ctl.home.artifacts.iterdir()) == ["abc12"]
 
 
+def _partial_pull(ctl: Controller, job_id: str) -> int:
+    """What a cut-off ranged pull leaves beside the store (app/artifact_pull.py, artifact_ranges.py); its bytes."""
+    art = ctl.home.artifacts
+    art.mkdir(parents=True, exist_ok=True)
+    (art / f"{job_id}.part" / "out").mkdir(parents=True)
+    (art / f"{job_id}.part" / "out" / "big.bin").write_bytes(b"p" * 5000)
+    (art / f"{job_id}.part.json").write_text('{"total": 9000}')
+    (art / f"{job_id}.part.ranges").write_text('{"ranges": []}')
+    (art / f"{job_id}.part.done").write_bytes(b"\0" * 16)
+    (art / f"{job_id}.part.lock").write_bytes(b"")
+    return 5000 + len('{"total": 9000}') + len('{"ranges": []}') + 16
+
+
+def test_rm_and_prune_take_partial_pulls_and_range_resume_files(ctl):
+    _run(ctl, "half-pulled", {"d1": "DONE"}, age_days=10)
+    _run(ctl, "kept-new", {"d2": "DONE"}, files={"f": b"k"})
+    part_bytes = _partial_pull(ctl, "d1")
+    _partial_pull(ctl, "d2")
+    dry = ctl.retention.prune(7 * DAY, dry_run=True)
+    assert dry.runs == ["half-pulled"] and dry.artifact_bytes == part_bytes and dry.files == 5
+    assert (ctl.home.artifacts / "d1.part.done").exists()
+    removal = ctl.retention.prune(7 * DAY)
+    assert removal.artifact_bytes == part_bytes and removal.freed == part_bytes + len(b"log of d1\n")
+    left = sorted(p.name for p in ctl.home.artifacts.iterdir())
+    assert left == ["d2", "d2.part", "d2.part.done", "d2.part.json", "d2.part.lock", "d2.part.ranges"]
+    gone = ctl.retention.remove(["kept-new"])
+    assert gone.files == 6 and not list(ctl.home.artifacts.iterdir())
+
+
+def test_prune_takes_leftovers_of_jobs_no_longer_stored_and_counts_them(ctl):
+    _run(ctl, "stored", {"e1": "DONE"}, files={"f": b"s" * 10})
+    orphan_bytes = _partial_pull(ctl, "e9")
+    whole = ctl.home.job_artifacts("e8") / "out"
+    whole.mkdir(parents=True)
+    (whole / "model.ckpt").write_bytes(b"m" * 3000)  # an `rm` whose files failed half-way
+    dry = ctl.retention.prune(7 * DAY, dry_run=True)
+    assert dry.runs == [] and dry.artifact_bytes == orphan_bytes + 3000
+    assert sorted(dry.orphans) == ["e8", "e9.part", "e9.part.done", "e9.part.json", "e9.part.lock", "e9.part.ranges"]
+    assert (ctl.home.artifacts / "e9.part").is_dir()
+    removal = ctl.retention.prune(7 * DAY)
+    assert removal.freed == orphan_bytes + 3000 and removal.to_json()["orphans"] == dry.orphans
+    assert sorted(p.name for p in ctl.home.artifacts.iterdir()) == ["e1"]
+
+
+def test_a_pull_in_progress_is_never_removed(ctl):
+    """Attack twin: a pull another process holds (its lock) keeps its staging dir, run or orphan."""
+    import fcntl
+
+    _run(ctl, "being-pulled", {"f1": "DONE"}, age_days=10)
+    _partial_pull(ctl, "f1")
+    _partial_pull(ctl, "f9")  # no job any more, but its pull still runs
+    fds = [os.open(ctl.home.artifacts / f"{j}.part.lock", os.O_RDWR) for j in ("f1", "f9")]
+    try:
+        for fd in fds:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(UsageError, match="pulling the artifacts of job f1"):
+            ctl.retention.remove(["being-pulled"])
+        removal = ctl.retention.prune(7 * DAY)
+        assert removal.runs == [] and removal.orphans == []
+        assert removal.kept == [("being-pulled", "the artifacts of job f1 are being pulled")]
+        assert (ctl.home.artifacts / "f1.part" / "out" / "big.bin").exists()
+        assert (ctl.home.artifacts / "f9.part" / "out" / "big.bin").exists()
+    finally:
+        for fd in fds:
+            os.close(fd)
+    assert ctl.retention.prune(7 * DAY).runs == ["being-pulled"]
+    assert not list(ctl.home.artifacts.iterdir())
+
+
 def test_rm_of_a_job_keeps_its_siblings_and_the_run(ctl):
     _run(ctl, "two-jobs", {"c1": "DONE", "c2": "DONE"}, files={"f": b"x"})
     removal = ctl.retention.remove(["c1"])

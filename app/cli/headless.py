@@ -8,7 +8,6 @@ stop, artifacts, metrics), retention_verbs.py (rm, prune), runner_verbs.py
 """
 
 import argparse
-import asyncio
 import importlib
 import os
 import sys
@@ -19,6 +18,7 @@ from app.cli.parser import parse_args
 from app.controller import Controller
 from app.errors import ExitCode, LanpoolError
 from app.terminal_text import safe_text
+from protocol import event_loop
 
 Handler = Callable[[Controller, argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     ctl = None
     try:
         ctl = Controller()
-        return int(asyncio.run(handler(ctl, args)))
+        return int(event_loop.run(handler(ctl, args), uvloop_ok=_HANDLERS[args.verb][0] != "shell_verbs"))
     except LanpoolError as exc:
         print(f"app: error: {safe_text(exc.message)}", file=sys.stderr)  # may quote a runner's text
         return int(exc.exit_code)

@@ -28,12 +28,13 @@ def _report(removal: Removal, as_json: bool) -> None:
     for run, why in removal.kept:
         say(f"kept run {run}: {why}")
     verb = "would remove" if removal.dry_run else "removed"
-    if not removal.jobs and not removal.runs:
+    if not removal.jobs and not removal.runs and not removal.orphans:
         say(f"{verb} nothing")
         return
     runs = f"{len(removal.runs)} run(s) ({', '.join(removal.runs)}), " if removal.runs else ""
+    orphans = f", {len(removal.orphans)} leftover(s) of jobs no longer stored" if removal.orphans else ""
     say(
-        f"{verb} {runs}{len(removal.jobs)} job(s), {removal.files} artifact file(s): "
+        f"{verb} {runs}{len(removal.jobs)} job(s){orphans}, {removal.files} artifact file(s): "
         f"{'would free' if removal.dry_run else 'freed'} {size(removal.freed)} "
         f"({size(removal.artifact_bytes)} of artifacts, {size(removal.log_bytes)} of logs)"
     )

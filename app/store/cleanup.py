@@ -30,6 +30,14 @@ class CleanupRows(Table):
         rows = self.conn.execute(f"SELECT {JOB_COLS} FROM jobs WHERE status IN ({marks})", _UNFINISHED).fetchall()
         return [JobRow(*r) for r in rows]
 
+    def known_jobs(self, job_ids: Sequence[str]) -> set[str]:
+        """Those of `job_ids` that are jobs in the store (prune's test for orphaned artifact files)."""
+        found: set[str] = set()
+        for batch in _batches(job_ids):
+            marks = ",".join("?" * len(batch))
+            found.update(r[0] for r in self.conn.execute(f"SELECT id FROM jobs WHERE id IN ({marks})", batch))
+        return found
+
     def log_bytes(self, job_ids: Sequence[str]) -> int:
         """Bytes of log text stored for these jobs (length() reads a blob's size, not its bytes)."""
         total = 0
