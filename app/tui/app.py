@@ -153,7 +153,10 @@ class LanpoolApp(Actions):
         self.sub_title = "loading…"
         self._load_project()
         self.show_runs()
-        self.show_runners()
+        # The Runners tab is hidden at start: its table is filled when it is first shown or by the
+        # first tick (reading the pinned keys imports the SSH stack, ~0.25 s not spent before the
+        # first frame; scripts/bench-tui).
+        self._runners_dirty = True
         self.set_interval(REFRESH_S, self._tick)
         self.set_interval(FLUSH_S, self._flush_log)
         self.query_one("#download-box").display = False

@@ -47,7 +47,15 @@ STATUS_STYLE = {
 
 def status_cell(text: str, width: int = 48) -> Text:
     state = text.split(" ")[0].rstrip(":")
-    return Text(text if len(text) <= width else text[: width - 1] + "…", style=STATUS_STYLE.get(state, ""))
+    return plain_cell(text if len(text) <= width else text[: width - 1] + "…", STATUS_STYLE.get(state, ""))
+
+
+def plain_cell(value: str, style: str = "") -> Text:
+    """A cell as DataTable shows a one-line str, without reading it as markup: a run name or a
+    variable's value holding "[...]" shows as typed, and DataTable does not parse each cell's
+    markup again whenever it measures or renders it (most of the runs list's first frame,
+    scripts/bench-tui)."""
+    return Text(value, style=style, no_wrap=True, end="")
 
 
 class LiveTable(DataTable[Cell]):
@@ -137,9 +145,12 @@ class LiveTable(DataTable[Cell]):
             self.move_cursor(row=wanted.index(selected), animate=False)
 
     def show(self, rows: list[Row]) -> None:
+        rows = [(key, [plain_cell(c) if isinstance(c, str) else c for c in cells]) for key, cells in rows]
         old_rows, self._rows = self._rows, rows
         if not old_rows or any(len(a[1]) != len(b[1]) for a, b in zip(old_rows, rows, strict=False)):
-            self._fit(self.size.width)
+            # Not laid out yet (filled in on_mount): fit the terminal's width, which the table spans,
+            # so that the first Resize does not build all the rows a second time.
+            self._fit(self.size.width or self.app.size.width)
         wanted = [k for k, _ in rows]
         if [k.value for k in self.rows] != wanted:
             # Order or membership changed: rebuild (rare: a new job, a filter).
