@@ -11,6 +11,7 @@ layer calls only what it or a layer below defines, so each reads on its own.
 from collections.abc import Callable
 
 from textual.app import App
+from textual.css.query import NoMatches
 from textual.widgets import Label, TabbedContent
 from textual.worker import Worker, WorkerState
 
@@ -87,5 +88,7 @@ class LanpoolBase(App[None]):
         """One place turns a failed worker into a notification."""
         if event.state is WorkerState.ERROR and event.worker.error is not None:
             error = event.worker.error
+            if isinstance(error, NoMatches) and (self._closing or self._exit):
+                return  # a worker (a run just submitted) ended while the app closes: its widgets are gone
             message = getattr(error, "message", None) or f"{type(error).__name__}: {error}"
             self.notify(message, title="error", severity="error", timeout=10)
