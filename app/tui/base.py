@@ -23,6 +23,10 @@ from app.tui.widgets.tables import RunnersTable, RunsTable
 from app.workflows import Project
 
 LOG_WINDOW = 20_000  # lines held by the log view; older ones are paged in from SQLite
+# Lines read from SQLite at a time: a job's tail when it is selected or G reloads it, and each older
+# page when the view is scrolled to its top. A screen shows ~50; reading and decoding a 20,000-line
+# window on the event loop held keys back ~100 ms on a 2-core machine (scripts/bench-tui).
+LOG_PAGE = 2_000
 RUNS_LIMIT = 500  # rows in the runs list (filtering searches the whole store)
 
 
