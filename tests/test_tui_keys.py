@@ -243,3 +243,25 @@ def test_selecting_a_long_log_reads_its_tail_then_pages(screen_app):
         assert texts == [f"long-{i}" for i in range(total - 2 * LOG_PAGE, total)]
 
     run(screen_app, (120, 30), body)
+
+
+def test_more_of_the_same_list_adds_rows_without_a_rebuild(screen_app, monkeypatch):
+    """The first frame gets the newest RUNS_FIRST rows and the rest come just after it: those are
+    added to the table, not a rebuild of every row (each row added is measured cell by cell)."""
+
+    def row(i: int) -> tuple[str, list]:
+        return (f"k{i}", [f"run-{i}", "abc", "train", "", "gpu1", "DONE", "1m", "2s", "-"])
+
+    async def body(pilot):
+        table = pilot.app.query_one(RunsTable)
+        cleared = []
+        clear = type(table).clear
+        monkeypatch.setattr(type(table), "clear", lambda self, *a, **k: (cleared.append(1), clear(self, *a, **k))[1])
+        table.show([row(i) for i in range(3)])
+        assert len(cleared) == 1  # other rows than before: rebuilt
+        table.show([row(i) for i in range(8)])
+        assert len(cleared) == 1 and [k.value for k in table.rows] == [f"k{i}" for i in range(8)]
+        table.show([row(i) for i in reversed(range(8))])  # another order: rebuilt
+        assert len(cleared) == 2 and [k.value for k in table.rows] == [f"k{i}" for i in reversed(range(8))]
+
+    run(screen_app, (140, 30), body)

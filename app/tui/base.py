@@ -28,6 +28,9 @@ LOG_WINDOW = 20_000  # lines held by the log view; older ones are paged in from 
 # window on the event loop held keys back ~100 ms on a 2-core machine (scripts/bench-tui).
 LOG_PAGE = 2_000
 RUNS_LIMIT = 500  # rows in the runs list (filtering searches the whole store)
+# Rows on the first frame: more than a screen holds; the rest are added just after it (the table
+# measures every cell of each row it gets: 500 rows were most of the first frame's time).
+RUNS_FIRST = 100
 
 
 class LanpoolBase(App[None]):
@@ -50,8 +53,8 @@ class LanpoolBase(App[None]):
     def active_tab(self) -> str:
         return self.query_one("#tabs", TabbedContent).active
 
-    def show_runs(self) -> None:
-        lines = self.ctl.runs.job_lines(self.runs_filter, self.runs_status, RUNS_LIMIT)
+    def show_runs(self, limit: int = RUNS_LIMIT) -> None:
+        lines = self.ctl.runs.job_lines(self.runs_filter, self.runs_status, limit)
         self.query_one("#runs-table", RunsTable).show_jobs(lines, self.clock())
 
     def show_runners(self) -> None:
