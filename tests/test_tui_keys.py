@@ -265,3 +265,30 @@ def test_more_of_the_same_list_adds_rows_without_a_rebuild(screen_app, monkeypat
         assert len(cleared) == 2 and [k.value for k in table.rows] == [f"k{i}" for i in reversed(range(8))]
 
     run(screen_app, (140, 30), body)
+
+
+def test_back_to_metrics_builds_no_chart_again(screen_app, monkeypatch):
+    """Switching back to Metrics with no new points shows the charts as built (plotext draws its
+    whole canvas in Python: issue #17's key -> frame); new options or points build them again."""
+    built = []
+    render = PlotextPlot.render
+    monkeypatch.setattr(PlotextPlot, "render", lambda self: (built.append(1), render(self))[1])
+
+    async def body(pilot):
+        await _on_done_job(pilot)
+        await pilot.press("4")
+        chart = pilot.app.query_one(MetricsChart)
+        await _until(pilot, lambda: chart.query(PlotextPlot) and built)
+        await pilot.pause(0.3)
+        before = len(built)
+        for _ in range(3):
+            await pilot.press("3")
+            await pilot.pause(0.1)
+            await pilot.press("4")
+            await pilot.pause(0.2)
+        assert pilot.app.query_one("#tabs").active == "metrics"
+        assert len(built) == before
+        await pilot.press("l")  # log scale: drawn anew
+        await _until(pilot, lambda: len(built) > before)
+
+    run(screen_app, (120, 30), body)

@@ -110,8 +110,11 @@ class MetricsChart(Widget):
             self._draw()
 
     def show_series(self, series: Series, title: str) -> None:
+        # The same points again (a switch to the tab, the tick with nothing new): the plots
+        # already show them, and drawing them anew is plotext's whole canvas again.
+        same = (series, title) == self._wanted
         self._wanted = (series, title)
-        if self._shown:
+        if self._shown and not same:
             self._draw()
 
     def action_log_scale(self) -> None:
