@@ -250,8 +250,6 @@ async def wait_status(pilot, job_id: str, status: str, timeout: float = 30.0) ->
 async def test_runner_added_by_address_is_live(agent, project):
     app = tui(project)
     async with app.run_test(size=SIZE) as pilot:
-        await pilot.press("2")  # the Runners tab is filled when first shown (not before the first frame)
-        await pilot.pause()
         assert rows(app, "runners-table") == {}
         assert "no runners yet" in label_text(app, "#runners-hint")
         await add_runner(pilot, agent.address)
