@@ -152,7 +152,11 @@ class LogView(ScrollView, can_focus=True):
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
         self.following = new >= self.max_scroll_y and not self.detached
-        if new <= 0 and not self.at_start and not self._asked_older and self.lines:
+        if new <= 0:
+            self._want_older()
+
+    def _want_older(self) -> None:
+        if not self.at_start and not self._asked_older and self.lines:
             self._asked_older = True
             self.post_message(self.WantOlder(self))
 
@@ -165,6 +169,8 @@ class LogView(ScrollView, can_focus=True):
 
     def action_top(self) -> None:
         self.following = False
+        if self.scroll_y <= 0:  # already at the top (no scroll to notice): g asks for the next page
+            self._want_older()
         self.scroll_home(animate=False)
 
     def find(self, text: str, forward: bool = True) -> bool:
