@@ -11,8 +11,6 @@ app/tui/job_view.py (the selected job's log, metrics, artifacts) and
 app/tui/actions.py (run, stop, download, runners).
 """
 
-import asyncio
-import importlib
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -179,11 +177,6 @@ class LanpoolApp(Actions):
 
     @work(group="feeds", exit_on_error=False)
     async def _start_feeds(self) -> None:
-        # The SSH and mDNS stacks (~0.3-0.5 s of imports on a 2-core machine) load in a thread: on
-        # the event loop, the feeds' first probe imported them while the user's first keys waited
-        # (scripts/bench-tui). Whatever needs them before they are in waits on the import lock.
-        stacks = ["asyncssh", "zeroconf"] if self._discover else ["asyncssh"]
-        await asyncio.to_thread(lambda: [importlib.import_module(name) for name in stacks])
         await self.feeds.start(discover=self._discover, probe_every_s=self._probe_every_s)
 
     async def on_unmount(self) -> None:
