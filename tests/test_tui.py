@@ -21,6 +21,7 @@ from textual.widgets import DataTable, Input, Label, Select  # noqa: E402
 
 from app.controller import Controller  # noqa: E402
 from app.tui.app import LOG_WINDOW, LanpoolApp  # noqa: E402
+from app.tui.base import LOG_PAGE  # noqa: E402
 from app.tui.dialogs.run_dialog import RunDialog  # noqa: E402
 from app.tui.dialogs.simple import ConfirmDialog, FormDialog  # noqa: E402
 from app.tui.widgets.log_view import LogView  # noqa: E402
@@ -381,7 +382,12 @@ async def test_many_lines_stream_in_order_and_the_window_pages_back(agent, proje
         await wait_until(pilot, lambda: view.scroll_y == view.max_scroll_y > 0, "the view at its end", 20)
         # Scrolling to the top pages the older lines back in from the store.
         view.focus()
-        await pilot.press("g")
+        for _ in range(LOG_WINDOW // LOG_PAGE + 2):  # a page at a time: each g at the top asks for one more
+            top = view.lines[0].text
+            if top == "line-1":
+                break
+            await pilot.press("g")
+            await wait_until(pilot, lambda top=top: view.lines[0].text != top, "an older page", 10)
         await wait_until(pilot, lambda: view.lines[0].text == "line-1", "line-1 paged back in")
         texts = log_texts(app)
         assert texts == [f"line-{i}" for i in range(1, len(texts) + 1)]

@@ -197,3 +197,98 @@ def test_metrics_chart_per_family_picker_log_smooth(screen_app):
         await _until(pilot, lambda: len(chart.query(PlotextPlot)) == 3)
 
     run(screen_app, (80, 24), body)
+
+
+def test_cells_show_brackets_as_typed(screen_app):
+    """A run name or a variable holding "[...]" is shown as typed, not read as markup (that it
+    was parsed again on every measure and render was also most of the runs list's first frame)."""
+
+    async def body(pilot):
+        table = pilot.app.query_one(RunsTable)
+        cells = ["[red]boom[/red]", "abc", "train", "x=[1,2] [b]", "gpu1", "DONE", "1m", "2s", "-"]
+        table.show([("k1", cells)])
+        await pilot.pause(0.2)
+        assert str(table.get_cell("k1", "run")) == "[red]boom[/red]"
+        row = "".join(s.text for s in table.render_line(1))  # line 0 is the header
+        assert "[red]boom[/red]" in row and "x=[1,2] [b]" in row
+
+    run(screen_app, (220, 30), body)  # wide: every column shown
+
+
+def test_selecting_a_long_log_reads_its_tail_then_pages(screen_app):
+    """Selecting a job reads only the last LOG_PAGE lines of its log (not the whole window: the
+    key waited for it); scrolling to the top pages the older ones in, in order."""
+    from app.tui.base import LOG_PAGE
+
+    total = 2 * LOG_PAGE + 500
+    store = screen_app.ctl.store
+    base = 10_000  # after the fixture's own lines
+    store.add_log_chunks(
+        [
+            (DONE_JOB, 0, base + i, 100, "out", "".join(f"long-{i + k}\n" for k in range(100)).encode(), NOW)
+            for i in range(0, total, 100)
+        ]
+    )
+
+    async def body(pilot):
+        await _on_done_job(pilot)
+        await pilot.press("enter")
+        view = pilot.app.query_one(LogView)
+        await _until(pilot, lambda: view.lines and view.lines[-1].text == f"long-{total - 1}")
+        assert len(view.lines) == LOG_PAGE and not view.at_start
+        assert view.lines[0].text == f"long-{total - LOG_PAGE}"
+        await pilot.press("g")
+        await _until(pilot, lambda: len(view.lines) == 2 * LOG_PAGE)
+        texts = [line.text for line in view.lines]
+        assert texts == [f"long-{i}" for i in range(total - 2 * LOG_PAGE, total)]
+
+    run(screen_app, (120, 30), body)
+
+
+def test_more_of_the_same_list_adds_rows_without_a_rebuild(screen_app, monkeypatch):
+    """The first frame gets the newest RUNS_FIRST rows and the rest come just after it: those are
+    added to the table, not a rebuild of every row (each row added is measured cell by cell)."""
+
+    def row(i: int) -> tuple[str, list]:
+        return (f"k{i}", [f"run-{i}", "abc", "train", "", "gpu1", "DONE", "1m", "2s", "-"])
+
+    async def body(pilot):
+        table = pilot.app.query_one(RunsTable)
+        cleared = []
+        clear = type(table).clear
+        monkeypatch.setattr(type(table), "clear", lambda self, *a, **k: (cleared.append(1), clear(self, *a, **k))[1])
+        table.show([row(i) for i in range(3)])
+        assert len(cleared) == 1  # other rows than before: rebuilt
+        table.show([row(i) for i in range(8)])
+        assert len(cleared) == 1 and [k.value for k in table.rows] == [f"k{i}" for i in range(8)]
+        table.show([row(i) for i in reversed(range(8))])  # another order: rebuilt
+        assert len(cleared) == 2 and [k.value for k in table.rows] == [f"k{i}" for i in reversed(range(8))]
+
+    run(screen_app, (140, 30), body)
+
+
+def test_back_to_metrics_builds_no_chart_again(screen_app, monkeypatch):
+    """Switching back to Metrics with no new points shows the charts as built (plotext draws its
+    whole canvas in Python: issue #17's key -> frame); new options or points build them again."""
+    built = []
+    render = PlotextPlot.render
+    monkeypatch.setattr(PlotextPlot, "render", lambda self: (built.append(1), render(self))[1])
+
+    async def body(pilot):
+        await _on_done_job(pilot)
+        await pilot.press("4")
+        chart = pilot.app.query_one(MetricsChart)
+        await _until(pilot, lambda: chart.query(PlotextPlot) and built)
+        await pilot.pause(0.3)
+        before = len(built)
+        for _ in range(3):
+            await pilot.press("3")
+            await pilot.pause(0.1)
+            await pilot.press("4")
+            await pilot.pause(0.2)
+        assert pilot.app.query_one("#tabs").active == "metrics"
+        assert len(built) == before
+        await pilot.press("l")  # log scale: drawn anew
+        await _until(pilot, lambda: len(built) > before)
+
+    run(screen_app, (120, 30), body)

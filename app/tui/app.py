@@ -28,7 +28,7 @@ from app.controller import Controller
 from app.errors import LanpoolError
 from app.live import LiveFeeds
 from app.tui.actions import Actions
-from app.tui.base import LOG_WINDOW, RUNS_LIMIT
+from app.tui.base import LOG_WINDOW, RUNS_FIRST, RUNS_LIMIT
 from app.tui.dialogs.simple import HelpScreen
 from app.tui.widgets.artifacts_list import ArtifactsList
 from app.tui.widgets.footer import Footer
@@ -152,7 +152,8 @@ class LanpoolApp(Actions):
     def on_mount(self) -> None:
         self.sub_title = "loading…"
         self._load_project()
-        self.show_runs()
+        self.show_runs(RUNS_FIRST)
+        self.call_after_refresh(self.show_runs)  # the rest of the list, after the first frame
         self.show_runners()
         self.set_interval(REFRESH_S, self._tick)
         self.set_interval(FLUSH_S, self._flush_log)

@@ -11,6 +11,7 @@ layer calls only what it or a layer below defines, so each reads on its own.
 from collections.abc import Callable
 
 from textual.app import App
+from textual.css.query import NoMatches
 from textual.widgets import Label, TabbedContent
 from textual.worker import Worker, WorkerState
 
@@ -22,7 +23,14 @@ from app.tui.widgets.tables import RunnersTable, RunsTable
 from app.workflows import Project
 
 LOG_WINDOW = 20_000  # lines held by the log view; older ones are paged in from SQLite
+# Lines read from SQLite at a time: a job's tail when it is selected or G reloads it, and each older
+# page when the view is scrolled to its top. A screen shows ~50; reading and decoding a 20,000-line
+# window on the event loop held keys back ~100 ms on a 2-core machine (scripts/bench-tui).
+LOG_PAGE = 2_000
 RUNS_LIMIT = 500  # rows in the runs list (filtering searches the whole store)
+# Rows on the first frame: more than a screen holds; the rest are added just after it (the table
+# measures every cell of each row it gets: 500 rows were most of the first frame's time).
+RUNS_FIRST = 100
 
 
 class LanpoolBase(App[None]):
@@ -45,8 +53,8 @@ class LanpoolBase(App[None]):
     def active_tab(self) -> str:
         return self.query_one("#tabs", TabbedContent).active
 
-    def show_runs(self) -> None:
-        lines = self.ctl.runs.job_lines(self.runs_filter, self.runs_status, RUNS_LIMIT)
+    def show_runs(self, limit: int = RUNS_LIMIT) -> None:
+        lines = self.ctl.runs.job_lines(self.runs_filter, self.runs_status, limit)
         self.query_one("#runs-table", RunsTable).show_jobs(lines, self.clock())
 
     def show_runners(self) -> None:
@@ -87,5 +95,7 @@ class LanpoolBase(App[None]):
         """One place turns a failed worker into a notification."""
         if event.state is WorkerState.ERROR and event.worker.error is not None:
             error = event.worker.error
+            if isinstance(error, NoMatches) and (self._closing or self._exit):
+                return  # a worker (a run just submitted) ended while the app closes: its widgets are gone
             message = getattr(error, "message", None) or f"{type(error).__name__}: {error}"
             self.notify(message, title="error", severity="error", timeout=10)

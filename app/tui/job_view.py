@@ -17,7 +17,7 @@ from textual.widgets import Label, TabbedContent
 from app import overview
 from app.formatting import duration, size, status_text
 from app.overview import MetricsReader
-from app.tui.base import LOG_WINDOW, LanpoolBase
+from app.tui.base import LOG_PAGE, LOG_WINDOW, LanpoolBase
 from app.tui.dialogs.simple import Field, FormDialog
 from app.tui.widgets.artifacts_list import ArtifactsList
 from app.tui.widgets.log_view import LogView
@@ -70,7 +70,7 @@ class JobView(LanpoolBase):
             self.feeds.follow(job_id, self.ctl.runs.log_end(job_id))
 
     def _load_log(self, job_id: str) -> None:
-        window = self.ctl.runs.log_window(job_id, LOG_WINDOW, self.node)
+        window = self.ctl.runs.log_window(job_id, LOG_PAGE, self.node)  # the tail; g pages older ones in
         self.query_one(LogView).set_lines(window.lines, window.at_start)
         self._oldest = window.oldest
         self._show_job_header()
@@ -89,7 +89,7 @@ class JobView(LanpoolBase):
         before = self._oldest
         if before is None:  # trimmed while following: the view starts that many lines before the stored end
             before = self.ctl.runs.log_window(self.job_id, len(event.view.lines) + len(self._pending), self.node).oldest
-        window = self.ctl.runs.log_window(self.job_id, LOG_WINDOW // 4, self.node, before=before)
+        window = self.ctl.runs.log_window(self.job_id, LOG_PAGE, self.node, before=before)
         self._oldest = window.oldest
         event.view.prepend(window.lines, window.at_start)
 

@@ -17,7 +17,7 @@ from rich.cells import cell_len
 from rich.segment import Segment
 from rich.style import Style
 from textual.binding import Binding
-from textual.geometry import Size
+from textual.geometry import Offset, Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
@@ -72,6 +72,7 @@ class LogView(ScrollView, can_focus=True):
         self._stamp_style = Style(dim=True)
         self._match_style = Style(reverse=True, bold=True)
         self._asked_older = False
+        self._pass: tuple[Offset, int, Style] | None = None  # set while render_lines runs
 
     # -- content -------------------------------------------------------------------
 
@@ -151,7 +152,11 @@ class LogView(ScrollView, can_focus=True):
     def watch_scroll_y(self, old: float, new: float) -> None:
         super().watch_scroll_y(old, new)
         self.following = new >= self.max_scroll_y and not self.detached
-        if new <= 0 and not self.at_start and not self._asked_older and self.lines:
+        if new <= 0:
+            self._want_older()
+
+    def _want_older(self) -> None:
+        if not self.at_start and not self._asked_older and self.lines:
             self._asked_older = True
             self.post_message(self.WantOlder(self))
 
@@ -164,6 +169,8 @@ class LogView(ScrollView, can_focus=True):
 
     def action_top(self) -> None:
         self.following = False
+        if self.scroll_y <= 0:  # already at the top (no scroll to notice): g asks for the next page
+            self._want_older()
         self.scroll_home(animate=False)
 
     def find(self, text: str, forward: bool = True) -> bool:
@@ -190,11 +197,19 @@ class LogView(ScrollView, can_focus=True):
 
     # -- rendering ----------------------------------------------------------------------
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # What every line of this pass shares, computed once: the widget's style walks its
+        # ancestors' backgrounds, and per line it was half of the log's render time while
+        # following a fast job (scripts/bench-tui).
+        self._pass = (self.scroll_offset, self.size.width, self.rich_style)
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._pass = None
+
     def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
+        (scroll_x, scroll_y), width, base = self._pass or (self.scroll_offset, self.size.width, self.rich_style)
         index = scroll_y + y
-        width = self.size.width
-        base = self.rich_style
         if index >= len(self.lines):
             return Strip.blank(width, base)
         line = self.lines[index]

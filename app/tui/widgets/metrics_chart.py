@@ -110,8 +110,11 @@ class MetricsChart(Widget):
             self._draw()
 
     def show_series(self, series: Series, title: str) -> None:
+        # The same points again (a switch to the tab, the tick with nothing new): the plots
+        # already show them, and drawing them anew is plotext's whole canvas again.
+        same = (series, title) == self._wanted
         self._wanted = (series, title)
-        if self._shown:
+        if self._shown and not same:
             self._draw()
 
     def action_log_scale(self) -> None:
@@ -153,7 +156,7 @@ class MetricsChart(Widget):
         want = max(1, min(len(groups), MAX_CHARTS))
         if len(plots) != want:
             box.remove_children()
-            plots = [PlotextPlot() for _ in range(want)]
+            plots = [_cached_plot_class()() for _ in range(want)]
             box.mount_all(plots)
         extras = []
         if self.log_scale:
@@ -185,4 +188,35 @@ class MetricsChart(Widget):
                 plt.plot(steps, values, label=name)
         if self.log_scale:
             plt.ylabel("log10")
-        plot.refresh()
+        getattr(plot, "redraw", plot.refresh)()
+
+
+_CACHED_PLOT: "type[PlotextPlot] | None" = None
+
+
+def _cached_plot_class() -> "type[PlotextPlot]":
+    """PlotextPlot that builds its chart again only when it was drawn anew, resized or the theme
+    changed: plotext draws the whole canvas in Python on every render, and a render came with
+    every switch to the Metrics tab, data changed or not (scripts/bench-tui)."""
+    global _CACHED_PLOT
+    if _CACHED_PLOT is None:
+        from textual.app import RenderResult
+        from textual_plotext import PlotextPlot
+
+        class CachedPlot(PlotextPlot):
+            drawn = 0
+            _key: object = None
+            _built: RenderResult = ""
+
+            def redraw(self) -> None:
+                self.drawn += 1
+                self.refresh()
+
+            def render(self) -> RenderResult:
+                key = (self.size, self.app.theme, self.theme, self.drawn)
+                if key != self._key:
+                    self._key, self._built = key, super().render()
+                return self._built
+
+        _CACHED_PLOT = CachedPlot
+    return _CACHED_PLOT

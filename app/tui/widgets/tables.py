@@ -47,7 +47,15 @@ STATUS_STYLE = {
 
 def status_cell(text: str, width: int = 48) -> Text:
     state = text.split(" ")[0].rstrip(":")
-    return Text(text if len(text) <= width else text[: width - 1] + "…", style=STATUS_STYLE.get(state, ""))
+    return plain_cell(text if len(text) <= width else text[: width - 1] + "…", STATUS_STYLE.get(state, ""))
+
+
+def plain_cell(value: str, style: str = "") -> Text:
+    """A cell as DataTable shows a one-line str, without reading it as markup: a run name or a
+    variable's value holding "[...]" shows as typed, and DataTable does not parse each cell's
+    markup again whenever it measures or renders it (most of the runs list's first frame,
+    scripts/bench-tui)."""
+    return Text(value, style=style, no_wrap=True, end="")
 
 
 class LiveTable(DataTable[Cell]):
@@ -125,8 +133,10 @@ class LiveTable(DataTable[Cell]):
             self._rebuild(self._rows, selected)
 
     def _cells(self, cells: list[Cell]) -> list[Cell]:
+        """The shown columns' cells, as the DataTable gets them (str wrapped when it goes in: rows
+        compare as given, cheaply, every refresh)."""
         index = {key: i for i, (key, _) in enumerate(self.COLUMNS)}
-        return [cells[index[key]] for key in self.shown_columns]
+        return [plain_cell(c) if isinstance(c, str) else c for c in (cells[index[key]] for key in self.shown_columns)]
 
     def _rebuild(self, rows: list[Row], selected: str | None) -> None:
         self.clear()
@@ -139,14 +149,20 @@ class LiveTable(DataTable[Cell]):
     def show(self, rows: list[Row]) -> None:
         old_rows, self._rows = self._rows, rows
         if not old_rows or any(len(a[1]) != len(b[1]) for a, b in zip(old_rows, rows, strict=False)):
-            self._fit(self.size.width)
+            # Not laid out yet (filled in on_mount): fit the terminal's width, which the table spans,
+            # so that the first Resize does not build all the rows a second time.
+            self._fit(self.size.width or self.app.size.width)
         wanted = [k for k, _ in rows]
-        if [k.value for k in self.rows] != wanted:
-            # Order or membership changed: rebuild (rare: a new job, a filter).
-            self._rebuild(rows, self.selected_key)
-            return
+        current = [k.value for k in self.rows]
+        added: list[Row] = []
+        if current != wanted:
+            if not current or wanted[: len(current)] != current:
+                # Order or membership changed: rebuild (rare: a new job, a filter).
+                self._rebuild(rows, self.selected_key)
+                return
+            added = rows[len(current) :]  # more of the same list (the rest of the first page): added below
         before = dict(old_rows)
-        for key, cells in rows:
+        for key, cells in rows[: len(current)]:
             if before.get(key) == cells:
                 continue  # nothing changed in this row: not even a cell read (a tab switch costs nothing)
             for col, value in zip(self.shown_columns, self._cells(cells), strict=True):
@@ -156,6 +172,8 @@ class LiveTable(DataTable[Cell]):
                     # measures every cell of the column again, per cell (500 rows, each "59s" -> "1m").
                     wider = cell_len(str(value)) > cell_len(str(old))
                     self.update_cell(key, col, value, update_width=wider)
+        for key, cells in added:
+            self.add_row(*self._cells(cells), key=key)
 
     @property
     def selected_key(self) -> str | None:
