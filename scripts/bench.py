@@ -576,25 +576,17 @@ class Bench:
                     "job_cpu_s": s1[1] - s0[1],
                 }
             )
-        lp_wall = [x["wall_s"] for x in lp_runs]
-        bare_wall = [x["wall_s"] for x in bare_runs]
         res = {
             "lines": n,
             "lanpool": {
-                "wall_s_median": med(lp_wall),
-                "wall_s_min": min(lp_wall),
-                "lines_per_s_median": n / med(lp_wall),
-                "lines_per_s_best": n / min(lp_wall),
+                **_flood_rates(n, lp_runs),
                 "lost_max": max(x["lost"] for x in lp_runs),
                 "duplicates_max": max(x["duplicates"] for x in lp_runs),
                 "controller_peak_rss_mib_max": max(x["controller_peak_rss_mib"] for x in lp_runs),
                 "runs": lp_runs,
             },
             "bare": {
-                "wall_s_median": med(bare_wall),
-                "wall_s_min": min(bare_wall),
-                "lines_per_s_median": n / med(bare_wall),
-                "lines_per_s_best": n / min(bare_wall),
+                **_flood_rates(n, bare_runs),
                 "lines_short_max": max(n - x["lines"] for x in bare_runs),
                 "runs": bare_runs,
             },
@@ -714,6 +706,17 @@ def _job_id(t: Timed) -> str:
         if m:
             return m.group(1).decode()
     raise BenchError(f"cannot find the job id in:\n{t.stderr_text()[-2000:]}")
+
+
+def _flood_rates(n: int, runs: list[dict]) -> dict:
+    """Wall time and lines/s of `n`-line floods, alike for lanpool and the bare client."""
+    walls = [x["wall_s"] for x in runs]
+    return {
+        "wall_s_median": med(walls),
+        "wall_s_min": min(walls),
+        "lines_per_s_median": n / med(walls),
+        "lines_per_s_best": n / min(walls),
+    }
 
 
 # -- report -------------------------------------------------------------------------------------
@@ -872,33 +875,30 @@ def main(argv: list[str] | None = None) -> int:
         bench.agent_rss()
         return bench.results
 
-    from bench_results import pick, recording, row  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
+    from bench_results import pick, picked, recording, row  # docs/bench/NAME.json -> docs/benchmarks.md
 
     work = recording(
         "bench",
         work,
         lambda r: [
-            row(
+            picked(
+                r,
                 "`run` of an echo workflow to its first line, vs bare asyncssh exec (median)",
-                pick(r, "dispatch.lanpool.first_line_s.median"),
-                pick(r, "dispatch.bare.first_line_s.median"),
+                "dispatch.lanpool.first_line_s.median",
+                "dispatch.bare.first_line_s.median",
                 target="<= 1.2",
                 unit="s",
             ),
-            row(
-                "same, to exit",
-                pick(r, "dispatch.lanpool.exit_s.median"),
-                pick(r, "dispatch.bare.exit_s.median"),
-                unit="s",
-            ),
+            picked(r, "same, to exit", "dispatch.lanpool.exit_s.median", "dispatch.bare.exit_s.median", unit="s"),
             *(
-                row(f"cold start of `{k}`", pick(v, "median_s"), target="<= 0.2 s", unit="s")
+                picked(v, f"cold start of `{k}`", "median_s", target="<= 0.2 s", unit="s")
                 for k, v in (pick(r, "cold_start") or {}).items()
             ),
-            row(
+            picked(
+                r,
                 "log lines stored in SQLite vs a raw asyncssh channel (median)",
-                pick(r, "throughput.lanpool.lines_per_s_median"),
-                pick(r, "throughput.bare.lines_per_s_median"),
+                "throughput.lanpool.lines_per_s_median",
+                "throughput.bare.lines_per_s_median",
                 target=">= 500000 lines/s",
                 unit="lines/s",
             ),

@@ -350,27 +350,29 @@ def main(argv: list[str] | None = None) -> int:
         say(f"2 runners up; {args.repeat} x (lanpool, by hand), {args.steps} steps each")
         return bench.run()
 
-    from bench_results import pick, recording, row  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
+    from bench_results import picked, recording  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
 
     work = recording(
         "bench-ddp",
         work,
         lambda r: [
-            row(
+            picked(
+                r,
                 f"char-GPT on 2 nodes, samples/s via lanpool vs by hand (median of {args.repeat}, {args.steps} steps)",
-                pick(r, "median.lanpool.samples_per_s"),
-                pick(r, "median.hand.samples_per_s"),
+                "median.lanpool.samples_per_s",
+                "median.hand.samples_per_s",
                 target=">= 0.99",
                 unit="samples/s",
-                ratio=pick(r, "ratio_samples_per_s"),
-            ),  # type: ignore[arg-type]
-            row(
+                ratio="ratio_samples_per_s",
+            ),
+            picked(
+                r,
                 "start -> first training step, lanpool vs by hand",
-                pick(r, "median.lanpool.to_first_step_s"),
-                pick(r, "median.hand.to_first_step_s"),
+                "median.lanpool.to_first_step_s",
+                "median.hand.to_first_step_s",
                 unit="s",
             ),
-            row("first step, lanpool's extra", pick(r, "first_step_extra_s"), target="<= 0.5 s", unit="s"),
+            picked(r, "first step, lanpool's extra", "first_step_extra_s", target="<= 0.5 s", unit="s"),
         ],
     )
     # The table goes to stderr, --json or not.

@@ -689,20 +689,21 @@ def main(argv: list[str] | None = None) -> int:
         bench.many()
         return bench.results
 
-    from bench_results import pick, recording, row  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
+    from bench_results import picked, recording  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
 
     work = recording(
         "bench-pool",
         work,
         lambda r: [
-            row("agent start to LIVE (median)", pick(r, "spawn_to_live.live_s.median"), target="<= 2 s", unit="s"),
-            row(
+            picked(r, "agent start to LIVE (median)", "spawn_to_live.live_s.median", target="<= 2 s", unit="s"),
+            picked(
+                r,
                 "killed agent to OFFLINE (median)",
-                pick(r, "kill_to_offline.kill_to_offline_s.median"),
+                "kill_to_offline.kill_to_offline_s.median",
                 target="<= 10 s",
                 unit="s",
             ),
-            row(f"{args.agents} agents: RSS of all", pick(r, "many.agents_rss_mib_sum"), unit="MiB"),
+            picked(r, f"{args.agents} agents: RSS of all", "many.agents_rss_mib_sum", unit="MiB"),
         ],
     )
     return run_bench("bench-pool", work, bench.stop, report, args.json, errors=(ValueError,))

@@ -5,6 +5,7 @@ the baseline measured in the same run, so the tables in docs/ come from a run an
 by hand (hand-copied figures drift). `scripts/bench-report` (this file as a program) renders them.
 
     record("bench-shell", [row("keystroke echo", 0.60, 0.25, target="<= 1.2", unit="ms")])
+    record("bench", [picked(results, "first line", "lanpool.first_s", "bare.first_s", unit="s")])
 
 LANPOOL_BENCH_RESULTS=DIR writes elsewhere (tests); LANPOOL_BENCH_RESULTS=off writes nothing.
 """
@@ -66,6 +67,28 @@ def pick(results: object, path: str) -> object:
             return None
         results = results[key]
     return results
+
+
+def picked(
+    results: object,
+    figure: str,
+    value: str,
+    baseline: str | None = None,
+    *,
+    target: str = "",
+    unit: str = "",
+    ratio: str | None = None,
+) -> dict:
+    """row() with its numbers picked from `results` by path ("a.b", see pick): the shape every
+    bench's rows_of repeats. A path the results lack gives None (the row is then left out)."""
+    return row(
+        figure,
+        pick(results, value),
+        pick(results, baseline) if baseline else None,
+        target=target,
+        unit=unit,
+        ratio=pick(results, ratio) if ratio else None,  # type: ignore[arg-type]
+    )
 
 
 def machine() -> str:

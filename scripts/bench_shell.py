@@ -290,37 +290,41 @@ def _report(
 
 def _rows(r: dict, size_mb: int, where: str = "") -> list[dict]:
     """The figures of one place: loopback (`where` empty, the names as recorded before) or the LAN link."""
-    from bench_results import pick, row  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
+    from bench_results import picked  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
 
     rows = [
-        row(
+        picked(
+            r,
             "keystroke echo, end to end: `app headless ssh`'s client vs `ssh -tt`, `cat` in the job / at an "
             "sshd beside the agent (median)",
-            pick(r, "e2e.lanpool"),
-            pick(r, "e2e.OpenSSH"),
+            "e2e.lanpool",
+            "e2e.OpenSSH",
             target="<= 1.2",
             unit="ms",
         ),
-        row(
+        picked(
+            r,
             "keystroke echo, servers alone: the agent's exec door vs the sshd, one asyncssh client (median)",
-            pick(r, "server.lanpool"),
-            pick(r, "server.OpenSSH"),
+            "server.lanpool",
+            "server.OpenSSH",
             unit="ms",
         ),
-        row(
+        picked(
+            r,
             "keystroke echo, the floor of any asyncssh server (a bare echo, no PTY) vs the sshd (median)",
-            pick(r, "server.bare asyncssh"),
-            pick(r, "server.OpenSSH"),
+            "server.bare asyncssh",
+            "server.OpenSSH",
             unit="ms",
         ),
-        row(
+        picked(
+            r,
             f"forwarded port, {size_mb} MiB from a job's server, vs read directly (median)",
-            pick(r, "port.forwarded"),
-            pick(r, "port.direct"),
+            "port.forwarded",
+            "port.direct",
             target=">= 0.8",
             unit="MiB/s",
         ),
-        row("agent CPU per forwarded MiB", pick(r, "port.agent_cpu_ms_per_mib"), unit="ms"),
+        picked(r, "agent CPU per forwarded MiB", "port.agent_cpu_ms_per_mib", unit="ms"),
     ]
     return [{**one, "figure": where + one["figure"]} for one in rows]
 

@@ -197,23 +197,22 @@ def main() -> None:
         finally:
             agent.stop()
 
-    from bench_results import pick, record, row  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
+    from bench_results import picked, record  # docs/bench/NAME.json -> docs/benchmarks.md (scripts/bench-report)
 
     rounds, gpt = f"median of {args.rounds}", f"2 nodes, {args.gpt_steps} steps, median of {args.gpt_rounds}"
     record(
         "bench-slurm",
         [
-            row(f"`echo` through lanpool-on-Slurm vs `srun` ({rounds})", pick(res, "echo_s.lanpool"),
-                pick(res, "echo_s.srun"), unit="s"),
-            row(f"`echo` through lanpool-on-Slurm vs `sbatch` + `squeue` polled by hand ({rounds})",
-                pick(res, "echo_s.lanpool"), pick(res, "echo_s.sbatch"), unit="s"),
-            row("log latency, print -> controller (median of 25)", pick(res, "log_latency_s.median"),
-                unit="s"),
-            row("log latency, print -> controller (max of 25)", pick(res, "log_latency_s.max"), unit="s"),
-            row(f"char-GPT DDP samples/s through lanpool-on-Slurm vs `srun -N2` by hand ({gpt})",
-                pick(res, "gpt.lanpool_sps"), pick(res, "gpt.srun_sps"), target=">= 0.97", unit="samples/s"),
-            row(f"char-GPT DDP wall time, lanpool-on-Slurm vs `srun -N2` by hand ({gpt})",
-                pick(res, "gpt.lanpool_wall_s"), pick(res, "gpt.srun_wall_s"), unit="s"),
+            picked(res, f"`echo` through lanpool-on-Slurm vs `srun` ({rounds})", "echo_s.lanpool",
+                   "echo_s.srun", unit="s"),
+            picked(res, f"`echo` through lanpool-on-Slurm vs `sbatch` + `squeue` polled by hand ({rounds})",
+                   "echo_s.lanpool", "echo_s.sbatch", unit="s"),
+            picked(res, "log latency, print -> controller (median of 25)", "log_latency_s.median", unit="s"),
+            picked(res, "log latency, print -> controller (max of 25)", "log_latency_s.max", unit="s"),
+            picked(res, f"char-GPT DDP samples/s through lanpool-on-Slurm vs `srun -N2` by hand ({gpt})",
+                   "gpt.lanpool_sps", "gpt.srun_sps", target=">= 0.97", unit="samples/s"),
+            picked(res, f"char-GPT DDP wall time, lanpool-on-Slurm vs `srun -N2` by hand ({gpt})",
+                   "gpt.lanpool_wall_s", "gpt.srun_wall_s", unit="s"),
         ],
     )  # fmt: skip
 

@@ -230,3 +230,19 @@ def training_project(tmp_path: Path, workflows_yaml: str) -> Path:
     project = tmp_path / "repo"
     shutil.copytree(REPO / "training", project / "training", ignore=shutil.ignore_patterns("__pycache__"))
     return write_project(project, workflows_yaml)
+
+
+def runners_seen(cli, wait: float = 0) -> dict[str, dict]:
+    """`headless runners --json --wait WAIT`, by runner name (`cli`: conftest's fixture)."""
+    out = cli("headless", "runners", "--json", "--wait", str(wait), check=True).stdout
+    return {r["name"]: r for r in json.loads(out)}
+
+
+def wait_discovered(cli, name: str, timeout: float = 15) -> dict:
+    """Runner `name`'s row once `headless runners` lists it (found over mDNS on loopback)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        found = runners_seen(cli, wait=2)
+        if name in found:
+            return found[name]
+    raise AssertionError(f"{name} was never discovered")

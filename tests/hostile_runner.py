@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncssh
+import pytest
 
 from protocol import (
     PROTOCOL_VERSION,
@@ -333,6 +334,22 @@ def trust(store, runner: HostileRunner) -> dict:
     extra = {"trusted": True} if "trusted" in params else {}
     store.upsert_runner(runner.name, runner.host, runner.port, runner.host_key, **extra)
     return store.runner(runner.name)
+
+
+def trusted_runner(tmp_path: Path, ctl, name: str = "hostile") -> HostileRunner:
+    """A started HostileRunner at tmp_path/name whose host key the controller `ctl` pins."""
+    runner = HostileRunner(tmp_path / name, ctl.client_key.export_public_key().decode(), name=name).start()
+    trust(ctl.store, runner)
+    return runner
+
+
+@pytest.fixture
+def hostile(tmp_path: Path, ctl):
+    """trusted_runner for the test's controller (`ctl`), stopped after the test; a test module
+    imports it to use it."""
+    runner = trusted_runner(tmp_path, ctl)
+    yield runner
+    runner.stop()
 
 
 def seed_job(

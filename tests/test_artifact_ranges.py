@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import asyncssh
 import pytest
@@ -24,17 +23,11 @@ from app.controller import Controller
 from app.errors import LanpoolError
 from app.store import ARTIFACTS_REFUSED
 from protocol import JobState
-from tests.hostile_runner import HostileRunner, Script, seed_job, trust
+from tests.hostile_runner import HostileRunner, Script, hostile, seed_job
+
+_ = hostile  # a fixture from hostile_runner: the tests name it
 
 BLOB = os.urandom(3 * 2**20 + 12345)  # cut into 3 ranges of ~1 MiB
-
-
-@pytest.fixture
-def hostile(tmp_path: Path, ctl: Controller):
-    runner = HostileRunner(tmp_path / "hostile", ctl.client_key.export_public_key().decode()).start()
-    trust(ctl.store, runner)
-    yield runner
-    runner.stop()
 
 
 @pytest.fixture

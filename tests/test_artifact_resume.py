@@ -14,7 +14,6 @@ import signal
 import struct
 import subprocess
 import time
-from pathlib import Path
 
 import pytest
 
@@ -22,17 +21,11 @@ import app.artifact_ranges as ranges
 from app.artifact_pull import staging_dir
 from app.controller import Controller
 from app.errors import LanpoolError
-from tests.hostile_runner import HostileRunner, Script, seed_job, trust
+from tests.hostile_runner import Script, hostile, seed_job
+
+_ = hostile  # a fixture from hostile_runner: the tests name it
 
 BLOB = os.urandom(4 * 2**20 + 777)
-
-
-@pytest.fixture
-def hostile(tmp_path: Path, ctl: Controller):
-    runner = HostileRunner(tmp_path / "hostile", ctl.client_key.export_public_key().decode()).start()
-    trust(ctl.store, runner)
-    yield runner
-    runner.stop()
 
 
 def _staged(ctl: Controller, job_id: str, name: str) -> int:

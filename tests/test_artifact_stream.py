@@ -22,15 +22,9 @@ from app.controller import Controller
 from app.errors import LanpoolError
 from app.store import ARTIFACTS_REFUSED
 from protocol import ArtifactData, ArtifactEnd, ArtifactsSent, Error, ErrorCode, JobState
-from tests.hostile_runner import BASHRC, HostileRunner, Script, seed_job, trust
+from tests.hostile_runner import BASHRC, Script, hostile, seed_job
 
-
-@pytest.fixture
-def hostile(tmp_path: Path, ctl: Controller):
-    runner = HostileRunner(tmp_path / "hostile", ctl.client_key.export_public_key().decode()).start()
-    trust(ctl.store, runner)
-    yield runner
-    runner.stop()
+_ = hostile  # a fixture from hostile_runner: the tests name it
 
 
 def _follow(ctl: Controller, job_id: str, timeout: float = 30.0):

@@ -18,25 +18,18 @@ from pathlib import Path
 import pytest
 
 from app.errors import RunnerError
-from app.home import ControllerHome
-from app.keys import load_or_create_client_key
-from app.runner_client import RunnerSession
 from app.snapshot import build_manifest
 from app.uploads import WorkspaceFiles, upload
 from protocol import FileEntry, JobState, JobStatus, LogChunk, SubmitJob
 from tests.docker_harness import remove_agent_containers
 from tests.harness import REPO, start_docker_agent
+from tests.runner_jobs import open_session
 
 # -- talking to the agent as a controller does ----------------------------------------------
 
 
-async def _session(agent) -> RunnerSession:
-    key = load_or_create_client_key(ControllerHome.default().key)
-    return await RunnerSession.open(agent.host, agent.port, key, None)
-
-
 async def _submit(agent, req: SubmitJob, snapshot_of: Path | None = None) -> JobStatus:
-    session = await _session(agent)
+    session = await open_session(agent)
     async with session:
         if snapshot_of is not None:
             files = WorkspaceFiles()
@@ -52,7 +45,7 @@ async def _attach(
 ) -> tuple[list[LogChunk], JobStatus | None]:
     """Log chunks from `from_seq` and the final status (None when stopped early at `until_out_lines`)."""
     chunks: list[LogChunk] = []
-    session = await _session(agent)
+    session = await open_session(agent)
     async with session:
         async for batch in session.attach(job_id, from_seq, follow):
             for msg in batch:
@@ -66,13 +59,13 @@ async def _attach(
 
 
 async def _status(agent, job_id: str) -> JobStatus:
-    session = await _session(agent)
+    session = await open_session(agent)
     async with session:
         return await session.status(job_id)
 
 
 async def _stop(agent, job_id: str, abort: bool = False, grace_s: float | None = None) -> JobStatus:
-    session = await _session(agent)
+    session = await open_session(agent)
     async with session:
         return await session.stop(job_id, abort, grace_s)
 
@@ -490,7 +483,7 @@ def test_gpu_job_on_an_engine_without_nvidia_runtime_fails_clearly(
 
 
 async def _hello(agent):
-    session = await _session(agent)
+    session = await open_session(agent)
     async with session:
         return session.hello
 

@@ -20,25 +20,14 @@ from app.controller import Controller
 from app.errors import RunnerProtocolError
 from protocol import JobState, LogChunk
 from tests.harness import REPO, lanpool_env
-from tests.hostile_runner import HostileRunner, Script, seed_job, trust
+from tests.hostile_runner import Script, hostile, seed_job, trusted_runner
+
+_ = hostile  # a fixture from hostile_runner: the tests name it
 
 ESCAPES = (
     b"clip \x1b]52;c;cm0gLXJmIH4K\x07 title \x1b]0;pwned\x07 clear \x1b[2J "
     b"hidden \x1b[8msecret\x1b[0m c1 \xc2\x9b31m over ok\rEVIL bs ab\x08\x08XY\n"
 )
-
-
-def _runner(tmp_path: Path, ctl: Controller, name: str = "hostile") -> HostileRunner:
-    runner = HostileRunner(tmp_path / name, ctl.client_key.export_public_key().decode(), name=name).start()
-    trust(ctl.store, runner)
-    return runner
-
-
-@pytest.fixture
-def hostile(tmp_path: Path, ctl: Controller):
-    runner = _runner(tmp_path, ctl)
-    yield runner
-    runner.stop()
 
 
 def _follow(ctl: Controller, job_id: str, timeout: float = 20.0, sink=None):
@@ -101,7 +90,7 @@ def test_lines_for_another_job_or_node_are_dropped_with_one_warning(hostile, ctl
 
 
 def test_a_gang_node_cannot_write_another_nodes_log(tmp_path, ctl):
-    r0, r1 = _runner(tmp_path, ctl, "node-zero"), _runner(tmp_path, ctl, "node-one")
+    r0, r1 = trusted_runner(tmp_path, ctl, "node-zero"), trusted_runner(tmp_path, ctl, "node-one")
     try:
         rows = [ctl.store.runner(r0.name), ctl.store.runner(r1.name)]
         seed_job(ctl.store, rows[0], "victim")
@@ -165,7 +154,7 @@ def test_an_unknown_state_ends_the_follow_with_one_line_not_a_reconnect_loop(hos
 
 
 def test_a_gang_node_with_an_unknown_state_fails_the_job_with_its_reason(tmp_path, ctl):
-    r0, r1 = _runner(tmp_path, ctl, "node-zero"), _runner(tmp_path, ctl, "node-one")
+    r0, r1 = trusted_runner(tmp_path, ctl, "node-zero"), trusted_runner(tmp_path, ctl, "node-one")
     try:
         rows = [ctl.store.runner(r0.name), ctl.store.runner(r1.name)]
         seed_job(ctl.store, rows[0], "gang", nodes=rows)

@@ -16,27 +16,13 @@ import pytest
 
 from agent.mdns import Advertiser
 from app.discovery import discover
-from tests.harness import APP_MODULE, REPO, lanpool_env, spawn_agent, start_agent
+from tests.harness import APP_MODULE, REPO, lanpool_env, runners_seen, spawn_agent, start_agent, wait_discovered
 
 ONE_JOB = "workflows:\n  - name: a\n    commands: [echo ran-a]\n"
 
 
-def _runners(cli, wait: float = 0) -> dict[str, dict]:
-    out = cli("headless", "runners", "--json", "--wait", str(wait), check=True).stdout
-    return {r["name"]: r for r in json.loads(out)}
-
-
 def _agent_status(cli, data_dir: Path) -> dict:
     return json.loads(cli("agent", "status", "--data-dir", str(data_dir), "--json").stdout)
-
-
-def _wait_discovered(cli, name: str, timeout: float = 15) -> dict:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        found = _runners(cli, wait=2)
-        if name in found:
-            return found[name]
-    raise AssertionError(f"{name} was never discovered")
 
 
 def test_discover_pair_and_run(tmp_path, controller_home, cli, make_project):
@@ -44,7 +30,7 @@ def test_discover_pair_and_run(tmp_path, controller_home, cli, make_project):
     try:
         code = _agent_status(cli, a.data_dir)["pairing_code"]
         assert code and len(code) == 9
-        seen = _wait_discovered(cli, "pool-a")
+        seen = wait_discovered(cli, "pool-a")
         assert seen["state"] == "UNPAIRED" and seen["source"] == "mdns" and seen["port"] == a.port
 
         wrong = cli("headless", "runners", "pair", "pool-a", "AAAA-BBBB")
@@ -53,7 +39,7 @@ def test_discover_pair_and_run(tmp_path, controller_home, cli, make_project):
         ok = cli("headless", "runners", "pair", "pool-a", code.lower())  # case and dash do not matter
         assert ok.returncode == 0, ok.stderr
         assert "paired with runner pool-a" in ok.stderr
-        assert _runners(cli)["pool-a"]["state"] == "LIVE"
+        assert runners_seen(cli)["pool-a"]["state"] == "LIVE"
         assert _agent_status(cli, a.data_dir)["pairing_code"] is None  # used once
         assert _agent_status(cli, a.data_dir)["authorized_controllers"] == 1
 
@@ -101,15 +87,15 @@ def test_killed_agent_is_offline_within_10s_and_live_when_back(tmp_path, control
     a = start_agent(tmp_path / "a", controller_home, name="pool-k")
     project = make_project(ONE_JOB)
     cli("headless", "run", "a", "--runner", a.address, cwd=project, check=True)
-    assert _runners(cli)["pool-k"]["state"] == "LIVE"
+    assert runners_seen(cli)["pool-k"]["state"] == "LIVE"
     a.proc.send_signal(signal.SIGKILL)
     a.proc.wait()
     t0 = time.time()
-    assert _runners(cli)["pool-k"]["state"] == "OFFLINE"
+    assert runners_seen(cli)["pool-k"]["state"] == "OFFLINE"
     assert time.time() - t0 < 10
     b = start_agent(tmp_path / "a", controller_home, name="pool-k", port=a.port, authorize=False)
     try:
-        assert _runners(cli)["pool-k"]["state"] == "LIVE"
+        assert runners_seen(cli)["pool-k"]["state"] == "LIVE"
     finally:
         b.stop()
 
@@ -143,7 +129,7 @@ def test_spoofed_advertisement_is_a_conflict_and_gets_no_job(tmp_path, controlle
 def _wait_state(cli, name: str, state: str, timeout: float = 15) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if _runners(cli, wait=2).get(name, {}).get("state") == state:
+        if runners_seen(cli, wait=2).get(name, {}).get("state") == state:
             return
     raise AssertionError(f"{name} never became {state}")
 

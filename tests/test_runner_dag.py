@@ -11,7 +11,9 @@ import pytest
 from app.errors import RunnerError
 from protocol import SubmitJob
 from tests.harness import start_agent
-from tests.test_runner_queue import ALL_CPUS, _log, _session, _wait_state
+from tests.runner_jobs import across_restart, job_log, jobs_by, open_session, runner, wait_state
+
+_ = runner  # a fixture from runner_jobs: the tests name it
 
 KEY = "k" * 32
 
@@ -20,16 +22,9 @@ def _step(job_id: str, command: str, after: list[str] | None = None, key: str = 
     return SubmitJob(job_id, "r", job_id, [command], after=after or [], run_key=key, **extra)
 
 
-@pytest.fixture
-def runner(tmp_path, controller_home):
-    a = start_agent(tmp_path / "agent", controller_home, extra_env=ALL_CPUS)
-    yield a
-    a.stop()
-
-
 def test_a_chain_runs_in_order_with_each_steps_artifacts_staged_for_the_next(runner):
     async def go():
-        async with await _session(runner) as s:
+        async with await open_session(runner) as s:
             await s.submit(_step("prep", "sleep 0.5; mkdir -p out; echo data > out/a.txt", artifacts=["out"]))
             train = await s.submit(
                 _step(
@@ -39,11 +34,11 @@ def test_a_chain_runs_in_order_with_each_steps_artifacts_staged_for_the_next(run
             evalj = await s.submit(_step("eval", "cat model.txt", ["train"]))
             assert train.state == "QUEUED" and "waiting for prep" in train.reason, train.reason
             assert evalj.state == "QUEUED" and "waiting for train" in evalj.reason
-            end = await _wait_state(s, "eval", {"DONE", "FAILED"})
+            end = await wait_state(s, "eval", {"DONE", "FAILED"})
             assert end.state == "DONE", end.error
             ends = {n: await s.status(n) for n in ("prep", "train")}
             assert ends["prep"].finished_at <= ends["train"].started_at <= ends["train"].finished_at <= end.started_at
-            log = await _log(s, "eval")
+            log = await job_log(s, "eval")
             assert "data\ntrained" in log, log
 
     asyncio.run(go())
@@ -51,22 +46,22 @@ def test_a_chain_runs_in_order_with_each_steps_artifacts_staged_for_the_next(run
 
 def test_a_failed_step_fails_its_dependents_with_the_reason(runner):
     async def go():
-        async with await _session(runner) as s:
+        async with await open_session(runner) as s:
             await s.submit(_step("prep", "sleep 0.3; exit 3"))
             await s.submit(_step("train", "echo must not run", ["prep"], retry_on=["failure"], retry_limit=2))
             await s.submit(_step("eval", "echo must not run", ["train"]))
-            train = await _wait_state(s, "train", {"DONE", "FAILED"})
-            evalj = await _wait_state(s, "eval", {"DONE", "FAILED"})
+            train = await wait_state(s, "train", {"DONE", "FAILED"})
+            evalj = await wait_state(s, "eval", {"DONE", "FAILED"})
             assert train.state == "FAILED" and train.error == "dependency prep (prep) failed", train.error
             assert evalj.state == "FAILED" and evalj.error == "dependency train (train) failed"
-            assert train.started_at is None and "must not run" not in await _log(s, "train")
+            assert train.started_at is None and "must not run" not in await job_log(s, "train")
 
     asyncio.run(go())
 
 
 def test_after_naming_a_missing_job_itself_or_another_runs_job_is_refused(runner):
     async def go():
-        async with await _session(runner) as s:
+        async with await open_session(runner) as s:
             await s.submit(_step("theirs", "sleep 5", key="another controller's run key"))
             with pytest.raises(RunnerError, match="not part of this run"):
                 await s.submit(_step("mine", "echo steal", ["theirs"]))
@@ -85,7 +80,7 @@ def test_after_naming_a_missing_job_itself_or_another_runs_job_is_refused(runner
 
 def test_the_run_key_is_never_kept_in_clear(runner, tmp_path):
     async def go():
-        async with await _session(runner) as s:
+        async with await open_session(runner) as s:
             await s.submit(_step("a", "sleep 3"))
             await s.submit(_step("b", "echo b", ["a"]))
 
@@ -95,11 +90,8 @@ def test_the_run_key_is_never_kept_in_clear(runner, tmp_path):
 
 
 def test_a_dag_keeps_its_order_across_an_agent_restart(tmp_path, controller_home):
-    data = tmp_path / "agent"
-    a = start_agent(data, controller_home, extra_env=ALL_CPUS)
-
-    async def submit():
-        async with await _session(a) as s:
+    async def submit(a):
+        async with await open_session(a) as s:
             await s.submit(_step("hold", "sleep 30", resources={"cpu": 2}))
             # Every step waits behind `hold` (a CPU each): nothing of the chain has run at the restart.
             one = await s.submit(_step("one", "echo 1 > one.txt", artifacts=["one.txt"], resources={"cpu": 1}))
@@ -108,22 +100,14 @@ def test_a_dag_keeps_its_order_across_an_agent_restart(tmp_path, controller_home
             await s.submit(_step("three", "echo 3", ["two"]))
 
     async def after_restart(b):
-        async with await _session(b) as s:
-            ends = {n: await _wait_state(s, n, {"DONE", "FAILED"}) for n in ("one", "two", "three")}
+        async with await open_session(b) as s:
+            ends = {n: await wait_state(s, n, {"DONE", "FAILED"}) for n in ("one", "two", "three")}
             assert all(e.state == "DONE" for e in ends.values()), {n: e.error for n, e in ends.items()}
             assert ends["one"].finished_at <= ends["two"].started_at
             assert ends["two"].finished_at <= ends["three"].started_at
-            assert "1\n2" in await _log(s, "two")
+            assert "1\n2" in await job_log(s, "two")
 
-    try:
-        asyncio.run(submit())
-    finally:
-        a.stop()
-    b = start_agent(data, controller_home, extra_env=ALL_CPUS)
-    try:
-        asyncio.run(after_restart(b))
-    finally:
-        b.stop()
+    across_restart(tmp_path / "agent", controller_home, submit, after_restart)
 
 
 # -- through the controller: `run -d` sends the chain and returns --------------------------
@@ -148,14 +132,9 @@ workflows:
 """
 
 
-def _jobs(cli) -> dict[str, dict]:
-    runs = json.loads(cli("headless", "status", "--json", check=True).stdout)
-    return {j["workflow"]: j for r in runs for j in r["jobs"]}
-
-
 def _wait_cli(cli, workflow: str, timeout: float = 60) -> dict[str, dict]:
     deadline = time.time() + timeout
-    while (jobs := _jobs(cli)).get(workflow, {}).get("status") not in ("DONE", "FAILED"):
+    while (jobs := jobs_by(cli, "workflow")).get(workflow, {}).get("status") not in ("DONE", "FAILED"):
         assert time.time() < deadline, jobs
         time.sleep(0.5)
     return jobs
@@ -176,7 +155,7 @@ def test_a_detached_three_step_dag_finishes_with_no_controller_alive(runner, cli
     again = cli("headless", "run", "evaluate", "-d", "--json", cwd=project, check=True)
     resent = json.loads(again.stdout)["jobs"]
     assert [j["workflow"] for j in resent] == ["evaluate"] and "train: reusing job" in again.stderr
-    while _jobs(cli)["evaluate"]["status"] not in ("DONE", "FAILED"):
+    while jobs_by(cli, "workflow")["evaluate"]["status"] not in ("DONE", "FAILED"):
         time.sleep(0.5)
     log = cli("headless", "logs", resent[0]["job_id"], check=True).stdout
     assert "prepared\ntrained" in log, log
@@ -221,7 +200,7 @@ def test_a_dag_whose_steps_need_different_runners_says_so_and_stays_controller_d
         out = cli("headless", "run", "train", "-d", cwd=make_project(SPLIT), check=True)
         assert "need different runners" in out.stderr and "sent the whole chain" not in out.stderr, out.stderr
         assert "prepared" in out.stdout + out.stderr and "trained" in out.stdout + out.stderr
-        assert {j["runner"] for j in _jobs(cli).values()} == {"cpu-box", "gpu-box"}
+        assert {j["runner"] for j in jobs_by(cli, "workflow").values()} == {"cpu-box", "gpu-box"}
     finally:
         cpu.stop()
         gpu.stop()

@@ -14,11 +14,10 @@ import pytest
 
 from protocol import GANG_SUBSYSTEM, GANG_USER_PREFIX, SUBSYSTEM, GangSpec, SubmitJob
 from tests.harness import start_agent
-from tests.test_runner_queue import ALL_CPUS, _log, _session, _status, _wait_state
+from tests.runner_jobs import ALL_CPUS, job_log, jobs_by, open_session, submit_detached, wait_end, wait_state
 
 TOKEN = "t" * 32
 GANG_ENV = {**ALL_CPUS, "LANPOOL_GANG_RESERVE_S": "3", "LANPOOL_GANG_LOST_S": "3"}
-ENDED = {"DONE", "FAILED", "STOPPED", "LOST", "ABORTED"}
 
 
 def _host_key(agent) -> str:
@@ -40,29 +39,18 @@ def runners(tmp_path, controller_home):
         a.stop()
 
 
-async def _submit(agent, req: SubmitJob):
-    async with await _session(agent) as s:  # the session closes: no controller follows the job
-        return await s.submit(req)
-
-
-async def _end(agent, job_id: str, timeout: float = 60):
-    async with await _session(agent) as s:
-        status = await _wait_state(s, job_id, ENDED, timeout)
-        return status, await _log(s, job_id)
-
-
 def test_a_detached_gang_starts_together_only_when_every_runner_has_room(runners):
     r0, r1 = runners
 
     async def go():
-        await _submit(r1, SubmitJob("busy", "r", "w", ["sleep 2"], resources={"cpu": 2}))
+        await submit_detached(r1, SubmitJob("busy", "r", "w", ["sleep 2"], resources={"cpu": 2}))
         cmd = 'echo "port=$MASTER_PORT"'
-        first = await _submit(r0, _member(r0, "g1", 0, cmd, 1.0))
-        second = await _submit(r1, _member(r0, "g1", 1, cmd, 1.0))
+        first = await submit_detached(r0, _member(r0, "g1", 0, cmd, 1.0))
+        second = await submit_detached(r1, _member(r0, "g1", 1, cmd, 1.0))
         assert first.state == "QUEUED" and "reserved" in first.reason, (first.state, first.reason)
         assert second.state == "QUEUED", second.state
-        busy, _ = await _end(r1, "busy")
-        (s0, log0), (s1, log1) = await _end(r0, "g1-0"), await _end(r1, "g1-1")
+        busy, _ = await wait_end(r1, "busy")
+        (s0, log0), (s1, log1) = await wait_end(r0, "g1-0"), await wait_end(r1, "g1-1")
         assert s0.state == s1.state == "DONE", (s0.error, s1.error)
         assert s0.started_at >= busy.finished_at - 0.5 and s1.started_at >= busy.finished_at - 0.5
         assert abs(s0.started_at - s1.started_at) < 3, (s0.started_at, s1.started_at)
@@ -77,12 +65,12 @@ def test_two_gangs_over_the_same_two_runners_both_finish(runners):
 
     async def go():
         # Submitted crosswise: r1 sees gang B first, r0 gang A first, as two controllers may.
-        await _submit(r0, _member(r0, "ga", 0, "sleep 1", 1.0))
-        await _submit(r1, _member(r1, "gb", 0, "sleep 1", 2.0))
-        await _submit(r1, _member(r0, "ga", 1, "sleep 1", 1.0))
-        await _submit(r0, _member(r1, "gb", 1, "sleep 1", 2.0))
-        ends = [await _end(r0, "ga-0", 90), await _end(r1, "ga-1", 90), await _end(r1, "gb-0", 90)]
-        ends.append(await _end(r0, "gb-1", 90))
+        await submit_detached(r0, _member(r0, "ga", 0, "sleep 1", 1.0))
+        await submit_detached(r1, _member(r1, "gb", 0, "sleep 1", 2.0))
+        await submit_detached(r1, _member(r0, "ga", 1, "sleep 1", 1.0))
+        await submit_detached(r0, _member(r1, "gb", 1, "sleep 1", 2.0))
+        ends = [await wait_end(r0, "ga-0", 90), await wait_end(r1, "ga-1", 90), await wait_end(r1, "gb-0", 90)]
+        ends.append(await wait_end(r0, "gb-1", 90))
         assert [s.state for s, _ in ends] == ["DONE"] * 4, [s.error for s, _ in ends]
         ga, gb = (ends[0][0], ends[1][0]), (ends[2][0], ends[3][0])
         assert abs(ga[0].started_at - ga[1].started_at) < 3 and abs(gb[0].started_at - gb[1].started_at) < 3
@@ -96,9 +84,9 @@ def test_a_failing_member_stops_the_others(runners):
     r0, r1 = runners
 
     async def go():
-        await _submit(r0, _member(r0, "gf", 0, "sleep 60", 1.0))
-        await _submit(r1, _member(r0, "gf", 1, "sleep 1; exit 3", 1.0))
-        (s1, _), (s0, log0) = await _end(r1, "gf-1", 30), await _end(r0, "gf-0", 30)
+        await submit_detached(r0, _member(r0, "gf", 0, "sleep 60", 1.0))
+        await submit_detached(r1, _member(r0, "gf", 1, "sleep 1; exit 3", 1.0))
+        (s1, _), (s0, log0) = await wait_end(r1, "gf-1", 30), await wait_end(r0, "gf-0", 30)
         assert s1.state == "FAILED"
         assert s0.state == "STOPPED" and "node 1 failed" in log0, (s0.state, log0)
 
@@ -122,7 +110,7 @@ def test_a_wrong_token_or_unknown_gang_is_refused_and_a_token_opens_only_its_bar
     r0, r1 = runners
 
     async def go():
-        await _submit(r0, _member(r0, "gx", 0, "sleep 30", 1.0))
+        await submit_detached(r0, _member(r0, "gx", 0, "sleep 30", 1.0))
         with pytest.raises(asyncssh.PermissionDenied):
             await _gang_connect(r0, "gx", "w" * 32)
         with pytest.raises(asyncssh.PermissionDenied):
@@ -141,7 +129,7 @@ def test_a_wrong_token_or_unknown_gang_is_refused_and_a_token_opens_only_its_bar
             await asyncssh.connect(
                 r0.host, r0.port, username="lanpool", password=TOKEN, known_hosts=None, client_keys=None, config=None
             )
-        async with await _session(r0) as s:
+        async with await open_session(r0) as s:
             await s.stop("gx-0", abort=True, grace_s=None)
         assert "wrong token" in r0.log_tail(20000) and "unknown gang" in r0.log_tail(20000)
 
@@ -152,17 +140,17 @@ def test_a_member_refuses_a_node0_whose_host_key_does_not_match(runners):
     r0, r1 = runners
 
     async def go():
-        await _submit(r0, _member(r0, "gk", 0, "echo node0 ran", 1.0))
+        await submit_detached(r0, _member(r0, "gk", 0, "echo node0 ran", 1.0))
         # r1's own host key, not r0's: a man in the middle's key as far as the member knows.
-        await _submit(r1, _member(r0, "gk", 1, "echo node1 ran", 1.0, key=_host_key(r1)))
+        await submit_detached(r1, _member(r0, "gk", 1, "echo node1 ran", 1.0, key=_host_key(r1)))
         await asyncio.sleep(6)  # past the reservation time: the member gave up and backs off
-        async with await _session(r1) as s:
+        async with await open_session(r1) as s:
             status = await s.status("gk-1")
-            log = await _log(s, "gk-1")
+            log = await job_log(s, "gk-1")
             assert status.state == "QUEUED" and status.started_at is None, status.state
             assert "cannot reach node 0's agent" in log and "node1 ran" not in log, log
             await s.stop("gk-1", abort=True, grace_s=None)
-        async with await _session(r0) as s:
+        async with await open_session(r0) as s:
             assert (await s.status("gk-0")).started_at is None
             await s.stop("gk-0", abort=True, grace_s=None)
 
@@ -180,7 +168,7 @@ def test_run_detached_submits_a_two_node_job_to_busy_runners_and_returns(tmp_pat
             "workflows:\n  - name: pair\n    nodes: 2\n    resources: {cpu: 2}\n    commands:\n"
             '      - echo "rank $NODE_RANK of $LANPOOL_NUM_NODES at $MASTER_ADDR:$MASTER_PORT"\n'
         )
-        asyncio.run(_submit(agents[1], SubmitJob("busy", "r", "w", ["sleep 4"], resources={"cpu": 2})))
+        asyncio.run(submit_detached(agents[1], SubmitJob("busy", "r", "w", ["sleep 4"], resources={"cpu": 2})))
         t0 = time.monotonic()
         res = cli("headless", "run", "pair", "-d", "--json", cwd=project, timeout=60)
         took = time.monotonic() - t0
@@ -190,8 +178,8 @@ def test_run_detached_submits_a_two_node_job_to_busy_runners_and_returns(tmp_pat
         job_id = out["jobs"][0]["job_id"]
 
         async def go():
-            busy, _ = await _end(agents[1], "busy")
-            ends = [await _end(a, job_id, 60) for a in agents]
+            busy, _ = await wait_end(agents[1], "busy")
+            ends = [await wait_end(a, job_id, 60) for a in agents]
             assert min(s.started_at for s, _ in ends) >= busy.finished_at - 0.5  # node 0 waited for node 1
             assert [s.state for s, _ in ends] == ["DONE", "DONE"], [s.error for s, _ in ends]
             (_, log0), (_, log1) = ends
@@ -214,7 +202,7 @@ def test_a_gang_spec_out_of_bounds_is_refused_at_submit(runners):
             req = _member(r0, "gz", 1, "echo x", 1.0)
             return dataclasses.replace(req, gang=dataclasses.replace(req.gang, **change))
 
-        async with await _session(r0) as s:
+        async with await open_session(r0) as s:
             for change, says in [
                 ({"gang_rank": 2}, "rank below its size"),
                 ({"gang_token": "short"}, "token"),
@@ -238,9 +226,9 @@ def test_a_member_whose_agent_restarts_before_go_rejoins_and_the_gang_starts_tog
     try:
 
         async def submit():
-            await _submit(r0, SubmitJob("busy", "r", "w", ["sleep 8"], resources={"cpu": 2}))
-            await _submit(r0, _member(r0, "gr", 0, 'echo "port=$MASTER_PORT"', 1.0, token=token))
-            second = await _submit(r1, _member(r0, "gr", 1, 'echo "port=$MASTER_PORT"', 1.0, token=token))
+            await submit_detached(r0, SubmitJob("busy", "r", "w", ["sleep 8"], resources={"cpu": 2}))
+            await submit_detached(r0, _member(r0, "gr", 0, 'echo "port=$MASTER_PORT"', 1.0, token=token))
+            second = await submit_detached(r1, _member(r0, "gr", 1, 'echo "port=$MASTER_PORT"', 1.0, token=token))
             assert second.state == "QUEUED" and second.started_at is None, second.state
 
         asyncio.run(submit())
@@ -252,8 +240,8 @@ def test_a_member_whose_agent_restarts_before_go_rejoins_and_the_gang_starts_tog
         r1 = start_agent(data1, controller_home, name="r1", extra_env=GANG_ENV)
 
         async def after_restart():
-            busy, _ = await _end(r0, "busy")
-            (s0, log0), (s1, log1) = await _end(r0, "gr-0", 90), await _end(r1, "gr-1", 90)
+            busy, _ = await wait_end(r0, "busy")
+            (s0, log0), (s1, log1) = await wait_end(r0, "gr-0", 90), await wait_end(r1, "gr-1", 90)
             assert s0.state == s1.state == "DONE", (s0.error, s1.error, log1)
             assert min(s0.started_at, s1.started_at) >= busy.finished_at - 0.5
             assert abs(s0.started_at - s1.started_at) < 3, (s0.started_at, s1.started_at)
@@ -280,10 +268,10 @@ def test_a_running_member_rejoins_node0_whose_agent_restarted(tmp_path, controll
 
         async def submit():
             node0 = dataclasses.replace(_member(r0, "gj", 0, "sleep 12; echo node0 done", 1.0), image=busybox_image)
-            await _submit(r0, node0)
-            await _submit(r1, _member(r0, "gj", 1, "sleep 12; echo node1 done", 1.0))
-            async with await _session(r1) as s:
-                await _wait_state(s, "gj-1", {"RUNNING"}, 30)
+            await submit_detached(r0, node0)
+            await submit_detached(r1, _member(r0, "gj", 1, "sleep 12; echo node1 done", 1.0))
+            async with await open_session(r1) as s:
+                await wait_state(s, "gj-1", {"RUNNING"}, 30)
 
         asyncio.run(submit())
         port = r0.port
@@ -293,7 +281,7 @@ def test_a_running_member_rejoins_node0_whose_agent_restarted(tmp_path, controll
         )
 
         async def after_restart():
-            (s1, log1), (s0, log0) = await _end(r1, "gj-1", 60), await _end(r0, "gj-0", 60)
+            (s1, log1), (s0, log0) = await wait_end(r1, "gj-1", 60), await wait_end(r0, "gj-0", 60)
             assert s0.state == s1.state == "DONE", (s0.error, s1.error, log1)
             assert "re-joined node 0's agent" in log1 and "node1 done" in log1, log1
             assert "node0 done" in log0, log0
@@ -319,29 +307,29 @@ def test_stop_on_a_detached_gang_queued_behind_a_busy_runner_cancels_every_membe
         project = tmp_path / "repo"
         (project / ".lanpool").mkdir(parents=True)
         (project / ".lanpool" / "workflows.yaml").write_text(PAIR)
-        asyncio.run(_submit(agents[1], SubmitJob("busy", "r", "w", ["sleep 60"], resources={"cpu": 2})))
+        asyncio.run(submit_detached(agents[1], SubmitJob("busy", "r", "w", ["sleep 60"], resources={"cpu": 2})))
         out = cli("headless", "run", "pair", "-d", "--json", cwd=project, timeout=60)
         assert out.returncode == 0, out.stderr
         job_id = json.loads(out.stdout)["jobs"][0]["job_id"]
-        waiting = _status(cli)[job_id]  # QUEUED with why, not RUNNING, while its runners hold it
+        waiting = jobs_by(cli)[job_id]  # QUEUED with why, not RUNNING, while its runners hold it
         assert waiting["status"] == "QUEUED" and "gang of 2" in (waiting["error"] or ""), waiting
         stopped = cli("headless", "stop", job_id, timeout=60)
         assert stopped.returncode == 0, stopped.stderr
-        job = _status(cli)[job_id]
+        job = jobs_by(cli)[job_id]
         assert job["status"] in ("STOPPED", "ABORTED") and "cancelled while queued" in (job["error"] or ""), job
 
         async def on_the_runners():
             for a in agents:  # both queues are empty of it; the busy job still runs
-                async with await _session(a) as s:
+                async with await open_session(a) as s:
                     member = await s.status(job_id)
                     assert member.state in ("STOPPED", "ABORTED") and member.started_at is None, member
                     assert "cancelled while queued" in member.error, member.error
-                    assert "must not run" not in await _log(s, job_id)
-            async with await _session(agents[1]) as s:
+                    assert "must not run" not in await job_log(s, job_id)
+            async with await open_session(agents[1]) as s:
                 assert (await s.status("busy")).state == "RUNNING"
             await asyncio.sleep(4)  # past the reservation time: nothing of the gang comes back
             for a in agents:
-                async with await _session(a) as s:
+                async with await open_session(a) as s:
                     assert (await s.status(job_id)).state in ("STOPPED", "ABORTED")
 
         asyncio.run(on_the_runners())

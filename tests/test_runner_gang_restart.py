@@ -8,14 +8,14 @@ import asyncio
 import dataclasses
 
 from tests.harness import start_agent
-from tests.test_runner_gang import GANG_ENV, _end, _member, _submit
-from tests.test_runner_queue import _session, _wait_state
+from tests.runner_jobs import open_session, submit_detached, wait_end, wait_state
+from tests.test_runner_gang import GANG_ENV, _member
 
 
 async def _both_running(r0, r1, gang_id: str) -> None:
     for agent, rank in ((r0, 0), (r1, 1)):
-        async with await _session(agent) as s:
-            await _wait_state(s, f"{gang_id}-{rank}", {"RUNNING"}, 30)
+        async with await open_session(agent) as s:
+            await wait_state(s, f"{gang_id}-{rank}", {"RUNNING"}, 30)
 
 
 def test_a_running_container_member_whose_agent_restarts_rejoins_and_the_gang_finishes(
@@ -31,9 +31,9 @@ def test_a_running_container_member_whose_agent_restarts_rejoins_and_the_gang_fi
     try:
 
         async def submit():
-            await _submit(r0, _member(r0, "ga", 0, "sleep 35; echo node0 done", 1.0))
+            await submit_detached(r0, _member(r0, "ga", 0, "sleep 35; echo node0 done", 1.0))
             node1 = dataclasses.replace(_member(r0, "ga", 1, "sleep 35; echo node1 done", 1.0), image=busybox_image)
-            await _submit(r1, node1)
+            await submit_detached(r1, node1)
             await _both_running(r0, r1, "ga")
 
         asyncio.run(submit())
@@ -41,7 +41,7 @@ def test_a_running_container_member_whose_agent_restarts_rejoins_and_the_gang_fi
         r1 = start_agent(data1, controller_home, name="r1", extra_env=env, extra_args=("--executor", "docker"))
 
         async def after_restart():
-            (s1, log1), (s0, log0) = await _end(r1, "ga-1", 90), await _end(r0, "ga-0", 90)
+            (s1, log1), (s0, log0) = await wait_end(r1, "ga-1", 90), await wait_end(r0, "ga-0", 90)
             assert s0.state == s1.state == "DONE", (s0.error, s1.error, log0, log1)
             assert "this runner's agent restarted" in log1 and "re-joined node 0's agent" in log1, log1
             assert "node1 done" in log1 and "node0 done" in log0, (log0, log1)
@@ -60,8 +60,8 @@ def test_a_running_process_member_whose_agent_restarts_fails_the_gang_naming_the
     try:
 
         async def submit():
-            await _submit(r0, _member(r0, "gp", 0, "sleep 60; echo node0 done", 1.0))
-            await _submit(r1, _member(r0, "gp", 1, "sleep 60; echo node1 done", 1.0))
+            await submit_detached(r0, _member(r0, "gp", 0, "sleep 60; echo node0 done", 1.0))
+            await submit_detached(r1, _member(r0, "gp", 1, "sleep 60; echo node1 done", 1.0))
             await _both_running(r0, r1, "gp")
 
         asyncio.run(submit())
@@ -70,7 +70,7 @@ def test_a_running_process_member_whose_agent_restarts_fails_the_gang_naming_the
 
         async def after_restart():
             # Well before the 60 s sleep ends: node 0 does not run on with a node missing.
-            (s0, log0), (s1, log1) = await _end(r0, "gp-0", 30), await _end(r1, "gp-1", 30)
+            (s0, log0), (s1, log1) = await wait_end(r0, "gp-0", 30), await wait_end(r1, "gp-1", 30)
             assert s0.state != "DONE" and s1.state != "DONE", (s0.state, s1.state)
             assert "node 1 was lost" in log0, log0
             assert "its agent shut down" in log0 or "its agent gone" in log0, log0

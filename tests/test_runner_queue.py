@@ -3,24 +3,17 @@ wait there, journalled, and start when room frees, with no controller alive; sto
 queued job; max_duration and retry kept by the runner. Real agents, real SSH."""
 
 import asyncio
+import json
 import time
 
-import asyncssh
 import pytest
 
 from app.errors import RunnerError
-from app.home import ControllerHome
-from app.keys import load_or_create_client_key
-from app.runner_client import RunnerSession
 from protocol import ErrorCode, ProtocolError, SubmitJob, decode_client_message
 from protocol.messages import to_wire
-from tests.harness import start_agent
+from tests.runner_jobs import across_restart, job_log, jobs_by, open_session, runner, wait_state
 
-ALL_CPUS = {"LANPOOL_FAKE_CPUS": "2"}  # "all of the runner" is 2 CPUs on every machine
-
-
-def _key() -> asyncssh.SSHKey:
-    return load_or_create_client_key(ControllerHome.default().key)
+_ = runner  # a fixture from runner_jobs: the tests name it
 
 
 def _job(job_id: str, command: str, cpu: int | None = 2, **extra) -> SubmitJob:
@@ -28,55 +21,27 @@ def _job(job_id: str, command: str, cpu: int | None = 2, **extra) -> SubmitJob:
     return SubmitJob(job_id, "r", "w", [command], resources=resources, **extra)
 
 
-async def _session(agent) -> RunnerSession:
-    return await RunnerSession.open(agent.host, agent.port, _key(), None)
-
-
-async def _wait_state(session: RunnerSession, job_id: str, states: set[str], timeout: float = 30):
-    deadline = time.time() + timeout
-    while True:
-        status = await session.status(job_id)
-        if status.state in states:
-            return status
-        assert time.time() < deadline, f"{job_id} still {status.state}"
-        await asyncio.sleep(0.1)
-
-
-async def _log(session: RunnerSession, job_id: str) -> str:
-    out = []
-    async for batch in session.attach(job_id, 0, follow=False):
-        out += [m.data.decode() for m in batch if getattr(m, "data", None) is not None]
-    return "".join(out)
-
-
-@pytest.fixture
-def runner(tmp_path, controller_home):
-    a = start_agent(tmp_path / "agent", controller_home, extra_env=ALL_CPUS)
-    yield a
-    a.stop()
-
-
 def test_a_job_that_does_not_fit_now_is_queued_and_starts_when_room_frees(runner):
     async def go():
-        async with await _session(runner) as s:
+        async with await open_session(runner) as s:
             first = await s.submit(_job("first", "sleep 1.5; echo first done"))
             second = await s.submit(_job("second", "echo second ran"))
             assert first.state == "RUNNING"
             assert second.state == "QUEUED" and second.position == 1
             assert second.reason == "waiting for 2 CPU: 0 of 2 free", second.reason
-            end = await _wait_state(s, "second", {"DONE", "FAILED"})
+            end = await wait_state(s, "second", {"DONE", "FAILED"})
             done_first = await s.status("first")
             assert end.state == "DONE"
             assert end.started_at >= done_first.finished_at, "the two jobs must never run at once"
             assert end.started_at - done_first.finished_at < 2, "the hand-over is immediate"
-            assert "second ran" in await _log(s, "second")
+            assert "second ran" in await job_log(s, "second")
 
     asyncio.run(go())
 
 
 def test_backfill_never_delays_the_head(runner):
     async def go():
-        async with await _session(runner) as s:
+        async with await open_session(runner) as s:
             await s.submit(_job("holder", "sleep 2", cpu=1))
             head = await s.submit(_job("head", "sleep 1", cpu=2))
             small = await s.submit(_job("small", "echo small", cpu=1))
@@ -85,8 +50,8 @@ def test_backfill_never_delays_the_head(runner):
             # One CPU is free, but the head needs both: the small job waits behind it.
             assert small.state == "QUEUED" and small.position == 2 and "1 job ahead" in small.reason
             assert free.state in ("RUNNING", "DONE"), "a job that asks for nothing takes nothing from the head"
-            small_end = await _wait_state(s, "small", {"DONE"})
-            head_end = await _wait_state(s, "head", {"DONE"})
+            small_end = await wait_state(s, "small", {"DONE"})
+            head_end = await wait_state(s, "head", {"DONE"})
             assert small_end.started_at >= head_end.started_at
 
     asyncio.run(go())
@@ -94,7 +59,7 @@ def test_backfill_never_delays_the_head(runner):
 
 def test_a_job_that_can_never_fit_is_refused_at_submit(runner):
     async def go():
-        async with await _session(runner) as s:
+        async with await open_session(runner) as s:
             with pytest.raises(RunnerError, match="needs 3 CPU and this runner has 2 in all: it can never run here"):
                 await s.submit(_job("huge", "echo never", cpu=3))
 
@@ -103,7 +68,7 @@ def test_a_job_that_can_never_fit_is_refused_at_submit(runner):
 
 def test_stop_on_a_queued_job_removes_it_from_the_queue(runner):
     async def go():
-        async with await _session(runner) as s:
+        async with await open_session(runner) as s:
             await s.submit(_job("hold", "sleep 3"))
             await s.submit(_job("gone", "echo must not run"))
             await s.submit(_job("after", "echo after ran"))
@@ -111,38 +76,27 @@ def test_stop_on_a_queued_job_removes_it_from_the_queue(runner):
             assert stopped.state == "STOPPED" and stopped.error == "cancelled while queued"
             after = await s.status("after")
             assert after.state == "QUEUED" and after.position == 1
-            await _wait_state(s, "after", {"DONE"})
-            assert "must not run" not in await _log(s, "gone")
+            await wait_state(s, "after", {"DONE"})
+            assert "must not run" not in await job_log(s, "gone")
             assert (await s.status("gone")).started_at is None
 
     asyncio.run(go())
 
 
 def test_the_queue_and_its_order_survive_an_agent_restart(tmp_path, controller_home):
-    data = tmp_path / "agent"
-    a = start_agent(data, controller_home, extra_env=ALL_CPUS)
-
-    async def submit():
-        async with await _session(a) as s:
+    async def submit(a):
+        async with await open_session(a) as s:
             await s.submit(_job("a", "sleep 30"))
             for name in ("b", "c", "d"):
                 assert (await s.submit(_job(name, f"sleep 0.3; echo {name}"))).state == "QUEUED"
 
     async def after_restart(b):
-        async with await _session(b) as s:
-            ends = {n: await _wait_state(s, n, {"DONE"}) for n in ("b", "c", "d")}
+        async with await open_session(b) as s:
+            ends = {n: await wait_state(s, n, {"DONE"}) for n in ("b", "c", "d")}
             assert ends["b"].finished_at <= ends["c"].started_at and ends["c"].finished_at <= ends["d"].started_at
             assert (await s.status("a")).state in ("STOPPED", "LOST")  # a process job ends with its agent
 
-    try:
-        asyncio.run(submit())
-    finally:
-        a.stop()
-    b = start_agent(data, controller_home, extra_env=ALL_CPUS)
-    try:
-        asyncio.run(after_restart(b))
-    finally:
-        b.stop()
+    across_restart(tmp_path / "agent", controller_home, submit, after_restart)
 
 
 def test_a_queued_jobs_secrets_are_never_on_disk_and_do_not_survive_a_restart(tmp_path, controller_home):
@@ -150,39 +104,30 @@ def test_a_queued_jobs_secrets_are_never_on_disk_and_do_not_survive_a_restart(tm
     after a restart it cannot start as asked, so it fails with one line instead of running
     with *** for a token."""
     data = tmp_path / "agent"
-    a = start_agent(data, controller_home, extra_env=ALL_CPUS)
     token = "s3cr3t-token-value"
 
-    async def submit():
-        async with await _session(a) as s:
+    async def submit(a):
+        async with await open_session(a) as s:
             await s.submit(_job("busy", "sleep 30"))
             job = _job("secret", "echo $TOKEN", env={"TOKEN": token}, masked=[token])
             assert (await s.submit(job)).state == "QUEUED"
+        assert not [p for p in data.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
 
     async def after_restart(b):
-        async with await _session(b) as s:
-            end = await _wait_state(s, "secret", {"FAILED"})
+        async with await open_session(b) as s:
+            end = await wait_state(s, "secret", {"FAILED"})
             assert "secrets are not kept on the runner across an agent restart" in end.error
 
-    try:
-        asyncio.run(submit())
-        assert not [p for p in data.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
-    finally:
-        a.stop()
-    b = start_agent(data, controller_home, extra_env=ALL_CPUS)
-    try:
-        asyncio.run(after_restart(b))
-    finally:
-        b.stop()
+    across_restart(data, controller_home, submit, after_restart)
 
 
 def test_max_duration_stops_the_job_and_says_why(runner):
     async def go():
-        async with await _session(runner) as s:
+        async with await open_session(runner) as s:
             await s.submit(_job("slow", "sleep 60", cpu=None, max_duration_s=1.0))
-            end = await _wait_state(s, "slow", {"STOPPED", "FAILED", "DONE"}, timeout=30)
+            end = await wait_state(s, "slow", {"STOPPED", "FAILED", "DONE"}, timeout=30)
             assert end.state == "STOPPED" and end.error == "stopped: max_duration 1s reached"
-            assert "max_duration 1s reached" in await _log(s, "slow")
+            assert "max_duration 1s reached" in await job_log(s, "slow")
 
     asyncio.run(go())
 
@@ -192,11 +137,11 @@ def test_retry_reruns_a_failing_job_then_fails_and_resumes_from_its_checkpoint(r
     retry = {"retry_on": ["failure"], "retry_limit": 2, "retry_delay_s": 0.5}
 
     async def go():
-        async with await _session(runner) as s:
+        async with await open_session(runner) as s:
             await s.submit(_job("flaky", command, cpu=None, **retry))
-            end = await _wait_state(s, "flaky", {"FAILED", "DONE"}, timeout=60)
+            end = await wait_state(s, "flaky", {"FAILED", "DONE"}, timeout=60)
             assert end.state == "FAILED" and end.exit_code == 3 and end.attempt == 2 and end.retry_limit == 2
-            log = await _log(s, "flaky")
+            log = await job_log(s, "flaky")
             assert log.count("ckpt=") == 3, log
             assert "ckpt=none" in log and "retry 1 of 2" in log and "retry 2 of 2" in log
             assert "ck/step1.ckpt" in log.split("ckpt=")[-1], "the last try resumes from the newest checkpoint"
@@ -219,7 +164,7 @@ def test_absurd_time_limits_and_retries_are_refused_by_the_bounds():
 
 def test_an_unknown_retry_event_is_refused(runner):
     async def go():
-        async with await _session(runner) as s:
+        async with await open_session(runner) as s:
             with pytest.raises(RunnerError, match="retry_on: 'sometimes' is not one of failure, lost"):
                 await s.submit(_job("odd", "true", cpu=None, retry_on=["sometimes"], retry_limit=1))
 
@@ -243,16 +188,7 @@ workflows:
 """
 
 
-def _status(cli) -> dict[str, dict]:
-    import json
-
-    runs = json.loads(cli("headless", "status", "--json", check=True).stdout)
-    return {j["job"]: j for r in runs for j in r["jobs"]}
-
-
 def _run_d(cli, project, *extra) -> tuple[str, float]:
-    import json
-
     started = time.monotonic()
     out = cli("headless", "run", "big", "-d", "--json", *extra, cwd=project, check=True)
     return json.loads(out.stdout)["jobs"][0]["job_id"], time.monotonic() - started
@@ -266,7 +202,7 @@ def test_two_detached_jobs_that_need_all_of_a_runner_run_one_after_the_other(run
     assert t1 < 15 and t2 < 15, "run -d returns once the runner accepted the job"
     # No controller process is alive now: the runner starts the second when the first ends.
     deadline = time.time() + 60
-    while (jobs := _status(cli))[second]["status"] != "DONE":
+    while (jobs := jobs_by(cli))[second]["status"] != "DONE":
         assert time.time() < deadline, jobs[second]
         time.sleep(0.5)
     assert jobs[first]["status"] == "DONE"
@@ -284,7 +220,7 @@ def test_status_shows_why_a_job_waits_and_stop_cancels_it_on_its_runner(runner, 
     assert "QUEUED" in table and "waiting for 2 CPU: 0 of 2 free" in table, table
     out = cli("headless", "stop", second)
     assert out.returncode == 0, out.stderr
-    assert _status(cli)[second]["status"] in ("STOPPED", "ABORTED")
+    assert jobs_by(cli)[second]["status"] in ("STOPPED", "ABORTED")
 
 
 def test_a_job_that_never_fits_the_pinned_runner_is_refused(runner, cli, make_project):

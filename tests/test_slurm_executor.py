@@ -17,11 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from app.home import ControllerHome
-from app.keys import load_or_create_client_key
-from app.runner_client import RunnerSession
 from protocol import JobState, JobStatus, LogChunk, SubmitJob
 from tests.harness import REPO, AgentProc, start_agent
+from tests.runner_jobs import open_session
 
 SLURM_ROOT = Path(os.environ.get("LANPOOL_SLURM_ROOT", "/tmp/lanpool-slurm"))
 SLURM_CONF = str(SLURM_ROOT / "etc" / "slurm.conf")
@@ -77,13 +75,8 @@ def _squeue_cancel_ours(tmp_path: Path) -> None:
 # -- talking to the agent as a controller does ----------------------------------------------
 
 
-async def _session(agent) -> RunnerSession:
-    key = load_or_create_client_key(ControllerHome.default().key)
-    return await RunnerSession.open(agent.host, agent.port, key, None)
-
-
 async def _call(agent, what: str, *args):
-    session = await _session(agent)
+    session = await open_session(agent)
     async with session:
         return await getattr(session, what)(*args)
 
@@ -103,7 +96,7 @@ def stop(agent, job_id: str, grace_s: float | None = None) -> JobStatus:
 
 async def _attach(agent, job_id: str, follow: bool) -> tuple[list[LogChunk], JobStatus | None]:
     chunks: list[LogChunk] = []
-    session = await _session(agent)
+    session = await open_session(agent)
     async with session:
         async for batch in session.attach(job_id, 0, follow):
             for msg in batch:
@@ -311,7 +304,7 @@ def test_two_node_lightning_ddp_trains_through_slurm(slurm_agent):
 
 def test_the_agent_reports_the_clusters_partitions_nodes_and_gpus(slurm_agent):
     async def hello():
-        session = await _session(slurm_agent)
+        session = await open_session(slurm_agent)
         async with session:
             return session.hello.resources
 

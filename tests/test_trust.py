@@ -2,31 +2,15 @@
 added it by address, or named its address with --runner. Real agents on loopback, real
 mDNS on 127.0.0.1, the real CLI; each happy path next to the attack it must refuse."""
 
-import json
 import secrets
 import sqlite3
-import time
 
 import pytest
 
-from tests.harness import start_agent
+from tests.harness import runners_seen, start_agent, wait_discovered
 
 ONE_JOB = "workflows:\n  - name: a\n    commands: [echo ran-a]\n"
 GPU_JOB = "workflows:\n  - name: g\n    resources: {gpu: 1}\n    commands: [echo ran-g]\n"
-
-
-def _runners(cli, wait: float = 0) -> dict[str, dict]:
-    out = cli("headless", "runners", "--json", "--wait", str(wait), check=True).stdout
-    return {r["name"]: r for r in json.loads(out)}
-
-
-def _wait_for(cli, name: str, timeout: float = 20) -> dict:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        found = _runners(cli, wait=2)
-        if name in found:
-            return found[name]
-    raise AssertionError(f"{name} was never discovered")
 
 
 def _jobs_on(agent) -> list:
@@ -49,19 +33,19 @@ def test_mdns_runner_that_accepts_our_key_gets_no_job_until_added(tmp_path, cont
     a = start_agent(tmp_path / "a", controller_home, name=name, extra_env={"LANPOOL_FAKE_GPUS": "0,1,2,3,4,5,6,7"})
     try:
         project = make_project(GPU_JOB)
-        seen = _wait_for(cli, name)
+        seen = wait_discovered(cli, name, timeout=20)
         assert seen["state"] == "UNPAIRED" and seen["trusted"] is False and seen["gpus"] == 8
 
         res = cli("headless", "run", "g", cwd=project)
         assert res.returncode == 2 and "unpaired" in res.stderr and "runners add" in res.stderr, res.stderr
         pinned = cli("headless", "run", "g", "--runner", name, cwd=project)
         _one_line(pinned, 2, f"runner {name} is not paired with this controller")
-        assert _runners(cli)[name]["state"] == "UNPAIRED"  # checked again: still not ours
+        assert runners_seen(cli)[name]["state"] == "UNPAIRED"  # checked again: still not ours
         assert _jobs_on(a) == [], "an untrusted runner must never receive a job"
 
         added = cli("headless", "runners", "add", a.address)
         assert added.returncode == 0 and f"added runner {name}" in added.stderr, added.stderr
-        row = _runners(cli)[name]
+        row = runners_seen(cli)[name]
         assert (row["state"], row["trusted"], row["source"]) == ("LIVE", True, "mdns")
         res = cli("headless", "run", "g", cwd=project)
         assert res.returncode == 0 and res.stdout == "ran-g\n", res.stderr
@@ -76,7 +60,7 @@ def test_runner_named_by_address_is_trusted_and_pinned(tmp_path, controller_home
     try:
         res = cli("headless", "run", "a", "--runner", a.address, cwd=project)
         assert res.returncode == 0 and res.stdout == "ran-a\n", res.stderr
-        assert _runners(cli)["pinned-a"]["trusted"] is True  # the user's act lasts, like known_hosts
+        assert runners_seen(cli)["pinned-a"]["trusted"] is True  # the user's act lasts, like known_hosts
         assert cli("headless", "run", "a", cwd=project).returncode == 0
     finally:
         a.stop()
@@ -142,7 +126,7 @@ def test_malformed_stored_key_is_one_line_and_others_keep_working(
         listing = cli("headless", "runners", "--wait", "0")
         assert listing.returncode == 0 and "Traceback" not in listing.stderr
         assert listing.stderr.strip().splitlines() == [f"app: {hint}, then add or pair it again"]
-        states = {n: r["state"] for n, r in _runners(cli).items()}
+        states = {n: r["state"] for n, r in runners_seen(cli).items()}
         assert states == {"good-runner": "LIVE", "broken-runner": "UNPAIRED"}
 
         res = cli("headless", "run", "a", cwd=project)  # placed on the good one, the broken one named once
@@ -155,7 +139,7 @@ def test_malformed_stored_key_is_one_line_and_others_keep_working(
 
         cli("headless", "runners", "remove", "broken-runner", check=True)  # what the line says to do
         cli("headless", "runners", "add", broken.address, check=True)
-        assert _runners(cli)["broken-runner"]["state"] == "LIVE"
+        assert runners_seen(cli)["broken-runner"]["state"] == "LIVE"
     finally:
         good.stop()
         broken.stop()

@@ -13,8 +13,10 @@ from app.tui.dialogs.simple import ConfirmDialog  # noqa: E402
 from protocol import SubmitJob  # noqa: E402
 from tests import test_tui  # noqa: E402
 from tests.harness import start_agent  # noqa: E402
-from tests.test_runner_gang import GANG_ENV, PAIR, _session, _submit  # noqa: E402
-from tests.test_runner_queue import _log  # noqa: E402
+from tests.runner_jobs import job_log as _log  # noqa: E402
+from tests.runner_jobs import open_session as _session  # noqa: E402
+from tests.runner_jobs import submit_detached as _submit  # noqa: E402
+from tests.test_runner_gang import GANG_ENV, PAIR  # noqa: E402
 from tests.test_tui import SIZE, notes, pilot_test, tui, wait_until  # noqa: E402
 
 no_unexpected_errors = test_tui.no_unexpected_errors  # test_tui's error check (autouse), here too

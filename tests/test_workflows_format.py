@@ -1,16 +1,18 @@
 """The whole workflow file format through load_workflows, in `.lanpool/` and `.dstack/`
 layouts, and the errors it reports (file:line, and exit code 2 through the CLI)."""
 
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from app.errors import ExitCode
-from app.workflows import Project, WorkflowError, load_workflows
+from app.workflows import Project, load_workflows
 from app.workflows.model import ArtifactSpec, Dependency
 from app.workflows.resolve import resolve
 from app.workflows.resources import normalize_resources
+from tests.workflow_files import assert_at as _assert_at
+from tests.workflow_files import load_error as _error
+from tests.workflow_files import write_workflows as _write
 
 BUILTINS = {"run_name": "run-1", "job_id": "abc123"}
 
@@ -112,13 +114,6 @@ variables:
     steps: 1000
     sample_every: 100
 """
-
-
-def _write(root: Path, text: str, sub: str = ".lanpool", name: str = "workflows.yaml") -> Path:
-    path = root / sub / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 @pytest.fixture
@@ -298,18 +293,6 @@ def test_without_variables_file(tmp_path: Path):
 
 
 # -- errors ----------------------------------------------------------------------
-
-
-def _error(root: Path) -> WorkflowError:
-    with pytest.raises(WorkflowError) as exc:
-        load_workflows(root)
-    return exc.value
-
-
-def _assert_at(err: WorkflowError, path: Path, line: int) -> None:
-    assert str(err).startswith(f"{path}:{line}: "), str(err)
-    assert (err.file, err.line) == (path, line)
-    assert "\n" not in str(err)
 
 
 def test_malformed_workflows_yaml(tmp_path: Path):

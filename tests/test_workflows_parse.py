@@ -1,6 +1,5 @@
 """Workflow files: finding the project, parsing, and errors that point at a line."""
 
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -8,6 +7,9 @@ import pytest
 from app.errors import ExitCode, UsageError
 from app.workflows import Project, Workflow, WorkflowError, find_project, load_workflows
 from app.workflows.model import ArtifactSpec
+from tests.workflow_files import assert_at as _assert_at
+from tests.workflow_files import load_error as _error
+from tests.workflow_files import write_workflows as _write
 
 VALID = """\
 workflows:
@@ -35,24 +37,6 @@ workflows:
       - EXPR=a=b
       - BLANK=
 """
-
-
-def _write(root: Path, text: str, sub: str = ".lanpool") -> Path:
-    path = root / sub / "workflows.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-def _error(root: Path) -> WorkflowError:
-    with pytest.raises(WorkflowError) as exc:
-        load_workflows(root)
-    return exc.value
-
-
-def _assert_at(err: WorkflowError, path: Path, line: int) -> None:
-    assert str(err).startswith(f"{path}:{line}: "), str(err)
-    assert err.line == line and err.file == path
 
 
 def test_valid_file(tmp_path: Path):
