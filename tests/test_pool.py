@@ -150,19 +150,29 @@ workflows:
 
 def test_gpus_free_follow_jobs_in_the_advertisement(tmp_path, controller_home, cli, make_project):
     a = start_agent(tmp_path / "a", controller_home, name="pool-g", extra_env={"LANPOOL_FAKE_GPUS": "0,1"})
+    release = tmp_path / "release"
     try:
-        project = make_project(GPU_JOBS)
+        # The job holds its GPU until the test releases it: `run -d` returns once the runner
+        # accepted the job (it may not have started yet), and a busy machine may be slow.
+        project = make_project(
+            "workflows:\n  - name: hold\n    resources: {gpu: 1}\n"
+            f'    commands: ["while [ ! -e {release} ]; do sleep 0.2; done"]\n'
+        )
         cli("headless", "run", "hold", "--runner", a.address, "-d", cwd=project, check=True)
 
         def free() -> str:
             adverts = asyncio.run(discover(["127.0.0.1"], 1.5))
             return next(x.props["gpus_free"] for x in adverts if x.name == "pool-g")
 
-        assert free() == "1"
-        deadline = time.time() + 20
+        deadline = time.time() + 30
+        while free() != "1":
+            assert time.time() < deadline, "the TXT record never showed the job's GPU taken"
+        release.touch()
+        deadline = time.time() + 30
         while free() != "2":
             assert time.time() < deadline, "the TXT record never showed the GPU free again"
     finally:
+        release.touch()
         a.stop()
 
 
