@@ -1,6 +1,7 @@
 """Each process job's own Python environment, layered on an interpreter the runner offers.
 
-jobs/<id>/pyenv is a venv made with `--without-pip` (tens of milliseconds) whose
+jobs/<id>/pyenv is a venv made with `--without-pip` (then, for the same interpreter,
+written without venv: agent/job_venv.py) whose
 `_lanpool.pth` adds, after its own site-packages, the requirements environment
 (if the job has `requirements:`) and then the interpreter's site-packages: the
 job sees the runner's torch and Lightning without a copy, and `pip install` in
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 from agent.executors.base import ExecutorError, OutputSink
+from agent.job_venv import VenvShape
 from agent.pythons import Interpreter, Pythons, PythonsError
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,7 @@ class JobPythons:
         self.pythons = pythons
         self.cache_dir = cache_dir
         self._locks: dict[str, asyncio.Lock] = {}
+        self._shapes: dict[str, VenvShape] = {}  # interpreter path -> what venv wrote for it
 
     def check(self, version: str) -> None:
         """ExecutorError (one line, what the runner has) when `version` is not here."""
@@ -66,7 +69,7 @@ class JobPythons:
             req_env = await self._requirements_env(interp, env_dir, working_dir, req_file, requirements, sink)
             layers = [str(_site_packages(req_env))]  # its own _lanpool.pth adds the interpreter's below it
             paths.insert(0, str(req_env / "bin"))
-        await _make_venv(interp, env_dir, layers)
+        await _make_venv(interp, env_dir, layers, self._shapes)
         if version or requirements:  # a plain job's env is no news: its log stays the job's own
             _say(sink, f"python {interp.version} env {env_dir.name} ready in {time.monotonic() - started:.2f}s")
         return {
@@ -90,7 +93,7 @@ class JobPythons:
                 os.utime(target / _DONE)  # last used: `app agent gc` removes the least recently used first
                 return target
             shutil.rmtree(target, ignore_errors=True)  # a half-built one (the agent stopped mid-install)
-            await _make_venv(interp, target, list(interp.site_dirs))
+            await _make_venv(interp, target, list(interp.site_dirs), self._shapes)
             _say(sink, f"requirements {requirements}: installing into python {interp.version} env {key}")
             started = time.monotonic()
             command = [str(target / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
@@ -117,14 +120,25 @@ def _requirements_file(workspace: Path, working_dir: Path, requirements: str) ->
     return path
 
 
-async def _make_venv(interp: Interpreter, env_dir: Path, layers: list[str]) -> None:
-    """A venv without pip, seeing `layers` after its own site-packages; `pip` runs the layers' pip into it."""
+async def _make_venv(interp: Interpreter, env_dir: Path, layers: list[str], shapes: dict[str, VenvShape]) -> None:
+    """A venv without pip, seeing `layers` after its own site-packages; `pip` runs the layers' pip into it.
+    `shapes`: what venv wrote for each interpreter, to write its later envs without it (agent/job_venv.py)."""
     env_dir.parent.mkdir(parents=True, exist_ok=True)
-    code = await _run(
-        "python -m venv", [interp.path, "-I", "-m", "venv", "--without-pip", str(env_dir)], env_dir.parent, {}, None
-    )
-    if code != 0:
-        raise ExecutorError(f"could not create the job's python {interp.version} environment (venv exit {code})")
+    shape = shapes.get(interp.path)
+    if shape is not None:
+        try:
+            await asyncio.to_thread(shape.write, env_dir)
+        except OSError as exc:
+            raise ExecutorError(f"could not create the job's python {interp.version} environment: {exc}") from None
+    else:
+        code = await _run(
+            "python -m venv", [interp.path, "-I", "-m", "venv", "--without-pip", str(env_dir)], env_dir.parent, {}, None
+        )
+        if code != 0:
+            raise ExecutorError(f"could not create the job's python {interp.version} environment (venv exit {code})")
+        read = await asyncio.to_thread(VenvShape.read, env_dir)
+        if read is not None:
+            shapes[interp.path] = read
     # `import site` lines so the layers' own .pth files (editable installs) are read too.
     pth = "".join(f"import site; site.addsitedir({d!r})\n" for d in layers)
     (_site_packages(env_dir) / "_lanpool.pth").write_text(pth)

@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 DEFAULT_GRACE_S = 10.0
 # A submit answers once the job has started, or after this long (an image
 # still being pulled): the job then shows SUBMITTED, with pull progress in its log.
-# A detached one (`run -d`, SubmitJob.detached) answers once accepted.
+# A detached one (`run -d`, SubmitJob.detached) and a gang's node 0 (pick_master_port) answer once accepted.
 START_WAIT_S = 20.0
 
 
@@ -186,7 +186,9 @@ class JobManager:
             record.master_port = free_port()
             record.save(job_dir)
         self._pump()
-        if job.starting is not None and not req.detached:
+        # Node 0 of a gang answers with its port at once: the other nodes are sent only after this
+        # answer, and their start, not node 0's, is what the gang's rendezvous waits for.
+        if job.starting is not None and not req.detached and not req.pick_master_port:
             await asyncio.wait([job.starting], timeout=START_WAIT_S)
         return job
 

@@ -3,12 +3,18 @@
 gang's nodes, which learn it at Go, all at once). The job is in the store before
 anything is sent, so a crash here loses nothing; a node that fails to accept stops
 every node that did (none may run alone).
+
+A gang's start waits for its last node (the rendezvous), so nothing on the way to
+node N-1 waits for what need not: every node's blobs go up at once before node 0
+is sent, and node 0's runner answers once it picked the port, not once the job
+started (agent/jobs.py); a node that then fails to start fails the gang in follow.
 """
 
 import asyncio
 import secrets
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 import asyncssh
 
@@ -19,6 +25,8 @@ from app.runner_client import RunnerSession
 from app.secret_store import masked_values, reveal
 from app.uploads import upload
 from protocol import GangSpec, JobAccepted, JobState, JobStatus, SubmitJob
+
+T = TypeVar("T")
 
 
 async def submit_job(
@@ -68,7 +76,8 @@ async def submit_job(
             env["MASTER_PORT"] = str(master_port)
         # Secrets go in here only: the stored spec above keeps their placeholders.
         env = reveal(env, launch.secrets)
-        await upload(session, launch.files, say)
+        if gang_specs or gang.size == 1:  # a gang sent one node at a time has its blobs up already
+            await upload(session, launch.files, say)
         accepted, status = await session.submit_accepted(
             SubmitJob(
                 job_id=job_id,
@@ -118,13 +127,11 @@ async def submit_job(
 
     try:
         if gang_specs:  # a detached gang's nodes need nothing of each other here: all sent at once
-            answers = await asyncio.gather(*(send(k, s) for k, s in enumerate(sessions)), return_exceptions=True)
-            for failed in (a for a in answers if isinstance(a, BaseException)):
-                raise failed
-            for node, answer in enumerate(answers):
-                assert not isinstance(answer, BaseException)
+            for node, answer in enumerate(await _all_or_first_error(*(send(k, s) for k, s in enumerate(sessions)))):
                 noted(node, *answer)
         else:  # node 0 first: the others learn its MASTER_PORT
+            if gang.size > 1:
+                await _all_or_first_error(*(upload(s, launch.files, say) for s in sessions))
             for node, session in enumerate(sessions):
                 noted(node, *await send(node, session))
     except (LanpoolError, OSError, asyncssh.Error) as exc:
@@ -150,6 +157,14 @@ async def submit_job(
             store.set_job_status(job_id, JobState.RUNNING, f"on {gang.size} nodes", started_at=time.time())
     assert first is not None
     return gang, first
+
+
+async def _all_or_first_error(*steps: Awaitable[T]) -> list[T]:
+    """Every step run at once and each let finish (none is left running unseen); the first error raised."""
+    answers = await asyncio.gather(*steps, return_exceptions=True)
+    for failed in (a for a in answers if isinstance(a, BaseException)):
+        raise failed
+    return [a for a in answers if not isinstance(a, BaseException)]
 
 
 def _gang_specs(job_id: str, runners: list[dict[str, Any]], addresses: list[str]) -> list[GangSpec]:
