@@ -1,6 +1,7 @@
 """`app agent <verb>`: run and manage the runner daemon on this machine."""
 
 import argparse
+import asyncio
 import dataclasses
 import json
 import logging
@@ -22,6 +23,8 @@ from agent.keys import authorize_key
 from agent.pairing import Pairing
 from agent.retention import collect, parse_size
 from protocol import DEFAULT_PORT, event_loop
+
+log = logging.getLogger(__name__)
 
 
 def default_data_dir() -> Path:
@@ -147,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                 level=logging.INFO if args.verbose else logging.WARNING,
                 format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             )
-            event_loop.run(_serve(home, args), uvloop_ok=False)  # its PTY shells failed under uvloop
+            event_loop.run(_serve(home, args))
         elif args.verb == "authorize":
             home.create()
             added = authorize_key(home.authorized_keys, args.pubkey_file)
@@ -209,6 +212,8 @@ async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
         job_python=args.job_python,
         slurm=slurm,
     )
+    # Which loop it runs on (protocol/event_loop.py): uvloop unless LANPOOL_EVENT_LOOP=asyncio.
+    log.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
     await serve(agent)
 
 

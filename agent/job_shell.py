@@ -17,7 +17,9 @@ import pty
 import shlex
 import signal
 import struct
+import subprocess
 import termios
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,7 +98,7 @@ async def serve_exec(process: asyncssh.SSHServerProcess[bytes], manager: JobMana
             code = await exec_in_container(process, job, request.argv)
         else:
             code = await _exec_in_process_job(process, job, request.argv)
-    except (OSError, RuntimeError) as exc:
+    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:  # not the whole connection
         log.warning("exec into job %s failed: %s", request.job_id, exc)
         process.stderr.write(f"lanpool: cannot run in job {request.job_id}: {exc}\n".encode())
         code = NOT_RUNNING_EXIT
@@ -199,10 +201,16 @@ def _set_size(fd: int, width: int, height: int) -> None:
         fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", min(height, 9999), min(width, 9999), 0, 0))
 
 
-def _take_terminal() -> None:
-    """In the child: a session of its own, with the PTY as its controlling terminal (so Ctrl-C works)."""
-    os.setsid()
-    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+def _take_terminal(slave: int) -> Callable[[], None]:
+    """In the child: a session of its own, with the PTY as its controlling terminal (so Ctrl-C works).
+    Through the slave's own descriptor, not fd 0: uvloop runs preexec_fn before it moves the
+    child's stdio into place (fd 0 is still the agent's /dev/null there: ENOTTY)."""
+
+    def take() -> None:
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+
+    return take
 
 
 async def _run_on_pty(
@@ -213,7 +221,7 @@ async def _run_on_pty(
     _set_size(master, width, height)
     try:
         proc = await asyncio.create_subprocess_exec(
-            *command, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave, preexec_fn=_take_terminal
+            *command, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave, preexec_fn=_take_terminal(slave)
         )
     except BaseException:
         os.close(master)

@@ -56,9 +56,15 @@ class _LocalEnd(asyncssh.SSHForwarder):
         super().connection_made(transport)  # sets TCP_NODELAY
         # A stream transport (create_server); uvloop's are not asyncio.Transport subclasses.
         stream = cast(asyncio.Transport, transport)
-        # Nothing is read until the channel is open, so nothing need be held meanwhile.
+        # Nothing is read until the channel is open, so nothing need be held meanwhile. Not under
+        # uvloop, which starts reading after connection_made: data_received holds what comes early.
         stream.pause_reading()
         self._opening = asyncio.ensure_future(self._open(stream))
+
+    def data_received(self, data: bytes, datatype: int | None = None) -> None:
+        super().data_received(data, datatype)  # to the channel, or held in _inpbuf until it opens
+        if self._peer is None and self._transport is not None:
+            self._transport.pause_reading()  # one read's worth held, not the client's whole upload
 
     async def _open(self, transport: asyncio.Transport) -> None:
         try:
@@ -77,4 +83,13 @@ class _LocalEnd(asyncssh.SSHForwarder):
         if transport.is_closing():  # the local client left while the channel opened
             chan.close()
             return
-        transport.resume_reading()
+        # What arrived before the channel opened (uvloop, above), then its end if it came too:
+        # as asyncssh's own local forwarder does.
+        assert self._peer is not None
+        if self._inpbuf:
+            self._peer.write(self._inpbuf)
+            self._inpbuf = b""
+        if self._eof_received:
+            self._peer.write_eof()
+        else:
+            transport.resume_reading()

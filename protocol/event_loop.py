@@ -1,15 +1,17 @@
-"""The event loop of lanpool's own `asyncio.run` calls that move artifacts: the headless
-verbs (but the shell ones) and the artifact range workers; `agent serve` only when asked
-(never the Textual TUI, which runs its own loop).
+"""The event loop of lanpool's own `asyncio.run` calls: `agent serve`, the headless verbs
+(`ssh`/`exec`/`ports` too) and the artifact range workers (never the Textual TUI, which
+runs its own loop).
 
-uvloop where it is installed: a pull's controller spends much of its time in the event
-loop's socket and callback work, which uvloop does in C (measured, 512 MiB one-stream
-pulls alternating on a 2-core VM at load 2.3: median 2.50 s vs 3.20 s, controller CPU
-2.17 s vs 2.73 s). Not everywhere: under uvloop the agent's PTY
-shells lost their connection and the controller's port forwards refused uvloop's
-transports (tests/test_job_shell.py), so `ssh`/`exec`/`ports` and the agent stay on
-Python's loop unless LANPOOL_EVENT_LOOP=uvloop; LANPOOL_EVENT_LOOP=asyncio turns uvloop
-off everywhere (a comparison, or a problem to tell apart).
+uvloop where it is installed: both ends spend much of their time in the event loop's
+socket and callback work, which uvloop does in C (measured on a 2-core VM under load,
+alternating: a 512 MiB one-stream pull 2.50 s vs 3.20 s, controller CPU 2.17 s vs 2.73 s;
+agent CPU per MiB 2.5 vs 5.2 ms). Two differences of uvloop's that lanpool's code now
+allows for: it runs a child's preexec_fn before it moves the child's stdio into place
+(agent/job_shell.py takes the PTY through the slave's own descriptor), and it starts
+reading an accepted connection after connection_made, so pause_reading there does not
+hold early bytes back (app/port_forward.py keeps them until the channel opens).
+LANPOOL_EVENT_LOOP=asyncio turns uvloop off everywhere (a comparison, or a problem to
+tell apart); tests/test_job_shell.py and tests/test_port_forward.py run on both loops.
 """
 
 import asyncio
@@ -24,11 +26,11 @@ ENV = "LANPOOL_EVENT_LOOP"
 _T = TypeVar("_T")
 
 
-def loop_factory(uvloop_ok: bool = True) -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop maker, or None for asyncio's own: LANPOOL_EVENT_LOOP decides, else
-    `uvloop_ok` (where uvloop is known to work); None too when uvloop is not installed."""
+def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop maker, or None for asyncio's own: when LANPOOL_EVENT_LOOP=asyncio, or
+    when uvloop is not installed."""
     choice = os.environ.get(ENV, "").strip().lower()
-    if choice == "asyncio" or (choice != "uvloop" and not uvloop_ok):
+    if choice == "asyncio":
         return None
     try:
         import uvloop  # imported here: only a verb that runs a loop pays for it
@@ -40,7 +42,7 @@ def loop_factory(uvloop_ok: bool = True) -> Callable[[], asyncio.AbstractEventLo
     return factory
 
 
-def run(main: Coroutine[Any, Any, _T], uvloop_ok: bool = True) -> _T:
+def run(main: Coroutine[Any, Any, _T]) -> _T:
     """asyncio.run(main) on the loop `loop_factory` picks."""
-    with asyncio.Runner(loop_factory=loop_factory(uvloop_ok)) as runner:
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
         return runner.run(main)

@@ -1,4 +1,4 @@
-"""protocol/event_loop.py: uvloop where installed, asyncio's loop when asked for or missing."""
+"""protocol/event_loop.py: uvloop where installed, asyncio's loop when asked for or missing.\nThe PTY shells and port forwards on both loops: tests/test_job_shell.py, tests/test_port_forward.py."""
 
 import asyncio
 import builtins
@@ -36,9 +36,14 @@ def test_asyncio_when_uvloop_is_missing(monkeypatch, caplog):
     assert "uvloop is not installed" in caplog.text
 
 
-def test_asyncio_where_uvloop_broke_things_unless_asked(monkeypatch):
+def test_the_agent_runs_on_uvloop_unless_told(tmp_path, controller_home, monkeypatch):
+    """`agent serve` takes the same loop as the verbs (it was kept on asyncio's while its PTY
+    shells failed under uvloop: tests/test_job_shell.py runs them on both loops now)."""
     pytest.importorskip("uvloop")
-    monkeypatch.delenv(event_loop.ENV, raising=False)
-    assert event_loop.run(_loop_module(), uvloop_ok=False).startswith("asyncio")
-    monkeypatch.setenv(event_loop.ENV, "uvloop")
-    assert event_loop.run(_loop_module(), uvloop_ok=False).startswith("uvloop")
+    from tests.harness import start_agent
+
+    for choice, expected in (("", "uvloop"), ("asyncio", "asyncio")):
+        monkeypatch.setenv(event_loop.ENV, choice)
+        agent = start_agent(tmp_path / f"agent-{expected}", controller_home)
+        agent.stop()
+        assert f"event loop: {expected}" in agent.log_path.read_text()

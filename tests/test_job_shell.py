@@ -17,9 +17,20 @@ import pytest
 from agent.job_shell import exec_command, parse_exec
 from app.home import ControllerHome
 from app.keys import load_or_create_client_key
+from protocol import event_loop
 from protocol.pairing import PAIRING_USER
 from tests.harness import APP_MODULE, lanpool_env
 from tests.test_docker_executor import _status, _stop, submit, wait_for_line
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def loop_name(request, monkeypatch) -> str:
+    """Both event loops (protocol/event_loop.py) for the agent started after it and for the
+    controller's side run through event_loop.run: PTYs and forwards once failed under uvloop."""
+    if request.param == "uvloop":
+        pytest.importorskip("uvloop")
+    monkeypatch.setenv(event_loop.ENV, request.param)
+    return str(request.param)
 
 
 def _connect(agent, *, pairing: bool = False):
@@ -86,7 +97,7 @@ def test_exec_into_a_process_job_has_its_env_and_exit_code(agent):
     asyncio.run(_stop(agent, "sleeper", abort=True, grace_s=0))
 
 
-def test_a_shell_on_a_pty_runs_typed_commands_and_ctrl_c(agent):
+def test_a_shell_on_a_pty_runs_typed_commands_and_ctrl_c(loop_name, agent):
     submit(agent, "ptyjob", ["echo ready", "sleep 60"], "")
     _wait_running(agent, "ptyjob")
 
@@ -107,12 +118,13 @@ def test_a_shell_on_a_pty_runs_typed_commands_and_ctrl_c(agent):
             await asyncio.wait_for(proc.wait_closed(), 20)
             return seen, proc.exit_status
 
-    seen, code = asyncio.run(session())
+    seen, code = event_loop.run(session())
     assert code == 5 and "mark-42" in seen
+    assert f"event loop: {loop_name}" in agent.log_path.read_text()
     asyncio.run(_stop(agent, "ptyjob", abort=True, grace_s=0))
 
 
-def test_a_paste_larger_than_the_pty_takes_arrives_whole(agent):
+def test_a_paste_larger_than_the_pty_takes_arrives_whole(loop_name, agent):
     # 1 MiB typed at once: far more than a PTY's input queue, so the agent must hold the rest
     # (the channel paused) and write it as the command reads, losing and reordering nothing.
     submit(agent, "pastejob", ["echo ready", "sleep 60"], "")
@@ -134,7 +146,7 @@ def test_a_paste_larger_than_the_pty_takes_arrives_whole(agent):
             await asyncio.wait_for(proc.wait_closed(), 20)
             return out, proc.exit_status
 
-    out, code = asyncio.run(session())
+    out, code = event_loop.run(session())
     assert code == 0 and hashlib.md5(paste).hexdigest().encode() in out
     asyncio.run(_stop(agent, "pastejob", abort=True, grace_s=0))
 
@@ -285,7 +297,7 @@ workflows:
 """
 
 
-def test_cli_exec_ports_and_refusals(agent, cli, make_project):
+def test_cli_exec_ports_and_refusals(loop_name, agent, cli, make_project):
     port = _free_port()
     project = make_project(WORKFLOWS.replace("PORT", str(port)))
     res = cli("headless", "run", "serve", "--runner", agent.address, "-d", "--json", cwd=project, check=True)

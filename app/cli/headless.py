@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     ctl = None
     try:
         ctl = Controller()
-        return int(event_loop.run(handler(ctl, args), uvloop_ok=_HANDLERS[args.verb][0] != "shell_verbs"))
+        return int(event_loop.run(handler(ctl, args)))
     except LanpoolError as exc:
         print(f"app: error: {safe_text(exc.message)}", file=sys.stderr)  # may quote a runner's text
         return int(exc.exit_code)
