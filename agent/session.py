@@ -101,8 +101,8 @@ class ChannelSession:
                     break
                 for body in bodies:
                     await self._handle_body(body)
-        except (OSError, asyncssh.Error, ConnectionError) as exc:
-            log.info("channel ended: %s", exc)
+        except (OSError, asyncssh.Error) as exc:
+            log.info("channel ended: %s: %s", type(exc).__name__, exc)
         finally:
             if self._pairing is not None:
                 self._pairing.end()  # an attempt left unproven counts as a wrong code
@@ -126,13 +126,12 @@ class ChannelSession:
         except JobError as exc:
             # Clipped: a reply never grows with what the peer sent (a 16 MB id must not make a 16 MB reply).
             await self._send(Error(exc.code, clip(exc.message, _ERROR_CHARS), clip(getattr(msg, "job_id", ""))))
-        except (asyncssh.Error, ConnectionError):
-            raise
-        except OSError as exc:
+        except (OSError, asyncssh.Error) as exc:
             if self._proc.is_closing():
                 raise  # the channel itself went: nothing more can be said on it
-            # A local failure (a disk full, a file gone while staging) is this request's: say so,
-            # and keep serving, rather than end the channel with no reason the controller can show.
+            # A local failure (a disk full, a file gone while staging, a refused connection to a
+            # gang's node 0) is this request's: say so, and keep serving, rather than end the
+            # channel with no reason the controller can show ("closed the connection").
             log.exception("request %s failed", type(msg).__name__)
             await self._send(_internal_error(msg, exc))
         except Exception as exc:  # a bug in one request must not end the channel
