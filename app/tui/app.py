@@ -152,7 +152,7 @@ class LanpoolApp(Actions):
     def on_mount(self) -> None:
         self.sub_title = "loading…"
         self._load_project()
-        self.show_runs(RUNS_FIRST)
+        self.show_runs(first=RUNS_FIRST)
         self.call_after_refresh(self.show_runs)  # the rest of the list, after the first frame
         self.show_runners()
         self.set_interval(REFRESH_S, self._tick)
