@@ -9,6 +9,8 @@ layer calls only what it or a layer below defines, so each reads on its own.
 """
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual.app import App
 from textual.css.query import NoMatches
@@ -20,7 +22,9 @@ from app.errors import LanpoolError
 from app.live import LiveFeeds
 from app.overview import LogLine, MetricsReader
 from app.tui.widgets.tables import RunnersTable, RunsTable
-from app.workflows import Project
+
+if TYPE_CHECKING:
+    from app.workflows import Project
 
 LOG_WINDOW = 20_000  # lines held by the log view; older ones are paged in from SQLite
 # Lines read from SQLite at a time: a job's tail when it is selected or G reloads it, and each older
@@ -39,7 +43,8 @@ class LanpoolBase(App[None]):
     ctl: Controller
     feeds: LiveFeeds
     clock: Callable[[], float]
-    project: Project | None
+    project_dir: Path | None
+    project: "Project | None"
     project_error: str
     job_id: str | None  # the job the Logs/Metrics/Artifacts tabs show
     node: int | None  # Logs: one node, or all
@@ -50,6 +55,25 @@ class LanpoolBase(App[None]):
     _runners_dirty: bool
     runs_filter: str
     runs_status: str
+
+    def load_project(self) -> None:
+        """Read the project's workflows, once (after the first frame, or when r needs them)."""
+        if self.project is not None or self.project_error:
+            return
+        from app.workflows import find_project  # with yaml and the workflow parser: after the first frame
+
+        root = self.project_dir or find_project(Path.cwd())
+        if root is None:
+            self.project_error = "no .lanpool/workflows.yaml here or above: `app PATH` opens a project"
+            self.sub_title = "no project"
+            return
+        try:
+            self.project = self.ctl.load_project(root)
+            self.sub_title = str(root)
+        except LanpoolError as exc:
+            self.project_error = exc.message
+            self.sub_title = f"{root}: workflows have errors"
+            self.notify(exc.message, title="workflows", severity="error", timeout=10)
 
     def active_tab(self) -> str:
         return self.query_one("#tabs", TabbedContent).active
