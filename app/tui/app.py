@@ -149,7 +149,7 @@ class LanpoolApp(Actions):
         self.query_one(Footer).narrow = self.size.width < 120
 
     def on_mount(self) -> None:
-        self.sub_title = "loading…"
+        self.sub_title = str(self.project_dir) if self.project_dir else "loading…"  # the workflows: just after
         self.show_runs(first=RUNS_FIRST)
         self.call_after_refresh(self.show_runs)  # the rest of the list, after the first frame
         self.show_runners()
