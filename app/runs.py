@@ -55,6 +55,12 @@ class Runs:
 
     # -- read models (app/overview.py) ----------------------------------------------------
 
+    def log_window_start(self, job_id: str, n_lines: int, node: int) -> int:
+        """The seq where a window of one node's newest `n_lines` lines starts, from line counts only."""
+        from app.store.log_counts import window_start
+
+        return window_start(self.store.conn, job_id, node, n_lines, overview.LOG_STREAMS)
+
     def job_lines(self, text: str = "", status: str = "", limit: int = 500) -> list[JobLine]:
         return overview.job_lines(self.store, text, status, limit)
 

@@ -199,12 +199,12 @@ def test_metrics_chart_per_family_picker_log_smooth(screen_app):
     run(screen_app, (80, 24), body)
 
 
-def test_cells_show_brackets_as_typed(screen_app):
+def test_cells_show_brackets_as_typed(screen_app, monkeypatch):
     """A run name or a variable holding "[...]" is shown as typed, not read as markup (that it
     was parsed again on every measure and render was also most of the runs list's first frame)."""
 
     async def body(pilot):
-        table = pilot.app.query_one(RunsTable)
+        table = _table_only(pilot, monkeypatch)  # not replaced by the store's rows at the next tick
         cells = ["[red]boom[/red]", "abc", "train", "x=[1,2] [b]", "gpu1", "DONE", "1m", "2s", "-"]
         table.show([("k1", cells)])
         await pilot.pause(0.2)
@@ -292,3 +292,69 @@ def test_back_to_metrics_builds_no_chart_again(screen_app, monkeypatch):
         await _until(pilot, lambda: len(built) > before)
 
     run(screen_app, (120, 30), body)
+
+
+def _row(i: int, name: str = "") -> tuple[str, list]:
+    return (f"k{i}", [name or f"run-{i}", "abc", "train", "", "gpu1", "DONE", "1m", "2s", "-"])
+
+
+def _table_only(pilot, monkeypatch) -> RunsTable:
+    """The Runs table, left to the test's rows: the app neither refreshes it nor opens its rows' jobs."""
+    monkeypatch.setattr(pilot.app, "show_runs", lambda *a, **k: None)
+    monkeypatch.setattr(pilot.app, "select_job", lambda job_id: None)
+    return pilot.app.query_one(RunsTable)
+
+
+def _count_renders(table, monkeypatch) -> list:
+    """The (row, column) of each cell the table renders from now on (not from its caches)."""
+    rendered: list = []
+    render_cell = type(table)._render_cell
+    monkeypatch.setattr(
+        type(table), "_render_cell", lambda self, *a, **k: (rendered.append(a[:2]), render_cell(self, *a, **k))[1]
+    )
+    return rendered
+
+
+def test_the_rest_of_the_list_added_while_on_another_tab_renders_no_shown_row_again(screen_app, monkeypatch):
+    """The first frame's rows are drawn in columns sized for the whole list, so the rest, added
+    just after (while the user may be on another tab already), leaves them drawn: going back to
+    Runs re-renders none of them (issue #17: 110 ms instead of 50 ms in scripts/bench-tui)."""
+    rows = [_row(i, "a-much-longer-run-name-77 (v12)" if i == 15 else "") for i in range(20)]
+
+    async def body(pilot):
+        table = _table_only(pilot, monkeypatch)
+        table.show(rows, first=5)
+        assert table.row_count == 5 and table.columns[next(iter(table.columns))].content_width == 31
+        await pilot.pause(0.2)
+        rendered = _count_renders(table, monkeypatch)
+        await pilot.press("2")
+        await pilot.pause(0.1)
+        table.show(rows)  # the rest comes while the Runners tab is shown
+        assert table.row_count == 20
+        await pilot.press("1")
+        await pilot.pause(0.3)
+        assert rendered and {r for r, _ in rendered} <= set(range(5, 20))  # only the rows just added
+        assert (15, 0) in rendered  # the long name, drawn in full
+
+    run(screen_app, (140, 30), body)
+
+
+def test_a_wider_row_or_another_width_renders_the_shown_rows_again(screen_app, monkeypatch):
+    """The attack on the caches kept above: a row added below with a wider cell widens its
+    column, and a terminal of another width pads every row anew; a shown row kept from before
+    would be drawn misaligned or cut."""
+
+    async def body(pilot):
+        table = _table_only(pilot, monkeypatch)
+        table.show([_row(i) for i in range(5)])
+        await pilot.pause(0.2)
+        rendered = _count_renders(table, monkeypatch)
+        table.show([*(_row(i) for i in range(5)), _row(5, "a-much-longer-run-name-77 (v12)")])
+        await pilot.pause(0.2)
+        assert {0, 1, 2, 3, 4} <= {r for r, _ in rendered}  # the column widened: every shown row again
+        rendered.clear()
+        await pilot.resize_terminal(150, 30)
+        await pilot.pause(0.3)
+        assert {0, 1, 2, 3, 4} <= {r for r, _ in rendered}  # another width: every shown row again
+
+    run(screen_app, (140, 30), body)

@@ -8,8 +8,9 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from textual import on, work
+from textual import work
 from textual.widgets import Label, ProgressBar
 
 from app.controller import DEFAULT_PRUNE_AGE, Controller, Removal, Submitted, parse_address, parse_age
@@ -17,12 +18,14 @@ from app.errors import LanpoolError
 from app.formatting import size
 from app.home import ControllerHome
 from app.secret_store import secret_refs
-from app.tui.dialogs.run_dialog import RunDialog, RunRequest
 from app.tui.dialogs.simple import ConfirmDialog, Field, FormDialog
 from app.tui.job_view import JobView
 from app.tui.widgets.tables import RunnersTable, RunsTable
-from app.workflows import Project
 from protocol import JobState
+
+if TYPE_CHECKING:  # the Run dialog and the workflows (yaml) load when r is first pressed, not before the first frame
+    from app.tui.dialogs.run_dialog import RunDialog, RunRequest
+    from app.workflows import Project
 
 
 class Actions(JobView):
@@ -79,17 +82,20 @@ class Actions(JobView):
     # -- run ------------------------------------------------------------------------------
 
     def action_run(self) -> None:
+        self.load_project()
         if self.project is None:
             self.notify(self.project_error or "no project", severity="error")
             return
         if not self.project.workflows:
             self.notify("the project has no workflows", severity="error")
             return
+        from app.tui.dialogs.run_dialog import RunDialog
+
         runners = self.ctl.pool.names()
         dialog = RunDialog(self.project, runners, self.ctl.variables, secrets=self._secrets_used)
         self.push_screen(dialog, self._submit)
 
-    def _secrets_used(self, project: Project, workflow: str, env: dict[str, str]) -> list[tuple[str, bool]]:
+    def _secrets_used(self, project: "Project", workflow: str, env: dict[str, str]) -> list[tuple[str, bool]]:
         """The secrets a run of `workflow` refers to (its own env and its dependencies', after the
         dialog's env overrides) and whether each is set here: names only, never a value."""
         names: set[str] = set()
@@ -107,13 +113,12 @@ class Actions(JobView):
         known = set(self.ctl.secrets.names())
         return [(name, name in known) for name in sorted(names)]
 
-    @on(RunDialog.PlanWanted)
-    def _plan_wanted(self, event: RunDialog.PlanWanted) -> None:
+    def on_run_dialog_plan_wanted(self, event: "RunDialog.PlanWanted") -> None:
         if self.project is not None:
             self._plan(event.dialog, self.project, event.request)
 
     @work(group="plan", exclusive=True, exit_on_error=False)
-    async def _plan(self, dialog: RunDialog, project: Project, request: RunRequest) -> None:
+    async def _plan(self, dialog: "RunDialog", project: "Project", request: "RunRequest") -> None:
         await asyncio.sleep(0.2)  # typing: plan once the keys stop
         try:
             # Hashing the project's files can take a while: a thread, with its own connection.
@@ -137,12 +142,12 @@ class Actions(JobView):
         ]
         dialog.show_plan("\n".join(rows))
 
-    def _submit(self, request: RunRequest | None) -> None:
+    def _submit(self, request: "RunRequest | None") -> None:
         if request is not None:
             self._run(request)
 
     @work(group="runs", exit_on_error=False)
-    async def _run(self, request: RunRequest) -> None:
+    async def _run(self, request: "RunRequest") -> None:
         project = self.project
         if project is None:  # the Run dialog opens only with a project
             return

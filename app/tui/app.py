@@ -25,7 +25,6 @@ from textual.widgets import Header, Input, Label, ProgressBar, Select, TabbedCon
 
 from app import overview
 from app.controller import Controller
-from app.errors import LanpoolError
 from app.live import LiveFeeds
 from app.tui.actions import Actions
 from app.tui.base import LOG_WINDOW, RUNS_FIRST, RUNS_LIMIT
@@ -35,13 +34,13 @@ from app.tui.widgets.footer import Footer
 from app.tui.widgets.log_view import LogView
 from app.tui.widgets.metrics_chart import MetricsChart
 from app.tui.widgets.tables import RunnersTable, RunsTable
-from app.workflows import find_project
 from protocol import JobState
 
 __all__ = ["LOG_WINDOW", "LanpoolApp"]
 
 FLUSH_S = 0.05  # new log lines reach the screen at most 20 times a second, however fast they come
 REFRESH_S = 1.0
+LOAD_AFTER_S = 0.1  # after the first frame: what the first screen does not need loads then
 SYNC_EVERY_S = 10.0  # unfinished jobs not followed here are brought up to date this often
 
 
@@ -150,30 +149,22 @@ class LanpoolApp(Actions):
         self.query_one(Footer).narrow = self.size.width < 120
 
     def on_mount(self) -> None:
-        self.sub_title = "loading…"
-        self._load_project()
-        self.show_runs(RUNS_FIRST)
+        self.sub_title = str(self.project_dir) if self.project_dir else "loading…"  # the workflows: just after
+        self.show_runs(first=RUNS_FIRST)
         self.call_after_refresh(self.show_runs)  # the rest of the list, after the first frame
         self.show_runners()
         self.set_interval(REFRESH_S, self._tick)
         self.set_interval(FLUSH_S, self._flush_log)
         self.query_one("#download-box").display = False
         self.query_one("#runs-table").focus()
-        self._start_feeds()
+        # The workflows (yaml) and the network stacks (zeroconf, asyncssh: the feeds) load once the
+        # first screen is up, ~0.3 s of a 1 s start otherwise (scripts/bench-tui); r loads the
+        # workflows at once if they are not yet.
+        self.call_after_refresh(self.set_timer, LOAD_AFTER_S, self._after_first_frame)
 
-    def _load_project(self) -> None:
-        root = self.project_dir or find_project(Path.cwd())
-        if root is None:
-            self.project_error = "no .lanpool/workflows.yaml here or above: `app PATH` opens a project"
-            self.sub_title = "no project"
-            return
-        try:
-            self.project = self.ctl.load_project(root)
-            self.sub_title = str(root)
-        except LanpoolError as exc:
-            self.project_error = exc.message
-            self.sub_title = f"{root}: workflows have errors"
-            self.notify(exc.message, title="workflows", severity="error", timeout=10)
+    def _after_first_frame(self) -> None:
+        self.load_project()
+        self._start_feeds()
 
     @work(group="feeds", exit_on_error=False)
     async def _start_feeds(self) -> None:

@@ -9,6 +9,8 @@ layer calls only what it or a layer below defines, so each reads on its own.
 """
 
 from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual.app import App
 from textual.css.query import NoMatches
@@ -20,7 +22,9 @@ from app.errors import LanpoolError
 from app.live import LiveFeeds
 from app.overview import LogLine, MetricsReader
 from app.tui.widgets.tables import RunnersTable, RunsTable
-from app.workflows import Project
+
+if TYPE_CHECKING:
+    from app.workflows import Project
 
 LOG_WINDOW = 20_000  # lines held by the log view; older ones are paged in from SQLite
 # Lines read from SQLite at a time: a job's tail when it is selected or G reloads it, and each older
@@ -28,8 +32,9 @@ LOG_WINDOW = 20_000  # lines held by the log view; older ones are paged in from 
 # window on the event loop held keys back ~100 ms on a 2-core machine (scripts/bench-tui).
 LOG_PAGE = 2_000
 RUNS_LIMIT = 500  # rows in the runs list (filtering searches the whole store)
-# Rows on the first frame: more than a screen holds; the rest are added just after it (the table
-# measures every cell of each row it gets: 500 rows were most of the first frame's time).
+# Rows on the first frame: more than a screen holds; the rest are added just after it (adding a
+# row costs DataTable ~0.2 ms: 500 rows were most of the first frame's time). The columns are
+# sized for all RUNS_LIMIT rows from the start, so those the rest bring render nothing anew.
 RUNS_FIRST = 100
 
 
@@ -38,7 +43,8 @@ class LanpoolBase(App[None]):
     ctl: Controller
     feeds: LiveFeeds
     clock: Callable[[], float]
-    project: Project | None
+    project_dir: Path | None
+    project: "Project | None"
     project_error: str
     job_id: str | None  # the job the Logs/Metrics/Artifacts tabs show
     node: int | None  # Logs: one node, or all
@@ -50,12 +56,33 @@ class LanpoolBase(App[None]):
     runs_filter: str
     runs_status: str
 
+    def load_project(self) -> None:
+        """Read the project's workflows, once (after the first frame, or when r needs them)."""
+        if self.project is not None or self.project_error:
+            return
+        from app.workflows import find_project  # with yaml and the workflow parser: after the first frame
+
+        root = self.project_dir or find_project(Path.cwd())
+        if root is None:
+            self.project_error = "no .lanpool/workflows.yaml here or above: `app PATH` opens a project"
+            self.sub_title = "no project"
+            return
+        try:
+            self.project = self.ctl.load_project(root)
+            self.sub_title = str(root)
+        except LanpoolError as exc:
+            self.project_error = exc.message
+            self.sub_title = f"{root}: workflows have errors"
+            self.notify(exc.message, title="workflows", severity="error", timeout=10)
+
     def active_tab(self) -> str:
         return self.query_one("#tabs", TabbedContent).active
 
-    def show_runs(self, limit: int = RUNS_LIMIT) -> None:
-        lines = self.ctl.runs.job_lines(self.runs_filter, self.runs_status, limit)
-        self.query_one("#runs-table", RunsTable).show_jobs(lines, self.clock())
+    def show_runs(self, first: int | None = None) -> None:
+        """The runs list; `first`: when it is built anew, only that many rows now (the rest with
+        the next call), the columns sized for all."""
+        lines = self.ctl.runs.job_lines(self.runs_filter, self.runs_status, RUNS_LIMIT)
+        self.query_one("#runs-table", RunsTable).show_jobs(lines, self.clock(), first)
 
     def show_runners(self) -> None:
         self._runners_dirty = False

@@ -88,7 +88,13 @@ class JobView(LanpoolBase):
             return
         before = self._oldest
         if before is None:  # trimmed while following: the view starts that many lines before the stored end
-            before = self.ctl.runs.log_window(self.job_id, len(event.view.lines) + len(self._pending), self.node).oldest
+            held = len(event.view.lines) + len(self._pending)
+            if self.node is not None or len(self.ctl.runs.nodes(self.job_id)) <= 1:
+                # From the chunks' line counts: reading the window again decoded ~20,000 lines for this.
+                node = self.node or 0
+                before = {node: self.ctl.runs.log_window_start(self.job_id, held, node)}
+            else:  # nodes' lines merged by seq: where each node's part starts needs the merge itself
+                before = self.ctl.runs.log_window(self.job_id, held, self.node).oldest
         window = self.ctl.runs.log_window(self.job_id, LOG_PAGE, self.node, before=before)
         self._oldest = window.oldest
         event.view.prepend(window.lines, window.at_start)

@@ -9,7 +9,9 @@ Going back to a tab shows its table from DataTable's render caches: Textual's
 DataTable drops them whenever its tab is shown again (the pane's CSS is
 re-applied and a Resize comes, both with nothing changed), and re-rendering
 every visible cell was most of the cost of the key (scripts/bench-tui). Here
-they are dropped only when the size or the styles really changed.
+they are dropped only when the width, the styles or the rows shown really
+changed (rows added below, as the rest of the list after the first frame, are
+not a change to the rows above).
 """
 
 from collections.abc import Hashable, Sequence
@@ -18,6 +20,8 @@ from rich.cells import cell_len
 from rich.text import Text
 from textual.binding import Binding
 from textual.events import Resize
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable
 
@@ -71,7 +75,8 @@ class LiveTable(DataTable[Cell]):
         Binding("G,end", "last", "Last", show=False),
     ]
 
-    _sized: object = None  # the size of the last Resize that reached DataTable
+    _sized: object = None  # the size of the last Resize
+    _drawn_width = -1  # the width the rendered rows DataTable caches were drawn at
     _styled: Hashable = None  # the theme and classes the cached cells were rendered with
 
     def on_mount(self) -> None:
@@ -95,11 +100,20 @@ class LiveTable(DataTable[Cell]):
             self.move_cursor(row=self.row_count - 1, animate=False)
 
     def on_resize(self, event: Resize) -> None:
-        if event.size == self._sized:
-            event.prevent_default()  # the same size (its tab shown again): DataTable keeps its rendered lines
-            return
-        self._sized = event.size
-        self._fit(event.size.width)
+        # DataTable's own handler drops every rendered row at each Resize: the first one, which
+        # comes after the first frame, and one each time its tab is shown again. A row's lines
+        # depend on the table's width alone (they are padded to it): render_lines drops them
+        # when that changed.
+        event.prevent_default()
+        if event.size != self._sized:
+            self._sized = event.size
+            self._fit(event.size.width)
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        if self.size.width != self._drawn_width:
+            self._drawn_width = self.size.width
+            self._update_count += 1  # DataTable's key to its rendered rows: those of another width go
+        return super().render_lines(crop)
 
     def notify_style_update(self) -> None:
         # What the table's styles derive from besides the focus/hover state, which DataTable's
@@ -111,7 +125,7 @@ class LiveTable(DataTable[Cell]):
         self._styled = styled
         super().notify_style_update()  # a new theme: every cached cell goes
 
-    def _fit(self, width: int) -> None:
+    def _fit(self, width: int, first: int | None = None) -> None:
         """Hide the least wanted columns until the rest fit `width` (shown again when it grows)."""
         if width <= 0:
             return
@@ -130,7 +144,7 @@ class LiveTable(DataTable[Cell]):
             selected = self.selected_key
             self.clear(columns=True)
             self._add_columns()
-            self._rebuild(self._rows, selected)
+            self._rebuild(self._rows, selected, first)
 
     def _cells(self, cells: list[Cell]) -> list[Cell]:
         """The shown columns' cells, as the DataTable gets them (str wrapped when it goes in: rows
@@ -138,27 +152,64 @@ class LiveTable(DataTable[Cell]):
         index = {key: i for i, (key, _) in enumerate(self.COLUMNS)}
         return [plain_cell(c) if isinstance(c, str) else c for c in (cells[index[key]] for key in self.shown_columns)]
 
-    def _rebuild(self, rows: list[Row], selected: str | None) -> None:
+    def _rebuild(self, rows: list[Row], selected: str | None, first: int | None = None) -> None:
         self.clear()
-        for key, cells in rows:
-            self.add_row(*self._cells(cells), key=key)
-        wanted = [k for k, _ in rows]
+        self._add(rows[:first], rows)
+        wanted = [k for k, _ in rows[:first]]
         if selected in wanted:
             self.move_cursor(row=wanted.index(selected), animate=False)
 
-    def show(self, rows: list[Row]) -> None:
+    def _add(self, rows: list[Row], fit: list[Row]) -> None:
+        """Add rows, with the columns as wide as the cells of `fit` (these rows and the ones
+        that will follow them) need.
+
+        The cells are one-line plain text: measured here by their length, which DataTable would
+        do at the next idle for each cell as a renderable (a third of a 500-row list's cost).
+        Sized for the rows that follow too, the columns do not widen when they come: what the
+        first rows rendered stays valid (see _append)."""
+        columns = list(self.columns.values())
+        widths = [column.content_width for column in columns]
+        for _, cells in fit:
+            for i, cell in enumerate(self._cells(cells)):
+                widths[i] = max(widths[i], cell_len(cell.plain if isinstance(cell, Text) else cell))
+        for key, cells in rows:
+            self._new_rows.discard(self.add_row(*self._cells(cells), key=key))
+        for column, width in zip(columns, widths, strict=True):
+            column.content_width = width
+        self._require_update_dimensions = True  # the table's size from those widths, at the next idle
+
+    def _append(self, rows: list[Row]) -> None:
+        """Add rows below the others, keeping what the rows above have rendered.
+
+        DataTable keys its render caches on a counter that every add_row bumps: the rest of the
+        first page, added just after the first frame, made every visible row render again at the
+        next frame, which is the next key's when the user went to another tab meanwhile (back to
+        the Runs tab took 2x as long, scripts/bench-tui). Rows added below change nothing drawn
+        above unless a column widens, so then the counter is put back (the row offsets, cached on
+        the counter alone, are dropped: they do change)."""
+        count = self._update_count
+        widths = [column.content_width for column in self.columns.values()]
+        pending = bool(self._updated_cells) or bool(self._new_rows)
+        self._add(rows, rows)
+        if not pending and widths == [column.content_width for column in self.columns.values()]:
+            self._update_count = count
+            self._offset_cache.clear()
+
+    def show(self, rows: list[Row], first: int | None = None) -> None:
+        """Show these rows; `first`: when the table is built anew, only that many now (the rest
+        come with the next call), in columns sized for them all."""
         old_rows, self._rows = self._rows, rows
         if not old_rows or any(len(a[1]) != len(b[1]) for a, b in zip(old_rows, rows, strict=False)):
             # Not laid out yet (filled in on_mount): fit the terminal's width, which the table spans,
             # so that the first Resize does not build all the rows a second time.
-            self._fit(self.size.width or self.app.size.width)
+            self._fit(self.size.width or self.app.size.width, first)
         wanted = [k for k, _ in rows]
         current = [k.value for k in self.rows]
         added: list[Row] = []
         if current != wanted:
             if not current or wanted[: len(current)] != current:
                 # Order or membership changed: rebuild (rare: a new job, a filter).
-                self._rebuild(rows, self.selected_key)
+                self._rebuild(rows, self.selected_key, first)
                 return
             added = rows[len(current) :]  # more of the same list (the rest of the first page): added below
         before = dict(old_rows)
@@ -172,8 +223,8 @@ class LiveTable(DataTable[Cell]):
                     # measures every cell of the column again, per cell (500 rows, each "59s" -> "1m").
                     wider = cell_len(str(value)) > cell_len(str(old))
                     self.update_cell(key, col, value, update_width=wider)
-        for key, cells in added:
-            self.add_row(*self._cells(cells), key=key)
+        if added:
+            self._append(added)
 
     @property
     def selected_key(self) -> str | None:
@@ -199,7 +250,7 @@ class RunsTable(LiveTable):
     )
     HIDE_ORDER = ("variables", "artifacts", "submitted", "workflow", "runner", "job", "duration")
 
-    def show_jobs(self, lines: list[JobLine], now: float) -> None:
+    def show_jobs(self, lines: list[JobLine], now: float, first: int | None = None) -> None:
         rows: list[Row] = []
         for line in lines:
             j = line.job
@@ -221,7 +272,7 @@ class RunsTable(LiveTable):
                     ],
                 )
             )
-        self.show(rows)
+        self.show(rows, first)
 
 
 class RunnersTable(LiveTable):

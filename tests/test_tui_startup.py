@@ -1,0 +1,153 @@
+"""The TUI's start-up (issue #17): what its first frame imports, what loads after it, and the
+pinned host keys read as text (without the SSH stack) as strictly as asyncssh reads them."""
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("textual")
+
+from app.host_keys import UnreadableHostKey, host_key_or_none, pinned_key  # noqa: E402
+from app.store import Store  # noqa: E402
+from tests import harness  # noqa: E402
+
+# Packages the first frame must not wait for: the SSH stack (asyncssh, cryptography), mDNS
+# (zeroconf, ifaddr) and the workflows' yaml load after it; textual, rich, msgpack, sqlite are its own.
+LATER = {"asyncssh", "cryptography", "zeroconf", "ifaddr", "yaml"}
+
+# Runs the real app on a store with a pinned runner; reports the third-party packages loaded when
+# the first frame is drawn and once the app has settled, and what `r` (Run) then finds.
+PROBE = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from pathlib import Path
+    from app.tui import load_app
+
+    def third():
+        tops = {m.split(".")[0] for m in sys.modules}
+        return sorted(t for t in tops if t not in sys.stdlib_module_names and not t.startswith("_"))
+
+    async def main():
+        tui = load_app()(Path(sys.argv[1]), discover=False, probe_every_s=3.0)
+        seen = {}
+        display = tui._display
+        def first_frame(screen, update):
+            seen.setdefault("first_frame", third())
+            display(screen, update)
+        tui._display = first_frame
+        async with tui.run_test(size=(120, 30), notifications=True) as pilot:
+            await pilot.pause(float(sys.argv[2]))
+            seen["project_before_r"] = tui.project is not None
+            await pilot.press("r")
+            await pilot.pause(0.3)
+            seen["dialog"] = type(tui.screen).__name__
+            seen["settled"] = third()
+            seen["runners"] = [str(c) for c in tui.query_one("#runners-table").get_row("gpu1")]
+        print(json.dumps(seen))
+
+    asyncio.run(main())
+    """
+)
+
+
+def _ed25519_text() -> str:
+    blob = b"".join(len(p).to_bytes(4, "big") + p for p in (b"ssh-ed25519", os.urandom(32)))
+    return "ssh-ed25519 " + base64.b64encode(blob).decode()
+
+
+def _home_with_a_pinned_runner(home: Path, key: str) -> None:
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(home / "lanpool.db")
+    now = time.time()
+    store.conn.execute(
+        "INSERT INTO runners (name, host, port, host_key, source, added_at, last_seen, state, paired, "
+        "props, conflict_key, last_ok, trusted, trusted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+        ("gpu1", "127.0.0.1", 1, key, "manual", now, now, "OFFLINE", 1, "{}", None, now, 1, now),
+    )
+    store.conn.commit()
+    store.close()
+
+
+def _probe(tmp_path: Path, wait_s: float) -> dict:
+    home = tmp_path / "home"
+    _home_with_a_pinned_runner(home, _ed25519_text())
+    project = harness.write_project(tmp_path / "project", "workflows:\n  - name: hello\n    commands: ['echo hi']\n")
+    env = harness.lanpool_env(home)
+    out = subprocess.run(
+        [sys.executable, "-c", PROBE, str(project), str(wait_s)],
+        env=env,
+        cwd=project,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.splitlines()[-1])
+
+
+def test_the_first_frame_waits_for_no_ssh_mdns_or_yaml_and_r_still_finds_the_workflows(tmp_path):
+    got = _probe(tmp_path, 0)  # r at once: the workflows load on demand if they are not yet
+    assert LATER.isdisjoint(got["first_frame"]), f"the first frame waited for {LATER & set(got['first_frame'])}"
+    assert "textual" in got["first_frame"]  # the probe sees imports at all
+    assert got["dialog"] == "RunDialog"
+    assert got["runners"][0] == "gpu1" and "OFFLINE" in got["runners"]  # its pinned key read as valid
+
+
+def test_what_the_first_frame_left_out_loads_after_it(tmp_path):
+    """The attack on the budget above: the feeds (asyncssh) and the workflows still load, unasked."""
+    got = _probe(tmp_path, 1.5)
+    assert got["project_before_r"] is True
+    assert {"asyncssh", "yaml"} <= set(got["settled"])
+
+
+def test_a_host_key_read_as_text_agrees_with_asyncssh():
+    asyncssh = pytest.importorskip("asyncssh")
+    key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
+    assert host_key_or_none(key) == key
+    assert host_key_or_none(key + " me@laptop") == key  # a comment is dropped
+    assert host_key_or_none(_ed25519_text()) is not None  # any 32 bytes are an ed25519 key (as to asyncssh)
+    assert pinned_key({"name": "gpu1", "host_key": key}) == key
+
+
+def _blob(key: str) -> bytes:
+    return base64.b64decode(key.split()[1])
+
+
+def _text(blob: bytes, name: str = "ssh-ed25519") -> str:
+    return f"{name} {base64.b64encode(blob).decode()}"
+
+
+def test_a_host_key_that_is_not_a_plain_ed25519_key_is_refused():
+    asyncssh = pytest.importorskip("asyncssh")
+    good = _ed25519_text()
+    raw = _blob(good)
+    ca = asyncssh.generate_private_key("ssh-ed25519")
+    cert = ca.generate_user_certificate(asyncssh.generate_private_key("ssh-ed25519"), "u").export_certificate()
+    rsa = asyncssh.generate_private_key("ssh-rsa", key_size=1024).export_public_key().decode()
+    bad = [
+        _text(raw[:-1]),  # a byte short
+        _text(raw + b"\0"),  # a byte over
+        _text(raw[:4] + b"ssh-ed448" + raw[15:]),  # another type inside
+        _text(b"\0\0\0\x0bssh-ed25519\0\0\0\x21" + raw[-32:] + b"\0"),  # a 33-byte key
+        "ssh-ed25519 " + cert.decode().split()[1],  # a certificate under the plain name
+        "ssh-ed25519 " + rsa.split()[1],  # an RSA key under it
+        rsa,
+        good + "=",  # another spelling of the same bytes: not what an agent announces
+        good.replace(good.split()[1][:3], "!!!"),
+        "ssh-ed25519",
+        "",
+        "x" * 100_000,
+        None,
+        42,
+    ]
+    for text in bad:
+        assert host_key_or_none(text) is None, text
+    with pytest.raises(UnreadableHostKey, match="runner gpu1 has an unreadable pinned key"):
+        pinned_key({"name": "gpu1", "host_key": bad[0]})
