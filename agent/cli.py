@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
                 level=logging.INFO if args.verbose else logging.WARNING,
                 format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             )
-            event_loop.run(_serve(home, args))
+            event_loop.run(_serve(home, args), prefer_uvloop=False)  # why: protocol/event_loop.py
         elif args.verb == "authorize":
             home.create()
             added = authorize_key(home.authorized_keys, args.pubkey_file)
@@ -212,7 +212,7 @@ async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
         job_python=args.job_python,
         slurm=slurm,
     )
-    # Which loop it runs on (protocol/event_loop.py): uvloop unless LANPOOL_EVENT_LOOP=asyncio.
+    # Which loop it runs on (protocol/event_loop.py): asyncio's unless LANPOOL_EVENT_LOOP=uvloop.
     log.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
     await serve(agent)
 

@@ -1,17 +1,20 @@
-"""The event loop of lanpool's own `asyncio.run` calls: `agent serve`, the headless verbs
-(`ssh`/`exec`/`ports` too) and the artifact range workers (never the Textual TUI, which
+"""The event loop of lanpool's own `asyncio.run` calls: the headless verbs (`ssh`/`exec`/
+`ports` too), the artifact range workers and `agent serve` (never the Textual TUI, which
 runs its own loop).
 
-uvloop where it is installed: both ends spend much of their time in the event loop's
-socket and callback work, which uvloop does in C (measured on a 2-core VM under load,
-alternating: a 512 MiB one-stream pull 2.50 s vs 3.20 s, controller CPU 2.17 s vs 2.73 s;
-agent CPU per MiB 2.5 vs 5.2 ms). Two differences of uvloop's that lanpool's code now
+uvloop for the controller where it is installed: a pull spends much of its time in the
+event loop's socket and callback work, which uvloop does in C (measured on a 2-core VM
+under load, alternating: a 512 MiB one-stream pull 2.50 s vs 3.20 s, controller CPU
+2.17 s vs 2.73 s). Not for `agent serve` unless asked: its job-output path (a pipe read
+into the spool, then frames) stored a 1M-line flood at ~183k lines/s on uvloop against
+~264-287k on asyncio's loop (scripts/bench, quiet 2-core VM, 2026-11-23), and its pulls
+gained nothing measurable. Two differences of uvloop's that lanpool's code now
 allows for: it runs a child's preexec_fn before it moves the child's stdio into place
 (agent/job_shell.py takes the PTY through the slave's own descriptor), and it starts
 reading an accepted connection after connection_made, so pause_reading there does not
 hold early bytes back (app/port_forward.py keeps them until the channel opens).
-LANPOOL_EVENT_LOOP=asyncio turns uvloop off everywhere (a comparison, or a problem to
-tell apart); tests/test_job_shell.py and tests/test_port_forward.py run on both loops.
+LANPOOL_EVENT_LOOP=asyncio turns uvloop off everywhere, =uvloop on everywhere (the agent
+too; a comparison, or a problem to tell apart); tests/test_job_shell.py and tests/test_port_forward.py run on both loops.
 """
 
 import asyncio
@@ -26,11 +29,11 @@ ENV = "LANPOOL_EVENT_LOOP"
 _T = TypeVar("_T")
 
 
-def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
-    """uvloop's loop maker, or None for asyncio's own: when LANPOOL_EVENT_LOOP=asyncio, or
-    when uvloop is not installed."""
+def loop_factory(prefer_uvloop: bool = True) -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's loop maker, or None for asyncio's own: LANPOOL_EVENT_LOOP (asyncio|uvloop)
+    decides, else `prefer_uvloop`; None too when uvloop is not installed."""
     choice = os.environ.get(ENV, "").strip().lower()
-    if choice == "asyncio":
+    if choice == "asyncio" or (choice != "uvloop" and not prefer_uvloop):
         return None
     try:
         import uvloop  # imported here: only a verb that runs a loop pays for it
@@ -42,7 +45,7 @@ def loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return factory
 
 
-def run(main: Coroutine[Any, Any, _T]) -> _T:
+def run(main: Coroutine[Any, Any, _T], prefer_uvloop: bool = True) -> _T:
     """asyncio.run(main) on the loop `loop_factory` picks."""
-    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+    with asyncio.Runner(loop_factory=loop_factory(prefer_uvloop)) as runner:
         return runner.run(main)

@@ -36,14 +36,23 @@ def test_asyncio_when_uvloop_is_missing(monkeypatch, caplog):
     assert "uvloop is not installed" in caplog.text
 
 
-def test_the_agent_runs_on_uvloop_unless_told(tmp_path, controller_home, monkeypatch):
-    """`agent serve` takes the same loop as the verbs (it was kept on asyncio's while its PTY
-    shells failed under uvloop: tests/test_job_shell.py runs them on both loops now)."""
+def test_the_agent_runs_on_asyncio_unless_told(tmp_path, controller_home, monkeypatch):
+    """`agent serve` stays on asyncio's loop by default (its job-output path measured slower on
+    uvloop: protocol/event_loop.py); LANPOOL_EVENT_LOOP=uvloop puts it there (its PTY shells and
+    port forwards work on both loops: tests/test_job_shell.py, tests/test_port_forward.py)."""
     pytest.importorskip("uvloop")
     from tests.harness import start_agent
 
-    for choice, expected in (("", "uvloop"), ("asyncio", "asyncio")):
+    for choice, expected in (("", "asyncio"), ("uvloop", "uvloop")):
         monkeypatch.setenv(event_loop.ENV, choice)
         agent = start_agent(tmp_path / f"agent-{expected}", controller_home)
         agent.stop()
         assert f"event loop: {expected}" in agent.log_path.read_text()
+
+
+def test_a_loop_not_preferred_is_asyncio_unless_asked(monkeypatch):
+    pytest.importorskip("uvloop")
+    monkeypatch.delenv(event_loop.ENV, raising=False)
+    assert event_loop.run(_loop_module(), prefer_uvloop=False).startswith("asyncio")
+    monkeypatch.setenv(event_loop.ENV, "uvloop")
+    assert event_loop.run(_loop_module(), prefer_uvloop=False).startswith("uvloop")
