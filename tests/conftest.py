@@ -52,6 +52,18 @@ def agent(tmp_path: Path, controller_home: Path):
 
 
 @pytest.fixture
+def shell_agent(tmp_path: Path, controller_home: Path):
+    """The runner, with a HOME of its own: a job's interactive shell reads $HOME/.bashrc, and this
+    machine's own (pyenv's rehash, waiting on a lock a killed shell left) must not decide the test."""
+    home = tmp_path / "runner-home"
+    home.mkdir()
+    (home / ".bashrc").write_text("PS1='job$ '\n")
+    a = start_agent(tmp_path / "agent", controller_home, extra_env={"HOME": str(home)})
+    yield a
+    a.stop()
+
+
+@pytest.fixture
 def make_project(tmp_path: Path):
     """Write a project with the given workflows.yaml text; returns its dir."""
 

@@ -33,6 +33,11 @@ def loop_name(request, monkeypatch) -> str:
     return str(request.param)
 
 
+@pytest.fixture
+def agent(shell_agent):
+    return shell_agent  # a HOME of its own (tests/conftest.py): the job's shell reads no .bashrc of this machine
+
+
 def _connect(agent, *, pairing: bool = False):
     key = (
         asyncssh.generate_private_key("ssh-ed25519")

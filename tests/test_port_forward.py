@@ -10,7 +10,8 @@ import os
 
 from app.port_forward import forward_local
 from protocol import SubmitJob, event_loop
-from tests.test_docker_executor import _session, _stop, wait_for_line
+from tests.runner_jobs import open_session
+from tests.test_docker_executor import _stop, wait_for_line
 from tests.test_job_shell import _connect, _free_port, loop_name  # noqa: F401 (a fixture)
 
 
@@ -51,7 +52,7 @@ def test_a_forward_carries_bytes_both_ways_and_is_cut_with_its_job(loop_name, ag
     async def check() -> None:
         server, port = await _hash_server()
         idle = _free_port()  # declared, but nothing listens there
-        async with await _session(agent) as session:
+        async with await open_session(agent) as session:
             await session.submit(
                 SubmitJob(
                     job_id="fwd", run_name="r", workflow="w", commands=["echo ready", "sleep 60"], ports=[port, idle]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.harness import lanpool_env, start_agent
+from tests.harness import lanpool_env
 from tests.test_tui_tmux import APP, Pane
 
 WORKFLOWS = """
@@ -27,15 +27,8 @@ workflows:
 
 
 @pytest.fixture
-def agent(tmp_path, controller_home):
-    """The runner, with a HOME of its own: a job's interactive shell reads $HOME/.bashrc, and this
-    machine's own (pyenv's rehash, waiting on a lock a killed shell left) must not decide the test."""
-    home = tmp_path / "runner-home"
-    home.mkdir()
-    (home / ".bashrc").write_text("PS1='job$ '\n")
-    a = start_agent(tmp_path / "agent", controller_home, extra_env={"HOME": str(home)})
-    yield a
-    a.stop()
+def agent(shell_agent):
+    return shell_agent  # a HOME of its own (tests/conftest.py)
 
 
 @pytest.fixture
