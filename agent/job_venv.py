@@ -12,6 +12,7 @@ job does to its own env reaches the next job's.
 """
 
 import os
+import shutil
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,7 +52,13 @@ class VenvShape:
     def write(self, env_dir: Path) -> None:
         """The same env at `env_dir` (blocking: call it in a thread)."""
         old, new = self.root, str(env_dir)
-        env_dir.mkdir(exist_ok=True)
+        # A retried job's env is there from its attempt before, shaped by that job (links planted
+        # where files go): made anew, never written through (rmtree does not follow links).
+        if env_dir.is_symlink():
+            env_dir.unlink()
+        elif env_dir.exists():
+            shutil.rmtree(env_dir)
+        env_dir.mkdir()
         for rel in self.dirs:
             (env_dir / rel).mkdir(exist_ok=True)
         for rel, target in self.links:

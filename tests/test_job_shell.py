@@ -114,8 +114,11 @@ def test_a_shell_on_a_pty_runs_typed_commands_and_ctrl_c(loop_name, agent):
             while "mark-42" not in seen or "30 100" not in seen:
                 seen += await asyncio.wait_for(proc.stdout.read(4096), 20)
             proc.change_terminal_size(120, 40)
-            proc.stdin.write("sleep 30\n")
-            await asyncio.sleep(0.5)
+            # The sleep says when it runs (in the foreground): a Ctrl-C sent before it started, on a
+            # busy machine, reached the shell instead and left the sleep its 30 s.
+            proc.stdin.write("sh -c 'echo sleeping-$((6*7)); exec sleep 30'\n")
+            while "sleeping-42" not in seen:
+                seen += await asyncio.wait_for(proc.stdout.read(4096), 20)
             proc.stdin.write("\x03")  # Ctrl-C ends the sleep, not the shell
             proc.stdin.write("stty size; exit 5\n")
             while "40 120" not in seen:

@@ -17,7 +17,7 @@ from agent.pythons import Pythons
 
 def _prepare(pythons: JobPythons, job: Path) -> dict[str, str]:
     workspace = job / "workspace"
-    workspace.mkdir(parents=True)
+    workspace.mkdir(parents=True, exist_ok=True)
     return asyncio.run(pythons.prepare(job / "pyenv", workspace, workspace, "", "", lambda *_a: None))
 
 
@@ -79,3 +79,20 @@ def test_an_env_holding_anything_but_dirs_links_and_small_files_is_not_copied(tm
     assert VenvShape.read(env) is not None
     (env / "big").write_bytes(b"x" * (2 * 1024 * 1024))
     assert VenvShape.read(env) is None  # more than venv writes: each env from venv again
+
+
+def test_a_retry_writes_its_env_anew_over_what_the_attempt_before_left(tmp_path, venv_runs):
+    """A retried job gets the same env path: what its first attempt left (a link planted where
+    venv writes a file) is neither an error (the retry once failed: FileExistsError on lib64)
+    nor written through."""
+    pythons = JobPythons(Pythons.discover(), None)
+    _prepare(pythons, tmp_path / "j1")
+    env2 = Path(_prepare(pythons, tmp_path / "j2")["VIRTUAL_ENV"])
+    outside = tmp_path / "outside.txt"
+    outside.write_text("untouched\n")
+    (env2 / "pyvenv.cfg").unlink()
+    (env2 / "pyvenv.cfg").symlink_to(outside)
+    again = _prepare(pythons, tmp_path / "j2")
+    assert again["VIRTUAL_ENV"] == str(env2) and len(venv_runs) == 1
+    assert outside.read_text() == "untouched\n" and not (env2 / "pyvenv.cfg").is_symlink()
+    assert _python_says(again, "import sys; print(sys.prefix)") == str(env2)
