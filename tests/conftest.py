@@ -64,6 +64,17 @@ def shell_agent(tmp_path: Path, controller_home: Path):
 
 
 @pytest.fixture
+def two_agents(tmp_path: Path, controller_home: Path, cli):
+    """Two runners, node-0 and node-1, added to the controller (multi-node tests)."""
+    agents = [start_agent(tmp_path / f"n{i}", controller_home, name=f"node-{i}") for i in range(2)]
+    for a in agents:
+        cli("headless", "runners", "add", a.address, check=True)
+    yield agents
+    for a in agents:
+        a.stop()
+
+
+@pytest.fixture
 def make_project(tmp_path: Path):
     """Write a project with the given workflows.yaml text; returns its dir."""
 

@@ -7,10 +7,8 @@ import asyncio
 import hashlib
 import json
 
-import pytest
-
 from protocol import BlobStored, FileEntry, GetStatus, JobAccepted, JobState, JobStatus, PutBlob, SubmitJob
-from tests.harness import start_agent, write_project
+from tests.harness import write_project
 from tests.test_blob_cache import _channel
 
 # pip refuses at once (no index, no such package), but only after its own start-up:
@@ -62,16 +60,6 @@ def test_a_job_that_is_no_gang_node0_still_answers_once_started(agent):
     accepted, answered, _ended = asyncio.run(_submit(agent, "single", pick_master_port=False))
     assert accepted.master_port == 0
     assert answered.state == JobState.FAILED and "pip install -r req.txt failed" in answered.error
-
-
-@pytest.fixture
-def two_agents(tmp_path, controller_home, cli):
-    agents = [start_agent(tmp_path / f"n{i}", controller_home, name=f"node-{i}") for i in range(2)]
-    for a in agents:
-        cli("headless", "runners", "add", a.address, check=True)
-    yield agents
-    for a in agents:
-        a.stop()
 
 
 def test_a_gang_whose_node0_fails_to_start_after_answering_fails_the_run(two_agents, cli, tmp_path):

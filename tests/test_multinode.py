@@ -8,17 +8,7 @@ import time
 
 import pytest
 
-from tests.harness import REPO, start_agent, training_project
-
-
-@pytest.fixture
-def two_agents(tmp_path, controller_home, cli):
-    agents = [start_agent(tmp_path / f"n{i}", controller_home, name=f"node-{i}") for i in range(2)]
-    for a in agents:
-        cli("headless", "runners", "add", a.address, check=True)
-    yield agents
-    for a in agents:
-        a.stop()
+from tests.harness import REPO, training_project
 
 
 def _running_run(cli, timeout: float = 30) -> str:
