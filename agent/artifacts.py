@@ -17,7 +17,17 @@ from pathlib import Path, PurePosixPath
 import msgpack
 
 from agent.workspace_files import NotARegularFile, open_regular
-from protocol import ArtifactData, ArtifactFile
+from protocol import ArtifactData, ArtifactEnd, ArtifactFile, ArtifactsSent, Error, ErrorCode, encode_message
+from protocol.errors import clip
+
+# Artifact bytes per ArtifactData frame, and per buffer written out: a few frames per
+# buffer, so a 1 GiB file is ~256 writes.
+ARTIFACT_PART = 1024 * 1024
+ARTIFACT_BATCH = 4 * ARTIFACT_PART
+_ERROR_CHARS = 1000  # of an Error's message
+
+# What a GetArtifacts asks for, checked: (path, first byte, end, listed size) of each file.
+Wanted = list[tuple[str, int, int, int]]
 
 
 class ArtifactChanged(Exception):
@@ -96,6 +106,22 @@ def read_parts(
             pos += len(data)
     finally:
         os.close(fd)
+
+
+def artifact_stream(workspace: Path, job_id: str, wanted: Wanted) -> Generator[bytes | bytearray, None, None]:
+    """Every frame a GetArtifacts gets, as buffers to write out (on its channel, or on a
+    direct connection: the same bytes): each file's ArtifactData parts and ArtifactEnd,
+    then ArtifactsSent. Exactly the listed size goes out: a file that shrank since gets an
+    Error (the controller refuses it), one that grew is cut at its listed size. ArtifactEnd
+    says the file's size, even after a range."""
+    for path, offset, end, size in wanted:
+        try:
+            yield from frame_batches(workspace, job_id, path, offset, end, ARTIFACT_PART, ARTIFACT_BATCH)
+        except ArtifactChanged as exc:
+            yield encode_message(Error(ErrorCode.BAD_REQUEST, clip(str(exc), _ERROR_CHARS), job_id))
+            continue
+        yield encode_message(ArtifactEnd(job_id, path, size))
+    yield encode_message(ArtifactsSent(job_id))
 
 
 def frame_batches(

@@ -18,6 +18,7 @@ import asyncssh
 from asyncssh.connection import SSHConnection
 
 from agent import __version__
+from agent.direct_transfer import DirectSender
 from agent.errors import AgentError
 from agent.executors import ExecutorChoice, ExecutorError, ProcessExecutor
 from agent.executors.slurm_cli import SlurmOptions, cluster_resources
@@ -96,8 +97,11 @@ class Agent:
         blob_cache_size: int | None = None,
         job_python: str | None = None,
         slurm: SlurmOptions | None = None,
+        direct_transfers: bool = True,
     ) -> None:
         self.home = home
+        # Artifacts on a TLS connection of their own, offered over SSH (agent/direct_transfer.py).
+        self.direct = DirectSender(home.root) if direct_transfers else None
         self.slurm = slurm
         self.job_python = job_python
         self.blob_cache_size = blob_cache_size
@@ -244,7 +248,7 @@ class Agent:
                 )
                 self._pairing_exchanges[conn] = exchange
         assert self.manager is not None, "channels are served only after start()"
-        await ChannelSession(process, self.manager, self.name, self.resources_now, exchange).run()
+        await ChannelSession(process, self.manager, self.name, self.resources_now, exchange, self.direct).run()
 
     async def close(self, grace_s: float) -> None:
         if self._advertiser is not None:
@@ -252,6 +256,8 @@ class Agent:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
+        if self.direct is not None:
+            self.direct.close()
         if self.manager is not None:
             await self.manager.shutdown(grace_s)
         self.home.info_file.unlink(missing_ok=True)

@@ -9,19 +9,19 @@ from typing import Any, cast
 import asyncssh
 
 from agent import __version__
-from agent.artifacts import ArtifactChanged, frame_batches
+from agent.artifacts import Wanted, artifact_stream
 from agent.blobs import BlobCache, BlobPart
+from agent.direct_transfer import DirectSender
 from agent.job import Job
 from agent.job_request import JobError
 from agent.jobs import JobManager
 from agent.pairing import PairingRefused, PairingResponder
 from protocol import (
     PROTOCOL_VERSION,
-    ArtifactEnd,
-    ArtifactsSent,
     Attach,
     BlobStored,
     ClientHello,
+    DirectOffer,
     Error,
     ErrorCode,
     FrameReader,
@@ -45,7 +45,7 @@ from protocol import (
 )
 from protocol.errors import clip
 from protocol.messages import AgentMessage, ClientMessage
-from protocol.transfer_messages import ARTIFACT_RANGES
+from protocol.transfer_messages import ARTIFACT_DIRECT, ARTIFACT_RANGES
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +53,6 @@ log = logging.getLogger(__name__)
 CHUNK_BYTES = 256 * 1024
 _READ_SIZE = 256 * 1024
 _ERROR_CHARS = 1000  # of an Error reply's message
-# Artifact bytes per ArtifactData frame, and per write to the channel: a few
-# frames go out per drain, read in a thread, so a 1 GiB file is ~256 writes.
-ARTIFACT_PART = 1024 * 1024
-_ARTIFACT_BATCH = 4 * ARTIFACT_PART
 
 
 class ChannelSession:
@@ -69,14 +65,17 @@ class ChannelSession:
         name: str,
         resources: Callable[[], dict[str, Any]],
         pairing: PairingResponder | None = None,
+        direct: DirectSender | None = None,
     ) -> None:
         """`pairing` is set on pairing-only connections: they may run the pairing
-        exchange (and say hello, and ping), nothing else."""
+        exchange (and say hello, and ping), nothing else. `direct`: artifacts may go on a
+        connection of their own (agent/direct_transfer.py)."""
         self._proc = process
         self._manager = manager
         self._name = name
         self._resources = resources
         self._pairing = pairing
+        self._direct = direct
         self._streams: set[asyncio.Task[None]] = set()
         self._write_lock = asyncio.Lock()
         self._blobs: BlobCache = manager.blobs
@@ -88,7 +87,8 @@ class ChannelSession:
     async def run(self) -> None:
         reader = FrameReader()
         try:
-            await self._send(Hello(PROTOCOL_VERSION, __version__, self._name, self._resources(), [ARTIFACT_RANGES]))
+            features = [ARTIFACT_RANGES] + ([ARTIFACT_DIRECT] if self._direct is not None else [])
+            await self._send(Hello(PROTOCOL_VERSION, __version__, self._name, self._resources(), features))
             while True:
                 data = await self._proc.stdin.read(_READ_SIZE)
                 if not data:
@@ -180,6 +180,11 @@ class ChannelSession:
         elif isinstance(msg, GetArtifacts):
             job = self._manager.get(msg.job_id)
             wanted = self._artifact_ranges(job, msg)
+            if msg.direct and self._direct is not None:
+                offer = self._offer_direct(job, wanted)
+                if offer is not None:
+                    await self._send(offer)
+                    return
             task = asyncio.create_task(self._send_artifacts(job, wanted))
             self._streams.add(task)
             task.add_done_callback(self._streams.discard)
@@ -250,7 +255,7 @@ class ChannelSession:
             return
 
     @staticmethod
-    def _artifact_ranges(job: Job, msg: GetArtifacts) -> list[tuple[str, int, int, int]]:
+    def _artifact_ranges(job: Job, msg: GetArtifacts) -> Wanted:
         """(path, offset, end, listed size) of each file asked for: only files in the job's
         list, and only ranges inside them (`end`: where this request stops sending)."""
         if not job.record.terminal:
@@ -271,28 +276,27 @@ class ChannelSession:
             wanted.append((r.path, r.offset, end, size))
         return wanted
 
-    async def _send_artifacts(self, job: Job, wanted: list[tuple[str, int, int, int]]) -> None:
-        """Each file's ArtifactData parts and ArtifactEnd, then ArtifactsSent. Exactly the
-        listed size goes out: a file that shrank since gets an Error (the controller refuses
-        it), one that grew is cut at its listed size."""
+    def _offer_direct(self, job: Job, wanted: Wanted) -> DirectOffer | None:
+        """A DirectOffer for this transfer, listening where the controller reached this
+        runner; None: stream it on the channel."""
+        assert self._direct is not None
+        sockname = self._proc.channel.get_extra_info("sockname")
+        if not sockname:
+            return None
         job_id, workspace = job.record.job_id, job.dir / "workspace"
+        return self._direct.offer(str(sockname[0]), job_id, lambda: artifact_stream(workspace, job_id, wanted))
+
+    async def _send_artifacts(self, job: Job, wanted: Wanted) -> None:
+        """The artifact stream (agent/artifacts.py artifact_stream) on this channel."""
         try:
-            for path, offset, end, size in wanted:  # ArtifactEnd says the file's size, even after a range
-                batches = frame_batches(workspace, job_id, path, offset, end, ARTIFACT_PART, _ARTIFACT_BATCH)
-                try:
-                    await self._send_batches(batches)
-                except ArtifactChanged as exc:
-                    await self._send(Error(ErrorCode.BAD_REQUEST, clip(str(exc), _ERROR_CHARS), job_id))
-                    continue
-                await self._send(ArtifactEnd(job_id, path, size))
-            await self._send(ArtifactsSent(job_id))
+            await self._send_batches(artifact_stream(job.dir / "workspace", job.record.job_id, wanted))
         except (OSError, asyncssh.Error, ConnectionError):
             return
 
-    async def _send_batches(self, batches: Generator[bytearray, None, None]) -> None:
-        """Write a frame_batches generator out, reading the next buffer (in a thread: the
+    async def _send_batches(self, batches: Generator[bytes | bytearray, None, None]) -> None:
+        """Write an artifact_stream generator out, reading the next buffer (in a thread: the
         reads stay off the event loop) while this one is encrypted and sent."""
-        ahead = asyncio.ensure_future(asyncio.to_thread(next, batches, None))
+        ahead: asyncio.Future[bytes | bytearray | None] = asyncio.ensure_future(asyncio.to_thread(next, batches, None))
         try:
             while (batch := await ahead) is not None:
                 ahead = asyncio.ensure_future(asyncio.to_thread(next, batches, None))
@@ -303,7 +307,7 @@ class ChannelSession:
                 batches.close()
             else:  # the channel went mid-read: close the generator once its thread is out of it
 
-                def close(done: "asyncio.Future[bytearray | None]") -> None:
+                def close(done: "asyncio.Future[bytes | bytearray | None]") -> None:
                     if not done.cancelled():
                         done.exception()  # taken: a read that failed as the channel went is no news
                     batches.close()

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from app.artifact_files import DISK_RESERVE_BYTES, ArtifactsRefused, checked_declared, checked_path, make_dirs
 from app.artifact_ranges import Parallel, RangeState, check_sizes, plan_node, pull_ranges, read_done, reset, run_pulls
 from app.errors import LanpoolError, RunnerProtocolError
-from protocol import ArtifactData, ArtifactEnd, ArtifactRange, ArtifactsSent, Error, JobStatus
+from protocol import ArtifactData, ArtifactEnd, ArtifactRange, ArtifactsSent, DirectOffer, Error, JobStatus
 from protocol.messages import AgentMessage
 
 if TYPE_CHECKING:  # a type only here: `status` reads pull_percent without the SSH stack (issue #17)
@@ -229,17 +229,38 @@ async def _pull_node(
     declared: dict[str, int],
     ranges: list[ArtifactRange],
 ) -> None:
-    """One node's GetArtifacts stream into `staging` (its files under `prefix`)."""
+    """One node's GetArtifacts stream into `staging` (its files under `prefix`): on a
+    connection of its own when the runner offers one (app/direct_pull.py), else on the
+    SSH channel."""
+    from app.direct_pull import IDLE_TIMEOUT_S, DirectUnavailable, direct_wanted, fetch  # ssl: not for `status`
+
     writer = Writer(staging, prefix, declared, {r.path: (r.offset, declared[r.path]) for r in ranges})
     try:
-        async for batch in session.get_artifacts(job_id, ranges):
-            errors = [m for m in batch if isinstance(m, Error)]
-            if errors:
-                raise ArtifactsRefused(f"{session.where}: {_clip(errors[0].message)}")
-            await asyncio.to_thread(writer.take, batch)
+        offer = await _stream(session, job_id, ranges, writer, direct_wanted(session.hello.features))
+        if offer is not None:
+            peer = session.conn.get_extra_info("peername")
+            try:
+                await asyncio.to_thread(fetch, peer[0], offer, writer.take, session.where, IDLE_TIMEOUT_S)
+            except DirectUnavailable as exc:
+                log.warning("%s: %s; pulling artifacts on the SSH channel instead", session.where, exc.message)
+                await _stream(session, job_id, ranges, writer, False)
         writer.check_complete()
     finally:
         writer.close()
+
+
+async def _stream(
+    session: "RunnerSession", job_id: str, ranges: list[ArtifactRange], writer: "Writer", direct: bool
+) -> DirectOffer | None:
+    """The stream on the channel into `writer`; or, asked `direct`, the runner's offer."""
+    async for batch in session.get_artifacts(job_id, ranges, direct):
+        if isinstance(batch[0], DirectOffer):
+            return batch[0]
+        errors = [m for m in batch if isinstance(m, Error)]
+        if errors:
+            raise ArtifactsRefused(f"{session.where}: {_clip(errors[0].message)}")
+        await asyncio.to_thread(writer.take, batch)
+    return None
 
 
 class Writer:

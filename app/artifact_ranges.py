@@ -348,6 +348,10 @@ def plan_node(
         started = set()
     if not usable or parallel is None:
         return started
+    from app.direct_pull import direct_wanted  # ssl: not for `status`
+
+    if direct_wanted(session.hello.features):  # one direct stream outruns several SSH ones: no new ranges
+        return started
     for path, size in declared.items():
         key = prefix + path
         if key not in started and parallel.streams > 1 and size - have.get(key, 0) >= PARALLEL_MIN_BYTES:

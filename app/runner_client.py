@@ -23,6 +23,7 @@ from protocol import (
     Attach,
     BlobStored,
     ClientHello,
+    DirectOffer,
     Error,
     ErrorCode,
     FrameReader,
@@ -352,17 +353,26 @@ class RunnerSession:
         await self._control.send_many(batch)
 
     async def get_artifacts(
-        self, job_id: str, files: list[ArtifactRange]
-    ) -> AsyncIterator[list[ArtifactData | ArtifactEnd | ArtifactsSent | Error]]:
+        self, job_id: str, files: list[ArtifactRange], direct: bool = False
+    ) -> AsyncIterator[list[ArtifactData | ArtifactEnd | ArtifactsSent | Error | DirectOffer]]:
         """Batches of the GetArtifacts stream, on a channel of its own; the last batch ends
         with ArtifactsSent or an Error (the request refused, or a file the runner could not
-        send). Any other message is a RunnerProtocolError; what the messages carry is the
-        caller's to check."""
+        send). `direct`: ask for a connection of its own (app/direct_pull.py); a runner that
+        offers one answers with a DirectOffer alone, the one batch then; one that does not
+        streams here as asked without it. Any other message is a RunnerProtocolError; what
+        the messages carry is the caller's to check."""
         channel = await self.open_channel()
         try:
-            await channel.send(GetArtifacts(job_id, files))
+            await channel.send(GetArtifacts(job_id, files, direct))
+            first = True
             while True:
                 batch = await channel.recv_many(REPLY_TIMEOUT_S)  # a runner that stops sending is lost
+                if direct and first and isinstance(batch[0], DirectOffer):
+                    if len(batch) > 1 or batch[0].job_id != job_id:
+                        raise RunnerProtocolError(f"{self.where} sent a direct offer this controller did not ask for")
+                    yield [batch[0]]
+                    return
+                first = False
                 for msg in batch:
                     if not isinstance(msg, (ArtifactData, ArtifactEnd, ArtifactsSent, Error)):
                         raise RunnerProtocolError(f"{self.where} sent {type(msg).__name__} among artifact data")

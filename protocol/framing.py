@@ -117,7 +117,7 @@ class FrameReader:
         return len(self._head) + self._have + (_HEADER.size if self._size is not None else 0)
 
 
-def check_structure(body: bytes, max_elements: int = MAX_ELEMENTS, max_depth: int = MAX_DEPTH) -> None:
+def check_structure(body: bytes | bytearray, max_elements: int = MAX_ELEMENTS, max_depth: int = MAX_DEPTH) -> None:
     """Refuse a body before it is unpacked: too many values, too deep, ext types, NaN/inf, or truncated.
 
     Reads only headers and skips payloads, so it costs one step per value up
@@ -187,7 +187,7 @@ def check_structure(body: bytes, max_elements: int = MAX_ELEMENTS, max_depth: in
         raise _bad(f"{size - pos} bytes after the message")
 
 
-def unpack_body(body: bytes) -> dict[str, Any]:
+def unpack_body(body: bytes | bytearray) -> dict[str, Any]:
     """The message map in one frame body."""
     check_structure(body)
     try:

@@ -23,6 +23,7 @@ from protocol.transfer_messages import (
     ArtifactEnd,
     ArtifactsSent,
     BlobStored,
+    DirectOffer,
     FileEntry,
     GetArtifacts,
     HaveBlobs,
@@ -242,6 +243,7 @@ AgentMessage = (
     | ArtifactData
     | ArtifactEnd
     | ArtifactsSent
+    | DirectOffer
 )
 ClientMessage = (
     ClientHello
@@ -273,6 +275,7 @@ AGENT_MESSAGES: dict[str, type] = {
         ArtifactData,
         ArtifactEnd,
         ArtifactsSent,
+        DirectOffer,
     )
 }
 CLIENT_MESSAGES: dict[str, type] = {

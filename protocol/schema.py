@@ -155,6 +155,9 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "mode": _Bound(lo=0, hi=0o7777),
     "node": _Bound(lo=0, hi=65535),
     "master_port": _Bound(lo=0, hi=65535),
+    "port": _Bound(lo=1, hi=65535),  # DirectOffer's
+    "cert_sha256": _SHA256_BOUND,
+    "token": _Bound(max_len=64),
     "ports": _Bound(lo=1, hi=65535),
     "exit_code": _Bound(lo=-(2**31), hi=2**32 - 1),  # negative: killed by a signal
     "grace_s": _Bound(lo=0, hi=30 * 24 * 3600),

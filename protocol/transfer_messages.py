@@ -11,6 +11,10 @@ from typing import ClassVar
 # Hello.features: this agent sends exactly the range asked (ArtifactRange.length). An older one
 # would send to the end of the file, which the controller refuses: it is asked for whole files.
 ARTIFACT_RANGES = "artifact-ranges"
+# Hello.features: this agent answers GetArtifacts(direct=True) with a DirectOffer (see DirectOffer).
+ARTIFACT_DIRECT = "artifact-direct"
+# Bytes of DirectOffer.token: what the controller sends first on the offered connection.
+DIRECT_TOKEN_BYTES = 32
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,9 @@ class GetArtifacts:
     TAG: ClassVar[str] = "get_artifacts"
     job_id: str
     files: list[ArtifactRange] = field(default_factory=list)
+    # Ask for the same stream on a connection of its own (a DirectOffer in reply). A runner
+    # that cannot offer one (an older one, or at its limit) streams on this channel instead.
+    direct: bool = False
 
 
 # -- agent -> controller ----------------------------------------------------
@@ -111,6 +118,23 @@ class ArtifactEnd:
     job_id: str
     path: str
     size: int
+
+
+@dataclass(frozen=True)
+class DirectOffer:
+    """Reply to GetArtifacts(direct=True): the runner listens once on `port` (the address
+    this SSH connection reached) for a TLS connection whose certificate's SHA-256 is
+    `cert_sha256`; the controller checks that, then sends `token`; the runner then writes
+    the very frames it would have streamed on this channel (ArtifactData, ArtifactEnd,
+    Error, ArtifactsSent) and closes. Both secrets travel only inside the SSH connection,
+    which is authenticated both ways: a LAN peer that connects first gets nothing, and
+    nobody else's certificate is sent the token."""
+
+    TAG: ClassVar[str] = "direct_offer"
+    job_id: str
+    port: int
+    cert_sha256: str
+    token: bytes
 
 
 @dataclass(frozen=True)

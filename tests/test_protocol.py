@@ -22,6 +22,7 @@ from protocol import (
     ArtifactsSent,
     Attach,
     BlobStored,
+    DirectOffer,
     ClientHello,
     Error,
     ErrorCode,
@@ -82,6 +83,7 @@ AGENT_SAMPLES = [
     ArtifactData(job_id="j-1", path="out/model.pt", offset=2**33, data=b"\x00\xff" * 100),
     ArtifactEnd(job_id="j-1", path="out/model.pt", size=2**33 + 200),
     ArtifactsSent(job_id="j-1"),
+    DirectOffer(job_id="j-1", port=40123, cert_sha256="c" * 64, token=bytes(range(32))),
 ]
 
 CLIENT_SAMPLES = [
@@ -109,6 +111,7 @@ CLIENT_SAMPLES = [
     HaveBlobs(sha256s=["0" * 64]),
     PutBlob(sha256="a" * 64, offset=0, size=3, data=b"abc"),
     GetArtifacts(job_id="j-1", files=[ArtifactRange(path="out/model.pt", offset=1024)]),
+    GetArtifacts(job_id="j-1", direct=True),
 ]
 
 
