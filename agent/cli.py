@@ -118,6 +118,12 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
         help="send artifacts only on the SSH channel, never on a TLS connection of their own "
         "(for a firewall that lets only the agent's port through; pulls then run at ~0.6x scp)",
     )
+    serve.add_argument(
+        "--direct-ports",
+        default=None,
+        metavar="LO-HI",
+        help="the ports artifact transfers listen on, to open in a firewall (e.g. 7423-7430; default: any free port)",
+    )
     serve.add_argument("-v", "--verbose", action="store_true", help="log every connection and job")
 
     auth = sub.add_parser("authorize", help="allow a controller's public key to connect")
@@ -218,10 +224,22 @@ async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
         job_python=args.job_python,
         slurm=slurm,
         direct_transfers=not args.no_direct_transfers,
+        direct_ports=_port_range(args.direct_ports) if args.direct_ports else None,
     )
     # Which loop it runs on (protocol/event_loop.py): asyncio's unless LANPOOL_EVENT_LOOP=uvloop.
     log.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
     await serve(agent)
+
+
+def _port_range(text: str) -> range:
+    lo, sep, hi = text.partition("-")
+    try:
+        first, last = int(lo), int(hi if sep else lo)
+    except ValueError:
+        raise AgentError(f"--direct-ports {text!r}: give a port or a range such as 7423-7430") from None
+    if not 1 <= first <= last <= 65535:
+        raise AgentError(f"--direct-ports {text!r}: ports are 1 to 65535, the first no larger than the last")
+    return range(first, last + 1)
 
 
 def _status(home: AgentHome, as_json: bool) -> int:

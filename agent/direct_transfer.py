@@ -23,6 +23,7 @@ import hashlib
 import hmac
 import logging
 import os
+import random
 import secrets
 import socket
 import ssl
@@ -48,8 +49,10 @@ Frames = Callable[[], Generator[bytes | bytearray, None, None]]
 class DirectSender:
     """This agent's TLS identity and its direct transfers under way."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, ports: range | None = None) -> None:
+        """`ports`: where to listen (a firewall's open range); None: any free port."""
         self._pem = data_dir / "direct-tls.pem"
+        self._ports = ports
         self._context: ssl.SSLContext | None = None
         self._fingerprint = ""
         self._lock = threading.Lock()
@@ -74,8 +77,7 @@ class DirectSender:
                 return None
             try:
                 self._ensure_identity()
-                family = socket.AF_INET6 if ":" in host else socket.AF_INET
-                listener = socket.create_server((host, 0), family=family, backlog=MAX_TRIES)
+                listener = self._listen(host)
             except (OSError, ssl.SSLError, ValueError) as exc:
                 log.warning(
                     "direct transfer of job %s: cannot listen on %s (%s); streaming on the channel", job_id, host, exc
@@ -87,6 +89,18 @@ class DirectSender:
             self._live.add(transfer)
         threading.Thread(target=transfer.serve, name=f"direct-{job_id}", daemon=True).start()
         return DirectOffer(job_id, listener.getsockname()[1], self._fingerprint, token)
+
+    def _listen(self, host: str) -> socket.socket:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        if self._ports is None:
+            return socket.create_server((host, 0), family=family, backlog=MAX_TRIES)
+        error: OSError | None = None
+        for port in random.sample(self._ports, len(self._ports)):
+            try:
+                return socket.create_server((host, port), family=family, backlog=MAX_TRIES)
+            except OSError as exc:  # taken (another transfer, another program): the next
+                error = exc
+        raise OSError(f"no free port in {self._ports.start}-{self._ports.stop - 1}: {error}")
 
     def _ended(self, transfer: "_Transfer") -> None:
         with self._lock:

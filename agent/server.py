@@ -98,10 +98,11 @@ class Agent:
         job_python: str | None = None,
         slurm: SlurmOptions | None = None,
         direct_transfers: bool = True,
+        direct_ports: range | None = None,
     ) -> None:
         self.home = home
         # Artifacts on a TLS connection of their own, offered over SSH (agent/direct_transfer.py).
-        self.direct = DirectSender(home.root) if direct_transfers else None
+        self.direct = DirectSender(home.root, direct_ports) if direct_transfers else None
         self.slurm = slurm
         self.job_python = job_python
         self.blob_cache_size = blob_cache_size

@@ -251,3 +251,39 @@ def test_the_agents_identity_is_private_and_its_digest_is_what_it_offers(tmp_pat
         assert hashlib.sha256(cert).hexdigest() == offer.cert_sha256
     finally:
         sender.close()
+
+
+def test_direct_ports_keep_transfers_in_the_range_a_firewall_opens(tmp_path):
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    base = probe.getsockname()[1]
+    probe.close()
+    ports = range(base, base + 2)
+    sender = DirectSender(tmp_path, ports)
+    try:
+        offers = [
+            sender.offer("127.0.0.1", f"job-{i}", lambda: (f for f in _frames(ArtifactsSent("job-1"))))
+            for i in range(3)
+        ]
+        taken = [o.port for o in offers if o is not None]
+        # two fit in the range; the third is streamed on its channel instead (None), never elsewhere
+        assert sorted(taken) == list(ports) and offers.count(None) == 1
+    finally:
+        sender.close()
+
+
+def test_a_bad_direct_ports_option_is_one_line(tmp_path, controller_home):
+    import subprocess
+
+    from tests.harness import APP_MODULE, lanpool_env
+
+    res = subprocess.run(
+        [*APP_MODULE, "agent", "serve", "--data-dir", str(tmp_path / "a"), "--no-mdns", "--direct-ports", "9000-80"],
+        env=lanpool_env(controller_home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert res.returncode == 1 and res.stderr.strip().splitlines() == [
+        "app agent: error: --direct-ports '9000-80': ports are 1 to 65535, the first no larger than the last"
+    ]
