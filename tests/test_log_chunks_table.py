@@ -161,3 +161,32 @@ def test_no_reader_of_a_log_scans_the_table(tmp_path: Path):
             assert any("log_chunks USING" in step for step in plan), (query, plan)
     finally:
         store.close()
+
+
+def test_a_rebuild_that_fails_leaves_the_old_table_whole(old_store):
+    """One transaction: a failure half-way (here the new table's name is taken) keeps every row in
+    the old table and the store at its old version, with a clear error; fixed, it migrates."""
+    from app.errors import LanpoolError
+
+    path, rows, answers = old_store
+    raw = sqlite3.connect(path)
+    raw.execute("CREATE TABLE log_chunks_new (x)")
+    raw.commit()
+    raw.close()
+    with pytest.raises(LanpoolError, match="cannot open the lanpool database"):
+        Store(path)
+    raw = sqlite3.connect(path)
+    try:
+        assert raw.execute("PRAGMA user_version").fetchone()[0] == OLD_VERSION
+        assert "WITHOUT ROWID" in _table_sql(raw)
+        assert _all_rows(raw) == rows
+        raw.execute("DROP TABLE log_chunks_new")
+        raw.commit()
+    finally:
+        raw.close()
+    store = Store(path)
+    try:
+        assert _all_rows(store.conn) == rows
+        assert _readers(store) == answers
+    finally:
+        store.close()
