@@ -533,6 +533,10 @@ class Bench:
     def throughput(self) -> None:
         n = self.args.lines
         r = self.args.flood_repeat
+        from bench_store import store_alone_runs  # SQLite's part alone, no SSH (scripts/bench_store.py)
+
+        say(f"throughput: the store alone, {r} x {n:,} lines")
+        self.results["store_alone"] = store_alone_runs(n, r)
         say(f"throughput: {r} x (lanpool run flood, bare asyncssh stream) of {n:,} lines x {LINE_BYTES} B, interleaved")
         lp_runs = []
         bare_runs = []
@@ -795,6 +799,12 @@ def report(res: dict, out) -> None:
             p(
                 f"   producer alone (python -c ... > /dev/null): {pr['to_devnull_s']:.2f} s = {pr['lines_per_s']:,.0f} lines/s"
             )
+        st = res.get("store_alone")
+        if st:
+            p(
+                f"   store alone (Store + LogBatch in process, no SSH): median {st['wall_s_median']:.2f} s = "
+                f"{st['lines_per_s_median']:,.0f} lines/s, CPU {st['cpu_s_median']:.2f} s, lost {st['lost_max']}"
+            )
         lp, bare = th["lanpool"], th["bare"]
         p(
             f"   lanpool run flood (stored in SQLite): median {lp['wall_s_median']:.2f} s = {lp['lines_per_s_median']:,.0f} lines/s "
@@ -900,6 +910,12 @@ def main(argv: list[str] | None = None) -> int:
                 "throughput.lanpool.lines_per_s_median",
                 "throughput.bare.lines_per_s_median",
                 target=">= 500000 lines/s",
+                unit="lines/s",
+            ),
+            picked(
+                r,
+                "log lines stored by the store alone (Store + LogBatch in process, no SSH; median)",
+                "store_alone.lines_per_s_median",
                 unit="lines/s",
             ),
             row(

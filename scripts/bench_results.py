@@ -228,7 +228,11 @@ def render(bench_dir: Path = BENCH_DIR) -> str:
         notes = notes_file.read_text() if notes_file.is_file() else ""
         parts.append(render_one(name, load(bench_dir / f"{name}.json"), notes))
     scripts = sorted(p.stem.replace("_", "-") for p in (REPO / "scripts").glob("bench_*.py"))
-    missing = [s for s in scripts if s not in names and s not in ("bench-stats", "bench-results", "bench-tui-probe")]
+    missing = [
+        s
+        for s in scripts
+        if s not in names and s not in ("bench-stats", "bench-results", "bench-tui-probe", "bench-store")
+    ]
     if missing:
         parts.append("## Not run yet\n\n" + ", ".join(f"`scripts/{s}`" for s in missing) + ": no recorded figures.\n")
     return "\n".join(parts)

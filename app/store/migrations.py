@@ -145,6 +145,39 @@ def _m008_log_times(db: "sqlite_utils.Database") -> None:
     db.execute("ALTER TABLE log_chunks ADD COLUMN at REAL")
 
 
+def _m009_log_chunks_rowid(db: "sqlite_utils.Database") -> None:
+    # log_chunks as a rowid table (issue #17). WITHOUT ROWID kept each ~30 KB chunk inside the
+    # primary key's b-tree, whose cells hold ~1 KB before spilling, so every insert moved key
+    # pages and overflow chains around: ~2x the insert time of a rowid table, whose rows are
+    # appended and found through a small index. The UNIQUE key is the old primary key:
+    # `INSERT OR IGNORE` still stores a chunk sent twice (re-attach, restart) once.
+    # One statement copies every row inside the migration's transaction: a failure (disk
+    # full) rolls back to the old table, whole. A big store needs its log's size again in
+    # free disk for the copy while it runs.
+    db.execute(
+        """CREATE TABLE log_chunks_new (
+            job_id TEXT NOT NULL REFERENCES jobs(id),
+            node INTEGER NOT NULL DEFAULT 0,
+            seq INTEGER NOT NULL,
+            n_lines INTEGER NOT NULL,
+            stream TEXT NOT NULL,
+            data BLOB NOT NULL,
+            at REAL
+        )"""
+    )
+    # In key order: rowids follow each log's order, so reading a log walks the table forwards.
+    db.execute(
+        """INSERT INTO log_chunks_new (job_id, node, seq, n_lines, stream, data, at)
+           SELECT job_id, node, seq, n_lines, stream, data, at FROM log_chunks ORDER BY job_id, node, seq"""
+    )
+    db.execute("DROP TABLE log_chunks")  # and its index log_chunks_stream (migration 5), made again below
+    db.execute("ALTER TABLE log_chunks_new RENAME TO log_chunks")
+    # The indexes made after the copy, each in one piece: made with the table, their pages
+    # came between its rows' and reading a migrated log took twice as long.
+    db.execute("CREATE UNIQUE INDEX log_chunks_key ON log_chunks (job_id, node, seq)")
+    db.execute("CREATE INDEX log_chunks_stream ON log_chunks (job_id, node, stream, seq)")
+
+
 MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m001_initial,
     _m002_cache,
@@ -154,6 +187,7 @@ MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m006_trust,
     _m007_every_job_has_nodes,
     _m008_log_times,
+    _m009_log_chunks_rowid,
 ]
 
 
