@@ -145,6 +145,11 @@ def _m008_log_times(db: "sqlite_utils.Database") -> None:
     db.execute("ALTER TABLE log_chunks ADD COLUMN at REAL")
 
 
+def _m009_runs_by_time(db: "sqlite_utils.Database") -> None:
+    # `status` shows the newest runs: read from an index, not a sort of every run (issue #17).
+    db.execute("CREATE INDEX IF NOT EXISTS idx_runs_created_at ON runs (created_at)")
+
+
 MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m001_initial,
     _m002_cache,
@@ -154,6 +159,7 @@ MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m006_trust,
     _m007_every_job_has_nodes,
     _m008_log_times,
+    _m009_runs_by_time,
 ]
 
 
