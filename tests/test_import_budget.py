@@ -94,10 +94,14 @@ RUN_VERB = textwrap.dedent(
     sys.stdout.flush()
     os.dup2(kept, 1)
     tops = {m.split(".")[0] for m in sys.modules}
-    print(json.dumps({"rc": rc, "third_party": sorted(t for t in tops if t not in sys.stdlib_module_names)}))
+    ours = sum(1 for m in sys.modules if m.split(".")[0] in ("app", "protocol"))
+    print(json.dumps({"rc": rc, "third_party": sorted(t for t in tops if t not in sys.stdlib_module_names), "ours": ours}))
     """
 )
 SSH_STACK = {"asyncssh", "cryptography", "yaml"}
+# Lanpool's modules loaded by the end of the verb (today's plus ~10%): `status` and `logs` of stored
+# jobs no longer build the artifact stack (50 modules before, 41 now).
+RUNNING_BUDGET = {"status": 45, "logs": 45, "runners": 43}
 
 
 @pytest.mark.parametrize(
@@ -110,6 +114,9 @@ def test_reading_the_store_does_not_need_the_ssh_stack(args, tmp_path):
     got = _probe(RUN_VERB, *args, home=tmp_path)
     assert got["rc"] == 0
     assert not SSH_STACK & set(got["third_party"]), f"`app headless {' '.join(args)}` imports the SSH stack"
+    assert got["ours"] <= RUNNING_BUDGET[args[0]], (
+        f"`app headless {' '.join(args)}` loads {got['ours']} lanpool modules"
+    )
 
 
 def _running_job_on(home: Path, port: int) -> None:

@@ -58,7 +58,9 @@ def test_status_shows_the_newest_runs_each_with_all_its_jobs(home):
     # Newest first, 20 by default; the last two were made at the same time: each shown once.
     assert runs[:2] in (["run-28", "run-29"], ["run-29", "run-28"])
     assert runs[2:] == [f"run-{r:02d}" for r in range(27, 9, -1)]
-    assert sorted(job for _run, job in rows) == sorted(f"j{r:02d}{k}" for r in range(10, RUNS) for k in range(1 + r % 2))
+    assert sorted(job for _run, job in rows) == sorted(
+        f"j{r:02d}{k}" for r in range(10, RUNS) for k in range(1 + r % 2)
+    )
     assert sum("warning: job" in line for line in out.stdout.splitlines()) == sum(
         1 + r % 2 for r in range(10, RUNS) if r % 3 == 0
     )
