@@ -8,6 +8,7 @@ before, and an address where nothing listens costs no import at all.
 """
 
 import asyncio
+import os
 import socket
 
 from app.errors import RunnerError
@@ -37,5 +38,12 @@ async def open_socket(host: str, port: int, timeout: float = CONNECT_TIMEOUT_S) 
                     raise
             raise failed
     except (OSError, TimeoutError) as exc:
-        reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        reason = _reason(exc)
         raise RunnerError(f"cannot reach runner {host}:{port}: {reason}; is `app agent serve` running there?") from None
+
+
+def _reason(exc: OSError) -> str:
+    """ "Connection refused", as asyncssh says it (asyncio's sock_connect says "Connect call failed (ADDR)")."""
+    if isinstance(exc, socket.gaierror) or not exc.errno:
+        return exc.strerror or str(exc) or type(exc).__name__
+    return os.strerror(exc.errno)

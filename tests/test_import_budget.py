@@ -311,3 +311,22 @@ def test_the_parser_s_copy_of_the_prune_default_agrees():
     assert parser.DEFAULT_PRUNE_AGE == DEFAULT_PRUNE_AGE
     args = parser.parse_args(["prune"])
     assert args.older_than == parser.age_seconds(DEFAULT_PRUNE_AGE)
+
+
+def test_the_tcp_connect_before_the_ssh_stack_says_what_failed():
+    """app/runner_reach.py: a listener gives a connected socket (the session runs over it);
+    a port where nothing listens is one RunnerError worded as before ("Connection refused")."""
+    import asyncio
+
+    from app.errors import RunnerError
+    from app.runner_reach import open_socket
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        sock = asyncio.run(open_socket("127.0.0.1", port, 5))
+        try:
+            assert sock.getpeername() == ("127.0.0.1", port)
+        finally:
+            sock.close()
+    with pytest.raises(RunnerError, match=r"cannot reach runner 127\.0\.0\.1:\d+: Connection refused; is"):
+        asyncio.run(open_socket("127.0.0.1", port, 5))
