@@ -81,7 +81,7 @@ class Controller:
         from app.remote_job import JobServices
 
         return JobServices(
-            self.store, self.artifacts, self.pool.connect, self.pool.runner_seen, self.secrets.masks_for_spec
+            self.store, lambda: self.artifacts, self.pool.connect, self.pool.runner_seen, self.secrets.masks_for_spec
         )
 
     @property

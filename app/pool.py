@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from app.errors import HostKeyMismatch, LanpoolError, RunnerError, RunnerRefused, UsageError
 from app.home import ControllerHome
 from app.host_keys import UnreadableHostKey, host_key_or_none, pinned_key
+from app.runner_reach import open_socket
 from app.runner_views import PROBE_TIMEOUT_S, RunnerState, RunnerView, bounded_props, count, props_of, views
 from app.scheduler import Need, place
 from app.store import JobRow, Store
@@ -107,11 +108,13 @@ class Pool:
                 f"`app headless runners add {host}:{port}` trusts what answers there, "
                 "or pair it (`app headless runners pair NAME CODE`)"
             )
-        from app.runner_client import RunnerSession
-
         pinned = pinned_key(known) if known else None
         session = self.kept.take(host, port, pinned) if self.kept and not trust else None
-        session = session or await RunnerSession.open(host, port, self.client_key, pinned)
+        if session is None:
+            sock = await open_socket(host, port)  # before the SSH stack's import: see app/runner_reach.py
+            from app.runner_client import RunnerSession
+
+            session = await RunnerSession.open(host, port, self.client_key, pinned, sock=sock)
         try:
             name = session.hello.name
             named = self.store.runner(name)
@@ -173,11 +176,12 @@ class Pool:
             self.store.set_runner(name, state=RunnerState.UNPAIRED)
             return RunnerState.UNPAIRED
         fields: dict[str, object]
-        from app.runner_client import RunnerSession
-
         try:
+            sock = await open_socket(row["host"], row["port"], PROBE_TIMEOUT_S)  # nothing there: no SSH import
+            from app.runner_client import RunnerSession
+
             session = await RunnerSession.open(
-                row["host"], row["port"], self.client_key, pinned, timeout=PROBE_TIMEOUT_S
+                row["host"], row["port"], self.client_key, pinned, timeout=PROBE_TIMEOUT_S, sock=sock
             )
         except HostKeyMismatch:
             state, fields = RunnerState.CONFLICT, {}

@@ -63,7 +63,9 @@ class JobServices:
     and a way to record a runner's liveness (the pool's)."""
 
     store: Store
-    artifacts: Artifacts
+    # Built on first call: the artifact stack costs ~50 ms of imports that `logs` and `status`
+    # of stored jobs never use (issue #17); only a job's end pulls artifacts.
+    artifacts: Callable[[], Artifacts]
     connect: Connect
     runner_seen: Callable[[str, bool], None]  # (runner, answers): LIVE again or OFFLINE
     # The job's stored env (secrets as placeholders) -> the texts to mask in its log (app/secret_store.py).
@@ -372,7 +374,7 @@ class RemoteJob:
         from app.job_end import finish_job  # with the artifacts' pull (start-up time: imports above)
 
         return await finish_job(
-            self.store, self.jobs.artifacts, self.job_id, self.size, live, finals, failure, pull, wait=follow
+            self.store, self.jobs.artifacts(), self.job_id, self.size, live, finals, failure, pull, wait=follow
         )
 
     # -- stop ------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ log stream), so replies never have to be sorted out of a log stream.
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import TypeVar
 
@@ -14,6 +15,7 @@ import asyncssh
 
 from app import __version__
 from app.errors import HostKeyMismatch, LanpoolError, NotFoundError, RunnerError, RunnerProtocolError, RunnerRefused
+from app.runner_reach import CONNECT_TIMEOUT_S
 from protocol import (
     PROTOCOL_VERSION,
     ArtifactData,
@@ -52,7 +54,6 @@ from protocol.wire import key_text as host_key_text
 
 log = logging.getLogger(__name__)
 
-CONNECT_TIMEOUT_S = 10.0
 # What the runner may send before we read (window) and in one SSH packet: asyncssh's defaults
 # (2 MiB, 32 KiB) cost a Python round of packet work per 32 KiB, which caps a 1 GiB artifact's
 # pull well below the link; larger packets cut that work ~8x. (A runner sends no more than it
@@ -175,36 +176,44 @@ class RunnerSession:
         *,
         timeout: float = CONNECT_TIMEOUT_S,
         pairing: bool = False,
+        sock: socket.socket | None = None,
     ) -> "RunnerSession":
         """Connect and open the request channel. With `pairing`, connect as the pairing
         user: the runner accepts any key for it while it shows a code, and the
-        connection can then only run pair()."""
+        connection can then only run pair(). `sock`: a TCP connection to host:port already
+        open (app/runner_reach.py), which the session runs over (and closes)."""
         where = f"runner {host}:{port}"
         known_hosts: tuple[list[asyncssh.SSHKey], list[asyncssh.SSHKey], list[asyncssh.SSHKey]] | None = None
         # None: first contact: trust on first use (pairing proves the key), then pinned by the caller
         if pinned_host_key:
             known_hosts = ([asyncssh.import_public_key(pinned_host_key)], [], [])
         try:
-            conn = await asyncio.wait_for(
-                asyncssh.connect(
-                    host,
-                    port,
-                    username=PAIRING_USER if pairing else "lanpool",
-                    known_hosts=known_hosts,
-                    encryption_algs=ENCRYPTION_ALGS,
-                    agent_path=None,
-                    agent_forwarding=False,
-                    config=[],
-                    connect_timeout=timeout,
-                    keepalive_interval=KEEPALIVE_S,
-                    keepalive_count_max=3,
-                    client_keys=[client_key],
-                    preferred_auth=["publickey"],
-                    password=None,
-                    kbdint_auth=False,
-                ),
-                timeout + 1,
-            )
+            try:
+                conn = await asyncio.wait_for(
+                    asyncssh.connect(
+                        host,
+                        port,
+                        username=PAIRING_USER if pairing else "lanpool",
+                        known_hosts=known_hosts,
+                        encryption_algs=ENCRYPTION_ALGS,
+                        agent_path=None,
+                        agent_forwarding=False,
+                        config=[],
+                        connect_timeout=timeout,
+                        keepalive_interval=KEEPALIVE_S,
+                        keepalive_count_max=3,
+                        client_keys=[client_key],
+                        preferred_auth=["publickey"],
+                        password=None,
+                        kbdint_auth=False,
+                        sock=sock,
+                    ),
+                    timeout + 1,
+                )
+            except BaseException:
+                if sock is not None:  # no-op when asyncssh took it (and closed it with its connection)
+                    sock.close()
+                raise
         except asyncssh.HostKeyNotVerifiable:
             raise HostKeyMismatch(
                 f"{where} presented a different host key than the one pinned for it. If the runner was "

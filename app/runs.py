@@ -38,6 +38,14 @@ class Runs:
     def jobs_of(self, run_name: str) -> list[JobRow]:
         return self.store.jobs_of_run(run_name)
 
+    def jobs_of_recent(self, limit: int) -> dict[str, list[JobRow]]:
+        """The jobs of the `limit` newest runs (those `recent(limit)` lists), by run name."""
+        return self.store.jobs_of_recent(limit)
+
+    def notes_of_recent(self, limit: int) -> tuple[dict[str, list[str]], dict[str, list[tuple[str, int]]]]:
+        """Their jobs' warnings and artifact files, by job id (none: not in the maps)."""
+        return self.store.notes_of_recent(limit)
+
     def nodes(self, job_id: str) -> list[dict[str, Any]]:
         """The job's nodes (runner, status per node); empty for a job not yet placed."""
         return self.store.nodes(job_id)

@@ -507,6 +507,8 @@ class Bench:
             "app headless runners": ([*APP, "headless", "runners", "--wait", "0"], self.env),
             f"status, {filled['runs']:,} runs": ([*APP, "headless", "status"], full_env),
             f"logs newest run, {filled['runs']:,} runs": ([*APP, "headless", "logs", filled["newest_run"]], full_env),
+            # its runners are switched off (nothing listens): checked without the SSH stack
+            f"runners, {filled['runs']:,} runs": ([*APP, "headless", "runners", "--wait", "0"], full_env),
         }
         times: dict[str, list[Timed]] = {name: [] for name in cases}
         for _ in range(k):

@@ -8,11 +8,14 @@ import that starts a child process (ctypes.util.find_library runs ldconfig and
 gcc: app/library_lookup.py answers asyncssh's and ifaddr's lookups without).
 """
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -91,10 +94,14 @@ RUN_VERB = textwrap.dedent(
     sys.stdout.flush()
     os.dup2(kept, 1)
     tops = {m.split(".")[0] for m in sys.modules}
-    print(json.dumps({"rc": rc, "third_party": sorted(t for t in tops if t not in sys.stdlib_module_names)}))
+    ours = sum(1 for m in sys.modules if m.split(".")[0] in ("app", "protocol"))
+    print(json.dumps({"rc": rc, "third_party": sorted(t for t in tops if t not in sys.stdlib_module_names), "ours": ours}))
     """
 )
 SSH_STACK = {"asyncssh", "cryptography", "yaml"}
+# Lanpool's modules loaded by the end of the verb (today's plus ~10%): `status` and `logs` of stored
+# jobs no longer build the artifact stack (50 modules before, 41 now).
+RUNNING_BUDGET = {"status": 45, "logs": 45, "runners": 43}
 
 
 @pytest.mark.parametrize(
@@ -107,26 +114,71 @@ def test_reading_the_store_does_not_need_the_ssh_stack(args, tmp_path):
     got = _probe(RUN_VERB, *args, home=tmp_path)
     assert got["rc"] == 0
     assert not SSH_STACK & set(got["third_party"]), f"`app headless {' '.join(args)}` imports the SSH stack"
+    assert got["ours"] <= RUNNING_BUDGET[args[0]], (
+        f"`app headless {' '.join(args)}` loads {got['ours']} lanpool modules"
+    )
 
 
-def test_a_status_that_asks_a_runner_does_load_it(tmp_path):
-    """The attack on the test above: a job still running on a runner is refreshed by asking
-    it (here nothing answers), which needs asyncssh: the probe sees the import."""
+def _running_job_on(home: Path, port: int) -> None:
+    """A stored run whose second job is RUNNING on a trusted runner at 127.0.0.1:`port`."""
     import asyncssh
 
     from app.store import Store
 
-    _stored_job(tmp_path, 1)
+    _stored_job(home, 1)
     key = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().strip()
-    store = Store(tmp_path / "lanpool.db")
+    store = Store(home / "lanpool.db")
     try:
-        store.upsert_runner("r", "127.0.0.1", 1, key, trusted=True)
-        store.create_job("j2", "quick-fox-1", "echo", {"name": "r", "host": "127.0.0.1", "port": 1}, {})
+        store.upsert_runner("r", "127.0.0.1", port, key, trusted=True)
+        store.create_job("j2", "quick-fox-1", "echo", {"name": "r", "host": "127.0.0.1", "port": port}, {})
         store.set_job_status("j2", JobState.RUNNING)
     finally:
         store.close()
-    got = _probe(RUN_VERB, "status", home=tmp_path)
+
+
+def test_a_status_that_asks_a_runner_does_load_it(tmp_path):
+    """The attack on the test above: a job still running on a runner is refreshed by asking
+    it (here something accepts the connection, then hangs up), which needs asyncssh: the
+    probe sees the import."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        _running_job_on(tmp_path, server.getsockname()[1])
+        stop = threading.Event()
+
+        def hang_up() -> None:
+            server.settimeout(0.2)
+            while not stop.is_set():
+                with contextlib.suppress(TimeoutError):
+                    server.accept()[0].close()
+
+        thread = threading.Thread(target=hang_up, daemon=True)
+        thread.start()
+        try:
+            got = _probe(RUN_VERB, "status", home=tmp_path)
+        finally:
+            stop.set()
+            thread.join(5)
     assert "asyncssh" in got["third_party"]
+
+
+def test_a_status_whose_runner_is_off_does_not_load_the_ssh_stack(tmp_path):
+    """A runner where nothing listens is known to be unreachable from the TCP connect that
+    comes before the SSH stack's import (app/runner_reach.py): `status` says it is offline
+    without importing asyncssh (issue #17), and the job is left as it was."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]  # a port nothing listens on, once closed
+    _running_job_on(tmp_path, port)
+    got = _probe(RUN_VERB, "status", home=tmp_path)
+    assert got["rc"] == 0
+    assert not SSH_STACK & set(got["third_party"])
+    from app.store import Store
+
+    store = Store(tmp_path / "lanpool.db")
+    try:
+        assert store.job("j2").status == "RUNNING" and store.runner("r")["state"] == "OFFLINE"
+    finally:
+        store.close()
+    out = _app(tmp_path, "headless", "status", "--no-refresh")
+    assert b"RUNNING (runner offline)" in out.stdout
 
 
 def test_the_budget_can_fail(tmp_path):
@@ -259,3 +311,22 @@ def test_the_parser_s_copy_of_the_prune_default_agrees():
     assert parser.DEFAULT_PRUNE_AGE == DEFAULT_PRUNE_AGE
     args = parser.parse_args(["prune"])
     assert args.older_than == parser.age_seconds(DEFAULT_PRUNE_AGE)
+
+
+def test_the_tcp_connect_before_the_ssh_stack_says_what_failed():
+    """app/runner_reach.py: a listener gives a connected socket (the session runs over it);
+    a port where nothing listens is one RunnerError worded as before ("Connection refused")."""
+    import asyncio
+
+    from app.errors import RunnerError
+    from app.runner_reach import open_socket
+
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        sock = asyncio.run(open_socket("127.0.0.1", port, 5))
+        try:
+            assert sock.getpeername() == ("127.0.0.1", port)
+        finally:
+            sock.close()
+    with pytest.raises(RunnerError, match=r"cannot reach runner 127\.0\.0\.1:\d+: Connection refused; is"):
+        asyncio.run(open_socket("127.0.0.1", port, 5))

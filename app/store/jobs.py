@@ -12,6 +12,8 @@ from protocol import JobState
 # A job_events status that is no job state: a warning about a job (e.g. an output it did
 # not produce). Kept as an event, so the schema stays as it is.
 WARNING = "WARNING"
+# The newest runs first, read from idx_runs_created_at (rowid: the same order for runs made at the same time).
+_NEWEST = "ORDER BY created_at DESC, rowid DESC LIMIT ?"
 
 
 class JobRows(Table):
@@ -201,10 +203,38 @@ class JobRows(Table):
         return [JobRow(*rows[0])]
 
     def recent_runs(self, limit: int = 50) -> list[RunRow]:
-        rows = self.conn.execute(
-            "SELECT name, workflow, project_dir, created_at, tag FROM runs ORDER BY created_at DESC LIMIT ?", (limit,)
-        )
+        rows = self.conn.execute(f"SELECT name, workflow, project_dir, created_at, tag FROM runs {_NEWEST}", (limit,))
         return [RunRow(*r) for r in rows]
+
+    # `status` of any number of runs asks three queries, not three per job (issue #17).
+    def jobs_of_recent(self, limit: int) -> dict[str, list[JobRow]]:
+        """The jobs of the `limit` newest runs, by run name, each run's in submission order."""
+        out: dict[str, list[JobRow]] = {}
+        rows = self.conn.execute(
+            f"SELECT {JOB_COLS} FROM jobs WHERE run_name IN (SELECT name FROM runs {_NEWEST}) ORDER BY submitted_at",
+            (limit,),
+        )
+        for row in rows:
+            job = JobRow(*row)
+            out.setdefault(job.run_name, []).append(job)
+        return out
+
+    def notes_of_recent(self, limit: int) -> tuple[dict[str, list[str]], dict[str, list[tuple[str, int]]]]:
+        """The warnings and the artifact files (path, size) of the jobs of the `limit` newest runs,
+        by job id, in the order `warnings` and `artifacts` give them."""
+        of_recent = f"SELECT id FROM jobs WHERE run_name IN (SELECT name FROM runs {_NEWEST})"
+        warnings: dict[str, list[str]] = {}
+        for job_id, detail in self.conn.execute(
+            f"SELECT job_id, detail FROM job_events WHERE job_id IN ({of_recent}) AND status = ? ORDER BY rowid",
+            (limit, WARNING),
+        ):
+            warnings.setdefault(job_id, []).append(detail)
+        artifacts: dict[str, list[tuple[str, int]]] = {}
+        for job_id, path, size in self.conn.execute(
+            f"SELECT job_id, path, size FROM artifacts WHERE job_id IN ({of_recent}) ORDER BY job_id, path", (limit,)
+        ):
+            artifacts.setdefault(job_id, []).append((path, size))
+        return warnings, artifacts
 
     def job_rows(self, text: str = "", status: str = "", limit: int = 500) -> list[tuple[Any, ...]]:
         """Jobs (newest first) with their run's variables and artifact count, for the runs list.

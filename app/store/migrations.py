@@ -178,6 +178,11 @@ def _m009_log_chunks_rowid(db: "sqlite_utils.Database") -> None:
     db.execute("CREATE INDEX log_chunks_stream ON log_chunks (job_id, node, stream, seq)")
 
 
+def _m010_runs_by_time(db: "sqlite_utils.Database") -> None:
+    # `status` shows the newest runs: read from an index, not a sort of every run (issue #17).
+    db.execute("CREATE INDEX IF NOT EXISTS idx_runs_created_at ON runs (created_at)")
+
+
 MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m001_initial,
     _m002_cache,
@@ -188,6 +193,7 @@ MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m007_every_job_has_nodes,
     _m008_log_times,
     _m009_log_chunks_rowid,
+    _m010_runs_by_time,
 ]
 
 
