@@ -96,7 +96,9 @@ class LanpoolBase(App[None]):
             else "no runners yet: start `app agent serve` on a GPU machine of this LAN, "
             "or press a to add one by address"
         )
-        self.query_one("#runners-hint", Label).update(hint)
+        label = self.query_one("#runners-hint", Label)
+        if str(label.content) != hint:  # an update reflows the screen: only when it changed
+            label.update(hint)
 
     def _runners_changed(self) -> None:
         self._runners_dirty = True

@@ -25,6 +25,14 @@ from app.tui.widgets.metrics_chart import MetricsChart
 from protocol import JobState
 
 
+def set_header(label: Label, text: str) -> None:
+    """A one-line header's text (.header: one row, full width, so no layout): a Label's update
+    reflows the whole screen, and the Logs tab's header was set every second (its duration),
+    a layout that a key pressed then waited for (scripts/bench-tui)."""
+    if str(label.content) != text:
+        label.update(text, layout=False)
+
+
 class JobView(LanpoolBase):
     def action_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab
@@ -122,7 +130,7 @@ class JobView(LanpoolBase):
         if job.error:
             parts.append(job.error)
         parts += [f"warning: {w}" for w in self.ctl.runs.warnings(job.id)]  # e.g. an artifact not produced
-        self.query_one("#log-header", Label).update("  ·  ".join(parts))
+        set_header(self.query_one("#log-header", Label), "  ·  ".join(parts))
 
     # -- live log --------------------------------------------------------------------------
 
@@ -200,7 +208,7 @@ class JobView(LanpoolBase):
             text = f"run {job.run_name} · job {job.id}: no artifacts"
         else:
             text = f"run {job.run_name} · job {job.id}: artifacts come back when the job ends"
-        self.query_one("#artifacts-header", Label).update(text)
+        set_header(self.query_one("#artifacts-header", Label), text)
         self.query_one(ArtifactsList).show_files(files)
 
     # -- keys of the Logs tab --------------------------------------------------------------
