@@ -111,6 +111,7 @@ class LanpoolApp(Actions):
         self.node = None
         self._pending = []
         self._metrics = None
+        self._metrics_shown = None
         self._oldest = {}
         self._metrics_dirty = False
         self._runners_dirty = True

@@ -50,6 +50,7 @@ class LanpoolBase(App[None]):
     node: int | None  # Logs: one node, or all
     _pending: list[LogLine]  # live lines not on the screen yet
     _metrics: MetricsReader | None
+    _metrics_shown: tuple[str, int] | None  # the job and number of points the chart was given last
     _oldest: dict[int, int] | None  # per node, the seq of the view's first line
     _metrics_dirty: bool
     _runners_dirty: bool

@@ -190,7 +190,13 @@ class JobView(LanpoolBase):
             return
         changed = self.ctl.runs.read_metrics(self._metrics)
         self._metrics_dirty = False
+        shown = (self._metrics.job_id, len(self._metrics.points))
+        if shown == self._metrics_shown:
+            # What the chart shows already: a switch to the tab (the key and the TabActivated it
+            # sends both came here) built every series again only for the chart to find them equal.
+            return
         if changed or force:
+            self._metrics_shown = shown
             job = self.ctl.runs.job(self._metrics.job_id)
             series = overview.metric_series(self._metrics.points)
             title = f"{job.workflow} · run {job.run_name}" + ("" if series else ": no metrics yet")
