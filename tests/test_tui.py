@@ -250,8 +250,9 @@ async def wait_status(pilot, job_id: str, status: str, timeout: float = 30.0) ->
 async def test_runner_added_by_address_is_live(agent, project):
     app = tui(project)
     async with app.run_test(size=SIZE) as pilot:
+        # The Runners tab is filled just after the first frame (not on the first screen).
+        await wait_until(pilot, lambda: "no runners yet" in label_text(app, "#runners-hint"), "the runners hint")
         assert rows(app, "runners-table") == {}
-        assert "no runners yet" in label_text(app, "#runners-hint")
         await add_runner(pilot, agent.address)
         [(name, row)] = rows(app, "runners-table").items()
         assert name == "test-runner"

@@ -10,6 +10,7 @@ pytest.importorskip("textual")
 
 from textual_plotext import PlotextPlot  # noqa: E402
 
+from app.overview import LogLine  # noqa: E402
 from app.tui.widgets.log_view import LogView  # noqa: E402
 from app.tui.widgets.metrics_chart import MetricsChart, families, family, smooth  # noqa: E402
 from app.tui.widgets.tables import RunnersTable, RunsTable  # noqa: E402
@@ -358,3 +359,86 @@ def test_a_wider_row_or_another_width_renders_the_shown_rows_again(screen_app, m
         assert {0, 1, 2, 3, 4} <= {r for r, _ in rendered}  # another width: every shown row again
 
     run(screen_app, (140, 30), body)
+
+
+def test_a_table_fitted_to_a_narrow_terminal_gets_only_its_first_rows_first(screen_app, monkeypatch):
+    """The Runs table starts with every column; a terminal too narrow for them builds it anew
+    with fewer, and that build too adds only the first rows: the rest come with the next call
+    (it had added the whole list, 500 rows, before the first frame: issue #17's start-up)."""
+    rows = [_row(i) for i in range(20)]
+
+    async def body(pilot):
+        table = _table_only(pilot, monkeypatch)
+        table.clear(columns=True)  # as on mount: every column, no rows
+        table.shown_columns = [key for key, _ in table.COLUMNS]
+        table._add_columns()
+        table._rows = []
+        table.show(rows, first=5)
+        assert len(table.shown_columns) < len(table.COLUMNS)  # the fit did hide some
+        assert table.row_count == 5
+        table.show(rows)
+        assert [k.value for k in table.rows] == [f"k{i}" for i in range(20)]
+
+    run(screen_app, (80, 30), body)
+
+
+def test_a_growing_log_asks_for_no_layout(screen_app, monkeypatch):
+    """Lines added to the log view scroll it without reflowing the screen (its virtual size was a
+    layout reactive: 20 reflows a second while following a fast job, which keys waited for);
+    the view still follows the end and its scrollbar comes when the lines overflow it."""
+
+    async def body(pilot):
+        await _on_done_job(pilot)
+        await pilot.press("3")
+        view = pilot.app.query_one(LogView)
+        view.set_lines([LogLine(f"line-{i}", "out") for i in range(5)], at_start=True)
+        await pilot.pause(0.2)
+        assert not view.show_vertical_scrollbar
+        view.append([LogLine(f"line-{i}", "out") for i in range(5, 100)])  # overflows: the scrollbar comes
+        await pilot.pause(0.2)
+        assert view.show_vertical_scrollbar and view.scroll_y == view.max_scroll_y > 0
+        layouts: list = []
+        refresh = LogView.refresh
+        monkeypatch.setattr(
+            LogView,
+            "refresh",
+            lambda self, *a, **k: (layouts.append(k.get("layout", False)), refresh(self, *a, **k))[1],
+        )
+        for n in range(100, 200, 10):
+            view.append([LogLine(f"line-{i}", "out") for i in range(n, n + 10)])
+            await pilot.pause(0.05)
+        await pilot.pause(0.2)
+        assert layouts and not any(layouts)
+        assert view.following and view.virtual_size.height == 200 and view.scroll_y == view.max_scroll_y
+        assert view.vertical_scrollbar.window_virtual_size == 200  # the scrollbar knows the new length
+
+    run(screen_app, (120, 30), body)
+
+
+def test_back_to_metrics_reads_no_series_again(screen_app, monkeypatch):
+    """Going back to Metrics with no new points builds no series (the key and the TabActivated it
+    sends each built them all, for the chart to find them equal)."""
+    from app import overview
+
+    built: list = []
+    series = overview.metric_series
+    monkeypatch.setattr(overview, "metric_series", lambda points: (built.append(1), series(points))[1])
+
+    async def body(pilot):
+        await _on_done_job(pilot)
+        await pilot.press("4")
+        await pilot.pause(0.2)
+        assert built  # the first time: built
+        before = len(built)
+        for _ in range(3):
+            await pilot.press("3")
+            await pilot.pause(0.05)
+            await pilot.press("4")
+            await pilot.pause(0.1)
+        assert len(built) == before
+        pilot.app.select_job(pilot.app.job_id)  # the job selected again: a new reader, the same points
+        await pilot.pause(0.1)
+        assert len(built) == before
+        assert "train" in str(pilot.app.query_one(MetricsChart)._wanted[1])
+
+    run(screen_app, (120, 30), body)

@@ -111,6 +111,7 @@ class LanpoolApp(Actions):
         self.node = None
         self._pending = []
         self._metrics = None
+        self._metrics_shown = None
         self._oldest = {}
         self._metrics_dirty = False
         self._runners_dirty = True
@@ -152,7 +153,8 @@ class LanpoolApp(Actions):
         self.sub_title = str(self.project_dir) if self.project_dir else "loading…"  # the workflows: just after
         self.show_runs(first=RUNS_FIRST)
         self.call_after_refresh(self.show_runs)  # the rest of the list, after the first frame
-        self.show_runners()
+        # Not on the first screen, and its query reads every job's status (no index): after it too.
+        self.call_after_refresh(self.show_runners)
         self.set_interval(REFRESH_S, self._tick)
         self.set_interval(FLUSH_S, self._flush_log)
         self.query_one("#download-box").display = False

@@ -50,6 +50,7 @@ class LanpoolBase(App[None]):
     node: int | None  # Logs: one node, or all
     _pending: list[LogLine]  # live lines not on the screen yet
     _metrics: MetricsReader | None
+    _metrics_shown: tuple[str, int] | None  # the job and number of points the chart was given last
     _oldest: dict[int, int] | None  # per node, the seq of the view's first line
     _metrics_dirty: bool
     _runners_dirty: bool
@@ -96,7 +97,9 @@ class LanpoolBase(App[None]):
             else "no runners yet: start `app agent serve` on a GPU machine of this LAN, "
             "or press a to add one by address"
         )
-        self.query_one("#runners-hint", Label).update(hint)
+        label = self.query_one("#runners-hint", Label)
+        if str(label.content) != hint:  # an update reflows the screen: only when it changed
+            label.update(hint)
 
     def _runners_changed(self) -> None:
         self._runners_dirty = True

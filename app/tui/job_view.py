@@ -25,6 +25,14 @@ from app.tui.widgets.metrics_chart import MetricsChart
 from protocol import JobState
 
 
+def set_header(label: Label, text: str) -> None:
+    """A one-line header's text (.header: one row, full width, so no layout): a Label's update
+    reflows the whole screen, and the Logs tab's header was set every second (its duration),
+    a layout that a key pressed then waited for (scripts/bench-tui)."""
+    if str(label.content) != text:
+        label.update(text, layout=False)
+
+
 class JobView(LanpoolBase):
     def action_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab
@@ -122,7 +130,7 @@ class JobView(LanpoolBase):
         if job.error:
             parts.append(job.error)
         parts += [f"warning: {w}" for w in self.ctl.runs.warnings(job.id)]  # e.g. an artifact not produced
-        self.query_one("#log-header", Label).update("  ·  ".join(parts))
+        set_header(self.query_one("#log-header", Label), "  ·  ".join(parts))
 
     # -- live log --------------------------------------------------------------------------
 
@@ -182,7 +190,13 @@ class JobView(LanpoolBase):
             return
         changed = self.ctl.runs.read_metrics(self._metrics)
         self._metrics_dirty = False
+        shown = (self._metrics.job_id, len(self._metrics.points))
+        if shown == self._metrics_shown:
+            # What the chart shows already: a switch to the tab (the key and the TabActivated it
+            # sends both came here) built every series again only for the chart to find them equal.
+            return
         if changed or force:
+            self._metrics_shown = shown
             job = self.ctl.runs.job(self._metrics.job_id)
             series = overview.metric_series(self._metrics.points)
             title = f"{job.workflow} · run {job.run_name}" + ("" if series else ": no metrics yet")
@@ -200,7 +214,7 @@ class JobView(LanpoolBase):
             text = f"run {job.run_name} · job {job.id}: no artifacts"
         else:
             text = f"run {job.run_name} · job {job.id}: artifacts come back when the job ends"
-        self.query_one("#artifacts-header", Label).update(text)
+        set_header(self.query_one("#artifacts-header", Label), text)
         self.query_one(ArtifactsList).show_files(files)
 
     # -- keys of the Logs tab --------------------------------------------------------------

@@ -136,7 +136,19 @@ class LogView(ScrollView, can_focus=True):
 
     def _resize(self) -> None:
         stamps = STAMP_WIDTH if self.timestamps else 0
-        self.virtual_size = Size(self._width + stamps + 1, len(self.lines))
+        size = Size(self._width + stamps + 1, len(self.lines))
+        if size == self.virtual_size:
+            return
+        if not self.container_size:  # not laid out yet: the first layout takes the size
+            self.virtual_size = size
+            return
+        # Widget.virtual_size is a layout reactive: each change reflowed the whole screen, 20 times a
+        # second while following a fast job until the window is full (and again after each G), and a
+        # key waited for those. A ScrollView's size in the layout does not depend on its virtual size:
+        # only its scrollbars do, and those request a layout themselves when they appear or go.
+        self.set_reactive(ScrollView.virtual_size, size)
+        self._scroll_update(size)
+        self.refresh()
 
     def action_toggle_timestamps(self) -> None:
         self.timestamps = not self.timestamps

@@ -125,10 +125,11 @@ class LiveTable(DataTable[Cell]):
         self._styled = styled
         super().notify_style_update()  # a new theme: every cached cell goes
 
-    def _fit(self, width: int, first: int | None = None) -> None:
-        """Hide the least wanted columns until the rest fit `width` (shown again when it grows)."""
+    def _fit(self, width: int, first: int | None = None) -> bool:
+        """Hide the least wanted columns until the rest fit `width` (shown again when it grows);
+        True when that built the rows anew."""
         if width <= 0:
-            return
+            return False
         need = {}
         for i, (key, label) in enumerate(self.COLUMNS):
             cells = [cell_len(str(c[i])) for _, c in self._rows[:200]]
@@ -145,12 +146,18 @@ class LiveTable(DataTable[Cell]):
             self.clear(columns=True)
             self._add_columns()
             self._rebuild(self._rows, selected, first)
+            return True
+        return False
 
     def _cells(self, cells: list[Cell]) -> list[Cell]:
         """The shown columns' cells, as the DataTable gets them (str wrapped when it goes in: rows
         compare as given, cheaply, every refresh)."""
+        return [plain_cell(c) if isinstance(c, str) else c for c in (cells[i] for i in self._shown_index())]
+
+    def _shown_index(self) -> list[int]:
+        """Where each shown column's cell is in a row's cells (COLUMNS order)."""
         index = {key: i for i, (key, _) in enumerate(self.COLUMNS)}
-        return [plain_cell(c) if isinstance(c, str) else c for c in (cells[index[key]] for key in self.shown_columns)]
+        return [index[key] for key in self.shown_columns]
 
     def _rebuild(self, rows: list[Row], selected: str | None, first: int | None = None) -> None:
         self.clear()
@@ -169,8 +176,10 @@ class LiveTable(DataTable[Cell]):
         first rows rendered stays valid (see _append)."""
         columns = list(self.columns.values())
         widths = [column.content_width for column in columns]
-        for _, cells in fit:
-            for i, cell in enumerate(self._cells(cells)):
+        shown = self._shown_index()
+        for _, cells in fit:  # measured as given: wrapping each cell to measure it was half of this
+            for i, j in enumerate(shown):
+                cell = cells[j]
                 widths[i] = max(widths[i], cell_len(cell.plain if isinstance(cell, Text) else cell))
         for key, cells in rows:
             self._new_rows.discard(self.add_row(*self._cells(cells), key=key))
@@ -202,7 +211,8 @@ class LiveTable(DataTable[Cell]):
         if not old_rows or any(len(a[1]) != len(b[1]) for a, b in zip(old_rows, rows, strict=False)):
             # Not laid out yet (filled in on_mount): fit the terminal's width, which the table spans,
             # so that the first Resize does not build all the rows a second time.
-            self._fit(self.size.width or self.app.size.width, first)
+            if self._fit(self.size.width or self.app.size.width, first):
+                return  # built anew with the first rows: the rest come with the next call
         wanted = [k for k, _ in rows]
         current = [k.value for k in self.rows]
         added: list[Row] = []
