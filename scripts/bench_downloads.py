@@ -8,6 +8,9 @@ server, on this machine, alternating (--pairs N):
 2. path: the whole "detached run -> status until DONE -> artifacts download" through
    the CLI, vs that one scp.
 
+Each timed part starts after os.sync(): the GiB the part before it wrote is on disk, not
+left in dirty pages that the kernel would make the next writer wait on.
+
 The job only hard-links a file made beforehand into its workspace, so the run's
 own work is ~0. Prints figures and ratios (scp time / lanpool time: 1.0 = as fast
 as scp), and the CPU seconds each side spent (the scp client; lanpool's controller
@@ -135,6 +138,7 @@ def _app(args: list[str], project: Path, env: dict) -> subprocess.CompletedProce
 
 
 def _timed(fn) -> float:
+    os.sync()  # each starts with no dirty pages of the one before it (a GiB each) left to write back
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
@@ -241,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                 if not stored or stored[-1].stat().st_size != src.stat().st_size:
                     raise BenchError("the artifact did not arrive whole")
                 # the whole path, as a user would: run -d, status until DONE, download
+                os.sync()
                 started = time.perf_counter()
                 run = _run_detached(project, envn)
                 while not _status(project, envn, run).startswith("DONE"):
