@@ -4,6 +4,7 @@ pinned host keys read as text (without the SSH stack) as strictly as asyncssh re
 import base64
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -62,22 +63,23 @@ def _ed25519_text() -> str:
     return "ssh-ed25519 " + base64.b64encode(blob).decode()
 
 
-def _home_with_a_pinned_runner(home: Path, key: str) -> None:
+def _home_with_a_pinned_runner(home: Path, key: str, port: int) -> None:
     home.mkdir(parents=True, exist_ok=True)
     store = Store(home / "lanpool.db")
     now = time.time()
     store.conn.execute(
         "INSERT INTO runners (name, host, port, host_key, source, added_at, last_seen, state, paired, "
         "props, conflict_key, last_ok, trusted, trusted_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-        ("gpu1", "127.0.0.1", 1, key, "manual", now, now, "OFFLINE", 1, "{}", None, now, 1, now),
+        ("gpu1", "127.0.0.1", port, key, "manual", now, now, "OFFLINE", 1, "{}", None, now, 1, now),
     )
     store.conn.commit()
     store.close()
 
 
-def _probe(tmp_path: Path, wait_s: float) -> dict:
+def _probe(tmp_path: Path, wait_s: float, port: int = 1) -> dict:
+    """`port`: the pinned runner's (1: nothing listens, so no SSH stack is ever needed)."""
     home = tmp_path / "home"
-    _home_with_a_pinned_runner(home, _ed25519_text())
+    _home_with_a_pinned_runner(home, _ed25519_text(), port)
     project = harness.write_project(tmp_path / "project", "workflows:\n  - name: hello\n    commands: ['echo hi']\n")
     env = harness.lanpool_env(home)
     out = subprocess.run(
@@ -101,8 +103,11 @@ def test_the_first_frame_waits_for_no_ssh_mdns_or_yaml_and_r_still_finds_the_wor
 
 
 def test_what_the_first_frame_left_out_loads_after_it(tmp_path):
-    """The attack on the budget above: the feeds (asyncssh) and the workflows still load, unasked."""
-    got = _probe(tmp_path, 1.5)
+    """The attack on the budget above: the feeds (asyncssh) and the workflows still load, unasked.
+    The runner's port takes the TCP connection (and says nothing): a refused one needs no SSH
+    stack at all (app/runner_reach.py), so the feeds would never import it."""
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        got = _probe(tmp_path, 1.5, listener.getsockname()[1])
     assert got["project_before_r"] is True
     assert {"asyncssh", "yaml"} <= set(got["settled"])
 
