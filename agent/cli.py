@@ -116,7 +116,7 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
         "--no-direct-transfers",
         action="store_true",
         help="send artifacts only on the SSH channel, never on a TLS connection of their own "
-        "(for a firewall that lets only the agent's port through; pulls then run at ~0.6x scp)",
+        "(for a firewall that lets only the agent's port through; pulls then run at ~0.75x scp instead of ~1.2x)",
     )
     serve.add_argument(
         "--direct-ports",
