@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from app.artifact_files import ArtifactsRefused
 from app.errors import LanpoolError, RunnerError, RunnerProtocolError
 from protocol import ArtifactData, ArtifactEnd, ArtifactsSent, DirectOffer, Error, ProtocolError, decode_agent_message
+from protocol.errors import clip
 from protocol.framing import MAX_FRAME_BYTES, unpack_body
 from protocol.messages import AgentMessage
 from protocol.transfer_messages import ARTIFACT_DIRECT
@@ -102,10 +103,10 @@ def _read(conn: ssl.SSLSocket, take: Callable[[Sequence[AgentMessage]], None], w
             msg = decode_agent_message(unpack_body(body))
         except ProtocolError as exc:
             raise RunnerProtocolError(
-                f"{where} sent a message this controller cannot read: {exc.message[:300]}"
+                f"{where} sent a message this controller cannot read: {clip(exc.message, 300)}"
             ) from None
         if isinstance(msg, Error):
-            raise ArtifactsRefused(f"{where}: {msg.message[:300]}")
+            raise ArtifactsRefused(f"{where}: {clip(msg.message, 300)}")
         if not isinstance(msg, (ArtifactData, ArtifactEnd, ArtifactsSent)):
             raise RunnerProtocolError(f"{where} sent {type(msg).__name__} among artifact data")
         take([msg])
