@@ -11,6 +11,7 @@ loopback or a test namespace was meant.
 
 import logging
 import socket
+from collections.abc import Awaitable
 from typing import Any
 
 import ifaddr
@@ -59,6 +60,14 @@ class Advertiser:
         self.addresses = addresses
         self._zc: AsyncZeroconf | None = None
         self._info: AsyncServiceInfo | None = None
+        # Updates are announced one at a time, the latest only: zeroconf's update of a service
+        # whose name is still being probed registers it early (start() then failed with
+        # ServiceNameAlreadyRegistered: a job submitted in the agent's first second did that),
+        # and announcements still going out for older TXT data would be heard after newer ones.
+        self._registered = False
+        self._updating = False
+        self._pending: dict[str, str] | None = None
+        self._announcing: Awaitable[object] | None = None  # the registration's announcements
 
     def _service_info(self, props: dict[str, str]) -> AsyncServiceInfo:
         return AsyncServiceInfo(
@@ -77,16 +86,33 @@ class Advertiser:
         self._zc = AsyncZeroconf(interfaces=self.addresses, ip_version=IPVersion.V4Only)
         self._info = self._service_info(props)
         # allow_name_change: two runners on one LAN with the same name get distinct service names.
-        await self._zc.async_register_service(self._info, allow_name_change=True)
+        self._announcing = await self._zc.async_register_service(self._info, allow_name_change=True)
+        self._registered = True
         log.info("announced %s on %s", self._info.name, ", ".join(self.addresses))
+        if self._pending is not None:  # TXT data changed while the name was probed
+            await self._announce_pending()
 
     async def update(self, props: dict[str, str]) -> None:
         if self._zc is None or self._info is None:
             return
-        info = self._service_info(props)
-        info.name = self._info.name  # keep a name zeroconf may have changed at registration
-        self._info = info
-        await self._zc.async_update_service(info)
+        self._pending = props
+        if self._registered and not self._updating:  # else start() or the update going on announces it
+            await self._announce_pending()
+
+    async def _announce_pending(self) -> None:
+        self._updating = True
+        try:
+            if self._announcing is not None:  # what they carry must not be heard after this
+                announcing, self._announcing = self._announcing, None
+                await announcing
+            while self._pending is not None and self._zc is not None and self._info is not None:
+                props, self._pending = self._pending, None
+                info = self._service_info(props)
+                info.name = self._info.name  # keep a name zeroconf may have changed at registration
+                self._info = info
+                await (await self._zc.async_update_service(info))
+        finally:
+            self._updating = False
 
     async def close(self) -> None:
         if self._zc is None:

@@ -8,6 +8,7 @@ file API.
 """
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -128,6 +129,7 @@ class Agent:
         )
         self.mdns_addresses = advertise_addresses(host, mdns_interfaces) if mdns else []
         self._advertiser: Advertiser | None = None
+        self.mdns_error: str | None = None  # why the announcement failed (the agent serves on)
         self._host_key_text = ""
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -187,7 +189,14 @@ class Agent:
         )
         if self.mdns_addresses:
             self._advertiser = Advertiser(self.name, self.port, self.mdns_addresses)
-            await self._advertiser.start(self._txt())
+            try:
+                await self._advertiser.start(self._txt())
+            except Exception as exc:  # SSH already listens and may have taken jobs: mDNS only helps find it
+                self.mdns_error = str(exc) or type(exc).__name__
+                log.error("mDNS announcement failed (%s): controllers reach this runner by address only", exc)
+                advertiser, self._advertiser = self._advertiser, None
+                with contextlib.suppress(Exception):
+                    await advertiser.close()
         log.info(
             "agent %s listening on %s:%d (executor %s)", self.name, self.host, self.port, self.resources.get("executor")
         )
@@ -272,7 +281,12 @@ async def serve(agent: Agent) -> None:
         f"jobs with an image run as {'containers' if agent.resources['executor'] == 'docker' else 'processes'})",
         flush=True,
     )
-    print(f"mDNS: {'announced on ' + ', '.join(agent.mdns_addresses) if agent.mdns_addresses else 'off'}", flush=True)
+    if agent.mdns_error:
+        print(f"mDNS: off, the announcement failed ({agent.mdns_error}): add this runner by address", flush=True)
+    else:
+        print(
+            f"mDNS: {'announced on ' + ', '.join(agent.mdns_addresses) if agent.mdns_addresses else 'off'}", flush=True
+        )
     code = agent.pairing.current()
     if code is not None:
         print(
