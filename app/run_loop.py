@@ -156,7 +156,9 @@ class RunLoop:
                 sessions, addresses = chain or await placement.sessions_for(job, job_id)
                 # The snapshot once the run has a runner: a queued run sends the files as they are then.
                 if manifest is None:
-                    manifest = await early.take() or await asyncio.to_thread(build_manifest, project.root)
+                    manifest = await early.take()
+                    if manifest is None:
+                        manifest = await asyncio.to_thread(build_manifest, project.root)
                 # In a detached chain the steps that run now reach their dependents on the
                 # runner itself (`after`); reused ones go up from this controller's store.
                 inputs = [done[d] for d in planned.deps if d in done] + planned.tagged

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from app.workflows import load_workflows
-from app.workflows import yaml_cache
+from app.workflows import load_workflows, yaml_cache
 from app.workflows.yaml_lines import read_yaml
 from tests.workflow_files import write_workflows
 
