@@ -42,6 +42,9 @@ from protocol import GANG_SUBSYSTEM, PROTOCOL_VERSION, SUBSYSTEM, key_text
 
 log = logging.getLogger(__name__)
 
+# A job change reaches the mDNS TXT record (free CPUs, running jobs) this much later, coalesced.
+TXT_DELAY_S = 0.2
+
 
 def build_executors(
     mode: str,
@@ -132,6 +135,7 @@ class Agent:
         self.mdns_error: str | None = None  # why the announcement failed (the agent serves on)
         self._host_key_text = ""
         self._tasks: set[asyncio.Task[None]] = set()
+        self._txt_due: asyncio.TimerHandle | None = None  # the coalesced TXT update (_on_jobs_changed)
 
     async def start(self) -> None:
         self.home.create()
@@ -223,6 +227,13 @@ class Agent:
         return txt_record(self.name, __version__, PROTOCOL_VERSION, self._host_key_text, self.resources_now())
 
     def _on_jobs_changed(self) -> None:
+        # Coalesced: a submit changes the jobs two or three times within milliseconds, on the
+        # job's way to its first line; one TXT update shortly after them (issue #17).
+        if self._advertiser is not None and self._txt_due is None:
+            self._txt_due = asyncio.get_running_loop().call_later(TXT_DELAY_S, self._update_txt)
+
+    def _update_txt(self) -> None:
+        self._txt_due = None
         if self._advertiser is not None:
             task = asyncio.ensure_future(self._advertiser.update(self._txt()))
             self._tasks.add(task)
@@ -261,6 +272,8 @@ class Agent:
         await ChannelSession(process, self.manager, self.name, self.resources_now, exchange, self.direct).run()
 
     async def close(self, grace_s: float) -> None:
+        if self._txt_due is not None:
+            self._txt_due.cancel()
         if self._advertiser is not None:
             await self._advertiser.close()  # unregister first: controllers see it go at once
         if self._server is not None:

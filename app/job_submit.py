@@ -78,6 +78,8 @@ async def submit_job(
         env = reveal(env, launch.secrets)
         if gang_specs or gang.size == 1:  # a gang sent one node at a time has its blobs up already
             await upload(session, launch.files, say)
+        if not detached:  # the log is followed next: its channel opens while the runner starts the job
+            session.open_channel_soon()
         accepted, status = await session.submit_accepted(
             SubmitJob(
                 job_id=job_id,

@@ -7,7 +7,6 @@ rank 0 writes them), is placed on every node like a dependency's artifacts.
 
 from app.errors import LanpoolError, NotFoundError, UsageError
 from app.home import ControllerHome
-from app.job_artifacts import other_node_path
 from app.planning import Plan
 from app.store import JobRow, Store
 from app.workflows import Project
@@ -52,6 +51,8 @@ class Resumes:
                 )
         else:
             job = self.store.resolve_jobs(ref)[-1]
+        from app.job_artifacts import other_node_path  # the artifact pull's graph: only a resume needs it
+
         ckpts = [(p, s) for p, s in self.store.artifacts(job.id) if p.endswith(".ckpt")]
         # Node 0's (global rank 0 writes checkpoints) before other nodes' copies (node-K/...).
         ckpts = [c for c in ckpts if not other_node_path(c[0])] or ckpts

@@ -18,8 +18,10 @@ import asyncio
 import dataclasses
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from app.errors import UsageError
 from app.home import ControllerHome
@@ -114,6 +116,10 @@ class RunLoop:
         done: dict[str, JobRow] = {}
         chain: tuple[list[RunnerSession], list[str]] | None = None  # a detached DAG's one runner
         run_key = secrets.token_hex(16)  # lets this run's steps, and only them, wait for each other there
+        # The snapshot is read while the runner is reached (a thread, and git in a child process,
+        # beside the SSH handshake: ~5 ms of every `run`, issue #17). Used only if a runner comes
+        # at once; a run that waits for one reads the files again once it has one (below).
+        early = _EarlySnapshot(project.root)
         try:
             sized = [_sized(p.job, _requested(p, req), req.nodes) for p in plan.to_run]
             await placement.check(sized)
@@ -150,7 +156,9 @@ class RunLoop:
                 sessions, addresses = chain or await placement.sessions_for(job, job_id)
                 # The snapshot once the run has a runner: a queued run sends the files as they are then.
                 if manifest is None:
-                    manifest = await asyncio.to_thread(build_manifest, project.root)
+                    manifest = await early.take()
+                    if manifest is None:
+                        manifest = await asyncio.to_thread(build_manifest, project.root)
                 # In a detached chain the steps that run now reach their dependents on the
                 # runner itself (`after`); reused ones go up from this controller's store.
                 inputs = [done[d] for d in planned.deps if d in done] + planned.tagged
@@ -194,8 +202,39 @@ class RunLoop:
                         say(f"{planned.workflow} ended {row.status}: not running {', '.join(rest)}")
                     break
         finally:
+            early.drop()
             placement.close()
         return outcome
+
+
+class _EarlySnapshot:
+    """The project's snapshot, started before a runner is placed; stale once placement waited."""
+
+    FRESH_S = 1.0  # placement took longer (a queue, a slow runner): the files are read again then
+
+    def __init__(self, root: Path) -> None:
+        self._started = time.monotonic()
+        self._task: asyncio.Task[Manifest] | None = asyncio.create_task(asyncio.to_thread(build_manifest, root))
+
+    async def take(self) -> Manifest | None:
+        """The snapshot if still fresh (its error, like a later read's, raised here), else None."""
+        task, self._task = self._task, None
+        if task is None:
+            return None
+        if time.monotonic() - self._started > self.FRESH_S:
+            _forget(task)
+            return None
+        return await task
+
+    def drop(self) -> None:
+        if self._task is not None:
+            _forget(self._task)
+            self._task = None
+
+
+def _forget(task: "asyncio.Task[Manifest]") -> None:
+    """A snapshot no one waits for: its outcome (an error too) is not reported as never retrieved."""
+    task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
 
 def _requested(planned: PlannedJob, req: RunRequest) -> bool:

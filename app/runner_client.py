@@ -165,6 +165,7 @@ class RunnerSession:
         self.host_key = host_key
         self.hello = hello  # what the runner said on the request channel
         self._control = control
+        self._spare: asyncio.Task[Channel] | None = None  # open_channel_soon's, for the next attach
 
     @classmethod
     async def open(
@@ -245,6 +246,16 @@ class RunnerSession:
     async def open_channel(self) -> Channel:
         return (await _open_channel(self.conn, self.where))[0]
 
+    def open_channel_soon(self) -> None:
+        """Start opening the channel the next attach will use, now: beside a submit, whose
+        runner opens it while the job starts (a round trip less to a run's first line, issue #17)."""
+        if self._spare is None:
+            self._spare = asyncio.create_task(self.open_channel())
+
+    async def _take_channel(self) -> Channel:
+        spare, self._spare = self._spare, None
+        return await spare if spare is not None else await self.open_channel()
+
     async def _request(self, msg: ClientMessage, expect: type[_Reply]) -> _Reply:
         await self._control.send(msg)
         return await self._reply(msg, expect)
@@ -293,7 +304,7 @@ class RunnerSession:
 
     async def attach(self, job_id: str, from_seq: int, follow: bool = True) -> AsyncIterator[list[AgentMessage]]:
         """Batches of LogChunk messages; the last batch ends with the job's JobStatus."""
-        channel = await self.open_channel()
+        channel = await self._take_channel()
         try:
             await channel.send(Attach(job_id, from_seq, follow))
             while True:
@@ -394,6 +405,10 @@ class RunnerSession:
             channel.close()
 
     def close(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:  # never used: its channel closes with the connection
+            spare.cancel()
+            spare.add_done_callback(lambda t: t.cancelled() or t.exception())
         self.conn.close()
 
     async def __aenter__(self) -> "RunnerSession":

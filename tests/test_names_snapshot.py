@@ -200,3 +200,35 @@ def test_outside_git_bulky_dirs_are_skipped(tmp_path: Path, git_env):
 def test_git_snapshot_of_a_subdirectory_holds_only_its_files(repo):
     contents = _contents(build_manifest(repo / "src"))
     assert set(contents) == {"model.py"}
+
+
+def test_outside_git_no_git_process_is_started(tmp_path: Path, git_env, monkeypatch):
+    """Outside any repository `git ls-files` could only fail: the walk is taken without it."""
+    root = tmp_path / "plain"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "mod.py").write_text("x")
+
+    def no_process(*a, **kw):
+        raise AssertionError(f"started {a[0]!r}")
+
+    monkeypatch.setattr(subprocess, "run", no_process)
+    assert list_project_files(root) == ["pkg/mod.py"]
+
+
+def test_a_linked_project_dir_into_a_repo_is_still_a_git_snapshot(repo, tmp_path: Path):
+    link = tmp_path / "elsewhere" / "proj"
+    link.parent.mkdir()
+    link.symlink_to(repo, target_is_directory=True)
+    assert set(list_project_files(link)) == {".gitignore", "notes.md", "src/model.py", "train.py"}  # no model.ckpt
+
+
+def test_git_dir_in_the_environment_still_asks_git(tmp_path: Path, git_env, monkeypatch, repo):
+    """GIT_DIR names a repository that no .git above the project shows: git is asked."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "a.py").write_text("a")
+    (work / "b.ckpt").write_text("b")
+    (work / ".gitignore").write_text("*.ckpt\n")
+    monkeypatch.setenv("GIT_DIR", str(repo / ".git"))
+    monkeypatch.setenv("GIT_WORK_TREE", str(work))
+    assert "b.ckpt" not in list_project_files(work)  # ignored: git answered (a walk keeps it)

@@ -3,6 +3,7 @@ lanpool's options before the workflow name and its variables (`--NAME VALUE`) af
 it: app/cli/workflow_args.py reads those."""
 
 import argparse
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn
@@ -52,31 +53,21 @@ def age_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(exc.message) from None
 
 
-def build_parser() -> _Parser:
+def build_parser(only: str | None = None) -> _Parser:
+    """The whole command line; with `only` ("run" or "plan"), that verb alone: what parsing
+    a `run` needs, without building the other verbs (argparse's gettext look-ups for every
+    help text were ~10 ms of each `run`, issue #17)."""
     parser = _Parser(prog="app headless", description="lanpool without the TUI: for scripts and CI.")
     parser.add_argument("-V", "--version", action="version", version=f"lanpool {__version__}")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=_Parser)
-
-    run = sub.add_parser(
-        "run",
-        add_help=False,
-        help="run a workflow on a runner, streaming its logs",
-        usage="app headless run [options] [WORKFLOW [--VARIABLE VALUE ...]]",
-        description="lanpool's options go before the workflow name, the workflow's variables after it.",
-    )
-    run.add_argument("workflow", nargs="?", help="workflow name (omit to list the workflows)")
-    _run_options(run)
-    _plan_options(run)
-
-    plan = sub.add_parser(
-        "plan",
-        add_help=False,
-        help="show what `run` would do: each job, run or reused, and why",
-        usage="app headless plan [options] WORKFLOW [--VARIABLE VALUE ...]",
-        description="lanpool's options go before the workflow name, the workflow's variables after it.",
-    )
-    plan.add_argument("workflow", help="workflow name")
-    _plan_options(plan)
+    if only == "run":
+        parser.verb_parsers = {"run": _add_run(sub)}
+        return parser
+    if only == "plan":
+        parser.verb_parsers = {"plan": _add_plan(sub)}
+        return parser
+    run = _add_run(sub)
+    plan = _add_plan(sub)
 
     status = sub.add_parser("status", help="runs and their jobs, newest first")
     status.add_argument("-n", "--limit", type=int, default=20, help="how many runs (default 20)")
@@ -196,6 +187,33 @@ def build_parser() -> _Parser:
     return parser
 
 
+def _add_run(sub: Any) -> argparse.ArgumentParser:
+    run: argparse.ArgumentParser = sub.add_parser(
+        "run",
+        add_help=False,
+        help="run a workflow on a runner, streaming its logs",
+        usage="app headless run [options] [WORKFLOW [--VARIABLE VALUE ...]]",
+        description="lanpool's options go before the workflow name, the workflow's variables after it.",
+    )
+    run.add_argument("workflow", nargs="?", help="workflow name (omit to list the workflows)")
+    _run_options(run)
+    _plan_options(run)
+    return run
+
+
+def _add_plan(sub: Any) -> argparse.ArgumentParser:
+    plan: argparse.ArgumentParser = sub.add_parser(
+        "plan",
+        add_help=False,
+        help="show what `run` would do: each job, run or reused, and why",
+        usage="app headless plan [options] WORKFLOW [--VARIABLE VALUE ...]",
+        description="lanpool's options go before the workflow name, the workflow's variables after it.",
+    )
+    plan.add_argument("workflow", help="workflow name")
+    _plan_options(plan)
+    return plan
+
+
 def _duration(most: float) -> Callable[[str], float]:
     def parse(text: str) -> float:
         from app.workflows.limits import parse_duration
@@ -273,10 +291,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     """The command line as a Namespace. For `run` and `plan` only the options before the
     workflow name are read here; the words after it stay in `tail` until the workflow's
     variables are known (app/cli/workflow_args.py: read_tail, through `apply_tail`)."""
-    parser = build_parser()
-    if not argv or argv[0] not in parser.verb_parsers:
-        return parser.parse_args(argv)
+    if not argv or argv[0] not in ("run", "plan"):
+        return build_parser().parse_args(argv)
     verb = argv[0]
+    parser = _verb_parser(verb)
     head, workflow, tail = _split_at_workflow(parser, verb, argv[1:])
     args = parser.parse_args([verb, *head, *(["--", workflow] if workflow is not None else [])])
     args.tail, args.overrides = tail, {}
@@ -288,18 +306,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def verb_options(verb: str) -> Options:
     """`run`'s or `plan`'s option spellings, for reading the words after the workflow name."""
-    return _options(build_parser().verb_parsers[verb])
+    return _options(_verb_parser(verb).verb_parsers[verb])
+
+
+@functools.cache
+def _verb_parser(verb: str) -> _Parser:
+    """`run`'s or `plan`'s parser alone, built once: parse_args and verb_options both read it."""
+    return build_parser(only=verb)
 
 
 def apply_options(verb: str, words: list[str], args: argparse.Namespace) -> None:
     """Set on `args` the lanpool options given after the workflow name (checked and typed as before it)."""
     if not words:
         return
+    _options_parser(verb).parse_args(words, namespace=args)  # what was given before the name stays unless repeated here
+
+
+@functools.cache
+def _options_parser(verb: str) -> _Parser:
+    """The lanpool options of `verb` alone (no workflow name), built once."""
     only = _Parser(prog=f"app headless {verb}", add_help=False)
     if verb == "run":
         _run_options(only)
     _plan_options(only)
-    only.parse_args(words, namespace=args)  # what was given before the name stays unless repeated here
+    return only
 
 
 def _options(verb_parser: argparse.ArgumentParser) -> Options:

@@ -1,9 +1,11 @@
-"""YAML read with line numbers, so that an error in a workflow file can say `file:line`."""
+"""YAML read with line numbers, so that an error in a workflow file can say `file:line`.
 
+yaml is imported only to read a text not read before (app/workflows/yaml_cache.py).
+"""
+
+import functools
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from app.workflows.model import WorkflowError
 
@@ -19,28 +21,45 @@ class LineMap(dict[Any, Any]):
         return self.key_lines.get(key, self.line)
 
 
-class _LineLoader(yaml.SafeLoader):  # type: ignore[misc]  # yaml has no types here (types-PyYAML not installed)
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> LineMap:
-        mapping = LineMap(super().construct_mapping(node, deep=deep))
-        mapping.line = node.start_mark.line + 1
-        mapping.key_lines = {k.value: k.start_mark.line + 1 for k, _ in node.value if hasattr(k, "value")}
-        mapping.scalar_text = {
-            k.value: v.value for k, v in node.value if hasattr(k, "value") and isinstance(v, yaml.ScalarNode)
-        }
-        return mapping
+@functools.cache
+def _line_loader() -> Any:
+    import yaml
 
+    class _LineLoader(yaml.SafeLoader):  # type: ignore[misc]  # yaml has no types here (types-PyYAML not installed)
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> LineMap:
+            mapping = LineMap(super().construct_mapping(node, deep=deep))
+            mapping.line = node.start_mark.line + 1
+            mapping.key_lines = {k.value: k.start_mark.line + 1 for k, _ in node.value if hasattr(k, "value")}
+            mapping.scalar_text = {
+                k.value: v.value for k, v in node.value if hasattr(k, "value") and isinstance(v, yaml.ScalarNode)
+            }
+            return mapping
 
-_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping)
+    _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping)
+    return _LineLoader
 
 
 def read_yaml(path: Path) -> Any:
     """The file's YAML (every mapping a LineMap); WorkflowError, with the line, when it cannot be read."""
+    from app.workflows import yaml_cache
+
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         raise WorkflowError(f"cannot read the file: {exc}", path) from None
+    known, data = yaml_cache.load(text)
+    if known:
+        return data
+    data = _parse(text, path)
+    yaml_cache.store(text, data)
+    return data
+
+
+def _parse(text: str, path: Path) -> Any:
+    import yaml
+
     try:
-        return yaml.load(text, Loader=_LineLoader)  # safe: _LineLoader is a SafeLoader subclass
+        return yaml.load(text, Loader=_line_loader())  # safe: _LineLoader is a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)

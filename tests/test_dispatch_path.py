@@ -1,0 +1,94 @@
+"""The short path of `run` (issue #17): the attach channel opened beside the submit, and the
+command line of `run`/`plan` parsed by their parser alone, the same as by the whole one."""
+
+import asyncio
+
+import pytest
+
+from app.cli import parser as cli_parser
+from app.errors import RunnerError
+from protocol import SubmitJob
+from tests.runner_jobs import job_log, open_session, runner  # noqa: F401  (runner: a fixture)
+
+
+def test_the_attach_takes_the_channel_opened_beside_the_submit(runner):  # noqa: F811
+    async def go():
+        async with await open_session(runner) as s:
+            s.open_channel_soon()
+            s.open_channel_soon()  # once: a second call keeps the first channel
+            spare = s._spare
+            await s.submit(SubmitJob("spare1", "r", "w", ["echo via-the-spare"]))
+            assert spare is not None and s._spare is spare
+            assert "via-the-spare" in await job_log(s, "spare1")
+            assert s._spare is None  # taken by that attach
+            assert "via-the-spare" in await job_log(s, "spare1")  # the next opens its own
+
+    asyncio.run(go())
+
+
+def test_an_unused_spare_channel_goes_with_the_session(runner):  # noqa: F811
+    async def go():
+        s = await open_session(runner)
+        s.open_channel_soon()
+        await asyncio.sleep(0)
+        s.close()  # before it opened, or after: no error, nothing left running
+        await s.conn.wait_closed()
+        await asyncio.sleep(0.05)
+        return s._spare
+
+    assert asyncio.run(go()) is None
+
+
+def test_a_spare_that_could_not_open_says_so_at_the_attach(runner):  # noqa: F811
+    """Attack: a spare whose connection died is not taken as a channel: the attach fails as
+    a fresh open would, with the runner named."""
+
+    async def go():
+        s = await open_session(runner)
+        try:
+            s.conn.close()
+            await s.conn.wait_closed()
+            s.open_channel_soon()
+            with pytest.raises(RunnerError, match="refused the lanpool channel"):
+                await job_log(s, "nope")
+        finally:
+            s.close()
+
+    asyncio.run(go())
+
+
+ARGVS = [
+    ["run", "echo"],
+    ["run", "--runner", "r1", "-d", "train", "--lr", "3"],
+    ["run", "train", "--runner", "r2", "--env", "A=1"],
+    ["run"],
+    ["plan", "train", "--no-cache"],
+    ["plan", "--reuse", "train", "--epochs", "2"],
+]
+
+
+@pytest.mark.parametrize("argv", ARGVS)
+def test_a_verb_alone_parses_as_the_whole_command_line(argv):
+    whole = cli_parser.build_parser()
+    alone = cli_parser.build_parser(only=argv[0])
+    assert set(alone.verb_parsers) == {argv[0]}
+    head, workflow, _ = cli_parser._split_at_workflow(whole, argv[0], argv[1:])
+    words = [argv[0], *head, *(["--", workflow] if workflow is not None else [])]
+    assert vars(alone.parse_args(words)) == vars(whole.parse_args(words))
+    parsed = vars(cli_parser.parse_args(argv))
+    assert {k: parsed[k] for k in vars(whole.parse_args(words))} == vars(whole.parse_args(words))
+
+
+def test_a_wrong_option_before_the_name_is_still_refused(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli_parser.parse_args(["run", "--runnr", "x", "train"])
+    assert exc.value.code == 2
+    assert "--runnr is not an option of `run`" in capsys.readouterr().err
+
+
+def test_other_verbs_and_help_still_see_every_verb(capsys):
+    assert cli_parser.parse_args(["status", "-n", "3"]).limit == 3
+    with pytest.raises(SystemExit):
+        cli_parser.parse_args(["--help"])
+    out = capsys.readouterr().out
+    assert all(verb in out for verb in ("run", "plan", "status", "logs", "secrets"))
