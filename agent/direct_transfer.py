@@ -65,6 +65,9 @@ class DirectSender:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_3
             context.load_cert_chain(self._pem)
+            # No resumption is ever used; and with no tickets to send after the handshake, a
+            # shell's reading thread never writes on the connection its other thread writes on.
+            context.num_tickets = 0
             self._context = context
 
     def offer(self, host: str, job_id: str, frames: Frames) -> DirectOffer | None:

@@ -18,6 +18,7 @@ from app.job_shell import exec_command
 from app.shell_direct import connect
 from protocol import DirectOffer
 from protocol.shell_direct import parse_offer_line
+from tests.harness import start_agent
 from tests.test_docker_executor import _stop, submit, wait_for_line
 from tests.test_job_shell import _connect
 from tests.test_shell_terminal import CLIENT, _shell
@@ -84,6 +85,27 @@ def test_a_refused_port_falls_back_to_the_channel(agent, monkeypatch, tmp_path):
     assert (code, b"channel-2" in out) == (5, True)
     assert "no controller came; withdrawn" in agent.log_path.read_text()
     asyncio.run(_stop(agent, "fb", abort=True, grace_s=0))
+
+
+def test_a_runner_that_cannot_listen_runs_the_shell_on_the_channel(tmp_path, controller_home):
+    """--direct-ports names a taken port: no offer line, the shell's output comes on the channel."""
+    taken = socket.create_server(("127.0.0.1", 0))
+    port = taken.getsockname()[1]
+    home = tmp_path / "runner-home"
+    home.mkdir()
+    (home / ".bashrc").write_text("PS1='job$ '\n")
+    agent = start_agent(
+        tmp_path / "agent", controller_home, extra_args=["--direct-ports", str(port)], extra_env={"HOME": str(home)}
+    )
+    try:
+        _started(agent, "nl")
+        code, out = _shell(agent, "nl", "echo listened-not; exit 8")
+        assert (code, b"listened-not" in out, b"lanpool-direct" in out) == (8, True, False)
+        assert "cannot listen" in agent.log_path.read_text()
+        asyncio.run(_stop(agent, "nl", abort=True, grace_s=0))
+    finally:
+        agent.stop()
+        taken.close()
 
 
 def test_lanpool_direct_shells_0_keeps_the_shell_on_the_channel(agent, monkeypatch):
