@@ -27,7 +27,7 @@ import asyncssh
 from agent.direct_transfer import DirectSender, OneConnection
 from agent.job import Job
 from agent.job_shell import _set_size, _supervise, _take_terminal, job_environment
-from protocol.shell_direct import offer_line
+from protocol.shell_direct import NO_OFFER_LINE, offer_line
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +40,12 @@ async def serve_direct(
     process: asyncssh.SSHServerProcess[bytes], job: Job, argv: tuple[str, ...], sender: DirectSender
 ) -> int | None:
     """Offer the connection and run the shell on it; its exit code. None: no listener could be
-    had and nothing was sent (the caller runs the shell on the channel)."""
+    had: the channel says so (NO_OFFER_LINE) and the caller runs the shell on it."""
     sockname = process.channel.get_extra_info("sockname")
-    if not sockname:
-        return None
     what = f"direct shell in job {job.record.job_id}"
-    opened = sender.listen_once(str(sockname[0]), what)
+    opened = sender.listen_once(str(sockname[0]), what) if sockname else None
     if opened is None:
+        process.stdout.write(NO_OFFER_LINE)
         return None
     once, offer = opened
     try:

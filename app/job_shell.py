@@ -29,7 +29,7 @@ from app.remote_job import JobServices, RemoteJob
 from app.runner_client import RunnerSession
 from app.store import JobRow
 from protocol import DirectOffer, JobState
-from protocol.shell_direct import DIRECT_FLAG, MAX_OFFER_LINE, OFFER_PREFIX, parse_offer_line
+from protocol.shell_direct import DIRECT_FLAG, MAX_OFFER_LINE, NO_OFFER_LINE, OFFER_PREFIX, parse_offer_line
 
 log = logging.getLogger(__name__)
 
@@ -247,7 +247,8 @@ class _TerminalSession(asyncssh.SSHClientSession[bytes]):
             return b""
         else:
             offer = parse_offer_line(line + newline, "")
-            head = rest if offer is not None else head
+            # The runner could not listen: the shell runs on the channel, after this line.
+            head = rest if offer is not None or line + newline == NO_OFFER_LINE else head
         self._head = None
         self.offer.set_result(offer)
         return head

@@ -4,8 +4,9 @@ The exec request `lanpool-exec JOB_ID --direct [-- ARGV]` (with a PTY) asks for 
 agent answers with one line on the channel's stdout before anything else:
 `lanpool-direct PORT CERT_SHA256 TOKEN_HEX` (the meaning of DirectOffer's fields), then
 waits for that connection; the terminal's bytes go on it, while the channel keeps the
-window-change requests and the exit status. A line that is not this, or no line, means
-the shell ran on the channel (then the controller reads the rest as the job's output).
+window-change requests and the exit status. When it cannot listen it answers
+`lanpool-direct -` (NO_OFFER_LINE) and runs the shell on the channel; a line that is
+neither, or none, also means the channel (the controller reads the rest as the job's output).
 """
 
 import re
@@ -17,6 +18,7 @@ SHELL_DIRECT = "shell-direct"
 DIRECT_FLAG = "--direct"
 OFFER_PREFIX = b"lanpool-direct "
 MAX_OFFER_LINE = 256
+NO_OFFER_LINE = b"lanpool-direct -\n"
 _LINE = re.compile(rb"lanpool-direct ([0-9]{1,5}) ([0-9a-f]{64}) ([0-9a-f]{%d})\n" % (2 * DIRECT_TOKEN_BYTES))
 
 
