@@ -18,6 +18,7 @@ A listener lives at most OFFER_TTL_S and serves one transfer; MAX_TRANSFERS boun
 once per agent (past it, the request is streamed on its channel as before).
 """
 
+import contextlib
 import datetime
 import hashlib
 import hmac
@@ -41,7 +42,7 @@ OFFER_TTL_S = 15.0  # a controller that has not connected by then has fallen bac
 HANDSHAKE_S = 5.0  # TLS handshake and token, per connection
 SEND_TIMEOUT_S = 60.0  # a controller that stops reading is dropped (it resumes from its offset)
 MAX_TRIES = 8  # connections without the token before the offer is withdrawn
-MAX_TRANSFERS = 8
+MAX_TRANSFERS = 8  # direct transfers and direct shells at once
 
 Frames = Callable[[], Generator[bytes | bytearray, None, None]]
 
@@ -56,7 +57,7 @@ class DirectSender:
         self._context: ssl.SSLContext | None = None
         self._fingerprint = ""
         self._lock = threading.Lock()
-        self._live: set[_Transfer] = set()
+        self._live: set[_Transfer | OneConnection] = set()
 
     def _ensure_identity(self) -> None:
         if self._context is None:  # on first use: the cryptography import and a key cost ~0.1 s
@@ -64,31 +65,44 @@ class DirectSender:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_3
             context.load_cert_chain(self._pem)
+            # No resumption is ever used; and with no tickets to send after the handshake, a
+            # shell's reading thread never writes on the connection its other thread writes on.
+            context.num_tickets = 0
             self._context = context
 
     def offer(self, host: str, job_id: str, frames: Frames) -> DirectOffer | None:
         """Listen on `host` (the address the controller reached over SSH) for one transfer of
         `frames`; None when at the limit, or no listener can be had (then stream on the channel)."""
+        opened = self.listen_once(host, f"direct transfer of job {job_id}")
+        if opened is None:
+            return None
+        once, offer = opened
+        transfer = _Transfer(self, once, job_id, frames)
+        with self._lock:
+            self._live.discard(once)
+            self._live.add(transfer)
+        threading.Thread(target=transfer.serve, name=f"direct-{job_id}", daemon=True).start()
+        return DirectOffer(job_id, offer.port, offer.cert_sha256, offer.token)
+
+    def listen_once(self, host: str, what: str) -> "tuple[OneConnection, DirectOffer] | None":
+        """A listener on `host` for one TLS connection that brings its token (also a job's
+        shell, agent/shell_direct.py); None when at the limit or none can be had. The
+        caller accepts (blocking) and then calls done(); the offer's job_id is empty."""
         with self._lock:
             if len(self._live) >= MAX_TRANSFERS:
-                log.info(
-                    "direct transfer of job %s: %d under way already; streaming on the channel", job_id, MAX_TRANSFERS
-                )
+                log.info("%s: %d under way already; staying on the channel", what, MAX_TRANSFERS)
                 return None
             try:
                 self._ensure_identity()
                 listener = self._listen(host)
             except (OSError, ssl.SSLError, ValueError) as exc:
-                log.warning(
-                    "direct transfer of job %s: cannot listen on %s (%s); streaming on the channel", job_id, host, exc
-                )
+                log.warning("%s: cannot listen on %s (%s); staying on the channel", what, host, exc)
                 return None
             assert self._context is not None
             token = secrets.token_bytes(DIRECT_TOKEN_BYTES)
-            transfer = _Transfer(self, listener, self._context, token, job_id, frames)
-            self._live.add(transfer)
-        threading.Thread(target=transfer.serve, name=f"direct-{job_id}", daemon=True).start()
-        return DirectOffer(job_id, listener.getsockname()[1], self._fingerprint, token)
+            once = OneConnection(self, listener, self._context, token, what)
+            self._live.add(once)
+        return once, DirectOffer("", listener.getsockname()[1], self._fingerprint, token)
 
     def _listen(self, host: str) -> socket.socket:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -102,7 +116,7 @@ class DirectSender:
                 error = exc
         raise OSError(f"no free port in {self._ports.start}-{self._ports.stop - 1}: {error}")
 
-    def _ended(self, transfer: "_Transfer") -> None:
+    def _ended(self, transfer: "_Transfer | OneConnection") -> None:
         with self._lock:
             self._live.discard(transfer)
 
@@ -114,35 +128,29 @@ class DirectSender:
             transfer.close()
 
 
-class _Transfer:
+class OneConnection:
+    """A listener for one TLS connection that sends the offer's token first."""
+
     def __init__(
-        self,
-        owner: DirectSender,
-        listener: socket.socket,
-        context: ssl.SSLContext,
-        token: bytes,
-        job_id: str,
-        frames: Frames,
+        self, owner: DirectSender, listener: socket.socket, context: ssl.SSLContext, token: bytes, what: str
     ) -> None:
         self._owner = owner
         self._listener = listener
         self._context = context
         self._token = token
-        self._job_id = job_id
-        self._frames = frames
-        self._conn: socket.socket | None = None
+        self._what = what
 
-    def serve(self) -> None:
+    def accept(self, ttl_s: float = OFFER_TTL_S) -> ssl.SSLSocket | None:
+        """The connection that brought the token (Nagle off: a keystroke is one small write), or
+        None when none came within `ttl_s`, MAX_TRIES came without it, or close() was called.
+        The listener is closed either way: one connection per offer."""
         try:
-            conn = self._accept()
-            if conn is not None:
-                self._send(conn)
+            return self._accept(ttl_s)
         finally:
-            self.close()
-            self._owner._ended(self)
+            self._listener.close()
 
-    def _accept(self) -> ssl.SSLSocket | None:
-        deadline = time.monotonic() + OFFER_TTL_S
+    def _accept(self, ttl_s: float) -> ssl.SSLSocket | None:
+        deadline = time.monotonic() + ttl_s
         for _ in range(MAX_TRIES):
             left = deadline - time.monotonic()
             if left <= 0:
@@ -153,23 +161,50 @@ class _Transfer:
             except OSError:  # timed out, or closed by close()
                 break
             raw.settimeout(HANDSHAKE_S)
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             try:
                 conn = self._context.wrap_socket(raw, server_side=True)
                 got = _recv_exact(conn, DIRECT_TOKEN_BYTES)
             except (OSError, ssl.SSLError) as exc:
-                log.warning("direct transfer of job %s: a connection from %s failed: %s", self._job_id, peer[0], exc)
+                log.warning("%s: a connection from %s failed: %s", self._what, peer[0], exc)
                 raw.close()
                 continue
             if got is None or not hmac.compare_digest(got, self._token):
-                log.warning(
-                    "direct transfer of job %s: a connection from %s without its token; closed", self._job_id, peer[0]
-                )
+                log.warning("%s: a connection from %s without its token; closed", self._what, peer[0])
                 conn.close()
                 continue
-            self._listener.close()  # one transfer per offer
             return conn
-        log.info("direct transfer of job %s: no controller came; withdrawn", self._job_id)
+        log.info("%s: no controller came; withdrawn", self._what)
         return None
+
+    def close(self) -> None:
+        """Withdraw the offer (an accept() under way returns None)."""
+        with contextlib.suppress(OSError):
+            self._listener.shutdown(socket.SHUT_RDWR)  # wakes an accept() blocked in another thread
+        self._listener.close()
+
+    def done(self) -> None:
+        """The offer's use has ended: it no longer counts against MAX_TRANSFERS."""
+        self.close()
+        self._owner._ended(self)
+
+
+class _Transfer:
+    def __init__(self, owner: DirectSender, once: OneConnection, job_id: str, frames: Frames) -> None:
+        self._owner = owner
+        self._once = once
+        self._job_id = job_id
+        self._frames = frames
+        self._conn: socket.socket | None = None
+
+    def serve(self) -> None:
+        try:
+            conn = self._once.accept()
+            if conn is not None:
+                self._send(conn)
+        finally:
+            self.close()
+            self._owner._ended(self)
 
     def _send(self, conn: ssl.SSLSocket) -> None:
         self._conn = conn
@@ -192,7 +227,7 @@ class _Transfer:
             pass
 
     def close(self) -> None:
-        self._listener.close()
+        self._once.close()
         if self._conn is not None:
             try:
                 self._conn.shutdown(socket.SHUT_RDWR)  # wakes a sendall blocked in the other thread

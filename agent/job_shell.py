@@ -22,12 +22,17 @@ import termios
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import asyncssh
 
 from agent.job import Job
 from agent.job_request import JobError, check_job_id
 from agent.jobs import JobManager
+from protocol.shell_direct import DIRECT_FLAG
+
+if TYPE_CHECKING:
+    from agent.direct_transfer import DirectSender
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +48,7 @@ NOT_RUNNING_EXIT = 255  # as ssh reports a session that could not run
 class ShellRequest:
     job_id: str
     argv: tuple[str, ...]  # empty: an interactive shell
+    direct: bool = False  # the terminal's bytes on a TLS connection of their own (agent/shell_direct.py)
 
     def describe(self) -> str:
         return shlex.join(self.argv)[:200] if self.argv else "(shell)"
@@ -63,9 +69,12 @@ def parse_exec(command: str) -> ShellRequest | None:
     except JobError:
         return None
     rest = words[2:]
+    direct = bool(rest) and rest[0] == DIRECT_FLAG
+    if direct:
+        rest = rest[1:]
     if rest and (rest[0] != "--" or len(rest) == 1):
         return None
-    return ShellRequest(words[1], tuple(rest[1:]))
+    return ShellRequest(words[1], tuple(rest[1:]), direct)
 
 
 def exec_command(job_id: str, argv: list[str]) -> str:
@@ -80,8 +89,15 @@ def running_job(manager: JobManager, job_id: str) -> Job | None:
     return job
 
 
-async def serve_exec(process: asyncssh.SSHServerProcess[bytes], manager: JobManager, request: ShellRequest) -> None:
-    """Run the request in its job, relaying the channel; the channel's exit status is the command's."""
+async def serve_exec(
+    process: asyncssh.SSHServerProcess[bytes],
+    manager: JobManager,
+    request: ShellRequest,
+    direct: "DirectSender | None" = None,
+) -> None:
+    """Run the request in its job, relaying the channel (or, asked `--direct` with a PTY and
+    `direct` given, a TLS connection of its own: agent/shell_direct.py); the channel's exit
+    status is the command's."""
     job = running_job(manager, request.job_id)
     if job is None:
         known = manager.jobs.get(request.job_id)
@@ -92,11 +108,16 @@ async def serve_exec(process: asyncssh.SSHServerProcess[bytes], manager: JobMana
         process.exit(NOT_RUNNING_EXIT)
         return
     try:
-        if job.record.container_id:
+        code = None
+        if request.direct and direct is not None and process.term_type:
+            from agent.shell_direct import serve_direct
+
+            code = await serve_direct(process, job, request.argv, direct)
+        if code is None and job.record.container_id:
             from agent.job_shell_docker import exec_in_container
 
             code = await exec_in_container(process, job, request.argv)
-        else:
+        elif code is None:
             code = await _exec_in_process_job(process, job, request.argv)
     except (OSError, RuntimeError, subprocess.SubprocessError) as exc:  # not the whole connection
         log.warning("exec into job %s failed: %s", request.job_id, exc)

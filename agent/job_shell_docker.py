@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -23,12 +24,12 @@ _READ_SIZE = 64 * 1024
 _SHELL = ["/bin/sh", "-c", "if command -v bash >/dev/null; then exec bash; else exec sh; fi"]
 
 
-async def exec_in_container(process: asyncssh.SSHServerProcess[bytes], job: Job, argv: tuple[str, ...]) -> int:
+async def _start(job: Job, argv: tuple[str, ...], term: str) -> tuple[Any, str, socket.socket]:
+    """The engine's API, the exec's id and its attached socket."""
     container = getattr(job.execution, "container", None)
     if container is None:
         raise RuntimeError("the job's container is not known to this agent")
     api = container.client.api
-    term = process.term_type
     env = {"TERM": term} if term else {}
     try:
         created = await asyncio.to_thread(
@@ -38,7 +39,38 @@ async def exec_in_container(process: asyncssh.SSHServerProcess[bytes], job: Job,
         sock_io = await asyncio.to_thread(api.exec_start, exec_id, tty=bool(term), socket=True)
     except docker.errors.DockerException as exc:
         raise RuntimeError(f"docker exec: {exc}") from None
-    sock: socket.socket = getattr(sock_io, "_sock", sock_io)
+    return api, exec_id, getattr(sock_io, "_sock", sock_io)
+
+
+async def exec_in_container_direct(
+    process: asyncssh.SSHServerProcess[bytes], job: Job, argv: tuple[str, ...], conn: ssl.SSLSocket
+) -> int:
+    """A terminal in the container on the controller's direct connection (agent/shell_direct.py):
+    the exec's socket and `conn` relayed by a thread each way, resizes from the channel."""
+    from agent.shell_direct import relay, watch_channel
+
+    api, exec_id, sock = await _start(job, argv, process.term_type or "xterm")
+    sock.setblocking(True)
+    await _resize(api, exec_id, *process.term_size[:2])
+    out = relay("out", sock.recv, conn.sendall)
+    typed = relay("in", conn.recv, sock.sendall)
+    watcher = asyncio.create_task(watch_channel(process, lambda w, h: _resize(api, exec_id, w, h)))
+    try:
+        await asyncio.wait([out, watcher], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)  # a closed channel: the engine takes it as a hangup
+        with contextlib.suppress(OSError):
+            conn.shutdown(socket.SHUT_RDWR)
+        await asyncio.wait([out, typed], timeout=2.0)
+        sock.close()
+    return await _exit_code(api, exec_id)
+
+
+async def exec_in_container(process: asyncssh.SSHServerProcess[bytes], job: Job, argv: tuple[str, ...]) -> int:
+    term = process.term_type
+    api, exec_id, sock = await _start(job, argv, term or "")
     sock.setblocking(False)
     if term:
         await _resize(api, exec_id, *process.term_size[:2])

@@ -249,7 +249,7 @@ class Agent:
         # asyncssh hands the session itself (a LanpoolSession) to the process factory.
         request = process.shell_request if isinstance(process, LanpoolSession) else None
         if request is not None and self.manager is not None:
-            await serve_exec(process, self.manager, request)
+            await serve_exec(process, self.manager, request, self.direct)
             return
         conn = process.channel.get_connection()
         gang_id = self.gang_grants.get(conn)

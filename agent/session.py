@@ -45,6 +45,7 @@ from protocol import (
 )
 from protocol.errors import clip
 from protocol.messages import AgentMessage, ClientMessage
+from protocol.shell_direct import SHELL_DIRECT
 from protocol.transfer_messages import ARTIFACT_DIRECT, ARTIFACT_RANGES
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ class ChannelSession:
     async def run(self) -> None:
         reader = FrameReader()
         try:
-            features = [ARTIFACT_RANGES] + ([ARTIFACT_DIRECT] if self._direct is not None else [])
+            features = [ARTIFACT_RANGES] + ([ARTIFACT_DIRECT, SHELL_DIRECT] if self._direct is not None else [])
             await self._send(Hello(PROTOCOL_VERSION, __version__, self._name, self._resources(), features))
             while True:
                 data = await self._proc.stdin.read(_READ_SIZE)

@@ -55,7 +55,7 @@ def fetch(
     except OSError as exc:
         raise DirectUnavailable(f"cannot connect to port {offer.port}: {exc.strerror or exc}") from None
     with raw:
-        conn = _handshake(raw, offer)
+        conn = handshake(raw, offer)
         with conn:
             conn.settimeout(idle_s)
             try:
@@ -66,7 +66,7 @@ def fetch(
                 raise RunnerError(f"lost {where} while pulling artifacts: {exc}") from None
 
 
-def _handshake(raw: socket.socket, offer: DirectOffer) -> ssl.SSLSocket:
+def handshake(raw: socket.socket, offer: DirectOffer) -> ssl.SSLSocket:
     """The TLS connection, once its certificate is the offered one and the token is sent."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.minimum_version = ssl.TLSVersion.TLSv1_3

@@ -19,7 +19,7 @@ import termios
 import tty
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import asyncssh
 
@@ -28,7 +28,8 @@ from app.port_forward import PortForward, forward_local
 from app.remote_job import JobServices, RemoteJob
 from app.runner_client import RunnerSession
 from app.store import JobRow
-from protocol import JobState
+from protocol import DirectOffer, JobState
+from protocol.shell_direct import DIRECT_FLAG, MAX_OFFER_LINE, NO_OFFER_LINE, OFFER_PREFIX, parse_offer_line
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,8 @@ class JobTarget:
     ports: list[int] = field(default_factory=list)  # what the job declared (its spec)
 
 
-def exec_command(job_id: str, argv: list[str]) -> str:
-    return shlex.join([EXEC_VERB, job_id, *(["--", *argv] if argv else [])])
+def exec_command(job_id: str, argv: list[str], direct: bool = False) -> str:
+    return shlex.join([EXEC_VERB, job_id, *([DIRECT_FLAG] if direct else []), *(["--", *argv] if argv else [])])
 
 
 def running_target(jobs: JobServices, candidates: list[JobRow], ref: str, node: int | None) -> JobTarget:
@@ -93,23 +94,93 @@ async def run_command(session: RunnerSession, job_id: str, argv: list[str]) -> i
 
 
 async def run_shell(session: RunnerSession, job_id: str, argv: list[str] | None = None) -> int:
-    """An interactive shell (or `argv`) in the job on our terminal (raw mode, resize, Ctrl-C); its exit code."""
+    """An interactive shell (or `argv`) in the job on our terminal (raw mode, resize, Ctrl-C); its exit code.
+    On a TLS connection of its own when the runner offers one (app/shell_direct.py), else on the channel."""
     fd = sys.stdin.fileno()
     if not os.isatty(fd):
         raise UsageError("ssh needs a terminal; for one command use `app headless exec JOB -- CMD`")
-    cols, rows = os.get_terminal_size(fd)
+    from app.shell_direct import shell_direct_wanted
+
+    if shell_direct_wanted(session.hello.features):
+        code = await _direct_shell(session, job_id, argv or [], fd)
+        if code is not None:
+            return code
+    return await _channel_shell(session, job_id, argv or [], fd)
+
+
+async def _open(
+    session: RunnerSession, job_id: str, argv: list[str], fd: int, direct: bool
+) -> tuple[asyncssh.SSHClientChannel[bytes], "_TerminalSession"]:
     loop = asyncio.get_running_loop()
-    term = _TerminalSession(loop)
+    term = _TerminalSession(loop, direct)
+    cols, rows = os.get_terminal_size(fd)
     try:
         chan, _ = await session.conn.create_session(
             lambda: term,
-            exec_command(job_id, argv or []),
+            exec_command(job_id, argv, direct),
             encoding=None,
             term_type=os.environ.get("TERM", "xterm-256color"),
             term_size=(cols, rows),
         )
     except (OSError, asyncssh.Error) as exc:
         raise RunnerError(f"{session.where} refused a shell in job {job_id}: {_reason(exc)}") from None
+    return chan, term
+
+
+async def _direct_shell(session: RunnerSession, job_id: str, argv: list[str], fd: int) -> int | None:
+    """The shell with its bytes on the runner's offered connection; None when the runner made no
+    offer (old or at its limit: the caller opens one on the channel)."""
+    from app.direct_pull import DirectUnavailable
+    from app.shell_direct import Relay, connect
+
+    chan, term = await _open(session, job_id, argv, fd, True)
+    offer = await term.offer
+    if offer is None:  # what came is the job's own output, or the refusal (already shown)
+        if term.closed.done():
+            return _status(chan)
+        return await _attach(chan, term, fd)
+    try:
+        conn = await asyncio.to_thread(connect, session.conn.get_extra_info("peername")[0], offer)
+    except DirectUnavailable as exc:
+        log.warning("%s: %s; the shell runs on the SSH channel instead", session.where, exc.message)
+        chan.close()
+        await term.closed
+        return None
+    log.info("%s: the shell in job %s runs on a direct connection", session.where, job_id)
+    relay = Relay(conn, fd, sys.stdout.fileno())
+    loop = asyncio.get_running_loop()
+    saved = termios.tcgetattr(fd)
+
+    def resized() -> None:
+        with contextlib.suppress(OSError):
+            chan.change_terminal_size(*os.get_terminal_size(fd))
+
+    tty.setraw(fd)
+    loop.add_signal_handler(signal.SIGWINCH, resized)
+    relay.start()
+    try:
+        ended: asyncio.Future[Any] = asyncio.ensure_future(asyncio.to_thread(relay.ended.wait))
+        await asyncio.wait([term.closed, ended], return_when=asyncio.FIRST_COMPLETED)
+        if not term.closed.done():  # the connection dropped: the runner hangs the shell up once the channel goes
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(term.closed), 2.0)
+            chan.close()
+            await term.closed
+    finally:
+        loop.remove_signal_handler(signal.SIGWINCH)
+        await asyncio.to_thread(relay.close, 2.0)
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+    return _status(chan)
+
+
+async def _channel_shell(session: RunnerSession, job_id: str, argv: list[str], fd: int) -> int:
+    chan, term = await _open(session, job_id, argv, fd, False)
+    return await _attach(chan, term, fd)
+
+
+async def _attach(chan: asyncssh.SSHClientChannel[bytes], term: "_TerminalSession", fd: int) -> int:
+    """Our terminal on the channel until it closes; the exit status."""
+    loop = asyncio.get_running_loop()
     saved = termios.tcgetattr(fd)
 
     # Each keystroke goes from the terminal to the channel in one callback (no stream, no task).
@@ -134,26 +205,65 @@ async def run_shell(session: RunnerSession, job_id: str, argv: list[str] | None 
         loop.remove_reader(fd)
         loop.remove_signal_handler(signal.SIGWINCH)
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
+    return _status(chan)
+
+
+def _status(chan: asyncssh.SSHClientChannel[bytes]) -> int:
     status = chan.get_exit_status()
     return status if status is not None and status >= 0 else 255  # a signal or no status: as ssh reports it
 
 
 class _TerminalSession(asyncssh.SSHClientSession[bytes]):
     """The job's output written straight to our terminal as each packet arrives: an echo costs
-    one callback, not a stream reader's wake-up of a copying task (scripts/bench-shell)."""
+    one callback, not a stream reader's wake-up of a copying task (scripts/bench-shell). Asked
+    for a direct shell, the first line may be the runner's offer (protocol/shell_direct.py)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, expect_offer: bool = False) -> None:
         self.closed: asyncio.Future[None] = loop.create_future()
+        self.offer: asyncio.Future[DirectOffer | None] = loop.create_future()
+        self._head: bytes | None = b"" if expect_offer else None
+        if not expect_offer:
+            self.offer.set_result(None)
 
     def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
-        _write_all(2 if datatype == asyncssh.EXTENDED_DATA_STDERR else 1, data)
+        if datatype == asyncssh.EXTENDED_DATA_STDERR:
+            write_all(2, data)
+            return
+        if self._head is not None:
+            data = self._take_head(data)
+        if data:
+            write_all(1, data)
+
+    def _take_head(self, data: bytes) -> bytes:
+        """Whatever of `data` is not the offer line; settles `offer` once the line is known."""
+        assert self._head is not None
+        head = self._head + data
+        line, newline, rest = head.partition(b"\n")
+        prefix = OFFER_PREFIX[: len(line)]
+        if not line.startswith(prefix) or len(line) > MAX_OFFER_LINE:
+            offer = None  # not an offer: the shell runs on the channel, this is its output
+        elif not newline:
+            self._head = head
+            return b""
+        else:
+            offer = parse_offer_line(line + newline, "")
+            # The runner could not listen: the shell runs on the channel, after this line.
+            head = rest if offer is not None or line + newline == NO_OFFER_LINE else head
+        self._head = None
+        self.offer.set_result(offer)
+        return head
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self._head:
+            write_all(1, self._head)
+            self._head = None
+        if not self.offer.done():
+            self.offer.set_result(None)
         if not self.closed.done():
             self.closed.set_result(None)
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
     """All of `data` to a terminal. Blocking on purpose: a slow terminal holds the job's output back
     (the channel's window fills, so the runner stops sending) rather than piling it up here."""
     view = memoryview(data)

@@ -1,7 +1,8 @@
 """Into a running job, measured on this machine (figures, no pass/fail exit code):
 
 1. keystroke echo, end to end: one byte typed into the terminal (a PTY) of
-   lanpool's client (app/job_shell.py run_shell, as `app headless ssh` runs it)
+   lanpool's client (app/job_shell.py run_shell, as `app headless ssh` runs it:
+   on the runner's direct TLS connection; again kept on the SSH channel)
    with `cat` on a PTY in the job, until its echo is on that terminal, vs the
    same with OpenSSH's `ssh -tt` to a loopback sshd (scripts/bench_downloads.py's
    Sshd), rounds alternating; ratio target <= 1.2. Then the servers alone: the
@@ -117,9 +118,11 @@ asyncio.run(main())
 class Terminal:
     """A client program on a PTY of ours: bytes typed into it, its screen read back."""
 
-    def __init__(self, argv: list[str]) -> None:
+    def __init__(self, argv: list[str], env: dict[str, str] | None = None) -> None:
         self.fd, slave = pty.openpty()
-        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv, stdin=slave, stdout=slave, stderr=slave, start_new_session=True, env={**os.environ, **(env or {})}
+        )
         os.close(slave)
         deadline = time.monotonic() + 30
         # The client has put its terminal in raw mode (no local echo to mistake for the far end's).
@@ -202,7 +205,7 @@ async def main_async(args: argparse.Namespace, tmp: Path, lan: bool) -> dict:
     server, port = _spawn(BYTE_SERVER, str(args.size_mb << 20), "0.0.0.0" if lan else host, wrap=wrap)
     floor, floor_port = _spawn(ECHO_SERVER, ",".join(ENCRYPTION_ALGS), host, wrap=wrap)
     echo: dict[str, list[float]] = {"lanpool": [], "OpenSSH": [], "bare asyncssh": []}
-    e2e: dict[str, list[float]] = {"lanpool": [], "OpenSSH": []}
+    e2e: dict[str, list[float]] = {"lanpool": [], "OpenSSH": [], "lanpool channel": []}
     try:
         key = load_or_create_client_key(ControllerHome.default().key)
         async with await RunnerSession.open(agent.host, agent.port, key, None) as session:
@@ -210,7 +213,13 @@ async def main_async(args: argparse.Namespace, tmp: Path, lan: bool) -> dict:
                 SubmitJob(job_id="bench1", run_name="bench", workflow="w", commands=["sleep 600"], ports=[port])
             )
             await asyncio.sleep(1.0)
-            terms = {"lanpool": Terminal([sys.executable, "-c", SHELL_CLIENT, agent.host, str(agent.port), "bench1"])}
+            client = [sys.executable, "-c", SHELL_CLIENT, agent.host, str(agent.port), "bench1"]
+            # lanpool: the terminal on the runner's direct TLS connection (app/shell_direct.py), as
+            # `app headless ssh` goes by default; "lanpool channel": on the SSH channel (the fallback).
+            terms = {
+                "lanpool": Terminal(client),
+                "lanpool channel": Terminal(client, {"LANPOOL_DIRECT_SHELLS": "0"}),
+            }
             if sshd is not None:
                 terms["OpenSSH"] = Terminal(["ssh", "-tt", *_ssh_options(sshd), "cat"])
             try:
@@ -304,7 +313,16 @@ def _rows(r: dict, size_mb: int, where: str = "") -> list[dict]:
         ),
         picked(
             r,
-            "keystroke echo, servers alone: the agent's exec door vs the sshd, one asyncssh client (median)",
+            "keystroke echo, end to end, the shell kept on the SSH channel (LANPOOL_DIRECT_SHELLS=0) vs `ssh -tt` "
+            "(median)",
+            "e2e.lanpool channel",
+            "e2e.OpenSSH",
+            unit="ms",
+        ),
+        picked(
+            r,
+            "keystroke echo, servers alone: the agent's exec door on the SSH channel vs the sshd, one asyncssh "
+            "client (median)",
             "server.lanpool",
             "server.OpenSSH",
             unit="ms",

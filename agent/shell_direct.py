@@ -1,0 +1,181 @@
+"""A job's shell on a TLS connection of its own: each keystroke and its echo cross two plain
+threads instead of asyncssh's per-packet work (issue #16; scripts/bench-shell).
+
+The SSH exec request stays the only door (agent/ssh_server.py authorizes it, agent/job_shell.py
+checks the job runs and logs the session): asked `--direct` with a PTY, the agent offers on that
+channel a one-time TLS listener on the address the SSH connection reached, with the SHA-256 of
+its certificate and a one-time token (DirectSender.listen_once, the same as artifact transfers,
+agent/direct_transfer.py). Only the connection that brings the token is taken; the terminal's
+bytes then go on it both ways, relayed by a blocking thread each way (PTY master <-> socket, or
+docker exec's socket <-> socket). Window changes and the exit status stay on the channel; Ctrl-C
+is the byte 0x03, which the job's terminal turns into SIGINT as on any terminal.
+"""
+
+import asyncio
+import contextlib
+import logging
+import os
+import pty
+import socket
+import ssl
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import asyncssh
+
+from agent.direct_transfer import DirectSender, OneConnection
+from agent.job import Job
+from agent.job_shell import _set_size, _supervise, _take_terminal, job_environment
+from protocol.shell_direct import NO_OFFER_LINE, offer_line
+
+log = logging.getLogger(__name__)
+
+_READ_SIZE = 64 * 1024
+T = TypeVar("T")
+_JOIN_S = 2.0  # after the session, how long a relay thread may take to see its socket shut
+
+
+async def serve_direct(
+    process: asyncssh.SSHServerProcess[bytes], job: Job, argv: tuple[str, ...], sender: DirectSender
+) -> int | None:
+    """Offer the connection and run the shell on it; its exit code. None: no listener could be
+    had: the channel says so (NO_OFFER_LINE) and the caller runs the shell on it."""
+    sockname = process.channel.get_extra_info("sockname")
+    what = f"direct shell in job {job.record.job_id}"
+    opened = sender.listen_once(str(sockname[0]), what) if sockname else None
+    if opened is None:
+        process.stdout.write(NO_OFFER_LINE)
+        return None
+    once, offer = opened
+    try:
+        process.stdout.write(offer_line(offer))
+        conn = await _accept(process, once)
+        if conn is None:
+            return 255
+        log.info("%s: the controller connected; the terminal goes direct", what)
+        conn.settimeout(None)
+        try:
+            if job.record.container_id:
+                from agent.job_shell_docker import exec_in_container_direct
+
+                return await exec_in_container_direct(process, job, argv, conn)
+            return await _in_process_job(process, job, argv, conn)
+        finally:
+            _shut(conn)
+    finally:
+        once.done()
+
+
+async def _accept(process: asyncssh.SSHServerProcess[bytes], once: OneConnection) -> ssl.SSLSocket | None:
+    """The offered connection, or None when none came or the channel closed first."""
+    loop = asyncio.get_running_loop()
+    accepted: asyncio.Future[ssl.SSLSocket | None] = loop.create_future()
+    _thread("accept", once.accept, accepted)
+    closed = asyncio.ensure_future(process.channel.wait_closed())
+    try:
+        waits: list[asyncio.Future[Any]] = [accepted, closed]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        closed.cancel()
+    if not accepted.done():  # the controller went away (or fell back): withdraw the offer
+        once.close()
+    conn = await accepted
+    if conn is not None and process.channel.is_closing():
+        conn.close()
+        return None
+    return conn
+
+
+def _thread(name: str, work: Callable[[], T], done: "asyncio.Future[T]") -> None:
+    """`work` on a thread of its own (not the loop's executor: these block for a whole session);
+    its result into `done`."""
+    loop = asyncio.get_running_loop()
+
+    def run() -> None:
+        result: T | None = None
+        try:
+            result = work()
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop is gone (the agent stopping)
+                loop.call_soon_threadsafe(_settle, done, result)
+
+    threading.Thread(target=run, name=f"shell-{name}", daemon=True).start()
+
+
+def _settle(done: "asyncio.Future[T]", result: T | None) -> None:
+    if not done.done():
+        done.set_result(result)  # type: ignore[arg-type]  # None only when `work` raised
+
+
+def relay(name: str, read: Callable[[int], bytes], write: Callable[[bytes], object]) -> "asyncio.Future[None]":
+    """Copy until `read` gives b"" or either side fails, on a thread; done when it ends."""
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def copy() -> None:
+        try:
+            while data := read(_READ_SIZE):
+                write(data)
+        except (OSError, ssl.SSLError):  # EIO: the PTY's last holder closed it; or the socket went
+            pass
+
+    _thread(name, copy, done)
+    return done
+
+
+async def watch_channel(process: asyncssh.SSHServerProcess[bytes], resize: Callable[[int, int], object]) -> None:
+    """The channel now carries only window changes (and its close): apply them; return when it closes."""
+    while True:
+        try:
+            data = await process.stdin.read(_READ_SIZE)
+        except asyncssh.TerminalSizeChanged as exc:
+            result = resize(exc.width, exc.height)
+            if asyncio.iscoroutine(result):
+                await result
+            continue
+        except (asyncssh.BreakReceived, asyncssh.SignalReceived):
+            continue
+        if not data:
+            await process.channel.wait_closed()
+            return
+
+
+def _shut(conn: ssl.SSLSocket) -> None:
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_RDWR)  # wakes the relay thread blocked in recv
+    conn.close()
+
+
+async def _in_process_job(
+    process: asyncssh.SSHServerProcess[bytes], job: Job, argv: tuple[str, ...], conn: ssl.SSLSocket
+) -> int:
+    env, cwd = job_environment(job)
+    env["TERM"] = process.term_type or "xterm"
+    master, slave = pty.openpty()
+    width, height, _pw, _ph = process.term_size
+    _set_size(master, width, height)
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *(list(argv) or ["bash", "-i"]),
+            cwd=cwd,
+            env=env,
+            stdin=slave,
+            stdout=slave,
+            stderr=slave,
+            preexec_fn=_take_terminal(slave),
+        )
+    except BaseException:
+        os.close(master)
+        raise
+    finally:
+        os.close(slave)
+    out = relay("out", lambda n: os.read(master, n), conn.sendall)
+    typed = relay("in", conn.recv, lambda data: os.write(master, data))
+    watcher = asyncio.create_task(watch_channel(process, lambda w, h: _set_size(master, w, h)))
+    try:
+        return await _supervise(job, proc, watcher, [asyncio.ensure_future(out)])
+    finally:
+        _shut(conn)
+        # Both threads gone before the master is closed: its number could be reused under them.
+        await asyncio.wait([out, typed], timeout=_JOIN_S)
+        os.close(master)
