@@ -46,14 +46,12 @@ async def exec_in_container_direct(
     process: asyncssh.SSHServerProcess[bytes], job: Job, argv: tuple[str, ...], conn: ssl.SSLSocket
 ) -> int:
     """A terminal in the container on the controller's direct connection (agent/shell_direct.py):
-    the exec's socket and `conn` relayed by a thread each way, resizes from the channel."""
+    the exec's socket and `conn` relayed both ways by one thread, resizes from the channel."""
     from agent.shell_direct import relay, watch_channel
 
     api, exec_id, sock = await _start(job, argv, process.term_type or "xterm")
-    sock.setblocking(True)
     await _resize(api, exec_id, *process.term_size[:2])
-    out = relay("out", sock.recv, conn.sendall)
-    typed = relay("in", conn.recv, sock.sendall)
+    out = relay(conn, sock.fileno())
     watcher = asyncio.create_task(watch_channel(process, lambda w, h: _resize(api, exec_id, w, h)))
     try:
         await asyncio.wait([out, watcher], return_when=asyncio.FIRST_COMPLETED)
@@ -63,7 +61,7 @@ async def exec_in_container_direct(
             sock.shutdown(socket.SHUT_RDWR)  # a closed channel: the engine takes it as a hangup
         with contextlib.suppress(OSError):
             conn.shutdown(socket.SHUT_RDWR)
-        await asyncio.wait([out, typed], timeout=2.0)
+        await asyncio.wait([out], timeout=2.0)
         sock.close()
     return await _exit_code(api, exec_id)
 

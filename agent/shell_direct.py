@@ -1,13 +1,13 @@
 """A job's shell on a TLS connection of its own: each keystroke and its echo cross two plain
-threads instead of asyncssh's per-packet work (issue #16; scripts/bench-shell).
+a plain thread on each side instead of asyncssh's per-packet work (issue #16; scripts/bench-shell).
 
 The SSH exec request stays the only door (agent/ssh_server.py authorizes it, agent/job_shell.py
 checks the job runs and logs the session): asked `--direct` with a PTY, the agent offers on that
 channel a one-time TLS listener on the address the SSH connection reached, with the SHA-256 of
 its certificate and a one-time token (DirectSender.listen_once, the same as artifact transfers,
 agent/direct_transfer.py). Only the connection that brings the token is taken; the terminal's
-bytes then go on it both ways, relayed by a blocking thread each way (PTY master <-> socket, or
-docker exec's socket <-> socket). Window changes and the exit status stay on the channel; Ctrl-C
+bytes then go on it both ways, relayed by one thread (PTY master <-> socket, or docker exec's
+socket <-> socket: protocol/tls_relay.py). Window changes and the exit status stay on the channel; Ctrl-C
 is the byte 0x03, which the job's terminal turns into SIGINT as on any terminal.
 """
 
@@ -16,7 +16,6 @@ import contextlib
 import logging
 import os
 import pty
-import socket
 import ssl
 import threading
 from collections.abc import Callable
@@ -27,6 +26,7 @@ import asyncssh
 from agent.direct_transfer import DirectSender, OneConnection
 from agent.job import Job
 from agent.job_shell import _set_size, _supervise, _take_terminal, job_environment
+from protocol import tls_relay
 from protocol.shell_direct import NO_OFFER_LINE, offer_line
 
 log = logging.getLogger(__name__)
@@ -108,18 +108,13 @@ def _settle(done: "asyncio.Future[T]", result: T | None) -> None:
         done.set_result(result)  # type: ignore[arg-type]  # None only when `work` raised
 
 
-def relay(name: str, read: Callable[[int], bytes], write: Callable[[bytes], object]) -> "asyncio.Future[None]":
-    """Copy until `read` gives b"" or either side fails, on a thread; done when it ends."""
+def relay(conn: ssl.SSLSocket, fd: int) -> "asyncio.Future[None]":
+    """The job's terminal (`fd`: the PTY master, or docker exec's socket) <-> `conn`, both ways on
+    one thread (protocol/tls_relay.py says why one); done once the job's side has ended and all
+    it wrote is sent, or the connection went."""
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def copy() -> None:
-        try:
-            while data := read(_READ_SIZE):
-                write(data)
-        except (OSError, ssl.SSLError):  # EIO: the PTY's last holder closed it; or the socket went
-            pass
-
-    _thread(name, copy, done)
+    os.set_blocking(fd, False)
+    _thread("relay", lambda: tls_relay.relay(conn, fd, fd, end_with_local=True), done)
     return done
 
 
@@ -141,8 +136,7 @@ async def watch_channel(process: asyncssh.SSHServerProcess[bytes], resize: Calla
 
 
 def _shut(conn: ssl.SSLSocket) -> None:
-    with contextlib.suppress(OSError):
-        conn.shutdown(socket.SHUT_RDWR)  # wakes the relay thread blocked in recv
+    tls_relay.shut(conn)  # wakes the relay thread waiting on it
     conn.close()
 
 
@@ -169,13 +163,12 @@ async def _in_process_job(
         raise
     finally:
         os.close(slave)
-    out = relay("out", lambda n: os.read(master, n), conn.sendall)
-    typed = relay("in", conn.recv, lambda data: os.write(master, data))
+    out = relay(conn, master)
     watcher = asyncio.create_task(watch_channel(process, lambda w, h: _set_size(master, w, h)))
     try:
         return await _supervise(job, proc, watcher, [asyncio.ensure_future(out)])
     finally:
         _shut(conn)
-        # Both threads gone before the master is closed: its number could be reused under them.
-        await asyncio.wait([out, typed], timeout=_JOIN_S)
+        # The thread gone before the master is closed: its number could be reused under it.
+        await asyncio.wait([out], timeout=_JOIN_S)
         os.close(master)

@@ -6,20 +6,18 @@ pinned: the controller connects to the port it names on the runner's address, ch
 certificate is the one named and only then sends the token (app/direct_pull.py handshake).
 Until then nothing was typed anywhere, so a port that cannot be reached, or another
 certificate there, falls back to a shell on the channel (DirectUnavailable). After that,
-a thread reads the terminal into the socket and another the socket onto the terminal;
+one thread relays the terminal and the socket both ways (protocol/tls_relay.py);
 window changes and the exit status stay on the channel.
 """
 
-import contextlib
 import os
-import select
 import socket
 import ssl
 import threading
 from collections.abc import Sequence
 
 from app.direct_pull import CONNECT_TIMEOUT_S, DIRECT_ENV, DirectUnavailable, handshake
-from protocol import DirectOffer
+from protocol import DirectOffer, tls_relay
 from protocol.shell_direct import SHELL_DIRECT
 
 SHELL_ENV = "LANPOOL_DIRECT_SHELLS"
@@ -51,53 +49,30 @@ def connect(host: str, offer: DirectOffer) -> ssl.SSLSocket:
 
 
 class Relay:
-    """The terminal's bytes on `conn`: `fd_in` -> socket and socket -> `fd_out`, a thread each."""
+    """The terminal's bytes on `conn`, both ways on one thread (protocol/tls_relay.py says why
+    one): `fd_in` -> socket, socket -> `fd_out`."""
 
     def __init__(self, conn: ssl.SSLSocket, fd_in: int, fd_out: int) -> None:
         self._conn = conn
-        self._fd_in = fd_in
-        self._fd_out = fd_out
-        self._stop_r, self._stop_w = os.pipe()  # wakes the terminal reader (a keystroke must not be lost to it)
-        self.ended = threading.Event()  # the runner closed the connection: all output is here
-        self._typing = threading.Thread(target=self._type, name="shell-in", daemon=True)
-        self._showing = threading.Thread(target=self._show, name="shell-out", daemon=True)
+        self._stop_r, self._stop_w = os.pipe()  # stops the relay (a keystroke must not be lost to it)
+        self.ended = threading.Event()  # the relay returned: the runner closed the connection, or close()
+        self._thread = threading.Thread(target=self._run, args=(fd_in, fd_out), name="shell-relay", daemon=True)
 
     def start(self) -> None:
-        self._typing.start()
-        self._showing.start()
+        self._thread.start()
 
-    def _type(self) -> None:
+    def _run(self, fd_in: int, fd_out: int) -> None:
         try:
-            while True:
-                ready = select.select([self._fd_in, self._stop_r], [], [])[0]
-                if self._stop_r in ready:
-                    return
-                data = os.read(self._fd_in, _READ_SIZE)
-                if not data:
-                    return
-                self._conn.sendall(data)
-        except (OSError, ssl.SSLError):  # the connection went: the reader sees it too
-            return
-
-    def _show(self) -> None:
-        from app.job_shell import write_all
-
-        try:
-            while data := self._conn.recv(_READ_SIZE):
-                write_all(self._fd_out, data)
-        except (OSError, ssl.SSLError):  # a ragged close is an end like any other
-            pass
+            tls_relay.relay(self._conn, fd_in, fd_out, stop_fd=self._stop_r, end_with_local=False)
         finally:
             self.ended.set()
 
     def close(self, drain_s: float) -> None:
-        """Stop both threads (the job's last output read first, for up to `drain_s`)."""
+        """Stop the relay (the job's last output read first, for up to `drain_s`)."""
         self.ended.wait(drain_s)
         os.write(self._stop_w, b"x")
-        with contextlib.suppress(OSError):
-            self._conn.shutdown(socket.SHUT_RDWR)
-        self._typing.join(drain_s)
-        self._showing.join(drain_s)
+        self._thread.join(drain_s)
+        tls_relay.shut(self._conn)
         self._conn.close()
         os.close(self._stop_r)
         os.close(self._stop_w)
