@@ -21,7 +21,7 @@ from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Header, Input, Label, ProgressBar, Select, TabbedContent, TabPane
+from textual.widgets import Header, Input, Label, ProgressBar, Select
 
 from app import overview
 from app.controller import Controller
@@ -33,6 +33,7 @@ from app.tui.widgets.artifacts_list import ArtifactsList
 from app.tui.widgets.footer import Footer
 from app.tui.widgets.log_view import LogView
 from app.tui.widgets.metrics_chart import MetricsChart
+from app.tui.widgets.panes import AppScreen, Pane, Tabbed
 from app.tui.widgets.tables import RunnersTable, RunsTable
 from protocol import JobState
 
@@ -123,27 +124,30 @@ class LanpoolApp(Actions):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        with TabbedContent(initial="runs", id="tabs"):
-            with TabPane("Runs", id="runs"):
+        with Tabbed(initial="runs", id="tabs"):
+            with Pane("Runs", id="runs"):
                 with Horizontal(id="runs-bar"):
                     yield Input(placeholder="filter: run, job, workflow, runner, tag, variable  (/)", id="runs-filter")
                     yield Select([(s, s) for s in overview.STATUS_CHOICES], prompt="any status", id="runs-status")
                 yield RunsTable(id="runs-table")
-            with TabPane("Runners", id="runners"):
+            with Pane("Runners", id="runners"):
                 yield RunnersTable(id="runners-table")
                 yield Label("", id="runners-hint", classes="hint")
-            with TabPane("Logs", id="logs"):
+            with Pane("Logs", id="logs"):
                 yield Label("no job selected: pick one in Runs (Enter)", id="log-header", classes="header")
                 yield LogView(max_lines=LOG_WINDOW, id="log")
-            with TabPane("Metrics", id="metrics"):
+            with Pane("Metrics", id="metrics"):
                 yield MetricsChart(id="chart")
-            with TabPane("Artifacts", id="artifacts"):
+            with Pane("Artifacts", id="artifacts"):
                 yield Label("no job selected", id="artifacts-header", classes="header")
                 yield ArtifactsList(id="artifacts-table")
                 with Vertical(id="download-box"):
                     yield Label("", id="download-label")
                     yield ProgressBar(id="download-progress", show_eta=False)
         yield Footer()
+
+    def get_default_screen(self) -> Screen[Any]:
+        return AppScreen(id="_default")  # its own blank lines drawn once (app/tui/widgets/panes.py)
 
     def on_resize(self) -> None:
         # 80 columns: the key bar drops its padding, so that `? Help` and `q Quit` still show.
