@@ -223,7 +223,7 @@ class _Transfer:
         log.info("direct transfer of job %s: %d bytes in %.2f s", self._job_id, sent, time.monotonic() - started)
         try:
             conn.unwrap()  # a clean TLS close: the controller reads to the end
-        except (OSError, ssl.SSLError):
+        except (OSError, ssl.SSLError, ValueError):  # ValueError: close() ended it meanwhile
             pass
 
     def close(self) -> None:
