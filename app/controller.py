@@ -20,7 +20,6 @@ from app.home import ControllerHome
 from app.overview import MetricsReader
 from app.pool import DEFAULT_PORT, Pool, RunnerState, parse_address
 from app.remote_job import LogSink, RemoteJob
-from app.retention import DEFAULT_PRUNE_AGE, Removal, Retention, parse_age
 from app.run_result import RunOutcome, Submitted
 from app.runs import Runs
 from app.secret_store import SecretStore, secret_refs
@@ -36,6 +35,7 @@ if TYPE_CHECKING:
     from app.job_artifacts import Artifacts
     from app.planning import Plan
     from app.remote_job import JobServices
+    from app.retention import DEFAULT_PRUNE_AGE, Removal, Retention, parse_age
     from app.runner_client import RunnerSession
     from app.workflows import Project
     from app.workflows.model import Scalar
@@ -57,6 +57,18 @@ __all__ = [
 ]
 
 
+# The retention names front ends take from here come from app/retention.py on first use.
+_FROM_RETENTION = ("DEFAULT_PRUNE_AGE", "Removal", "parse_age")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_RETENTION:
+        from app import retention
+
+        return getattr(retention, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 class Controller:
     DEFAULT_PORT = DEFAULT_PORT
 
@@ -66,10 +78,16 @@ class Controller:
         self.store = Store(self.home.db)
         self.pool = Pool(self.store, self.home)  # light: it imports asyncssh when it first talks to a runner
         self.runs = Runs(self.store, self.home)
-        self.retention = Retention(self.store, self.home)  # rm and prune of old runs
         self.secrets = SecretStore(self.home)  # `${{ secrets.NAME }}` values: a 0600 file, never SQLite
 
     # Built on first use (start-up time, above): each imports its graph then.
+    @cached_property
+    def retention(self) -> "Retention":
+        """rm and prune of old runs (`run` and `status` never need it)."""
+        from app.retention import Retention
+
+        return Retention(self.store, self.home)
+
     @cached_property
     def artifacts(self) -> "Artifacts":
         from app.job_artifacts import Artifacts

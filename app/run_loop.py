@@ -48,7 +48,7 @@ log = logging.getLogger(__name__)
 Planner = Callable[[Project, str, dict[str, str], bool, bool, dict[str, str] | None], Plan]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared: no __eq__/__hash__ compiled at import (#17)
 class RunRequest:
     """What the command line asks of one run (Controller.run's options)."""
 
@@ -67,7 +67,7 @@ class RunRequest:
     queue_timeout: float | None = None
 
 
-@dataclass
+@dataclass(eq=False)  # never compared: no __eq__ compiled at import (#17)
 class RunLoop:
     """The Controller's services a run uses; `run` is Controller.run's body."""
 

@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from protocol.errors import ErrorCode, ProtocolError, clip
 from protocol.framing import encode_frame, unpack_body
+from protocol.message_base import Message
 from protocol.pairing_messages import PairConfirm, Paired, PairReply, PairStart
 from protocol.schema import build
 from protocol.states import JobState
@@ -37,8 +38,8 @@ from protocol.transfer_messages import (
 PROTOCOL_VERSION = 3
 
 
-@dataclass(frozen=True)
-class ArtifactFile:
+@dataclass(frozen=True, eq=False, repr=False)
+class ArtifactFile(Message):
     """One file of a job's artifacts (path relative to the workspace)."""
 
     path: str
@@ -48,8 +49,8 @@ class ArtifactFile:
 # -- agent -> controller ----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Hello:
+@dataclass(frozen=True, eq=False, repr=False)
+class Hello(Message):
     """First message an agent sends on a new lanpool channel."""
 
     TAG: ClassVar[str] = "hello"
@@ -60,16 +61,16 @@ class Hello:
     features: list[str] = field(default_factory=list)  # what a controller may ask beyond the version (additive)
 
 
-@dataclass(frozen=True)
-class JobAccepted:
+@dataclass(frozen=True, eq=False, repr=False)
+class JobAccepted(Message):
     TAG: ClassVar[str] = "job_accepted"
     job_id: str
     workspace: str
     master_port: int = 0  # the free port picked for MASTER_PORT, when asked to (node 0 of a multi-node job)
 
 
-@dataclass(frozen=True)
-class LogChunk:
+@dataclass(frozen=True, eq=False, repr=False)
+class LogChunk(Message):
     """Many whole lines of one stream; `seq` numbers the first line.
 
     Sequence numbers count lines per job across all streams, so a controller
@@ -89,8 +90,8 @@ class LogChunk:
         return self.data.count(b"\n")
 
 
-@dataclass(frozen=True)
-class JobStatus:
+@dataclass(frozen=True, eq=False, repr=False)
+class JobStatus(Message):
     TAG: ClassVar[str] = "job_status"
     job_id: str
     state: str
@@ -114,16 +115,16 @@ class JobStatus:
             raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"job_status.state: unknown state {self.state!r}")
 
 
-@dataclass(frozen=True)
-class Error:
+@dataclass(frozen=True, eq=False, repr=False)
+class Error(Message):
     TAG: ClassVar[str] = "error"
     code: str
     message: str
     job_id: str = ""
 
 
-@dataclass(frozen=True)
-class Pong:
+@dataclass(frozen=True, eq=False, repr=False)
+class Pong(Message):
     TAG: ClassVar[str] = "pong"
     nonce: int
 
@@ -131,15 +132,15 @@ class Pong:
 # -- controller -> agent ----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ClientHello:
+@dataclass(frozen=True, eq=False, repr=False)
+class ClientHello(Message):
     TAG: ClassVar[str] = "client_hello"
     protocol_version: int
     client_version: str
 
 
-@dataclass(frozen=True)
-class GangSpec:
+@dataclass(frozen=True, eq=False, repr=False)
+class GangSpec(Message):
     """A detached multi-node job's member (agent/gang.py): member `gang_rank` of `gang_size`, whose
     agent meets node 0's agent at `coordinator` ("host:port", host key `host_key`, pinned) with
     `gang_token`, a secret the controller draws per gang. `gang_order` (the controller's clock at
@@ -154,8 +155,8 @@ class GangSpec:
     gang_order: float
 
 
-@dataclass(frozen=True)
-class SubmitJob:
+@dataclass(frozen=True, eq=False, repr=False)
+class SubmitJob(Message):
     """Start a job. The controller picks `job_id` so it is stored before sending."""
 
     TAG: ClassVar[str] = "submit"
@@ -199,16 +200,16 @@ class SubmitJob:
     detached: bool = False
 
 
-@dataclass(frozen=True)
-class StopJob:
+@dataclass(frozen=True, eq=False, repr=False)
+class StopJob(Message):
     TAG: ClassVar[str] = "stop"
     job_id: str
     abort: bool = False  # abort: do not pack artifacts
     grace_s: float | None = None  # SIGTERM -> SIGKILL delay; agent default if None
 
 
-@dataclass(frozen=True)
-class Attach:
+@dataclass(frozen=True, eq=False, repr=False)
+class Attach(Message):
     """Stream a job's log from `from_seq`, then its final JobStatus."""
 
     TAG: ClassVar[str] = "attach"
@@ -217,14 +218,14 @@ class Attach:
     follow: bool = True  # False: send what exists now, then the current status
 
 
-@dataclass(frozen=True)
-class GetStatus:
+@dataclass(frozen=True, eq=False, repr=False)
+class GetStatus(Message):
     TAG: ClassVar[str] = "get_status"
     job_id: str
 
 
-@dataclass(frozen=True)
-class Ping:
+@dataclass(frozen=True, eq=False, repr=False)
+class Ping(Message):
     TAG: ClassVar[str] = "ping"
     nonce: int
 

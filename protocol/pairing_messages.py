@@ -7,11 +7,13 @@ agent -> controller: PairReply, then Paired. Registered in protocol/messages.py.
 from dataclasses import dataclass
 from typing import ClassVar
 
+from protocol.message_base import Message
+
 # -- controller -> agent ----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PairStart:
+@dataclass(frozen=True, eq=False, repr=False)
+class PairStart(Message):
     """The controller's half of the pairing PAKE, on a pairing connection.
     `public_key` must be the key that connection authenticated with."""
 
@@ -20,8 +22,8 @@ class PairStart:
     public_key: str
 
 
-@dataclass(frozen=True)
-class PairConfirm:
+@dataclass(frozen=True, eq=False, repr=False)
+class PairConfirm(Message):
     """The controller's proof that it knows the code, sent only after the runner's
     proof verified; `label` names the controller in the runner's authorized_keys."""
 
@@ -33,8 +35,8 @@ class PairConfirm:
 # -- agent -> controller ----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PairReply:
+@dataclass(frozen=True, eq=False, repr=False)
+class PairReply(Message):
     """The runner's half of the pairing PAKE and its proof that it knows the code
     (protocol/pairing.py); the controller checks it before answering."""
 
@@ -43,8 +45,8 @@ class PairReply:
     confirm: bytes
 
 
-@dataclass(frozen=True)
-class Paired:
+@dataclass(frozen=True, eq=False, repr=False)
+class Paired(Message):
     """The controller's key is now authorized; reply to a valid PairConfirm."""
 
     TAG: ClassVar[str] = "paired"

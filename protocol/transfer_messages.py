@@ -8,6 +8,8 @@ ArtifactRange (part of GetArtifacts) are their records. Registered in protocol/m
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from protocol.message_base import Message
+
 # Hello.features: this agent sends exactly the range asked (ArtifactRange.length). An older one
 # would send to the end of the file, which the controller refuses: it is asked for whole files.
 ARTIFACT_RANGES = "artifact-ranges"
@@ -17,8 +19,8 @@ ARTIFACT_DIRECT = "artifact-direct"
 DIRECT_TOKEN_BYTES = 32
 
 
-@dataclass(frozen=True)
-class FileEntry:
+@dataclass(frozen=True, eq=False, repr=False)
+class FileEntry(Message):
     """One entry of a job's workspace as the controller sends it, by content.
 
     A regular file names the blob holding its bytes (`sha256`, `size`), which the
@@ -33,8 +35,8 @@ class FileEntry:
     link: str = ""
 
 
-@dataclass(frozen=True)
-class ArtifactRange:
+@dataclass(frozen=True, eq=False, repr=False)
+class ArtifactRange(Message):
     """Part of GetArtifacts: send `path` from byte `offset` (a resumed pull), `length`
     bytes of it (0: to its end). A controller pulling one file over several connections
     asks each for a range of its own, and takes no byte outside it."""
@@ -47,16 +49,16 @@ class ArtifactRange:
 # -- controller -> agent ----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class HaveBlobs:
+@dataclass(frozen=True, eq=False, repr=False)
+class HaveBlobs(Message):
     """Which of these blobs does the runner lack? Replied with MissingBlobs."""
 
     TAG: ClassVar[str] = "have_blobs"
     sha256s: list[str]
 
 
-@dataclass(frozen=True)
-class PutBlob:
+@dataclass(frozen=True, eq=False, repr=False)
+class PutBlob(Message):
     """Part of a blob: `data` at `offset` of a blob of `size` bytes in all. Parts come
     in order; the one that completes it is answered with BlobStored (or an Error)."""
 
@@ -67,8 +69,8 @@ class PutBlob:
     data: bytes
 
 
-@dataclass(frozen=True)
-class GetArtifacts:
+@dataclass(frozen=True, eq=False, repr=False)
+class GetArtifacts(Message):
     """Stream a finished job's artifact files: ArtifactData parts and an ArtifactEnd
     per file, then ArtifactsSent. No `files`: all of them, from the start."""
 
@@ -83,24 +85,24 @@ class GetArtifacts:
 # -- agent -> controller ----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class MissingBlobs:
+@dataclass(frozen=True, eq=False, repr=False)
+class MissingBlobs(Message):
     """Reply to HaveBlobs: the ones this runner lacks (send them with PutBlob)."""
 
     TAG: ClassVar[str] = "missing_blobs"
     sha256s: list[str]
 
 
-@dataclass(frozen=True)
-class BlobStored:
+@dataclass(frozen=True, eq=False, repr=False)
+class BlobStored(Message):
     """A blob arrived whole and its content matched `sha256`; reply to its last PutBlob."""
 
     TAG: ClassVar[str] = "blob_stored"
     sha256: str
 
 
-@dataclass(frozen=True)
-class ArtifactData:
+@dataclass(frozen=True, eq=False, repr=False)
+class ArtifactData(Message):
     """Bytes of one artifact file from `offset`, in reply to GetArtifacts."""
 
     TAG: ClassVar[str] = "artifact_data"
@@ -110,8 +112,8 @@ class ArtifactData:
     data: bytes
 
 
-@dataclass(frozen=True)
-class ArtifactEnd:
+@dataclass(frozen=True, eq=False, repr=False)
+class ArtifactEnd(Message):
     """One artifact file sent whole: `size` bytes in all (from offset 0)."""
 
     TAG: ClassVar[str] = "artifact_end"
@@ -120,8 +122,8 @@ class ArtifactEnd:
     size: int
 
 
-@dataclass(frozen=True)
-class DirectOffer:
+@dataclass(frozen=True, eq=False, repr=False)
+class DirectOffer(Message):
     """Reply to GetArtifacts(direct=True): the runner listens once on `port` (the address
     this SSH connection reached) for a TLS connection whose certificate's SHA-256 is
     `cert_sha256`; the controller checks that, then sends `token`; the runner then writes
@@ -137,8 +139,8 @@ class DirectOffer:
     token: bytes
 
 
-@dataclass(frozen=True)
-class ArtifactsSent:
+@dataclass(frozen=True, eq=False, repr=False)
+class ArtifactsSent(Message):
     """Every file a GetArtifacts asked for was sent (or refused with an Error)."""
 
     TAG: ClassVar[str] = "artifacts_sent"

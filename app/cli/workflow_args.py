@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from app.errors import UsageError
 
 
-@dataclass
+@dataclass(eq=False)  # never compared: no __eq__ compiled at import (#17)
 class Tail:
     """What the words after the workflow name meant."""
 
@@ -25,7 +25,7 @@ class Tail:
     notes: list[str] = field(default_factory=list)  # one line each, for stderr
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # never compared: no __eq__/__hash__ compiled at import (#17)
 class Options:
     """The verb's options: each spelling -> whether it takes a value, and its other spellings."""
 
