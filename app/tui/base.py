@@ -54,6 +54,7 @@ class LanpoolBase(App[None]):
     _metrics_shown: tuple[str, int] | None  # the job and number of points the chart was given last
     _oldest: dict[int, int] | None  # per node, the seq of the view's first line
     _metrics_dirty: bool
+    _key_at: float | None  # time.monotonic() of a key whose frame is not out yet (LanpoolApp.on_event)
     _focus_next: "Widget | None"  # a tab switch's focus, given after its frame (JobView.action_tab)
     _runners_dirty: bool
     runs_filter: str

@@ -8,6 +8,7 @@ batches (`_flush_log`, on a timer), however fast they come.
 """
 
 import asyncio
+import time
 from pathlib import Path
 
 from textual import on, work
@@ -31,6 +32,11 @@ def set_header(label: Label, text: str) -> None:
     a layout that a key pressed then waited for (scripts/bench-tui)."""
     if str(label.content) != text:
         label.update(text, layout=False)
+
+
+# A key not yet answered holds the log's flush back at most this long (if its frame never comes,
+# e.g. a key that changed nothing, lines still reach the screen).
+KEY_HOLDS_FLUSH_S = 0.1
 
 
 class JobView(LanpoolBase):
@@ -180,6 +186,8 @@ class JobView(LanpoolBase):
     def _flush_log(self) -> None:
         if not self._running:
             return
+        if self._key_at is not None and time.monotonic() - self._key_at < KEY_HOLDS_FLUSH_S:
+            return  # a key's frame is not out yet: these lines come with the next flush
         if self._pending:
             lines, self._pending = self._pending, []
             view = self.query_one(LogView)

@@ -103,14 +103,14 @@ class MetricsChart(Widget):
     def compose(self) -> ComposeResult:
         with Horizontal():
             yield SelectionList[str](id="metric-picker")
-            yield Vertical(id="plots")
+            with Vertical(id="plots"):
+                yield Label(self._wanted[1], id="plots-title")  # until the plots are drawn
 
     def on_show(self) -> None:
         if not self._shown:
             self._shown = True
             # The first show imports plotext and builds its canvas, ~150 ms on a 2-core machine:
-            # the switch's frame shows the title at once, the plots come in the next one.
-            self.query_one("#plots", Vertical).mount(Label(self._wanted[1], id="plots-title"))
+            # the switch's frame shows the title (#plots-title, from compose), the plots come after.
             self._first_pending = True
             self.call_after_refresh(self._first_draw)
 
@@ -123,6 +123,8 @@ class MetricsChart(Widget):
         # already show them, and drawing them anew is plotext's whole canvas again.
         same = (series, title) == self._wanted
         self._wanted = (series, title)
+        if not self._shown and not same:
+            self.query_one("#plots-title", Label).update(title)
         if self._shown and not same:
             self._draw()
 
