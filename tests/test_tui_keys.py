@@ -442,3 +442,42 @@ def test_back_to_metrics_reads_no_series_again(screen_app, monkeypatch):
         assert "train" in str(pilot.app.query_one(MetricsChart)._wanted[1])
 
     run(screen_app, (120, 30), body)
+
+
+def test_a_key_right_after_a_tab_switch_goes_to_the_tab_shown(screen_app):
+    """A tab switch gives the focus after its frame (the restyle is off the key's path); a key that
+    comes before that frame still goes to the tab shown: 3 then g is the log's top, not the Runs
+    table's first row (the keys are posted together, as a fast typist's arrive)."""
+    from textual import events
+
+    async def body(pilot):
+        await _on_done_job(pilot)
+        app = pilot.app
+        table = app.query_one(RunsTable)
+        row = table.cursor_row
+        assert row > 0
+        app.post_message(events.Key("3", "3"))
+        app.post_message(events.Key("g", "g"))
+        await pilot.pause(0.3)
+        assert app.active_tab() == "logs"
+        assert app.focused is app.query_one(LogView)
+        assert table.cursor_row == row and app.job_id == DONE_JOB  # g did not reach the Runs table
+        assert not app.query_one(LogView).following  # it reached the log
+
+    run(screen_app, (120, 30), body)
+
+
+def test_the_first_switch_to_metrics_shows_its_title_then_the_plots(screen_app):
+    """The first show of the chart draws its title at once, plotext's plots a frame later."""
+
+    async def body(pilot):
+        await _on_done_job(pilot)
+        await pilot.press("4")
+        await _until(pilot, lambda: bool(pilot.app.query(PlotextPlot)))
+        await pilot.pause(0.1)
+        chart = pilot.app.query_one(MetricsChart)
+        assert not chart.query("#plots-title")  # the title's stand-in is gone
+        assert pilot.app.focused is pilot.app.query_one("#metric-picker")
+        assert "train" in str(chart._wanted[1])
+
+    run(screen_app, (120, 30), body)

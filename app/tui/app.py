@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
@@ -115,6 +115,8 @@ class LanpoolApp(Actions):
         self._metrics_shown = None
         self._oldest = {}
         self._metrics_dirty = False
+        self._focus_next = None
+        self._key_at = None
         self._runners_dirty = True
         self._last_sync = 0.0
         self.runs_filter = ""
@@ -145,6 +147,21 @@ class LanpoolApp(Actions):
                     yield Label("", id="download-label")
                     yield ProgressBar(id="download-progress", show_eta=False)
         yield Footer()
+
+    async def on_event(self, event: events.Event) -> None:
+        # A key or click before the frame of a tab switch: the switch's focus first, so that the
+        # key goes where the tab shown says (3 then g: the log's top, not the Runs table's).
+        if self._focus_next is not None and isinstance(event, events.InputEvent):
+            self.apply_focus()
+        if isinstance(event, events.Key) and not event.is_forwarded:
+            # Until its frame is out, the log's new lines wait (_flush_log): a flush in between
+            # adds its render to the frame the key waits for.
+            self._key_at = time.monotonic()
+            self.call_after_refresh(self._key_shown)
+        await super().on_event(event)
+
+    def _key_shown(self) -> None:
+        self._key_at = None
 
     def get_default_screen(self) -> Screen[Any]:
         return AppScreen(id="_default")  # its own blank lines drawn once (app/tui/widgets/panes.py)

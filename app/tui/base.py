@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from textual.app import App
 from textual.css.query import NoMatches
+from textual.widget import Widget
 from textual.widgets import Label, TabbedContent
 from textual.worker import Worker, WorkerState
 
@@ -53,6 +54,8 @@ class LanpoolBase(App[None]):
     _metrics_shown: tuple[str, int] | None  # the job and number of points the chart was given last
     _oldest: dict[int, int] | None  # per node, the seq of the view's first line
     _metrics_dirty: bool
+    _key_at: float | None  # time.monotonic() of a key whose frame is not out yet (LanpoolApp.on_event)
+    _focus_next: "Widget | None"  # a tab switch's focus, given after its frame (JobView.action_tab)
     _runners_dirty: bool
     runs_filter: str
     runs_status: str

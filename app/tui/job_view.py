@@ -8,6 +8,7 @@ batches (`_flush_log`, on a timer), however fast they come.
 """
 
 import asyncio
+import time
 from pathlib import Path
 
 from textual import on, work
@@ -33,6 +34,11 @@ def set_header(label: Label, text: str) -> None:
         label.update(text, layout=False)
 
 
+# A key not yet answered holds the log's flush back at most this long (if its frame never comes,
+# e.g. a key that changed nothing, lines still reach the screen).
+KEY_HOLDS_FLUSH_S = 0.1
+
+
 class JobView(LanpoolBase):
     def action_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab
@@ -43,11 +49,19 @@ class JobView(LanpoolBase):
             "metrics": "#metric-picker",
             "artifacts": "#artifacts-table",
         }.get(tab)
-        if target:
+        if target and tab in ("logs", "metrics"):
+            # Focus moves after the frame that shows the tab: the blurred and the focused widget
+            # restyle (:focus), 4-11 ms of the key's frame (scripts/bench-tui). A key or click that
+            # comes before that frame moves it first (LanpoolApp.on_event), so none goes astray.
+            # Not for the tables: they draw a focused cursor, so a frame before the focus would
+            # render every shown row twice (unfocused, then focused) instead of from their caches.
+            self._focus_next = self.query_one(target)
+            self.call_after_refresh(self.apply_focus)
+        elif target:
+            self._focus_next = None
             self.query_one(target).focus()
-        if tab == "metrics":
-            self.show_metrics(force=True)
-        elif tab == "runners":
+        # The Metrics tab's chart: on its TabActivated (a click on the tab sends one too).
+        if tab == "runners":
             self.call_after_refresh(self.show_runners)
         elif tab == "runs":
             # The list as it was comes back at once (its rows render from the table's cache);
@@ -55,10 +69,28 @@ class JobView(LanpoolBase):
             # runs after that frame: the key gets its answer first (scripts/bench-tui).
             self.call_after_refresh(self.show_runs)
 
+    def apply_focus(self) -> None:
+        """The focus a tab switch asked for, if not given yet."""
+        widget, self._focus_next = self._focus_next, None
+        if widget is not None and widget.is_attached:
+            # At once, not by widget.focus()'s call_later: a key being routed goes to it (on_event).
+            widget.screen.set_focus(widget)
+
     @on(TabbedContent.TabActivated)
     def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
-        if event.pane.id == "metrics":
-            self.show_metrics(force=True)
+        if event.pane.id != "metrics":
+            return
+        if (
+            self._metrics is not None
+            and self._metrics_shown is not None
+            and (self._metrics_shown[0] == self._metrics.job_id)
+        ):
+            # The chart already shows this job: the switch's frame shows it as it is, and the
+            # points that came since (a read and plotext's whole canvas) follow in the next one;
+            # building them on the key was the slowest key (p95 ~140 ms, scripts/bench-tui).
+            self.call_after_refresh(self.show_metrics, True)
+        else:
+            self.show_metrics(force=True)  # another job's chart must not show, even for a frame
 
     # -- the selected job ------------------------------------------------------------------
 
@@ -154,6 +186,8 @@ class JobView(LanpoolBase):
     def _flush_log(self) -> None:
         if not self._running:
             return
+        if self._key_at is not None and time.monotonic() - self._key_at < KEY_HOLDS_FLUSH_S:
+            return  # a key's frame is not out yet: these lines come with the next flush
         if self._pending:
             lines, self._pending = self._pending, []
             view = self.query_one(LogView)

@@ -19,7 +19,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widget import Widget
-from textual.widgets import SelectionList
+from textual.widgets import Label, SelectionList
 
 if TYPE_CHECKING:  # imported when first shown (above)
     from textual_plotext import PlotextPlot
@@ -93,6 +93,7 @@ class MetricsChart(Widget):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._shown = False
+        self._first_pending = False  # shown, the plots not drawn yet (on_show)
         self._wanted: tuple[Series, str] = ({}, "no job selected")
         self._hidden: set[str] = set()  # unticked in the picker (kept across jobs: the same names recur)
         self.log_scale = False
@@ -102,11 +103,19 @@ class MetricsChart(Widget):
     def compose(self) -> ComposeResult:
         with Horizontal():
             yield SelectionList[str](id="metric-picker")
-            yield Vertical(id="plots")
+            with Vertical(id="plots"):
+                yield Label(self._wanted[1], id="plots-title")  # until the plots are drawn
 
     def on_show(self) -> None:
         if not self._shown:
             self._shown = True
+            # The first show imports plotext and builds its canvas, ~150 ms on a 2-core machine:
+            # the switch's frame shows the title (#plots-title, from compose), the plots come after.
+            self._first_pending = True
+            self.call_after_refresh(self._first_draw)
+
+    def _first_draw(self) -> None:
+        if self._first_pending:  # else drawn meanwhile (new points, a key)
             self._draw()
 
     def show_series(self, series: Series, title: str) -> None:
@@ -114,6 +123,8 @@ class MetricsChart(Widget):
         # already show them, and drawing them anew is plotext's whole canvas again.
         same = (series, title) == self._wanted
         self._wanted = (series, title)
+        if not self._shown and not same:
+            self.query_one("#plots-title", Label).update(title)
         if self._shown and not same:
             self._draw()
 
@@ -144,6 +155,7 @@ class MetricsChart(Widget):
     def _draw(self) -> None:
         from textual_plotext import PlotextPlot
 
+        self._first_pending = False
         series, title = self._wanted
         self._sync_picker(sorted(series))
         groups = {
