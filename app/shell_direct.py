@@ -21,7 +21,6 @@ from protocol import DirectOffer, tls_relay
 from protocol.shell_direct import SHELL_DIRECT
 
 SHELL_ENV = "LANPOOL_DIRECT_SHELLS"
-_READ_SIZE = 64 * 1024
 
 
 def shell_direct_wanted(features: Sequence[str]) -> bool:
