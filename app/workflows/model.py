@@ -29,6 +29,8 @@ LATEST = "latest"
 
 @dataclass(frozen=True)
 class Dependency:
+    """A workflow's `needs:` entry: the workflow (or run tag) it waits for."""
+
     workflow: str
     # `prepare:NAME`: the run tagged NAME, not a fresh plan; `prepare:latest`: the latest
     # DONE run of prepare (dstack's meaning). No workflow (`:NAME`): every job of the run tagged NAME.
@@ -44,6 +46,8 @@ class Dependency:
 
 @dataclass(frozen=True)
 class ArtifactSpec:
+    """One `artifacts:` path of a workflow, and which nodes it comes from."""
+
     path: str
     nodes: str = "0"  # "0": from node 0 only; "all": from every node (multi-node jobs)
 

@@ -23,6 +23,8 @@ DEFAULT_PYTHON = "3.11"
 
 @dataclass(frozen=True)
 class ResolvedJob:
+    """A workflow made concrete for one job: its commands, environment and artifacts."""
+
     workflow: str
     commands: list[str]
     env: dict[str, str]
