@@ -8,10 +8,13 @@ from pathlib import Path
 import platformdirs
 
 from app.errors import UsageError
+from protocol.message_base import Record
 
 
-@dataclass(frozen=True)
-class ControllerHome:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class ControllerHome(Record):
+    """The controller's data dir, and whether $LANPOOL_HOME named it."""
+
     root: Path
     from_env: bool = False  # named by $LANPOOL_HOME: errors say so, since that is what to fix
 

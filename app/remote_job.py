@@ -39,6 +39,7 @@ from app.multinode import prefix_node
 from app.secret_store import mask
 from app.store import JobRow, Store
 from protocol import JobState
+from protocol.message_base import Record
 
 if TYPE_CHECKING:  # `status`/`logs` of stored jobs use RemoteJob without the SSH stack (issue #17)
     from app.job_artifacts import Artifacts
@@ -57,8 +58,8 @@ LogSink = Callable[[str, str, bytes], None]  # (job_id, stream, data) for each c
 Say = Callable[[str], None]
 
 
-@dataclass(frozen=True)
-class JobServices:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class JobServices(Record):
     """What a RemoteJob works with: the store, the artifacts, a way to reach a trusted runner,
     and a way to record a runner's liveness (the pool's)."""
 
@@ -72,8 +73,10 @@ class JobServices:
     masks: Callable[[dict[str, str]], list[str]] = lambda _env: []
 
 
-@dataclass(frozen=True)
-class NodeAt:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class NodeAt(Record):
+    """Where one node of a job runs: the runner's name and address."""
+
     node: int
     runner: str
     host: str
@@ -83,8 +86,8 @@ class NodeAt:
         return {"name": self.runner, "host": self.host, "port": self.port}
 
 
-@dataclass(frozen=True)
-class Launch:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class Launch(Record):
     """What a job is submitted with."""
 
     job_id: str

@@ -21,6 +21,7 @@ from typing import Any
 from app.host_keys import host_key_or_none, unreadable_key_message
 from app.scheduler import Capacity
 from app.store import Store
+from protocol.message_base import Record
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +41,10 @@ class RunnerState(StrEnum):
     CONFLICT = "CONFLICT"
 
 
-@dataclass(frozen=True)
-class RunnerView:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class RunnerView(Record):
+    """A runner as the controller shows it: its record, state and running jobs."""
+
     name: str
     host: str
     port: int

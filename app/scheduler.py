@@ -10,9 +10,13 @@ can never fit on any runner is rejected at once.
 from dataclasses import dataclass
 from typing import Any
 
+from protocol.message_base import Record
 
-@dataclass(frozen=True)
-class Need:
+
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class Need(Record):
+    """What a job asks of a runner: GPUs, CPUs, memory."""
+
     gpu: int = 0
     cpu: int = 0
     memory_mb: int = 0
@@ -34,8 +38,8 @@ class Need:
         return ", ".join(p for p in parts if p) or "no particular resources"
 
 
-@dataclass(frozen=True)
-class Capacity:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class Capacity(Record):
     """One runner as the scheduler sees it."""
 
     name: str
@@ -64,8 +68,10 @@ class Capacity:
         return (self.gpus_free - need.gpu, self.cpus_free - need.cpu, self.memory_free_mb - need.memory_mb)
 
 
-@dataclass(frozen=True)
-class Decision:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class Decision(Record):
+    """Where the scheduler places a job, or why it waits or can never run."""
+
     runners: list[str]  # chosen, node 0 first; empty when queued or rejected
     queued: str = ""  # why it must wait
     rejected: str = ""  # why it can never run

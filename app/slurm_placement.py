@@ -16,12 +16,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from app.runner_views import RunnerState, RunnerView
+from protocol.message_base import Record
 
 _PARTITION = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_.-]*):(\d+)/(\d+)n:(\d+)/(\d+)g$")
 
 
-@dataclass(frozen=True)
-class Partition:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class Partition(Record):
+    """A Slurm partition: its idle and total nodes and GPUs."""
+
     name: str
     nodes_idle: int
     nodes: int

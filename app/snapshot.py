@@ -24,14 +24,17 @@ from pathlib import Path
 
 from app.hash_cache import HashCache, stat_key
 from app.home import ControllerHome
+from protocol.message_base import Record
 
 _SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 _OWN_DIR = ".lanpool"  # lanpool state kept in a project, never part of its code
 _HASH_READ = 1 << 20
 
 
-@dataclass(frozen=True)
-class ManifestEntry:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class ManifestEntry(Record):
+    """One file (or symlink) of a project snapshot."""
+
     path: str  # relative POSIX path
     mode: int = 0o644
     size: int = 0
@@ -39,8 +42,10 @@ class ManifestEntry:
     link: str = ""  # a symlink's target
 
 
-@dataclass(frozen=True)
-class Manifest:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class Manifest(Record):
+    """A project snapshot: its root and its entries."""
+
     root: Path
     entries: tuple[ManifestEntry, ...]
 

@@ -63,6 +63,8 @@ class Hello(Message):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class JobAccepted(Message):
+    """A job the agent took: its id and workspace."""
+
     TAG: ClassVar[str] = "job_accepted"
     job_id: str
     workspace: str
@@ -92,6 +94,8 @@ class LogChunk(Message):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class JobStatus(Message):
+    """A job's state, as the agent reports it."""
+
     TAG: ClassVar[str] = "job_status"
     job_id: str
     state: str
@@ -117,6 +121,8 @@ class JobStatus(Message):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Error(Message):
+    """A request the agent refused or failed: a code from ErrorCode and one line of text."""
+
     TAG: ClassVar[str] = "error"
     code: str
     message: str
@@ -125,6 +131,8 @@ class Error(Message):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Pong(Message):
+    """The answer to a Ping, with its nonce."""
+
     TAG: ClassVar[str] = "pong"
     nonce: int
 
@@ -134,6 +142,8 @@ class Pong(Message):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class ClientHello(Message):
+    """First message a controller sends on a new lanpool channel."""
+
     TAG: ClassVar[str] = "client_hello"
     protocol_version: int
     client_version: str
@@ -202,6 +212,8 @@ class SubmitJob(Message):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class StopJob(Message):
+    """Ask the agent to stop a job."""
+
     TAG: ClassVar[str] = "stop"
     job_id: str
     abort: bool = False  # abort: do not pack artifacts
@@ -220,12 +232,16 @@ class Attach(Message):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class GetStatus(Message):
+    """Ask for a job's state."""
+
     TAG: ClassVar[str] = "get_status"
     job_id: str
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Ping(Message):
+    """A liveness probe; the agent answers Pong with the same nonce."""
+
     TAG: ClassVar[str] = "ping"
     nonce: int
 

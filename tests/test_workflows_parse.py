@@ -411,3 +411,36 @@ def test_a_misspelt_resume_from_is_suggested(tmp_path: Path):
     err = _error(tmp_path)
     _assert_at(err, path, 4)
     assert "did you mean 'resume-from'?" in str(err)
+
+
+def test_workflow_records_compare_hash_and_print_as_dataclass_made_them():
+    """app/workflows/model.py's records take eq, hash and repr from protocol.message_base.Record
+    (start-up time, issue #17): the same as `dataclass` generates, field(compare=False) and
+    field(repr=False) included."""
+    import dataclasses
+
+    from app.workflows.model import ArtifactSpec, Dependency, Workflow
+    from protocol.message_base import Record
+
+    @dataclasses.dataclass(frozen=True)
+    class Plain:
+        a: int
+        b: dict = dataclasses.field(default_factory=dict, compare=False)
+        c: str = dataclasses.field(default="x", repr=False)
+
+    @dataclasses.dataclass(frozen=True, eq=False, repr=False)
+    class Ours(Record):
+        a: int
+        b: dict = dataclasses.field(default_factory=dict, compare=False)
+        c: str = dataclasses.field(default="x", repr=False)
+
+    ours = repr(Ours(1, {"k": 1}))
+    assert ours == repr(Plain(1, {"k": 1})).replace("Plain", "Ours") and ours.endswith(".Ours(a=1, b={'k': 1})")
+    assert Ours(1, {"k": 1}) == Ours(1, {}) and hash(Ours(1, {"k": 1})) == hash(Plain(1, {}))
+    assert Ours(1) != Ours(2) and Ours(1, c="y") != Ours(1) and Ours(1) != Plain(1)
+    one = Workflow("w", ["echo"], key_lines={"commands": 3})
+    assert one == Workflow("w", ["echo"]) and one != Workflow("w", ["echo", "more"])
+    assert repr(Dependency("a", "t")) == "Dependency(workflow='a', tag='t')" and str(Dependency("a", "t")) == "a:t"
+    assert {Dependency("a"), Dependency("a"), ArtifactSpec("p")} == {Dependency("a"), ArtifactSpec("p")}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        one.name = "other"  # type: ignore[misc]

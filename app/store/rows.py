@@ -6,12 +6,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from protocol import JobState
+from protocol.message_base import Record
 
 ARTIFACTS_REFUSED = -1  # jobs.artifacts_pulled: 0 not yet, 1 pulled, -1 refused
 
 
-@dataclass(frozen=True)
-class RunRow:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class RunRow(Record):
+    """A row of the runs table."""
+
     name: str
     workflow: str
     project_dir: str
@@ -19,8 +22,10 @@ class RunRow:
     tag: str | None
 
 
-@dataclass(frozen=True)
-class JobRow:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class JobRow(Record):
+    """A row of the jobs table: where the job ran, its state, and what was kept of it."""
+
     id: str
     run_name: str
     workflow: str

@@ -6,8 +6,7 @@ older and newer spellings are first rewritten by app/workflows/dialects.py).
 Every error names the entry's workflow and the line of the key at fault.
 """
 
-import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -51,8 +50,15 @@ MAX_NODES = 1024  # a gang larger than any LAN: a typo, not a plan
 AtKey = Callable[[str, str], WorkflowError]
 
 
+def close_matches(word: str, possibilities: Iterable[str], n: int = 1) -> list[str]:
+    """difflib's "did you mean", imported on the first misspelling: not on every `run`'s start (issue #17)."""
+    import difflib
+
+    return difflib.get_close_matches(word, possibilities, n=n)
+
+
 def _unknown_key(key: Any, known: tuple[str, ...], what: str, path: Path, line: int) -> WorkflowError:
-    close = difflib.get_close_matches(str(key), known, n=1)
+    close = close_matches(str(key), known, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else f"; known keys: {', '.join(known)}"
     return WorkflowError(f"unknown key {key!r} in {what}{hint}", path, line)
 
@@ -205,7 +211,7 @@ def _parse_resources(item: LineMap, err: AtKey) -> dict[str, Scalar | dict[str, 
         raise err("'resources' must be a mapping (gpu, cpu, memory, shm_size)", "resources")
     for key in raw:
         if key not in RESOURCE_KEYS:
-            close = difflib.get_close_matches(str(key), RESOURCE_KEYS, n=1)
+            close = close_matches(str(key), RESOURCE_KEYS, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else f"; known: {', '.join(RESOURCE_KEYS)}"
             raise WorkflowError(
                 f"workflow {item['name']!r}: unknown resource {key!r}{hint}",

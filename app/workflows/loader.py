@@ -1,11 +1,10 @@
 """Reading `.lanpool/` (or `.dstack/`) workflow and variable files, and the checks that span workflows."""
 
-import difflib
 import re
 from pathlib import Path
 
 from app.workflows.dialects import log_notes
-from app.workflows.entry import MAX_NODES, parse_workflow
+from app.workflows.entry import MAX_NODES, close_matches, parse_workflow
 from app.workflows.model import Project, Scalar, Workflow, WorkflowError
 from app.workflows.substitute import variable_names_used
 from app.workflows.yaml_lines import LineMap, read_yaml
@@ -83,7 +82,7 @@ def _load_variables(path: Path, workflows: dict[str, Workflow]) -> dict[str, dic
     for section, values in sections.items():
         line = sections.line_of(section)
         if section != "global" and section not in workflows:
-            close = difflib.get_close_matches(str(section), [*workflows, "global"], n=1)
+            close = close_matches(str(section), [*workflows, "global"], n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
             raise WorkflowError(f"variables for unknown workflow {section!r}{hint}", path, line)
         if not isinstance(values, LineMap):
@@ -111,7 +110,7 @@ def _check_dependencies(project: Project) -> None:
             if not dep.workflow and dep.tag:
                 continue  # `- tag: NAME`: a run, whatever its workflows
             if dep.workflow not in project.workflows:
-                close = difflib.get_close_matches(dep.workflow, list(project.workflows), n=1)
+                close = close_matches(dep.workflow, list(project.workflows), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise WorkflowError(
                     f"workflow {wf.name!r} depends on unknown workflow {dep.workflow!r}{hint}",

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import Any
 
 from app.errors import UsageError
+from protocol.message_base import Record
 
 Scalar = str | int | float | bool
 
@@ -27,8 +28,10 @@ class WorkflowError(UsageError):
 LATEST = "latest"
 
 
-@dataclass(frozen=True)
-class Dependency:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class Dependency(Record):
+    """A workflow's `needs:` entry: the workflow (or run tag) it waits for."""
+
     workflow: str
     # `prepare:NAME`: the run tagged NAME, not a fresh plan; `prepare:latest`: the latest
     # DONE run of prepare (dstack's meaning). No workflow (`:NAME`): every job of the run tagged NAME.
@@ -42,14 +45,16 @@ class Dependency:
         return f"{self.workflow}:{self.tag}" if self.tag else self.workflow
 
 
-@dataclass(frozen=True)
-class ArtifactSpec:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class ArtifactSpec(Record):
+    """One `artifacts:` path of a workflow, and which nodes it comes from."""
+
     path: str
     nodes: str = "0"  # "0": from node 0 only; "all": from every node (multi-node jobs)
 
 
-@dataclass(frozen=True)
-class Workflow:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class Workflow(Record):
     """One entry of `workflows:`. Text fields may still hold `$variables`."""
 
     name: str
@@ -85,8 +90,8 @@ class Workflow:
         return self.key_lines.get(key, self.line)
 
 
-@dataclass(frozen=True)
-class Project:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class Project(Record):
     """A directory with `.lanpool/` (or a 2022 `.dstack/`) workflow files."""
 
     root: Path

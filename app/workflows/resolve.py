@@ -17,12 +17,15 @@ from app.workflows.substitute import (
     variable_names_used,
 )
 from app.workflows.variable_env import variable_of_env, variables_as_args, variables_env
+from protocol.message_base import Record
 
 DEFAULT_PYTHON = "3.11"
 
 
-@dataclass(frozen=True)
-class ResolvedJob:
+@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+class ResolvedJob(Record):
+    """A workflow made concrete for one job: its commands, environment and artifacts."""
+
     workflow: str
     commands: list[str]
     env: dict[str, str]

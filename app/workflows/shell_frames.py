@@ -16,6 +16,8 @@ UNCLOSED = {"c": "$( or (", "d": '"', "s": "'", "a": "$'", "q": "'", "x": "$(( o
 
 @dataclass
 class Scan:
+    """What a scan of a script found: where each value is placed, and its here-documents."""
+
     placements: dict[int, Placement]
     heredocs: list[HereDoc]
     problem: str = ""  # what the model could not follow ("" : nothing)
@@ -29,6 +31,8 @@ class Scan:
 
 @dataclass(eq=False)
 class Frame:
+    """One open construct (quote, substitution, here-document...) while scanning a script."""
+
     kind: str  # u: commands, c: $( ) ( ), d s a q: quotes, x: arithmetic, i: subscript, p: ${ }, h: here-document
     start: int
     sink: str = ""

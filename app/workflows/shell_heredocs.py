@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class HereDoc:
+    """A here-document's body, delimiter and kind, as positions in the script."""
+
     start: int  # the body: its first line's start ..
     end: int  # .. the terminator line's start
     delimiter: str
@@ -37,6 +39,8 @@ class HereDoc:
 
 @dataclass(frozen=True)
 class Body:
+    """A here-document and where the script goes on after its terminator."""
+
     doc: HereDoc
     resume: int  # where the script goes on, after the terminator line
 

@@ -39,6 +39,8 @@ _CODE_OPTION = {
 
 @dataclass(eq=False)
 class Placement:
+    """Where a substituted value lands in a script, and what bash would do with it there."""
+
     quote: str  # u: unquoted, d: "...", s: '...', a: $'...', p: a word in ${...}, h/H: here-document (unquoted/quoted)
     backquotes: int = 0  # levels of `...` around it
     sink: str = ""  # "" or arith, name, code, quote, delim, copied: why bash would evaluate a value here

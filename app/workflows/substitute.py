@@ -27,10 +27,11 @@ import re
 from bisect import bisect_right
 from collections.abc import Callable, Collection, Mapping
 from itertools import accumulate
+from typing import TYPE_CHECKING
 
-from app.workflows.shell_heredocs import HereDoc, line_ending_early
-from app.workflows.shell_model import scan
-from app.workflows.shell_sinks import Placement
+if TYPE_CHECKING:  # the shell model is imported where a script holds a reference (start-up time, issue #17)
+    from app.workflows.shell_heredocs import HereDoc
+    from app.workflows.shell_sinks import Placement
 
 _VAR = re.compile(
     # ${{ name }}: dstack's names may hold - and . (`${{ batch-size }}`); the shell forms may not
@@ -100,6 +101,12 @@ def substitute_commands(
     index) where a value would not be inert.
     """
     script = "\n".join(commands)
+    if not env_copies and _VAR.search(script) is None:
+        # Nothing to place and no copy to trace: the script as written, without reading it as bash
+        # does (the shell model's ~10 modules and its scan: ~5 ms of a `run`'s start, issue #17).
+        return list(commands)
+    from app.workflows.shell_model import scan
+
     starts = list(accumulate((len(c) + 1 for c in commands[:-1]), initial=0))
     model = scan(script, _VAR)
     for env, name in (env_copies or {}).items():
@@ -180,7 +187,7 @@ _WHY = {
 }
 
 
-def _refusal(name: str, placement: Placement) -> str:
+def _refusal(name: str, placement: "Placement") -> str:
     where = {
         "arith": f"used inside {placement.construct}",
         "name": f"used as a variable name by {placement.construct}",
@@ -202,7 +209,7 @@ def _refusal(name: str, placement: Placement) -> str:
 
 
 def _render(
-    name: str, values: Mapping[str, str], words: Mapping[str, str], ints: Collection[str], placement: Placement
+    name: str, values: Mapping[str, str], words: Mapping[str, str], ints: Collection[str], placement: "Placement"
 ) -> str:
     if placement.backquotes > 1:
         raise _Refused(f"${name} is inside nested backquotes, which lanpool does not quote for: write $(...) instead")
@@ -246,7 +253,7 @@ def _double_quoted(value: str) -> str:
     return re.sub(r'([\\$`"])', r"\\\1", value)  # inside "...": only these four are live
 
 
-def _escape(value: str, placement: Placement) -> str:
+def _escape(value: str, placement: "Placement") -> str:
     quote = placement.quote
     if quote == "d":
         text = _double_quoted(value)
@@ -270,18 +277,20 @@ def _backquoted(text: str, levels: int) -> str:
     return re.sub(r"([\\$`])", r"\\\1", text) if levels else text
 
 
-def _splice(words: str, placement: Placement) -> str:
+def _splice(words: str, placement: "Placement") -> str:
     """Escaped words in any context: their `'\\n'` newlines and backslashes only hold unquoted."""
     text = {"d": '"{}"', "s": "'{}'", "a": "'{}$'"}.get(placement.quote, "{}").format(words)
     return _backquoted(text, placement.backquotes)
 
 
 def _check_heredoc(
-    doc: HereDoc, result: str, moved: Callable[[int], int], placed: list[tuple[int, str]], line: int
+    doc: "HereDoc", result: str, moved: Callable[[int], int], placed: list[tuple[int, str]], line: int
 ) -> None:
     """No value may put the delimiter's line into a here-document: bash would end it there."""
     if not placed:
         return
+    from app.workflows.shell_heredocs import line_ending_early
+
     start = moved(doc.start)
     at = line_ending_early(doc, result[start : moved(doc.end)])
     if at >= 0:
