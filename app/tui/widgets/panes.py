@@ -17,6 +17,7 @@ from textual.screen import Screen
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import ContentSwitcher, TabbedContent, TabPane
+from textual.widgets._tabbed_content import ContentTabs
 
 
 def _blank_key(widget: Widget, crop: Region) -> tuple[Any, ...]:
@@ -69,3 +70,8 @@ class Tabbed(TabbedContent):
         switcher = self.get_child_by_type(ContentSwitcher)
         render = switcher.render_lines
         switcher.render_lines = lambda crop: memo_lines(switcher, crop, render)  # type: ignore[method-assign]
+        # The tab bar's underline moves at once: its slide is 0.3 s of frames at 60 a second, and
+        # the next key (3 then g) came while they still drew (scripts/bench-tui, BENCH_TRACE).
+        tabs = self.get_child_by_type(ContentTabs)
+        highlight = tabs._highlight_active
+        tabs._highlight_active = lambda animate=True: highlight(animate=False)  # type: ignore[method-assign]
