@@ -201,8 +201,13 @@ class KeyTrace:
                 return original_render(cache, widget, crop)
             finally:
                 # (widget, lines asked, ms) of each widget render in the key's window
-                trace.events.append((now(), f"render {widget.__class__.__name__}#{widget.id} {crop.height} "
-                                     f"{(time.monotonic() - t) * 1000:.1f}"))
+                trace.events.append(
+                    (
+                        now(),
+                        f"render {widget.__class__.__name__}#{widget.id} {crop.height} "
+                        f"{(time.monotonic() - t) * 1000:.1f}",
+                    )
+                )
 
         StylesCache.render_widget = render_widget  # type: ignore[method-assign]
         app.on_event = on_event

@@ -38,14 +38,20 @@ def _blank_key(widget: Widget, crop: Region) -> tuple[Any, ...]:
     )
 
 
-def memo_lines(widget: Widget, crop: Region, render: Callable[[Region], list[Strip]]) -> list[Strip]:
-    """`render(crop)`, or the lines it gave for the same key last time."""
-    key = _blank_key(widget, crop)
-    memo: tuple[tuple[Any, ...], list[Strip]] | None = getattr(widget, "_lanpool_lines", None)
-    if memo is not None and memo[0] == key:
-        return memo[1]
-    lines = render(crop)
-    widget._lanpool_lines = (key, lines)  # type: ignore[attr-defined]
+def memo_lines(
+    widget: Widget, crop: Region, render: Callable[[Region], list[Strip]], state: tuple[Any, ...] = (), keep: int = 1
+) -> list[Strip]:
+    """`render(crop)`, or the lines it gave for the same key last time (one of the last `keep`
+    keys); `state`: what else the widget's lines depend on."""
+    key = (*_blank_key(widget, crop), *state)
+    memo: dict[tuple[Any, ...], list[Strip]] | None = getattr(widget, "_lanpool_lines", None)
+    if memo is None:
+        memo = widget._lanpool_lines = {}  # type: ignore[attr-defined]
+    lines = memo.get(key)
+    if lines is None:
+        lines = memo[key] = render(crop)
+        while len(memo) > keep:
+            del memo[next(iter(memo))]  # the oldest
     return lines
 
 
