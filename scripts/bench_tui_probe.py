@@ -282,9 +282,17 @@ async def startup_lanpool(args) -> dict:
         )
         MARKS["first_key_answered"] = now()
         await pilot.pause(0.3)
+        trace = KeyTrace(tui) if os.environ.get("BENCH_TRACE") else None
+        if trace:
+            trace.start()
+        t_key = now()
         res["runs_tab_s"] = await key_latency(
             tui, frames, "1", lambda text: tabs.active == "runs" and "SUBMITTED" in text
         )
+        if trace:
+            res["runs_tab_trace"] = trace.take(t_key)
+            if trace.profile is not None:
+                trace.profile.dump_stats(os.environ["BENCH_TRACE"])
         if args.big_job and table.row_count > 2:
             await pilot.pause(0.3)
             from textual.coordinate import Coordinate
