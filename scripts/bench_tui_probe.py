@@ -29,7 +29,9 @@ measurement.
 Diagnostics (follow): BENCH_PROFILE=FILE dumps a cProfile of the run;
 BENCH_DEBUG=1 keeps each key's first frames (state and text) and the object
 types a full collection walks; BENCH_GC="freeze;thr:A,B,C" tries other
-collector settings after start-up. Whatever the mode, the probe goes through
+collector settings after start-up. BENCH_TRACE=1 keeps, per key, where its time went
+(handled, each screen update, each widget's render, GC CPU); BENCH_TRACE=FILE also dumps a
+cProfile of the keys' windows only (key sent -> its frame) there. Whatever the mode, the probe goes through
 `app.tui.load_app()` like `app PATH` does (imports, collector settings).
 """
 
