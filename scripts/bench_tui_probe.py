@@ -29,7 +29,9 @@ measurement.
 Diagnostics (follow): BENCH_PROFILE=FILE dumps a cProfile of the run;
 BENCH_DEBUG=1 keeps each key's first frames (state and text) and the object
 types a full collection walks; BENCH_GC="freeze;thr:A,B,C" tries other
-collector settings after start-up. Whatever the mode, the probe goes through
+collector settings after start-up. BENCH_TRACE=1 keeps, per key, where its time went
+(handled, each screen update, each widget's render, GC CPU); BENCH_TRACE=FILE also dumps a
+cProfile of the keys' windows only (key sent -> its frame) there. Whatever the mode, the probe goes through
 `app.tui.load_app()` like `app PATH` does (imports, collector settings).
 """
 
@@ -156,6 +158,78 @@ def send_key(app, key: str) -> float:
     return t
 
 
+class KeyTrace:
+    """BENCH_TRACE=1: where a key's time goes. Marks, since the key was sent: its handling
+    (App.on_event, start and end), each screen update after it (Screen._on_timer_update: start,
+    end, whether it laid the screen out) and the GC's CPU time in between."""
+
+    def __init__(self, app) -> None:
+        from textual.screen import Screen
+
+        self.events: list[tuple[float, str]] = []
+        self.on = False
+        # BENCH_TRACE=FILE: also a cProfile of the keys' windows only (key sent -> its frame), dumped there.
+        self.profile = None if os.environ["BENCH_TRACE"] == "1" else __import__("cProfile").Profile()
+        original_event = app.on_event
+        original_update = Screen._on_timer_update
+        trace = self
+
+        async def on_event(event) -> None:
+            from textual import events
+
+            key = trace.on and isinstance(event, events.Key)
+            if key:
+                trace.mark("key in")
+            await original_event(event)
+            if key:
+                trace.mark("key out")
+
+        def update(screen) -> None:
+            if trace.on:
+                trace.mark("update" + (" layout" if screen._layout_required else ""))
+            original_update(screen)
+            if trace.on:
+                trace.mark("update end")
+
+        from textual._styles_cache import StylesCache
+
+        original_render = StylesCache.render_widget
+
+        def render_widget(cache, widget, crop):
+            if not trace.on:
+                return original_render(cache, widget, crop)
+            t = time.monotonic()
+            try:
+                return original_render(cache, widget, crop)
+            finally:
+                # (widget, lines asked, ms) of each widget render in the key's window
+                trace.events.append(
+                    (
+                        now(),
+                        f"render {widget.__class__.__name__}#{widget.id} {crop.height} "
+                        f"{(time.monotonic() - t) * 1000:.1f}",
+                    )
+                )
+
+        StylesCache.render_widget = render_widget  # type: ignore[method-assign]
+        app.on_event = on_event
+        Screen._on_timer_update = update  # type: ignore[method-assign]
+
+    def mark(self, what: str) -> None:
+        self.events.append((now(), what))
+
+    def start(self) -> None:
+        self.events, self.on = [], True
+        if self.profile is not None:
+            self.profile.enable()
+
+    def take(self, sent: float) -> list:
+        self.on = False
+        if self.profile is not None:
+            self.profile.disable()
+        return [(round((t - sent) * 1000, 1), what) for t, what in self.events]
+
+
 async def key_latency(app, frames: Frames, key: str, pred, timeout: float = 5.0) -> float | None:
     """Seconds from sending `key` to the first frame satisfying pred(text) (None: not seen in `timeout`)."""
     waiting = asyncio.ensure_future(frames.wait(pred, timeout))
@@ -210,9 +284,17 @@ async def startup_lanpool(args) -> dict:
         )
         MARKS["first_key_answered"] = now()
         await pilot.pause(0.3)
+        trace = KeyTrace(tui) if os.environ.get("BENCH_TRACE") else None
+        if trace:
+            trace.start()
+        t_key = now()
         res["runs_tab_s"] = await key_latency(
             tui, frames, "1", lambda text: tabs.active == "runs" and "SUBMITTED" in text
         )
+        if trace:
+            res["runs_tab_trace"] = trace.take(t_key)
+            if trace.profile is not None:
+                trace.profile.dump_stats(os.environ["BENCH_TRACE"])
         if args.big_job and table.row_count > 2:
             await pilot.pause(0.3)
             from textual.coordinate import Coordinate
@@ -325,6 +407,7 @@ async def follow(args) -> dict:
     # pool; the bench's runner is known by address (the pool's probe loop still checks it every 3 s).
     tui = LanpoolApp(Path(args.project).resolve(), discover=False)
     frames = Frames(tui)
+    trace = KeyTrace(tui) if os.environ.get("BENCH_TRACE") else None
     gc_pauses: list[tuple[float, int, float, float]] = []  # (time, generation, seconds, CPU seconds)
     gc_started = [0.0, 0.0]
 
@@ -477,7 +560,13 @@ async def follow(args) -> dict:
                         view.lines[-1].text[:12] if view.lines else "",
                         view.scroll_x,
                     )
+                if trace:
+                    trace.start()
+                t_key = now()
                 s = await key_latency(tui, frames, key, pred_for(name), timeout=5.0)
+                if trace:
+                    gc_ms = sum(p[3] for p in gc_pauses if t_key <= p[0] <= t_key + (s or 0)) * 1000
+                    traced = [(0.0, f"gc cpu {gc_ms:.1f} ms"), *trace.take(t_key)]
                 samples.append(
                     {
                         "phase": phase,
@@ -486,6 +575,7 @@ async def follow(args) -> dict:
                         "t": now(),
                         "view_lines": len(view.lines),
                         **({"debug": frames.debug[:12]} if frames.debug is not None else {}),
+                        **({"trace": traced[:80]} if trace else {}),
                     }
                 )
 
@@ -549,6 +639,8 @@ async def follow(args) -> dict:
         res["view_last_line"] = view.lines[-1].text[:40] if view.lines else ""
         res["window"] = view.max_lines
 
+    if trace and trace.profile is not None:
+        trace.profile.dump_stats(os.environ["BENCH_TRACE"])
     res["samples"] = samples
     res["received"] = received
     res["shown"] = shown

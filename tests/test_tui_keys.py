@@ -295,6 +295,51 @@ def test_back_to_metrics_builds_no_chart_again(screen_app, monkeypatch):
     run(screen_app, (120, 30), body)
 
 
+def test_back_to_metrics_draws_no_picker_line_again(screen_app, monkeypatch):
+    """The metric picker's lines come from its memo on a switch back to Metrics (unfocused for the
+    switch's frame, then focused); a toggle or a highlight moved draws them anew, and shows it."""
+    from textual.widgets import SelectionList
+
+    drawn: list[int] = []
+    render_line = SelectionList.render_line
+    monkeypatch.setattr(SelectionList, "render_line", lambda self, y: (drawn.append(y), render_line(self, y))[1])
+
+    async def body(pilot):
+        await _on_done_job(pilot)
+        await pilot.press("4")
+        chart = pilot.app.query_one(MetricsChart)
+        picker = chart.query_one("#metric-picker", SelectionList)
+        await _until(pilot, lambda: chart.query(PlotextPlot) and pilot.app.focused is picker)
+        for _ in range(2):  # both states of the switch drawn once
+            await pilot.press("3")
+            await pilot.pause(0.1)
+            await pilot.press("4")
+            await pilot.pause(0.2)
+        before = len(drawn)
+        for _ in range(3):
+            await pilot.press("3")
+            await pilot.pause(0.1)
+            await pilot.press("4")
+            await pilot.pause(0.2)
+        assert pilot.app.focused is picker and len(drawn) == before
+
+        def shown() -> list:
+            # the box's X stays, its style tells ticked from unticked: segments with their styles
+            return [list(line) for line in picker.render_lines(picker.size.region)]
+
+        ticked = shown()
+        first = picker.get_option_at_index(0).value
+        await pilot.press("space")  # untick the highlighted metric: its box must show it
+        await _until(pilot, lambda: len(drawn) > before and first not in picker.selected)
+        await pilot.pause(0.1)
+        assert shown() != ticked
+        before = len(drawn)
+        await pilot.press("down")  # another highlighted row: drawn anew
+        await _until(pilot, lambda: len(drawn) > before)
+
+    run(screen_app, (120, 30), body)
+
+
 def _row(i: int, name: str = "") -> tuple[str, list]:
     return (f"k{i}", [name or f"run-{i}", "abc", "train", "", "gpu1", "DONE", "1m", "2s", "-"])
 

@@ -177,13 +177,15 @@ class LogView(ScrollView, can_focus=True):
             self.post_message(self.WantNewest(self))
             return
         self.following = True
-        self.scroll_end(animate=False)
+        # At once: a deferred scroll waited for a frame first (while following a fast job, the
+        # flush's), and only the frame after it showed the end (scripts/bench-tui, BENCH_TRACE).
+        self.scroll_end(animate=False, immediate=True)
 
     def action_top(self) -> None:
         self.following = False
         if self.scroll_y <= 0:  # already at the top (no scroll to notice): g asks for the next page
             self._want_older()
-        self.scroll_home(animate=False)
+        self.scroll_home(animate=False, immediate=True)
 
     def find(self, text: str, forward: bool = True) -> bool:
         """Scroll to the next line holding `text` (case-insensitive) in the window."""

@@ -18,8 +18,12 @@ from typing import TYPE_CHECKING, Any
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.geometry import Region
+from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Label, SelectionList
+
+from app.tui.widgets.panes import memo_lines
 
 if TYPE_CHECKING:  # imported when first shown (above)
     from textual_plotext import PlotextPlot
@@ -67,6 +71,29 @@ def smooth(values: list[float], weight: float) -> list[float]:
     return out
 
 
+class Picker(SelectionList[str]):
+    """The metric picker, its lines drawn again only when what they show changed.
+
+    A switch to Metrics drew all of them anew (~9 ms of the key's frame while following a fast
+    job, scripts/bench-tui BENCH_TRACE): leaving the tab moved the focus away, which restyles the
+    picker and drops its render cache. The frame of a switch shows it unfocused (the focus comes
+    after that frame), the next focused: both are kept."""
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        state = (
+            self.scroll_offset,
+            self.has_focus,
+            self.mouse_hover,
+            self.highlighted,
+            self._mouse_hovering_over,
+            self.disabled,
+            self.app.theme,
+            tuple((str(o.prompt), o.id, o.disabled) for o in self.options),
+            frozenset(self.selected),
+        )
+        return memo_lines(self, crop, super().render_lines, state, keep=2)
+
+
 class MetricsChart(Widget):
     DEFAULT_CSS = """
     MetricsChart {
@@ -102,7 +129,7 @@ class MetricsChart(Widget):
 
     def compose(self) -> ComposeResult:
         with Horizontal():
-            yield SelectionList[str](id="metric-picker")
+            yield Picker(id="metric-picker")
             with Vertical(id="plots"):
                 yield Label(self._wanted[1], id="plots-title")  # until the plots are drawn
 

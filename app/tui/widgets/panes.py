@@ -17,6 +17,7 @@ from textual.screen import Screen
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import ContentSwitcher, TabbedContent, TabPane
+from textual.widgets._tabbed_content import ContentTabs
 
 
 def _blank_key(widget: Widget, crop: Region) -> tuple[Any, ...]:
@@ -37,14 +38,20 @@ def _blank_key(widget: Widget, crop: Region) -> tuple[Any, ...]:
     )
 
 
-def memo_lines(widget: Widget, crop: Region, render: Callable[[Region], list[Strip]]) -> list[Strip]:
-    """`render(crop)`, or the lines it gave for the same key last time."""
-    key = _blank_key(widget, crop)
-    memo: tuple[tuple[Any, ...], list[Strip]] | None = getattr(widget, "_lanpool_lines", None)
-    if memo is not None and memo[0] == key:
-        return memo[1]
-    lines = render(crop)
-    widget._lanpool_lines = (key, lines)  # type: ignore[attr-defined]
+def memo_lines(
+    widget: Widget, crop: Region, render: Callable[[Region], list[Strip]], state: tuple[Any, ...] = (), keep: int = 1
+) -> list[Strip]:
+    """`render(crop)`, or the lines it gave for the same key last time (one of the last `keep`
+    keys); `state`: what else the widget's lines depend on."""
+    key = (*_blank_key(widget, crop), *state)
+    memo: dict[tuple[Any, ...], list[Strip]] | None = getattr(widget, "_lanpool_lines", None)
+    if memo is None:
+        memo = widget._lanpool_lines = {}  # type: ignore[attr-defined]
+    lines = memo.get(key)
+    if lines is None:
+        lines = memo[key] = render(crop)
+        while len(memo) > keep:
+            del memo[next(iter(memo))]  # the oldest
     return lines
 
 
@@ -69,3 +76,8 @@ class Tabbed(TabbedContent):
         switcher = self.get_child_by_type(ContentSwitcher)
         render = switcher.render_lines
         switcher.render_lines = lambda crop: memo_lines(switcher, crop, render)  # type: ignore[method-assign]
+        # The tab bar's underline moves at once: its slide is 0.3 s of frames at 60 a second, and
+        # the next key (3 then g) came while they still drew (scripts/bench-tui, BENCH_TRACE).
+        tabs = self.get_child_by_type(ContentTabs)
+        highlight = tabs._highlight_active
+        tabs._highlight_active = lambda animate=True: highlight(animate=False)  # type: ignore[method-assign]
