@@ -18,6 +18,7 @@ import math
 import tarfile
 import time
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from agent.blobs import BlobCache
@@ -53,9 +54,9 @@ from protocol.errors import ProtocolError
 log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_S = 10.0
-# A submit answers once the job has started, or after this long (an image
-# still being pulled): the job then shows SUBMITTED, with pull progress in its log.
-# A detached one (`run -d`, SubmitJob.detached) and a gang's node 0 (pick_master_port) answer once accepted.
+# A submit answers once the job has started, or after this long (an image still being pulled:
+# it then shows SUBMITTED, pull progress in its log). A detached one (`run -d`) answers once
+# staged, a gang's node 0 (pick_master_port) once accepted.
 START_WAIT_S = 20.0
 
 
@@ -82,6 +83,7 @@ class JobManager:
         self._closing = False  # the agent is exiting: nothing more starts (the journal keeps the queue)
         self.jobs: dict[str, Job] = {}
         self._tasks: set[asyncio.Task[None]] = set()  # strong refs to background tasks
+        self._staging: set[str] = set()  # submitted jobs whose workspace is still being built
         # Called when a job starts or ends (what the runner has free changed).
         self.listeners: list[Callable[[], None]] = []
         self.supervisor = Supervisor(grace_s, self._spawn, self._finish, self._changed)
@@ -176,21 +178,32 @@ class JobManager:
         record.save(job_dir)
         if note:
             job.system_line(note)
+        if req.pick_master_port:
+            # Node 0 of a gang answers with its port before its workspace is even staged: the other
+            # nodes are sent only after this answer, and the gang's rendezvous waits for its last
+            # node's start (#17). A staging failure then fails node 0, hence the gang, in follow.
+            record.master_port = free_port()
+            record.save(job_dir)
+            self._staging.add(req.job_id)  # out of the queue (_pump) until its workspace is whole
+            self._spawn(self._stage(job, req, workspace))
+            return job
+        await self._stage(job, req, workspace)
+        if job.starting is not None and not req.detached:
+            await asyncio.wait([job.starting], timeout=START_WAIT_S)
+        return job
+
+    async def _stage(self, job: Job, req: SubmitJob, workspace: Path) -> None:
+        """The workspace from the request's files, then the queue (the job fails if they cannot be placed)."""
         try:
             await stage_workspace(self.blobs, req, workspace)
         except (JobError, OSError, tarfile.TarError) as exc:
             message = exc.message if isinstance(exc, JobError) else f"could not start the job: {exc}"
-            self._finish(job, JobState.FAILED, None, message)
-            return job
-        if req.pick_master_port:
-            record.master_port = free_port()
-            record.save(job_dir)
+            self._staging.discard(req.job_id)
+            if not job.record.terminal:  # not stopped meanwhile
+                self._finish(job, JobState.FAILED, None, message)
+            return
+        self._staging.discard(req.job_id)
         self._pump()
-        # Node 0 of a gang answers with its port at once: the other nodes are sent only after this
-        # answer, and their start, not node 0's, is what the gang's rendezvous waits for.
-        if job.starting is not None and not req.detached and not req.pick_master_port:
-            await asyncio.wait([job.starting], timeout=START_WAIT_S)
-        return job
 
     # -- the queue -------------------------------------------------------------
 
@@ -200,7 +213,12 @@ class JobManager:
         if self._closing:
             return
         queued = sorted(
-            (j for j in self.jobs.values() if j.record.state == JobState.QUEUED), key=lambda j: j.record.queued_seq
+            (
+                j
+                for j in self.jobs.values()
+                if j.record.state == JobState.QUEUED and j.record.job_id not in self._staging
+            ),
+            key=lambda j: j.record.queued_seq,
         )
         queued = self._ready(queued)
         now = time.time()

@@ -5,9 +5,10 @@ anything is sent, so a crash here loses nothing; a node that fails to accept sto
 every node that did (none may run alone).
 
 A gang's start waits for its last node (the rendezvous), so nothing on the way to
-node N-1 waits for what need not: every node's blobs go up at once before node 0
-is sent, and node 0's runner answers once it picked the port, not once the job
-started (agent/jobs.py); a node that then fails to start fails the gang in follow.
+node N-1 waits for what need not: every node's blobs go up at once, node 0 is sent
+once its own are up, and node 0's runner answers once it picked the port, before it
+even stages the workspace (agent/jobs.py); a node that then fails to start fails
+the gang in follow.
 """
 
 import asyncio
@@ -131,10 +132,21 @@ async def submit_job(
         if gang_specs:  # a detached gang's nodes need nothing of each other here: all sent at once
             for node, answer in enumerate(await _all_or_first_error(*(send(k, s) for k, s in enumerate(sessions)))):
                 noted(node, *answer)
+        elif gang.size == 1:
+            noted(0, *await send(0, sessions[0]))
         else:  # node 0 first: the others learn its MASTER_PORT
-            if gang.size > 1:
-                await _all_or_first_error(*(upload(s, launch.files, say) for s in sessions))
-            for node, session in enumerate(sessions):
+            # Every node's blobs go up at once; node 0 is sent as soon as its own are there, the
+            # others once theirs are and node 0 answered (#17: nothing waits for what it need not).
+            uploads = [asyncio.ensure_future(upload(s, launch.files, say)) for s in sessions]
+            try:
+                await uploads[0]
+                noted(0, *await send(0, sessions[0]))
+                await _all_or_first_error(*uploads[1:])
+            finally:  # none left running unseen (a failure or Ctrl-C above ends the others)
+                for pending in uploads:
+                    pending.cancel()
+                await asyncio.gather(*uploads, return_exceptions=True)
+            for node, session in enumerate(sessions[1:], start=1):
                 noted(node, *await send(node, session))
     except (LanpoolError, OSError, asyncssh.Error) as exc:
         message = getattr(exc, "message", None) or str(exc)

@@ -16,7 +16,9 @@ in alternating order:
 Throughput is read from the recipe's metrics (one `train_loss` point a step, each with
 its wall-clock time, from rank zero): samples/s and tokens/s over the steps after
 --skip-steps. "To first step" is from starting `app headless run` (or the two
-processes) to the time of the first step's metric point. Prints figures, medians over
+processes) to the time of the first step's metric point; "to processes" is from there to
+the later node's process start (the agents' journals; by hand: both Popen calls returned),
+lanpool's own part of that delay without the trainers' noisy start-up. Prints figures, medians over
 --repeat and the ratios; the exit code says only whether the benchmark could run.
 
     scripts/bench-ddp [--repeat N] [--steps S] [--skip-steps K] [--json] [--keep]
@@ -200,7 +202,8 @@ class Bench:
                 text=True,
                 check=True,
             ).stdout
-        )[0]["run"]
+        )[0]
+        job_id, run = run["jobs"][0]["job"], run["run"]
         metrics = subprocess.run(
             [*APP, "headless", "metrics", run, "--json"], env=self.env, capture_output=True, text=True, check=True
         ).stdout
@@ -211,8 +214,18 @@ class Bench:
         return {
             **figures(sorted(points, key=lambda p: p["step"]), started, self.args.skip_steps),
             "wall_s": wall,
+            "to_processes_s": self.processes_started(job_id) - started,
             **cpu,
         }
+
+    def processes_started(self, job_id: str) -> float:
+        """When the later of the two nodes' processes started (each agent's journal): what lanpool
+        adds before the trainers run, without their own start-up's noise (#17)."""
+        times = []
+        for k in range(len(self.agents)):
+            record = json.loads((self.tmp / f"agent{k}" / "jobs" / job_id / "job.json").read_text())
+            times.append(float(record["started_at"]))
+        return max(times)
 
     def by_hand(self, rep: int) -> dict:
         port = free_port()
@@ -252,6 +265,7 @@ class Bench:
                     start_new_session=True,
                 )
             )
+        spawned = time.time()  # both Popen calls returned: the processes run
         self.running = procs
         try:
             for proc in procs:
@@ -265,7 +279,7 @@ class Bench:
                 raise BenchError(f"node {k} by hand exited {proc.returncode}: {tail}")
         self.running = []
         points = read_points(metrics[0].read_text().splitlines())
-        result = {**figures(points, started, self.args.skip_steps), "wall_s": wall}
+        result = {**figures(points, started, self.args.skip_steps), "wall_s": wall, "to_processes_s": spawned - started}
         if not self.args.keep:
             for w in workdirs:
                 shutil.rmtree(w, ignore_errors=True)
@@ -280,7 +294,8 @@ class Bench:
                 rows[arm].append(r)
                 say(
                     f"repeat {rep + 1}/{self.args.repeat} {arm:7}: {r['samples_per_s']:.1f} samples/s "
-                    f"({r['tokens_per_s']:.0f} tokens/s), first step after {r['to_first_step_s']:.2f}s, "
+                    f"({r['tokens_per_s']:.0f} tokens/s), processes after {r['to_processes_s']:.2f}s, "
+                    f"first step after {r['to_first_step_s']:.2f}s, "
                     f"{r['wall_s']:.1f}s in all"
                 )
         med = {arm: {k: statistics.median(r[k] for r in rs) for k in rs[0]} for arm, rs in rows.items()}
@@ -303,6 +318,7 @@ class Bench:
                 a["samples_per_s"] / b["samples_per_s"] for a, b in zip(rows["lanpool"], rows["hand"], strict=False)
             ],
             "first_step_extra_s": med["lanpool"]["to_first_step_s"] - med["hand"]["to_first_step_s"],
+            "processes_extra_s": med["lanpool"]["to_processes_s"] - med["hand"]["to_processes_s"],
         }
 
 
@@ -326,6 +342,10 @@ def report(res: dict) -> None:
     p(
         f"  {'start -> first step (s)':28} {lp['to_first_step_s']:12.2f} {hand['to_first_step_s']:12.2f}"
         f" {lp['to_first_step_s'] / hand['to_first_step_s']:8.2f}   (+{res['first_step_extra_s']:.2f}s)"
+    )
+    p(
+        f"  {'start -> processes run (s)':28} {lp['to_processes_s']:12.2f} {hand['to_processes_s']:12.2f}"
+        f" {'':8}   (+{res['processes_extra_s']:.2f}s: lanpool's part of the first step's delay)"
     )
     p(f"  {'start -> end (s)':28} {lp['wall_s']:12.1f} {hand['wall_s']:12.1f}")
     p(f"  ratio per repeat: {', '.join(f'{r:.3f}' for r in res['ratios_per_repeat'])}")

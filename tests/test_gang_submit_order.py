@@ -1,0 +1,132 @@
+"""The controller's side of a gang's submit (app/job_submit.py, #17): node 0 is sent as
+soon as its own blobs are up (not once every node's are), the others after node 0's
+answer with its MASTER_PORT; a node whose upload fails after node 0 was sent stops
+node 0 (none may run alone). A real SQLite store; the runners are stand-ins that
+record what they are sent (the real agents' side: tests/test_gang_start*.py)."""
+
+import asyncio
+import types
+
+import pytest
+
+import app.job_submit
+from app.errors import RunnerError
+from app.job_submit import submit_job
+from app.remote_job import JobServices, Launch
+from app.store import Store
+from app.uploads import WorkspaceFiles
+from protocol import JobAccepted, JobState, JobStatus, SubmitJob
+
+PORT = 29517
+
+
+class Runner:
+    """A runner session that answers every SubmitJob at once and records what it got."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.hello = types.SimpleNamespace(name=name)
+        self.where = f"runner {name}"
+        self.log = log
+        self.sent: list[SubmitJob] = []
+        self.stopped: list[tuple[str, bool]] = []
+
+    def open_channel_soon(self) -> None:
+        pass
+
+    async def submit_accepted(self, req: SubmitJob) -> tuple[JobAccepted, JobStatus]:
+        self.log.append(f"submit {self.hello.name}")
+        self.sent.append(req)
+        port = PORT if req.pick_master_port else 0
+        return JobAccepted(req.job_id, "/w", port), JobStatus(req.job_id, JobState.RUNNING.value)
+
+    async def stop(self, job_id: str, abort: bool, grace_s: float | None) -> JobStatus:
+        self.stopped.append((job_id, abort))
+        return JobStatus(job_id, JobState.ABORTED.value)
+
+
+def _job() -> types.SimpleNamespace:
+    return types.SimpleNamespace(
+        commands=["train"],
+        env={},
+        artifacts=[],
+        artifacts_all_nodes=[],
+        image=None,
+        pull="missing",
+        python=None,
+        requirements=None,
+        ports=[],
+        working_dir=".",
+        resources={},
+        nodes=2,
+        workflow="w",
+        executor=None,
+        max_duration_s=0,
+        retry_on=[],
+        retry_limit=0,
+        retry_delay_s=0,
+    )
+
+
+@pytest.fixture
+def gang(tmp_path):
+    store = Store(tmp_path / "lanpool.db")
+    store.create_run("r1", "w", str(tmp_path), None, {})
+    log: list[str] = []
+    runners = [Runner(f"n{k}", log) for k in range(2)]
+    for k, r in enumerate(runners):
+        store.upsert_runner(r.hello.name, "127.0.0.1", 7000 + k, "ssh-ed25519 AAAA", trusted=True)
+    jobs = JobServices(store, lambda: None, None, lambda _r, _a: None)  # type: ignore[arg-type]
+    launch = Launch("j1", "r1", _job(), WorkspaceFiles())  # type: ignore[arg-type]
+    return types.SimpleNamespace(store=store, runners=runners, log=log, jobs=jobs, launch=launch)
+
+
+def _submit(g):
+    return submit_job(g.jobs, g.launch, g.runners, ["127.0.0.1", "127.0.0.1"], lambda _t: None)
+
+
+def test_node0_is_sent_while_node1s_blobs_still_go_up(gang, monkeypatch):
+    async def upload(session, files, say):
+        gang.log.append(f"upload {session.hello.name}")
+        if session.hello.name == "n1":  # node 1's upload ends only once node 0 was sent
+            while "submit n0" not in gang.log:
+                await asyncio.sleep(0.01)
+        return 0
+
+    monkeypatch.setattr(app.job_submit, "upload", upload)
+    _remote, first = asyncio.run(asyncio.wait_for(_submit(gang), 10))
+    assert gang.log.index("submit n0") < gang.log.index("submit n1")
+    n0, n1 = (r.sent[0] for r in gang.runners)
+    assert n0.pick_master_port and not n1.pick_master_port
+    assert n1.env["MASTER_PORT"] == str(PORT) and n1.env["NODE_RANK"] == "1"
+    assert gang.store.job("j1").state is JobState.RUNNING and first.state == JobState.RUNNING.value
+
+
+def test_a_node_whose_upload_fails_after_node0_was_sent_stops_node0(gang, monkeypatch):
+    async def upload(session, files, say):
+        if session.hello.name == "n1":
+            while "submit n0" not in gang.log:
+                await asyncio.sleep(0.01)
+            raise OSError("disk full on n1")
+        return 0
+
+    monkeypatch.setattr(app.job_submit, "upload", upload)
+    with pytest.raises(RunnerError, match="could not submit to all 2 nodes: disk full on n1"):
+        asyncio.run(asyncio.wait_for(_submit(gang), 10))
+    assert gang.runners[0].sent and not gang.runners[1].sent  # node 1 never started
+    assert ("j1", True) in gang.runners[0].stopped  # node 0 does not run alone
+    row = gang.store.job("j1")
+    assert row.state is JobState.FAILED and "disk full on n1" in (row.error or "")
+
+
+def test_node0s_failed_upload_sends_no_node(gang, monkeypatch):
+    async def upload(session, files, say):
+        if session.hello.name == "n0":
+            raise OSError("n0 unreachable")
+        await asyncio.sleep(0.2)  # still going when node 0's fails: ended, not left running
+        return 0
+
+    monkeypatch.setattr(app.job_submit, "upload", upload)
+    with pytest.raises(RunnerError, match="n0 unreachable"):
+        asyncio.run(asyncio.wait_for(_submit(gang), 10))
+    assert not any(r.sent for r in gang.runners)
+    assert gang.store.job("j1").state is JobState.FAILED
