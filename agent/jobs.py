@@ -178,13 +178,13 @@ class JobManager:
         record.save(job_dir)
         if note:
             job.system_line(note)
+        self._staging.add(req.job_id)  # out of the queue (_pump) until its workspace is whole
         if req.pick_master_port:
             # Node 0 of a gang answers with its port before its workspace is even staged: the other
             # nodes are sent only after this answer, and the gang's rendezvous waits for its last
             # node's start (#17). A staging failure then fails node 0, hence the gang, in follow.
             record.master_port = free_port()
             record.save(job_dir)
-            self._staging.add(req.job_id)  # out of the queue (_pump) until its workspace is whole
             self._spawn(self._stage(job, req, workspace))
             return job
         await self._stage(job, req, workspace)

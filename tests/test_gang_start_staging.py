@@ -126,3 +126,24 @@ def test_node0_stopped_while_staging_never_starts(held_staging):
 
     with tempfile.TemporaryDirectory() as tmp:
         asyncio.run(scenario(Path(tmp)))
+
+
+def test_a_plain_job_is_not_started_by_a_pump_while_it_stages(held_staging):
+    # The race this closed for every job, not only a gang's node 0: another job ending pumps
+    # the queue while this one's files are still being placed.
+    async def scenario(root: Path) -> None:
+        manager = await _manager(root)
+        submitting = asyncio.ensure_future(manager.submit(_node0("single", pick=False)))
+        await asyncio.sleep(0.3)
+        job = manager.jobs["single"]
+        manager._pump()
+        await asyncio.sleep(0.3)
+        assert job.record.state == JobState.QUEUED and job.starting is None and job.execution is None
+        held_staging.set()
+        await asyncio.wait_for(submitting, 10)
+        ended = await _ended(manager, "single")
+        assert ended.record.state == JobState.DONE, ended.record.error
+        assert b"whole" in b"".join(r.data for r in ended.spool.read(0))
+
+    with tempfile.TemporaryDirectory() as tmp:
+        asyncio.run(scenario(Path(tmp)))
