@@ -393,6 +393,13 @@ def main(argv: list[str] | None = None) -> int:
                 unit="s",
             ),
             picked(r, "first step, lanpool's extra", "first_step_extra_s", target="<= 0.5 s", unit="s"),
+            picked(
+                r,
+                "start -> both nodes' processes run (agents' journals), lanpool vs by hand: lanpool's own part",
+                "median.lanpool.to_processes_s",
+                "median.hand.to_processes_s",
+                unit="s",
+            ),
         ],
     )
     # The table goes to stderr, --json or not.
