@@ -268,6 +268,15 @@ def test_more_of_the_same_list_adds_rows_without_a_rebuild(screen_app, monkeypat
     run(screen_app, (140, 30), body)
 
 
+async def _logs_and_back_to_metrics(pilot, times: int) -> None:
+    """Switch to the Logs tab and back to Metrics `times` times, each switch given its frame."""
+    for _ in range(times):
+        await pilot.press("3")
+        await pilot.pause(0.1)
+        await pilot.press("4")
+        await pilot.pause(0.2)
+
+
 def test_back_to_metrics_builds_no_chart_again(screen_app, monkeypatch):
     """Switching back to Metrics with no new points shows the charts as built (plotext draws its
     whole canvas in Python: issue #17's key -> frame); new options or points build them again."""
@@ -282,11 +291,7 @@ def test_back_to_metrics_builds_no_chart_again(screen_app, monkeypatch):
         await _until(pilot, lambda: chart.query(PlotextPlot) and built)
         await pilot.pause(0.3)
         before = len(built)
-        for _ in range(3):
-            await pilot.press("3")
-            await pilot.pause(0.1)
-            await pilot.press("4")
-            await pilot.pause(0.2)
+        await _logs_and_back_to_metrics(pilot, 3)
         assert pilot.app.query_one("#tabs").active == "metrics"
         assert len(built) == before
         await pilot.press("l")  # log scale: drawn anew
@@ -310,17 +315,9 @@ def test_back_to_metrics_draws_no_picker_line_again(screen_app, monkeypatch):
         chart = pilot.app.query_one(MetricsChart)
         picker = chart.query_one("#metric-picker", SelectionList)
         await _until(pilot, lambda: chart.query(PlotextPlot) and pilot.app.focused is picker)
-        for _ in range(2):  # both states of the switch drawn once
-            await pilot.press("3")
-            await pilot.pause(0.1)
-            await pilot.press("4")
-            await pilot.pause(0.2)
+        await _logs_and_back_to_metrics(pilot, 2)  # both states of the switch drawn once
         before = len(drawn)
-        for _ in range(3):
-            await pilot.press("3")
-            await pilot.pause(0.1)
-            await pilot.press("4")
-            await pilot.pause(0.2)
+        await _logs_and_back_to_metrics(pilot, 3)
         assert pilot.app.focused is picker and len(drawn) == before
 
         def shown() -> list:
@@ -475,11 +472,7 @@ def test_back_to_metrics_reads_no_series_again(screen_app, monkeypatch):
         await pilot.pause(0.2)
         assert built  # the first time: built
         before = len(built)
-        for _ in range(3):
-            await pilot.press("3")
-            await pilot.pause(0.05)
-            await pilot.press("4")
-            await pilot.pause(0.1)
+        await _logs_and_back_to_metrics(pilot, 3)
         assert len(built) == before
         pilot.app.select_job(pilot.app.job_id)  # the job selected again: a new reader, the same points
         await pilot.pause(0.1)
