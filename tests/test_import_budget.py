@@ -205,6 +205,26 @@ def test_importing_the_ssh_client_spawns_no_process(tmp_path):
     assert got["spawned"] == []
 
 
+def test_the_ssh_client_leaves_x509_out_and_still_signs(tmp_path):
+    """asyncssh's X.509 support (cryptography.x509, ~25 ms) is not imported behind `app`
+    (app/__init__.py); its ed25519 keys still sign and verify, and plain asyncssh, the
+    counterpart, does import it (so the test sees the difference it claims)."""
+    code = textwrap.dedent(
+        """
+        import json, sys
+        FIRST
+        import asyncssh
+        key = asyncssh.generate_private_key("ssh-ed25519")
+        ok = key.convert_to_public().verify(b"x", key.sign(b"x", b"ssh-ed25519"))
+        print(json.dumps({"x509": "cryptography.x509" in sys.modules, "signed": ok}))
+        """
+    )
+    behind_app = _probe(code.replace("FIRST", "import app.runner_client"), home=tmp_path)
+    plain = _probe(code.replace("FIRST", "pass"), home=tmp_path)
+    assert behind_app == {"x509": False, "signed": True}
+    assert plain == {"x509": True, "signed": True}
+
+
 def test_without_the_hook_asyncssh_spawns_lookups(tmp_path):
     """The attack on the test above: plain `import asyncssh` (no app first) does spawn here."""
     code = textwrap.dedent(
