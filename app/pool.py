@@ -112,6 +112,9 @@ class Pool:
         session = self.kept.take(host, port, pinned) if self.kept and not trust else None
         if session is None:
             sock = await open_socket(host, port)  # before the SSH stack's import: see app/runner_reach.py
+            from app.import_paused import import_paused
+
+            import_paused("app.runner_client")  # the SSH stack, with the GC paused
             from app.runner_client import RunnerSession
 
             session = await RunnerSession.open(host, port, self.client_key, pinned, sock=sock)
@@ -178,6 +181,9 @@ class Pool:
         fields: dict[str, object]
         try:
             sock = await open_socket(row["host"], row["port"], PROBE_TIMEOUT_S)  # nothing there: no SSH import
+            from app.import_paused import import_paused
+
+            import_paused("app.runner_client")  # the SSH stack, with the GC paused
             from app.runner_client import RunnerSession
 
             session = await RunnerSession.open(

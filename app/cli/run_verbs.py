@@ -2,7 +2,6 @@
 
 import argparse
 import asyncio
-import gc
 import json
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from app.controller import ARTIFACTS_REFUSED, Controller, JobRow, Submitted
 from app.env_overrides import parse_env_args, read_env_file
 from app.errors import ExitCode, LanpoolError, UsageError
 from app.formatting import duration, status_text
+from app.import_paused import import_paused
 from app.workflows import Project, find_project
 from app.workflows.resolve import render_value
 
@@ -92,20 +92,6 @@ def _list_workflows(project: Project, as_json: bool) -> None:
         print(f"  {wf.name.ljust(width)}  {wf.help}".rstrip())
 
 
-def _import_run_loop() -> None:
-    """The run loop's modules (the SSH stack, ~60% of a `run`'s imports) with the cyclic GC
-    paused, then frozen, as app/cli/main.py does for a verb's own: what imports allocate is never
-    garbage, and collecting during them cost ~15 ms of each `run` (issue #17)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        import app.run_loop  # noqa: F401  (Controller.run imports it from here on)
-    finally:
-        gc.freeze()
-        if enabled:
-            gc.enable()
-
-
 async def run(ctl: Controller, args: argparse.Namespace) -> int:
     project = _project(ctl, args, "run")
     if not args.workflow:
@@ -114,7 +100,7 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
     if args.help:
         _workflow_help(ctl, project, args.workflow, "run")
         return ExitCode.OK
-    _import_run_loop()
+    import_paused("app.run_loop")  # the SSH stack, ~60% of a `run`'s imports (Controller.run uses it)
     submitted: list[Submitted] = []
     forwards: list[asyncio.Task[None]] = []
 
