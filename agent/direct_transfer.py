@@ -104,6 +104,11 @@ class DirectSender:
             self._live.add(once)
         return once, DirectOffer("", listener.getsockname()[1], self._fingerprint, token)
 
+    def listen_plain(self, host: str) -> socket.socket:
+        """A plain listener on `host`, in the same ports as the TLS ones (a firewall's open range):
+        a job's one-time sshd takes its connection (agent/shell_sshd.py). OSError when none."""
+        return self._listen(host)
+
     def _listen(self, host: str) -> socket.socket:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         if self._ports is None:

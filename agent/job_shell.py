@@ -30,6 +30,7 @@ from agent.job import Job
 from agent.job_request import JobError, check_job_id
 from agent.jobs import JobManager
 from protocol.shell_direct import DIRECT_FLAG
+from protocol.shell_sshd import SSHD_FLAG, SSHD_UNUSED, key_blob_b64
 
 if TYPE_CHECKING:
     from agent.direct_transfer import DirectSender
@@ -49,6 +50,7 @@ class ShellRequest:
     job_id: str
     argv: tuple[str, ...]  # empty: an interactive shell
     direct: bool = False  # the terminal's bytes on a TLS connection of their own (agent/shell_direct.py)
+    sshd_key: str = ""  # a one-time sshd for this key's holder (agent/shell_sshd.py): base64 of an ed25519 key
 
     def describe(self) -> str:
         return shlex.join(self.argv)[:200] if self.argv else "(shell)"
@@ -72,9 +74,15 @@ def parse_exec(command: str) -> ShellRequest | None:
     direct = bool(rest) and rest[0] == DIRECT_FLAG
     if direct:
         rest = rest[1:]
+    sshd_key = ""
+    if not direct and rest and rest[0] == SSHD_FLAG:
+        key = key_blob_b64(rest[1]) if len(rest) > 1 else None
+        if key is None:
+            return None
+        sshd_key, rest = key, rest[2:]
     if rest and (rest[0] != "--" or len(rest) == 1):
         return None
-    return ShellRequest(words[1], tuple(rest[1:]), direct)
+    return ShellRequest(words[1], tuple(rest[1:]), direct, sshd_key)
 
 
 def exec_command(job_id: str, argv: list[str]) -> str:
@@ -107,6 +115,9 @@ async def serve_exec(
         process.stderr.write(f"lanpool: job {request.job_id} {why} on this runner\n".encode())
         process.exit(NOT_RUNNING_EXIT)
         return
+    if request.sshd_key:
+        await _serve_sshd(process, job, request, direct)
+        return
     try:
         code = None
         if request.direct and direct is not None and process.term_type:
@@ -126,6 +137,23 @@ async def serve_exec(
     log.info("exec session in job %s ended (exit %s)", request.job_id, code)
     with contextlib.suppress(OSError, asyncssh.Error):
         process.exit(code)
+
+
+async def _serve_sshd(
+    process: asyncssh.SSHServerProcess[bytes], job: Job, request: ShellRequest, direct: "DirectSender | None"
+) -> None:
+    """A one-time sshd for the shell (agent/shell_sshd.py); the channel's exit status says
+    whether a session ran in it (protocol/shell_sshd.py)."""
+    from agent.shell_sshd import serve_sshd
+
+    listen = direct.listen_plain if direct is not None else None
+    try:
+        outcome = await serve_sshd(process, job, request.argv, request.sshd_key, listen)
+    except (OSError, RuntimeError, ValueError, asyncssh.Error) as exc:
+        log.warning("sshd shell in job %s failed: %s", request.job_id, exc)
+        outcome = SSHD_UNUSED
+    with contextlib.suppress(OSError, asyncssh.Error):
+        process.exit(outcome)
 
 
 def job_environment(job: Job) -> tuple[dict[str, str], Path]:

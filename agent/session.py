@@ -16,6 +16,7 @@ from agent.job import Job
 from agent.job_request import JobError
 from agent.jobs import JobManager
 from agent.pairing import PairingRefused, PairingResponder
+from agent.shell_sshd import sshd_offered
 from protocol import (
     PROTOCOL_VERSION,
     Attach,
@@ -46,6 +47,7 @@ from protocol import (
 from protocol.errors import clip
 from protocol.messages import AgentMessage, ClientMessage
 from protocol.shell_direct import SHELL_DIRECT
+from protocol.shell_sshd import SHELL_SSHD
 from protocol.transfer_messages import ARTIFACT_DIRECT, ARTIFACT_RANGES
 
 log = logging.getLogger(__name__)
@@ -89,6 +91,8 @@ class ChannelSession:
         reader = FrameReader()
         try:
             features = [ARTIFACT_RANGES] + ([ARTIFACT_DIRECT, SHELL_DIRECT] if self._direct is not None else [])
+            if self._direct is not None and sshd_offered():  # its listener is in the direct connections' ports
+                features.append(SHELL_SSHD)
             await self._send(Hello(PROTOCOL_VERSION, __version__, self._name, self._resources(), features))
             while True:
                 data = await self._proc.stdin.read(_READ_SIZE)

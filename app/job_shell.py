@@ -95,12 +95,18 @@ async def run_command(session: RunnerSession, job_id: str, argv: list[str]) -> i
 
 async def run_shell(session: RunnerSession, job_id: str, argv: list[str] | None = None) -> int:
     """An interactive shell (or `argv`) in the job on our terminal (raw mode, resize, Ctrl-C); its exit code.
-    On a TLS connection of its own when the runner offers one (app/shell_direct.py), else on the channel."""
+    Through the runner's one-time sshd with the system's `ssh` where both are there (app/shell_sshd.py),
+    else on a TLS connection of its own when the runner offers one (app/shell_direct.py), else on the channel."""
     fd = sys.stdin.fileno()
     if not os.isatty(fd):
         raise UsageError("ssh needs a terminal; for one command use `app headless exec JOB -- CMD`")
     from app.shell_direct import shell_direct_wanted
+    from app.shell_sshd import sshd_shell, sshd_wanted
 
+    if sshd_wanted(session.hello.features):  # OpenSSH end to end (app/shell_sshd.py)
+        code = await sshd_shell(session, job_id, argv or [])
+        if code is not None:
+            return code
     if shell_direct_wanted(session.hello.features):
         code = await _direct_shell(session, job_id, argv or [], fd)
         if code is not None:

@@ -26,6 +26,13 @@ from tests.test_shell_terminal import CLIENT, _shell
 WENT_DIRECT = "the terminal goes direct"
 
 
+@pytest.fixture(autouse=True)
+def _not_through_sshd(monkeypatch):
+    """The direct TLS path itself: the one-time sshd, tried first where OpenSSH is installed,
+    has its own tests (tests/test_shell_sshd.py)."""
+    monkeypatch.setenv("LANPOOL_SSHD_SHELLS", "0")
+
+
 def _started(agent, job_id: str) -> None:
     submit(agent, job_id, ["echo ready", "sleep 120"], "")
     wait_for_line(agent, job_id, "ready")

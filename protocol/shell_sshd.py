@@ -1,0 +1,62 @@
+"""A job's shell through a one-time OpenSSH server (issue #16): the request and the offer, on the exec channel.
+
+Why: every keystroke through lanpool's own relays costs Python's work per record on both
+sides (~40 us over OpenSSH on this class of machine: docs/bench/bench-shell.md), while an
+sshd the runner starts for this one session, reached by the system's `ssh`, is OpenSSH end to end.
+
+The exec request `lanpool-exec JOB_ID --sshd KEY [-- ARGV]` (KEY: `ssh-ed25519:BASE64`, a
+key the controller made for this session only) asks for it on the lanpool SSH connection,
+which is the only door: it is authorized, and the agent checks the job runs and logs the
+session. The agent answers one line on the channel's stdout before anything else:
+`lanpool-sshd PORT USER HOSTKEY_BASE64` (a one-time listener on the address the SSH connection
+reached; the user to log in as; the ed25519 host key made for this session, which the
+controller pins), or `lanpool-sshd -` when it cannot (no sshd, a container job, ...), and
+then the controller asks for a `--direct` shell instead. The channel stays open for the
+session and its exit status says whether the session ran (SSHD_RAN) or not (SSHD_UNUSED:
+the controller falls back the same way); the command's own exit code is the `ssh` client's.
+"""
+
+import base64
+import re
+
+# Hello.features: this agent takes `--sshd KEY` in an exec request.
+SHELL_SSHD = "shell-sshd"
+SSHD_FLAG = "--sshd"
+KEY_PREFIX = "ssh-ed25519:"
+OFFER_PREFIX = b"lanpool-sshd "
+NO_OFFER_LINE = b"lanpool-sshd -\n"
+MAX_OFFER_LINE = 256
+SSHD_RAN = 0
+SSHD_UNUSED = 3  # the one-time sshd was offered, but no session ran in it
+
+_ED25519_BLOB = 51  # string "ssh-ed25519" + string of 32 bytes
+_B64 = rb"[A-Za-z0-9+/]{68}"
+_USER = rb"[a-z_][a-z0-9_.-]{0,31}\$?"
+_LINE = re.compile(rb"lanpool-sshd ([0-9]{1,5}) (" + _USER + rb") (" + _B64 + rb")\n")
+
+
+def key_blob_b64(text: str) -> str | None:
+    """The base64 of an ed25519 public key blob as in `ssh-ed25519 BASE64`, or None when `text`
+    (`ssh-ed25519:BASE64` in a request, or a bare base64 in an offer) is anything else."""
+    b64 = text.removeprefix(KEY_PREFIX)
+    if not re.fullmatch(_B64.decode(), b64):
+        return None
+    try:
+        blob = base64.b64decode(b64, validate=True)
+    except ValueError:
+        return None
+    head = b"\x00\x00\x00\x0bssh-ed25519\x00\x00\x00\x20"
+    return b64 if len(blob) == _ED25519_BLOB and blob.startswith(head) else None
+
+
+def offer_line(port: int, user: str, host_key_b64: str) -> bytes:
+    return b"%s%d %s %s\n" % (OFFER_PREFIX, port, user.encode(), host_key_b64.encode())
+
+
+def parse_offer_line(line: bytes) -> tuple[int, str, str] | None:
+    """(port, user, host key base64) from an offer line (with its newline), or None when it is not one."""
+    match = _LINE.fullmatch(line)
+    if match is None or not 1 <= int(match[1]) <= 65535:
+        return None
+    host_key = key_blob_b64(match[3].decode())
+    return None if host_key is None else (int(match[1]), match[2].decode(), host_key)

@@ -1,0 +1,295 @@
+"""A job's shell through the runner's one-time sshd (agent/shell_sshd.py, app/shell_sshd.py): the
+real client on a terminal, then the offer tried by hand from where it must stay shut (another
+key, a forwarding, a stranger's connection, a malformed key in the request) and the session's
+command script against hostile values."""
+
+import asyncio
+import glob
+import json
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import asyncssh
+import pytest
+
+from agent.job_shell import parse_exec
+from agent.shell_sshd import _same_host, _session_script
+from app.shell_sshd import ssh_argv, sshd_command
+from protocol.shell_sshd import SSHD_RAN, SSHD_UNUSED, key_blob_b64, parse_offer_line
+from tests.test_docker_executor import _stop, submit, wait_for_line
+from tests.test_job_shell import _connect
+from tests.test_shell_terminal import _shell
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("sshd", path="/usr/sbin:/usr/local/sbin:/sbin") is None or shutil.which("ssh") is None,
+    reason="needs OpenSSH's sshd and ssh (apt-get install openssh-server openssh-client; scripts/test does)",
+)
+
+IN_SSHD = "the session runs in a one-time sshd"
+
+
+def _started(agent, job_id: str, **fields) -> None:
+    submit(agent, job_id, ["echo ready", "sleep 120"], "", **fields)
+    wait_for_line(agent, job_id, "ready")
+
+
+def _leftovers() -> set[str]:
+    return set(glob.glob("/dev/shm/lanpool-sshd-*")) | set(glob.glob("/tmp/lanpool-sshd-*"))
+
+
+def _key(tmp_path: Path, name: str) -> tuple[Path, str]:
+    key = asyncssh.generate_private_key("ssh-ed25519")
+    path = tmp_path / name
+    path.write_bytes(key.export_private_key())
+    path.chmod(0o600)
+    return path, key.export_public_key().decode().split()[1]
+
+
+async def _offer(agent, job_id: str, key_b64: str):
+    conn = await _connect(agent)
+    proc = await conn.create_process(sshd_command(job_id, [], key_b64), encoding=None)
+    line = await asyncio.wait_for(proc.stdout.readline(), 20)
+    offer = parse_offer_line(line)
+    assert offer is not None, line
+    return conn, proc, offer
+
+
+def _ssh(tmp_path: Path, key: Path, offer, host_key_line: str, *extra: str, host: str = "127.0.0.1"):
+    home = tmp_path / "ssh-home"
+    home.mkdir(exist_ok=True)
+    (home / "known_hosts").write_text(host_key_line)
+    port, user, _ = offer
+    argv = ssh_argv(home, host, port, user)
+    argv[argv.index("-i") + 1] = str(key)
+    return subprocess.run(
+        [*argv[:-1], *extra, argv[-1], "true"], capture_output=True, stdin=subprocess.DEVNULL, timeout=60
+    )
+
+
+# -- the real client on a terminal -------------------------------------------------------------------------
+
+
+def test_ssh_goes_through_a_one_time_sshd_output_exit_code_and_the_jobs_env(agent):
+    before = _leftovers()
+    _started(agent, "sj", env={"MY_VAR": "from the job's env"})
+    code, out = _shell(agent, "sj", "echo sshd-$((40+2)) $MY_VAR; pwd; exit 9")
+    assert code == 9
+    assert b"sshd-42 from the job's env" in out
+    assert b"/workspace" in out  # the job's working directory
+    log = agent.log_path.read_text()
+    assert IN_SSHD in log and "a session ran" in log
+    assert "Accepted publickey" in log  # sshd's own account of the login, in the agent's log
+    asyncio.run(_stop(agent, "sj", abort=True, grace_s=0))
+    assert _leftovers() <= before  # the session's keys and script are gone
+
+
+def test_lanpool_sshd_shells_0_goes_direct_instead(agent, monkeypatch):
+    monkeypatch.setenv("LANPOOL_SSHD_SHELLS", "0")
+    _started(agent, "nd")
+    code, out = _shell(agent, "nd", "echo not-sshd; exit 3")
+    assert (code, b"not-sshd" in out) == (3, True)
+    log = agent.log_path.read_text()
+    assert IN_SSHD not in log and "the terminal goes direct" in log
+    asyncio.run(_stop(agent, "nd", abort=True, grace_s=0))
+
+
+def test_the_jobs_end_ends_the_session(agent, tmp_path):
+    _started(agent, "je")
+    key, key_b64 = _key(tmp_path, "ours")
+
+    async def attempt():
+        conn, proc, offer = await _offer(agent, "je", key_b64)
+        async with conn:
+            home = tmp_path / "ssh-home"
+            home.mkdir()
+            (home / "known_hosts").write_text(f"lanpool-job ssh-ed25519 {offer[2]}\n")
+            argv = ssh_argv(home, "127.0.0.1", offer[0], offer[1])
+            argv[argv.index("-i") + 1] = str(key)
+            argv[argv.index("-t")] = "-tt"  # a terminal though stdin is a pipe: the shell waits on it
+            ssh = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            )
+            assert ssh.stdin is not None and ssh.stdout is not None
+            ssh.stdin.write(b"echo in-session\n")
+            seen = b""
+            while b"in-session" not in seen.replace(b"echo in-session", b""):
+                part = await asyncio.wait_for(ssh.stdout.read(4096), 30)
+                assert part, seen
+                seen += part
+            await _stop(agent, "je", abort=True, grace_s=0)
+            code = await asyncio.wait_for(ssh.wait(), 30)  # the session is hung up, not left running
+            await asyncio.wait_for(proc.wait_closed(), 20)
+            return code, proc.exit_status
+
+    code, status = asyncio.run(attempt())
+    assert code != 0 and status == SSHD_RAN
+    assert "the job ended; stopping its sshd" in agent.log_path.read_text()
+
+
+def test_a_container_jobs_shell_is_not_offered_an_sshd_and_goes_direct(docker_agent, busybox_image):
+    submit(docker_agent, "cbox", ["echo ready", "sleep 120"], busybox_image)
+    wait_for_line(docker_agent, "cbox", "ready")
+    code, out = _shell(docker_agent, "cbox", "echo in-box; exit 5")
+    assert (code, b"in-box" in out) == (5, True)
+    log = docker_agent.log_path.read_text()
+    assert "not offered (a container job" in log and "the terminal goes direct" in log
+    asyncio.run(_stop(docker_agent, "cbox", abort=True, grace_s=0))
+
+
+def test_an_ssh_that_never_connects_falls_back_to_the_direct_connection(agent, tmp_path, monkeypatch):
+    """The controller's `ssh` fails before any session (here a stand-in that exits 255 at once, as
+    one behind a firewall would after its timeout): the runner hears it is done, says no session
+    ran, and the shell opens on the direct TLS connection instead, with the command's exit code."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "ssh").write_text("#!/bin/sh\necho 'ssh: connect to host: Connection refused' >&2\nexit 255\n")
+    (fake / "ssh").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake}{os.pathsep}{os.environ['PATH']}")
+    _started(agent, "fb")
+    code, out = _shell(agent, "fb", "echo fell-back; exit 6")
+    assert (code, b"fell-back" in out) == (6, True)
+    log = agent.log_path.read_text()
+    assert "the controller gave up first" in log and "the terminal goes direct" in log
+    asyncio.run(_stop(agent, "fb", abort=True, grace_s=0))
+
+
+# -- the offer, from where it must stay shut ---------------------------------------------------------------
+
+
+def test_another_key_is_refused_and_the_channel_says_no_session_ran(agent, tmp_path):
+    _started(agent, "ak")
+    _, ours = _key(tmp_path, "ours")
+    theirs, _ = _key(tmp_path, "theirs")
+
+    async def attempt():
+        conn, proc, offer = await _offer(agent, "ak", ours)
+        async with conn:
+            line = f"lanpool-job ssh-ed25519 {offer[2]}\n"
+            got = await asyncio.to_thread(_ssh, tmp_path, theirs, offer, line)
+            await asyncio.wait_for(proc.wait_closed(), 20)
+            return got, proc.exit_status
+
+    got, status = asyncio.run(attempt())
+    assert got.returncode == 255 and b"Permission denied" in got.stderr
+    assert status == SSHD_UNUSED
+    assert "no session ran" in agent.log_path.read_text()
+    asyncio.run(_stop(agent, "ak", abort=True, grace_s=0))
+
+
+def test_the_right_key_gets_no_forwarding_and_a_wrong_host_key_is_caught(agent, tmp_path):
+    _started(agent, "fw")
+    key, key_b64 = _key(tmp_path, "ours")
+    target = socket.create_server(("127.0.0.1", 0))  # something the runner's loopback has
+
+    async def attempt(host_key_line: str, *extra: str):
+        conn, proc, offer = await _offer(agent, "fw", key_b64)
+        async with conn:
+            got = await asyncio.to_thread(_ssh, tmp_path, key, offer, host_key_line.format(key=offer[2]), *extra)
+            proc.close()
+            return got
+
+    try:
+        port = target.getsockname()[1]
+        forward = asyncio.run(attempt("lanpool-job ssh-ed25519 {key}\n", "-W", f"127.0.0.1:{port}"))
+        assert forward.returncode == 255 and b"forwarding failed" in forward.stderr
+        log = agent.log_path.read_text()
+        assert "Accepted publickey" in log and "refused local port forward: originator" in log
+        target.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            target.accept()  # nothing reached it
+        # The host key pinned is the offer's: another one (an impostor on the port) stops ssh before it logs in.
+        _, other = _key(tmp_path, "other-host")
+        impostor = asyncio.run(attempt(f"lanpool-job ssh-ed25519 {other}\n"))
+        assert impostor.returncode == 255 and b"HOST IDENTIFICATION HAS CHANGED" in impostor.stderr
+    finally:
+        target.close()
+    asyncio.run(_stop(agent, "fw", abort=True, grace_s=0))
+
+
+def test_a_connection_from_another_address_is_closed_unread_and_the_controllers_still_works(agent, tmp_path):
+    _started(agent, "sa")
+    key, key_b64 = _key(tmp_path, "ours")
+
+    async def attempt():
+        conn, proc, offer = await _offer(agent, "sa", key_b64)
+        async with conn:
+            stranger = socket.socket()
+            stranger.bind(("127.0.0.2", 0))  # loopback, but not the address the SSH connection came from
+            stranger.connect(("127.0.0.1", offer[0]))
+            stranger.settimeout(10)
+            heard = stranger.recv(100)  # an sshd would send its banner first
+            stranger.close()
+            line = f"lanpool-job ssh-ed25519 {offer[2]}\n"
+            got = await asyncio.to_thread(_ssh, tmp_path, key, offer, line)
+            await asyncio.wait_for(proc.wait_closed(), 20)
+            return heard, got, proc.exit_status
+
+    heard, got, status = asyncio.run(attempt())
+    assert heard == b""
+    assert got.returncode == 0, got.stderr
+    assert status == SSHD_RAN
+    assert "not the controller's 127.0.0.1; closed" in agent.log_path.read_text()
+    asyncio.run(_stop(agent, "sa", abort=True, grace_s=0))
+
+
+def test_the_request_takes_only_an_ed25519_key_in_its_one_form():
+    good = asyncssh.generate_private_key("ssh-ed25519").export_public_key().decode().split()[1]
+    assert parse_exec(sshd_command("j1", [], good)).sshd_key == good
+    assert parse_exec(sshd_command("j1", ["ls", "-l"], good)).argv == ("ls", "-l")
+    rsa = asyncssh.generate_private_key("ssh-rsa", key_size=1024).export_public_key().decode().split()[1]
+    for bad in [
+        f"ssh-rsa:{good}",
+        rsa,  # an RSA blob where an ed25519 one must be
+        good[:-4],
+        good + "AAAA",
+        good.replace("A", "-", 1) if "A" in good else "-" + good[1:],
+        f'{good} command="sh"',  # options smuggled into authorized_keys
+        f"{good}\nssh-ed25519 {good}",
+    ]:
+        assert key_blob_b64(bad) is None, bad
+        assert parse_exec(f"lanpool-exec j1 --sshd {bad!r}") is None, bad
+    assert parse_exec("lanpool-exec j1 --sshd") is None
+    assert parse_offer_line(b"lanpool-sshd 22 root AAAA\n") is None
+    assert parse_offer_line(b"lanpool-sshd 22 r;oot " + good.encode() + b"\n") is None
+    assert parse_offer_line(b"lanpool-sshd 22 -oProxyCommand=sh " + good.encode() + b"\n") is None
+    assert parse_offer_line(b"lanpool-sshd 70000 root " + good.encode() + b"\n") is None
+    assert parse_offer_line(b"lanpool-sshd 22 root " + good.encode() + b"\n") == (22, "root", good)
+
+
+def test_the_session_script_quotes_every_value_and_deletes_itself(tmp_path):
+    hostile = {
+        "PLAIN": "x",
+        "QUOTES": 'it\'s "quoted" `not run` $(touch pwned) ;rm -rf /',
+        "NEWLINE": "line1\nline2",
+        "EMPTY": "",
+        "TERM": "dumb-from-job",  # the client's TERM wins
+        "BAD=NAME": "dropped",
+        "PATH": os.environ["PATH"],
+    }
+    work = tmp_path / "job dir's"
+    work.mkdir()
+    script = tmp_path / "session.sh"
+    show = "import os, json; print(json.dumps([dict(os.environ), os.getcwd()]))"
+    script.write_text(_session_script(hostile, work, ("python3", "-c", show)))
+    got = subprocess.run(
+        ["/bin/sh", str(script)], capture_output=True, text=True, cwd=tmp_path, env={"TERM": "xterm-test"}, timeout=30
+    )
+    assert got.returncode == 0, got.stderr
+    env, cwd = json.loads(got.stdout)
+    assert cwd == str(work)
+    assert {k: env[k] for k in ("PLAIN", "QUOTES", "NEWLINE", "EMPTY")} == {
+        k: hostile[k] for k in ("PLAIN", "QUOTES", "NEWLINE", "EMPTY")
+    }
+    assert env["TERM"] == "xterm-test"
+    assert "BAD" not in env and "BAD=NAME" not in env
+    assert not script.exists()
+    assert not (tmp_path / "pwned").exists() and not (work / "pwned").exists()
+
+
+def test_addresses_compare_across_ipv4_mapped_forms():
+    assert _same_host("127.0.0.1", "::ffff:127.0.0.1")
+    assert not _same_host("127.0.0.1", "127.0.0.2")
+    assert _same_host("fe80::1", "fe80:0::1")
