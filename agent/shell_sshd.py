@@ -19,6 +19,7 @@ stdout. The channel closing or the job ending stops that sshd; its log lines go 
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import os
@@ -26,7 +27,9 @@ import pwd
 import re
 import shlex
 import shutil
+import signal
 import socket
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +50,7 @@ _LOG_LINES = 200  # of one sshd's stderr, into the agent's log
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}\$?")
 _SBIN = "/usr/sbin:/usr/local/sbin:/sbin"
 _PRIVSEP_DIR = Path("/run/sshd")  # Debian's sshd will not start as root without it
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _SAFE_PATH = re.compile(r"[A-Za-z0-9_./-]+")
 
 
@@ -291,7 +295,7 @@ async def _run_sshd(
     try:
         sshd = await asyncio.create_subprocess_exec(
             binary, "-i", "-e", "-f", str(config), stdin=conn.fileno(), stdout=conn.fileno(),
-            stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent(),
         )  # fmt: skip
     finally:
         conn.close()  # the child has its own copy
@@ -310,12 +314,27 @@ async def _run_sshd(
                 await asyncio.wait_for(asyncio.shield(waiting), _STOP_S)
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(sshd.pid, 9)
+                    os.killpg(sshd.pid, signal.SIGKILL)
                 await waiting
         await asyncio.wait([logging_task], timeout=1.0)
     finally:
         for task in (closed, ended, logging_task):
             task.cancel()
+        if sshd.returncode is None:  # cancelled (the agent stopping): no session outlives its agent
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(sshd.pid, signal.SIGKILL)
+
+
+def _die_with_parent() -> Callable[[], object] | None:
+    """For the child: SIGKILL when the agent dies, however it dies (a session of its own is out of
+    reach of the signals that end the agent's process group, and a killed agent runs no cleanup).
+    libc is loaded here, in the parent: nothing may be imported between fork and exec."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return functools.partial(prctl, _PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 async def _log_lines(stream: asyncio.StreamReader, what: str) -> None:

@@ -4,6 +4,7 @@ key, a forwarding, a stranger's connection, a malformed key in the request) and 
 command script against hostile values."""
 
 import asyncio
+import contextlib
 import glob
 import json
 import os
@@ -96,37 +97,50 @@ def test_lanpool_sshd_shells_0_goes_direct_instead(agent, monkeypatch):
     asyncio.run(_stop(agent, "nd", abort=True, grace_s=0))
 
 
+async def _in_session(agent, tmp_path, job_id: str, end) -> tuple[int, int | None]:
+    """A session held open by hand (a shell waiting on a pipe), then `end` (async): ssh's exit code
+    and the channel's status."""
+    key, key_b64 = _key(tmp_path, "ours")
+    conn, proc, offer = await _offer(agent, job_id, key_b64)
+    async with conn:
+        home = tmp_path / "ssh-home"
+        home.mkdir()
+        (home / "known_hosts").write_text(f"lanpool-job ssh-ed25519 {offer[2]}\n")
+        argv = ssh_argv(home, "127.0.0.1", offer[0], offer[1])
+        argv[argv.index("-i") + 1] = str(key)
+        argv[argv.index("-t")] = "-tt"  # a terminal though stdin is a pipe: the shell waits on it
+        ssh = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+        assert ssh.stdin is not None and ssh.stdout is not None
+        ssh.stdin.write(b"echo in-session\n")
+        seen = b""
+        while b"in-session" not in seen.replace(b"echo in-session", b""):
+            part = await asyncio.wait_for(ssh.stdout.read(4096), 30)
+            assert part, seen
+            seen += part
+        await end()
+        code = await asyncio.wait_for(ssh.wait(), 30)  # the session is hung up, not left running
+        with contextlib.suppress(asyncssh.Error, OSError):
+            await asyncio.wait_for(proc.wait_closed(), 20)
+        return code, proc.exit_status
+
+
 def test_the_jobs_end_ends_the_session(agent, tmp_path):
     _started(agent, "je")
-    key, key_b64 = _key(tmp_path, "ours")
-
-    async def attempt():
-        conn, proc, offer = await _offer(agent, "je", key_b64)
-        async with conn:
-            home = tmp_path / "ssh-home"
-            home.mkdir()
-            (home / "known_hosts").write_text(f"lanpool-job ssh-ed25519 {offer[2]}\n")
-            argv = ssh_argv(home, "127.0.0.1", offer[0], offer[1])
-            argv[argv.index("-i") + 1] = str(key)
-            argv[argv.index("-t")] = "-tt"  # a terminal though stdin is a pipe: the shell waits on it
-            ssh = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-            )
-            assert ssh.stdin is not None and ssh.stdout is not None
-            ssh.stdin.write(b"echo in-session\n")
-            seen = b""
-            while b"in-session" not in seen.replace(b"echo in-session", b""):
-                part = await asyncio.wait_for(ssh.stdout.read(4096), 30)
-                assert part, seen
-                seen += part
-            await _stop(agent, "je", abort=True, grace_s=0)
-            code = await asyncio.wait_for(ssh.wait(), 30)  # the session is hung up, not left running
-            await asyncio.wait_for(proc.wait_closed(), 20)
-            return code, proc.exit_status
-
-    code, status = asyncio.run(attempt())
+    code, status = asyncio.run(_in_session(agent, tmp_path, "je", lambda: _stop(agent, "je", abort=True, grace_s=0)))
     assert code != 0 and status == SSHD_RAN
     assert "the job ended; stopping its sshd" in agent.log_path.read_text()
+
+
+def test_the_agent_stopping_ends_the_session(agent, tmp_path):
+    _started(agent, "as")
+
+    async def stop_agent() -> None:
+        await asyncio.to_thread(agent.stop)
+
+    code, _ = asyncio.run(_in_session(agent, tmp_path, "as", stop_agent))
+    assert code != 0  # no shell outlives its agent
 
 
 def test_a_container_jobs_shell_is_not_offered_an_sshd_and_goes_direct(docker_agent, busybox_image):
