@@ -56,7 +56,17 @@ def say(text: str) -> None:
 
 
 PROBE = Path(__file__).with_name("bench_ddp_probe.py")
-PHASES = ("exec", "main", "torch", "lightning", "rendezvous_start", "rendezvous_done")
+PHASES = (
+    "exec",
+    "main",
+    "torch",
+    "lightning",
+    "rendezvous_start",
+    "rendezvous_done",
+    "train_start",
+    "batch0_start",
+    "batch0_end",
+)
 
 
 def train_command(steps: int, corpus: str, probe: bool = False) -> str:

@@ -46,7 +46,8 @@ mark("main")
 import torch  # noqa: E402, F401
 
 mark("torch")
-import lightning  # noqa: E402, F401
+import lightning  # noqa: E402
+import lightning.pytorch  # noqa: E402
 
 mark("lightning")
 import runpy  # noqa: E402
@@ -65,4 +66,30 @@ def _timed_init(*args, **kwargs):  # type: ignore[no-untyped-def]
 
 
 dist.init_process_group = _timed_init
+
+
+class _Phases(lightning.pytorch.Callback):
+    """After the rendezvous: Lightning's setup, the first batch's start and end."""
+
+    def on_train_start(self, trainer, module):  # type: ignore[no-untyped-def]
+        mark("train_start")
+
+    def on_train_batch_start(self, trainer, module, batch, index):  # type: ignore[no-untyped-def]
+        if index == 0 and "batch0_start" not in _OUT:
+            mark("batch0_start")
+
+    def on_train_batch_end(self, trainer, module, outputs, batch, index):  # type: ignore[no-untyped-def]
+        if index == 0 and "batch0_end" not in _OUT:
+            mark("batch0_end")
+
+
+_trainer_init = lightning.pytorch.Trainer.__init__
+
+
+def _with_phases(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+    kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), _Phases()]
+    _trainer_init(self, *args, **kwargs)
+
+
+lightning.pytorch.Trainer.__init__ = _with_phases
 runpy.run_module("training.chargpt", run_name="__main__", alter_sys=True)
