@@ -21,7 +21,7 @@ the later node's process start (the agents' journals; by hand: both Popen calls 
 lanpool's own part of that delay without the trainers' noisy start-up. Prints figures, medians over
 --repeat and the ratios; the exit code says only whether the benchmark could run.
 
-    scripts/bench-ddp [--repeat N] [--steps S] [--skip-steps K] [--json] [--keep]
+    scripts/bench-ddp [--repeat N] [--steps S] [--skip-steps K] [--json] [--keep] [--probe]
 """
 
 import argparse
@@ -55,10 +55,26 @@ def say(text: str) -> None:
     _say(text, prefix="bench-ddp: ")
 
 
-def train_command(steps: int, corpus: str) -> str:
+PROBE = Path(__file__).with_name("bench_ddp_probe.py")
+PHASES = (
+    "exec",
+    "main",
+    "torch",
+    "lightning",
+    "rendezvous_start",
+    "rendezvous_done",
+    "train_start",
+    "batch0_start",
+    "batch0_end",
+)
+
+
+def train_command(steps: int, corpus: str, probe: bool = False) -> str:
     # Validation and the snapshot happen once, after the last step: the timed window is training only.
+    # --probe: the same recipe started through a script that times its start (scripts/bench_ddp_probe.py).
+    start = f"python {PROBE.name}" if probe else "python -m training.chargpt"
     return (
-        f"python -m training.chargpt train --data {corpus} --out ck --max-steps {steps} --log-every 1"
+        f"{start} train --data {corpus} --out ck --max-steps {steps} --log-every 1"
         f" --eval-every {steps} --eval-batches 2 --snapshot-every {steps} --block-size {BLOCK}"
         f" --batch-size {BATCH} --accelerator cpu --devices 1"
     )
@@ -150,7 +166,9 @@ class Bench:
         (self.project / ".lanpool").mkdir(parents=True)
         shutil.copytree(REPO / "training", self.project / "training", ignore=shutil.ignore_patterns("__pycache__"))
         self.corpus = write_corpus(self.project / "corpus.txt")
-        self.command = train_command(self.args.steps, "corpus.txt")
+        self.command = train_command(self.args.steps, "corpus.txt", self.args.probe)
+        if self.args.probe:
+            shutil.copy(PROBE, self.project / PROBE.name)
         (self.project / ".lanpool" / "workflows.yaml").write_text(
             f"workflows:\n  - name: chargpt\n    nodes: 2\n    commands:\n      - {self.command}\n    artifacts: [ck]\n"
         )
@@ -211,12 +229,35 @@ class Bench:
         tagged = all(f"[node {k}]" in proc.stdout + proc.stderr for k in (0,)) and "[node 0] step" in proc.stdout
         if not tagged:
             raise BenchError("the run's log lacks node 0's step lines")
+        ranked = sorted(points, key=lambda p: p["step"])
+        workspaces = [self.tmp / f"agent{k}" / "jobs" / job_id / "workspace" for k in range(len(self.agents))]
         return {
-            **figures(sorted(points, key=lambda p: p["step"]), started, self.args.skip_steps),
+            **figures(ranked, started, self.args.skip_steps),
             "wall_s": wall,
             "to_processes_s": self.processes_started(job_id) - started,
             **cpu,
+            **self.probed(workspaces, started, ranked),
         }
+
+    def probed(self, workspaces: list[Path], started: float, points: list[dict]) -> dict:
+        """--probe: each node's start phases (s from the launch), and the first step's."""
+        if not self.args.probe:
+            return {}
+        out: dict[str, float] = {}
+        for k, w in enumerate(workspaces):
+            try:
+                marks = json.loads((w / "probe.json").read_text())
+                for phase in PHASES:
+                    out[f"node{k}_{phase}_s"] = float(marks[phase]) - started
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise BenchError(f"--probe: node {k} left no complete probe.json in {w} ({exc})") from None
+            if k == 0:
+                say(f"  probe node 0: {marks['executable']}, {len(marks['path'])} path entries, {marks['sched']}")
+        out["first_step_s"] = points[0]["time"] - started
+        # The trainers' own start (the later exec to the first step): the same program either way,
+        # so lanpool vs by hand differ here only by what else the machine runs meanwhile.
+        out["own_start_s"] = out["first_step_s"] - max(out[f"node{k}_exec_s"] for k in range(len(workspaces)))
+        return out
 
     def processes_started(self, job_id: str) -> float:
         """When the later of the two nodes' processes started (each agent's journal): what lanpool
@@ -279,7 +320,12 @@ class Bench:
                 raise BenchError(f"node {k} by hand exited {proc.returncode}: {tail}")
         self.running = []
         points = read_points(metrics[0].read_text().splitlines())
-        result = {**figures(points, started, self.args.skip_steps), "wall_s": wall, "to_processes_s": spawned - started}
+        result = {
+            **figures(points, started, self.args.skip_steps),
+            "wall_s": wall,
+            "to_processes_s": spawned - started,
+            **self.probed(workdirs, started, points),
+        }
         if not self.args.keep:
             for w in workdirs:
                 shutil.rmtree(w, ignore_errors=True)
@@ -349,6 +395,11 @@ def report(res: dict) -> None:
     )
     p(f"  {'start -> end (s)':28} {lp['wall_s']:12.1f} {hand['wall_s']:12.1f}")
     p(f"  ratio per repeat: {', '.join(f'{r:.3f}' for r in res['ratios_per_repeat'])}")
+    if "node0_exec_s" in lp:  # --probe: when each phase of the trainers' start ended, s from the launch
+        p(f"  {'probe (s from start)':28} {'lanpool':>12} {'by hand':>12} {'extra':>8}")
+        nodes = sorted({k.split("_")[0] for k in lp if k.startswith("node")})
+        for key in [f"{n}_{phase}_s" for n in nodes for phase in PHASES] + ["first_step_s", "own_start_s"]:
+            p(f"  {key:28} {lp[key]:12.2f} {hand[key]:12.2f} {lp[key] - hand[key]:+8.2f}")
     p(f"  command on each node: {res['command']}")
 
 
@@ -360,6 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=600, help="seconds a run may take (default 600)")
     parser.add_argument("--json", action="store_true", help="also print one JSON object of all figures (stdout)")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (paths printed)")
+    parser.add_argument(
+        "--probe", action="store_true", help="start the trainers through a script that times their start phases"
+    )
     args = parser.parse_args(argv)
     if args.repeat < 1 or args.steps < args.skip_steps + 5 or args.skip_steps < 0:
         parser.error("need --repeat >= 1 and --steps >= --skip-steps + 5")
