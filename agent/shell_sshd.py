@@ -127,6 +127,8 @@ async def serve_sshd(
     if why is None and not _SAFE_PATH.fullmatch(base):
         why = f"the temporary directory {base!r} is not a path sshd_config can hold"
     if why is not None or listener is None:
+        if listener is not None:
+            listener.close()
         log.info("%s: not offered (%s)", what, why)
         process.stdout.write(NO_OFFER_LINE)
         return SSHD_UNUSED
