@@ -156,3 +156,15 @@ def test_a_host_key_that_is_not_a_plain_ed25519_key_is_refused():
         assert host_key_or_none(text) is None, text
     with pytest.raises(UnreadableHostKey, match="runner gpu1 has an unreadable pinned key"):
         pinned_key({"name": "gpu1", "host_key": bad[0]})
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, 120), ("30", 30)])
+def test_frames_come_at_up_to_120_a_second_unless_the_user_says(given, expected):
+    """A key waits for Textual's next frame slot: 1/120 s apart (its default, 60, made a key that
+    came after one of the log's frames wait up to 17 ms); a user's own TEXTUAL_FPS is kept."""
+    env = {k: v for k, v in os.environ.items() if k != "TEXTUAL_FPS"}
+    if given is not None:
+        env["TEXTUAL_FPS"] = given
+    code = "import app.tui; app.tui.load_app(); from textual import constants, screen; print(constants.MAX_FPS, round(1 / screen.UPDATE_PERIOD))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == [str(expected)] * 2

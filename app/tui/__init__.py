@@ -32,6 +32,9 @@ def main(argv: list[str]) -> int:
     return tui.return_code or 0
 
 
+FRAMES_PER_S = 120
+
+
 def load_app() -> type:
     """Import the app class with the collector off, freeze what the imports made, and
     collect the young generation less often.
@@ -44,7 +47,14 @@ def load_app() -> type:
     each, 22% of the time: keys waited for them). With (5000, 20, 20): ~15 a second,
     6% of the time, none full while it streamed, the longest 100 ms (scripts/bench-tui)."""
     import gc
+    import os
 
+    # Textual draws a frame at most every 1/TEXTUAL_FPS s, on a fixed grid: a key handled just
+    # after a frame (while following a fast job, the log's frames come 20 times a second) waited
+    # up to a whole period for its own. At 120 (Textual's default is 60) the key -> frame p95
+    # while following went from 47 to 26 ms (scripts/bench-tui); frames still come only when
+    # something changed. Read once, at textual's import: a user's own TEXTUAL_FPS wins.
+    os.environ.setdefault("TEXTUAL_FPS", str(FRAMES_PER_S))
     gc.disable()
     try:
         from app.tui.app import LanpoolApp

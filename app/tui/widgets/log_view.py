@@ -20,10 +20,12 @@ from textual.binding import Binding
 from textual.geometry import Offset, Region, Size
 from textual.message import Message
 from textual.scroll_view import ScrollView
+from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
 from app.overview import LogLine
 from app.terminal_text import safe_line
+from app.tui.widgets.scrollbars import memo_scrollbar
 
 _NODE_TAG = re.compile(r"^\[node \d+\] ")
 STAMP_WIDTH = 13  # "14:03:07.125 "
@@ -73,6 +75,19 @@ class LogView(ScrollView, can_focus=True):
         self._match_style = Style(reverse=True, bold=True)
         self._asked_older = False
         self._pass: tuple[Offset, int, Style] | None = None  # set while render_lines runs
+
+    # Scrollbars drawn again only when their thumb moves a cell's eighth (scrollbars.py).
+    @property
+    def vertical_scrollbar(self) -> ScrollBar:
+        if self._vertical_scrollbar is None:
+            self._vertical_scrollbar = memo_scrollbar(self, vertical=True)
+        return self._vertical_scrollbar
+
+    @property
+    def horizontal_scrollbar(self) -> ScrollBar:
+        if self._horizontal_scrollbar is None:
+            self._horizontal_scrollbar = memo_scrollbar(self, vertical=False)
+        return self._horizontal_scrollbar
 
     # -- content -------------------------------------------------------------------
 

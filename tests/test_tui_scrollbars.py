@@ -1,0 +1,75 @@
+"""The log's scrollbars draw again only when their thumb moves (scrollbars.py)."""
+
+import asyncio
+import itertools
+
+import pytest
+
+pytest.importorskip("textual")
+
+from textual._styles_cache import StylesCache  # noqa: E402
+from textual.scrollbar import ScrollBarRender  # noqa: E402
+
+from app.overview import LogLine  # noqa: E402
+from app.tui.widgets.log_view import LogView  # noqa: E402
+from app.tui.widgets.scrollbars import MemoScrollBar, thumb  # noqa: E402
+from tests import test_tui_snapshots as snaps  # noqa: E402
+from tests.test_tui_snapshots import _on_done_job  # noqa: E402
+
+screen_app = pytest.fixture(snaps.screen_app.__wrapped__)
+
+
+def test_thumb_names_each_drawing_of_render_bar():
+    """Same thumb cells, same segments; other thumb cells, other segments (what the memo relies on)."""
+    for size in (1, 7, 35):
+        drawn: dict = {}
+        for virtual, window in itertools.product((1, 10, 35, 36, 200, 20_000), (0, 1, 10, 35)):
+            window = window if window < virtual else 0  # as ScrollBar._render_bar passes it
+            span = max(1, virtual - window)
+            for position in {0, span / 3, span / 2, span - 1, span, span * 0.999}:
+                position = int(position * 8) / 8  # ScrollBar.validate_position
+                segments = ScrollBarRender.render_bar(size, virtual, window, position).segments
+                drawn.setdefault(thumb(size, virtual, window, position), set()).add(repr(segments))
+        assert all(len(shown) == 1 for shown in drawn.values()), "one thumb, two drawings"
+        assert len({next(iter(shown)) for shown in drawn.values()}) == len(drawn), "two thumbs, one drawing"
+
+
+def test_following_log_draws_its_scrollbar_only_when_the_thumb_moves(screen_app, monkeypatch):
+    drawn: list = []
+    render = StylesCache.render_widget
+    monkeypatch.setattr(
+        StylesCache,
+        "render_widget",
+        lambda cache, widget, crop: (drawn.append(type(widget)), render(cache, widget, crop))[1],
+    )
+
+    async def body(pilot):
+        await _on_done_job(pilot)
+        await pilot.press("3")
+        view = pilot.app.query_one(LogView)
+        view.set_lines([LogLine(f"line-{i}", "out") for i in range(20_000)], at_start=True)
+        await pilot.pause(0.3)
+        bar = view.vertical_scrollbar
+        assert isinstance(bar, MemoScrollBar) and view.show_vertical_scrollbar and view.following
+        drawn.clear()
+        for n in range(20_000, 20_100, 10):  # a full window, following: the thumb stays at the end
+            view.append([LogLine(f"line-{i}", "out") for i in range(n, n + 10)])
+            await pilot.pause(0.05)
+        await pilot.pause(0.2)
+        assert LogView in drawn, "the log itself drew its new lines"
+        assert MemoScrollBar not in drawn
+        column = bar.region.x
+        at_end = [bool(pilot.app.screen.get_style_at(column, y).reverse) for y in (bar.region.y, bar.region.bottom - 1)]
+        assert at_end == [False, True]  # the thumb (reverse cells) at the bottom
+        await pilot.press("g")  # the thumb moves: drawn again, at the top
+        await pilot.pause(0.3)
+        assert MemoScrollBar in drawn
+        at_top = [bool(pilot.app.screen.get_style_at(column, y).reverse) for y in (bar.region.y, bar.region.bottom - 1)]
+        assert at_top == [True, False]
+
+    async def go():
+        async with screen_app.run_test(size=(120, 30), notifications=False) as pilot:
+            await pilot.pause(0.2)
+            await body(pilot)
+
+    asyncio.run(go())
