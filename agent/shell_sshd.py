@@ -38,11 +38,10 @@ import asyncssh
 
 from agent.job import Job
 from protocol.errors import clip
-from protocol.shell_sshd import NO_OFFER_LINE, SSHD_RAN, SSHD_UNUSED, offer_line
+from protocol.shell_sshd import NO_OFFER_LINE, SSHD_ENV, SSHD_RAN, SSHD_UNUSED, offer_line
 
 log = logging.getLogger(__name__)
 
-SSHD_ENV = "LANPOOL_SSHD_SHELLS"  # 0: never offer (the controller's side reads it too)
 ACCEPT_S = 15.0  # how long the offer waits for the controller's ssh
 MAX_STRANGERS = 8  # connections from other addresses before the offer is withdrawn
 _STOP_S = 5.0

@@ -90,7 +90,7 @@ async def run_command(session: RunnerSession, job_id: str, argv: list[str]) -> i
     finally:
         if feed is not None:
             feed.cancel()
-    return _exit_code(proc)
+    return exit_code_of(proc)
 
 
 async def run_shell(session: RunnerSession, job_id: str, argv: list[str] | None = None) -> int:
@@ -325,7 +325,7 @@ async def _copy(reader: asyncssh.SSHReader[bytes], out: BinaryIO) -> None:
         out.flush()
 
 
-def _exit_code(proc: asyncssh.SSHClientProcess[bytes]) -> int:
+def exit_code_of(proc: asyncssh.SSHClientProcess[bytes]) -> int:
     if proc.exit_status is not None and proc.exit_status >= 0:
         return proc.exit_status
     return 255  # ended by a signal or without a status: as ssh reports it

@@ -25,11 +25,13 @@ from pathlib import Path
 import asyncssh
 
 from app.errors import RunnerError
+from app.job_shell import EXEC_VERB, exit_code_of
 from app.runner_client import RunnerSession
 from protocol.shell_sshd import (
     MAX_OFFER_LINE,
     NO_OFFER_LINE,
     SHELL_SSHD,
+    SSHD_ENV,
     SSHD_FLAG,
     SSHD_UNUSED,
     parse_offer_line,
@@ -38,8 +40,6 @@ from protocol.wire import ENCRYPTION_ALGS
 
 log = logging.getLogger(__name__)
 
-SSHD_ENV = "LANPOOL_SSHD_SHELLS"  # 0: never ask (the runner reads it too)
-EXEC_VERB = "lanpool-exec"  # the agent's grammar (agent/job_shell.py: parse_exec)
 OFFER_TIMEOUT_S = 20.0
 _CLOSE_S = 10.0  # after ssh ends, how long the runner may take to say whether a session ran
 _HOST_ALIAS = "lanpool-job"
@@ -76,7 +76,7 @@ async def sshd_shell(session: RunnerSession, job_id: str, argv: Sequence[str]) -
                     log.info("%s offers no sshd for job %s", session.where, job_id)
                     return None
                 if await _refused(proc):  # the runner said why (the job ended, ...), shown on our stderr
-                    return _status(proc)
+                    return exit_code_of(proc)
                 raise RunnerError(f"{session.where} answered the shell request with {line[:80]!r}")
             port, user, host_key = offer
             _write(home / "known_hosts", f"{_HOST_ALIAS} ssh-ed25519 {host_key}\n")
@@ -161,8 +161,3 @@ async def _refused(proc: asyncssh.SSHClientProcess[bytes]) -> bool:
         sys.stderr.buffer.write(reason[:4096])
         sys.stderr.buffer.flush()
     return bool(reason)
-
-
-def _status(proc: asyncssh.SSHClientProcess[bytes]) -> int:
-    status = proc.exit_status
-    return status if status is not None and status >= 0 else 255

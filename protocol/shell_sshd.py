@@ -21,6 +21,7 @@ import re
 
 # Hello.features: this agent takes `--sshd KEY` in an exec request.
 SHELL_SSHD = "shell-sshd"
+SSHD_ENV = "LANPOOL_SSHD_SHELLS"  # 0: a runner offers no sshd, a controller asks for none
 SSHD_FLAG = "--sshd"
 KEY_PREFIX = "ssh-ed25519:"
 OFFER_PREFIX = b"lanpool-sshd "
