@@ -133,8 +133,7 @@ async def serve_sshd(
         return SSHD_UNUSED
     workdir = Path(tempfile.mkdtemp(prefix="lanpool-sshd-", dir=base))
     try:
-        script = _prepare(workdir, job, argv, client_key_b64)
-        host_b64 = (workdir / "host_key.pub").read_text().split()[1]
+        script, host_b64 = _prepare(workdir, job, argv, client_key_b64)
         port = listener.getsockname()[1]
         process.stdout.write(offer_line(port, pwd.getpwuid(os.getuid()).pw_name, host_b64))
         conn = await _accept(process, listener, str(peername[0]), what)
@@ -163,13 +162,13 @@ def _write(path: Path, text: str) -> None:
         fh.write(text)
 
 
-def _prepare(workdir: Path, job: Job, argv: tuple[str, ...], client_key_b64: str) -> Path:
-    """The session's files in `workdir`; the path of its command script."""
+def _prepare(workdir: Path, job: Job, argv: tuple[str, ...], client_key_b64: str) -> tuple[Path, str]:
+    """The session's files in `workdir`; the path of its command script and the base64 of the
+    session's host key (what the offer names)."""
     from agent.job_shell import job_environment
 
     host_key = asyncssh.generate_private_key("ssh-ed25519")
     _write(workdir / "host_key", host_key.export_private_key().decode())
-    _write(workdir / "host_key.pub", host_key.export_public_key().decode())
     _write(workdir / "authorized_keys", f"restrict,pty ssh-ed25519 {client_key_b64} lanpool-controller\n")
     env, cwd = job_environment(job)
     script = workdir / "session.sh"
@@ -213,7 +212,7 @@ def _prepare(workdir: Path, job: Job, argv: tuple[str, ...], client_key_b64: str
             ]
         ),
     )
-    return script
+    return script, host_key.export_public_key().decode().split()[1]
 
 
 def _session_script(env: dict[str, str], cwd: Path, argv: tuple[str, ...]) -> str:

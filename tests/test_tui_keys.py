@@ -15,7 +15,7 @@ from app.tui.widgets.log_view import LogView  # noqa: E402
 from app.tui.widgets.metrics_chart import MetricsChart, families, family, smooth  # noqa: E402
 from app.tui.widgets.tables import RunnersTable, RunsTable  # noqa: E402
 from tests import test_tui_snapshots as snaps  # noqa: E402
-from tests.test_tui_snapshots import DONE_JOB, NOW, _on_done_job, _until  # noqa: E402
+from tests.test_tui_snapshots import DONE_JOB, NOW, _logs_of_done_job, _on_done_job, _until  # noqa: E402
 
 screen_app = pytest.fixture(snaps.screen_app.__wrapped__)  # the snapshots' fixed store and clock
 
@@ -430,10 +430,7 @@ def test_a_growing_log_asks_for_no_layout(screen_app, monkeypatch):
     the view still follows the end and its scrollbar comes when the lines overflow it."""
 
     async def body(pilot):
-        await _on_done_job(pilot)
-        await pilot.press("3")
-        view = pilot.app.query_one(LogView)
-        view.set_lines([LogLine(f"line-{i}", "out") for i in range(5)], at_start=True)
+        view = await _logs_of_done_job(pilot, 5)
         await pilot.pause(0.2)
         assert not view.show_vertical_scrollbar
         view.append([LogLine(f"line-{i}", "out") for i in range(5, 100)])  # overflows: the scrollbar comes

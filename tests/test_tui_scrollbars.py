@@ -14,7 +14,7 @@ from app.overview import LogLine  # noqa: E402
 from app.tui.widgets.log_view import LogView  # noqa: E402
 from app.tui.widgets.scrollbars import MemoScrollBar, thumb  # noqa: E402
 from tests import test_tui_snapshots as snaps  # noqa: E402
-from tests.test_tui_snapshots import _on_done_job  # noqa: E402
+from tests.test_tui_snapshots import _logs_of_done_job  # noqa: E402
 
 screen_app = pytest.fixture(snaps.screen_app.__wrapped__)
 
@@ -44,10 +44,7 @@ def test_following_log_draws_its_scrollbar_only_when_the_thumb_moves(screen_app,
     )
 
     async def body(pilot):
-        await _on_done_job(pilot)
-        await pilot.press("3")
-        view = pilot.app.query_one(LogView)
-        view.set_lines([LogLine(f"line-{i}", "out") for i in range(20_000)], at_start=True)
+        view = await _logs_of_done_job(pilot, 20_000)
         await pilot.pause(0.3)
         bar = view.vertical_scrollbar
         assert isinstance(bar, MemoScrollBar) and view.show_vertical_scrollbar and view.following

@@ -15,7 +15,9 @@ pytest.importorskip("pytest_textual_snapshot")
 
 from app.controller import Controller  # noqa: E402
 from app.home import ControllerHome  # noqa: E402
+from app.overview import LogLine  # noqa: E402
 from app.tui.app import LanpoolApp  # noqa: E402
+from app.tui.widgets.log_view import LogView  # noqa: E402
 from tests.harness import REPO  # noqa: E402
 
 NOW = 1_780_000_000.0  # the screens' "now"
@@ -182,6 +184,15 @@ async def _on_done_job(pilot) -> None:
     """Highlight the DONE train job (third row), as a user moving down the list does."""
     await pilot.press("down", "down")
     await _until(pilot, lambda: pilot.app.job_id == DONE_JOB)
+
+
+async def _logs_of_done_job(pilot, lines: int):
+    """The DONE job's Logs tab with `lines` lines of its own (line-0, line-1, ...): its LogView."""
+    await _on_done_job(pilot)
+    await pilot.press("3")
+    view = pilot.app.query_one(LogView)
+    view.set_lines([LogLine(f"line-{i}", "out") for i in range(lines)], at_start=True)
+    return view
 
 
 async def _until(pilot, check, tries: int = 200) -> None:
