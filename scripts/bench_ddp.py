@@ -47,7 +47,7 @@ from tests import harness  # noqa: E402
 
 PY = harness.venv_python()
 APP = list(harness.venv_app())
-RATIO_TARGET = 0.97  # lanpool samples/s over by-hand samples/s, at least
+RATIO_TARGET = 0.99  # lanpool samples/s over by-hand samples/s, at least (issue #17)
 BLOCK, BATCH = 128, 32  # the recipe's defaults (4 layers x 128 dims): tokens a step per node = 4096
 
 
@@ -363,6 +363,11 @@ class Bench:
             "ratios_per_repeat": [
                 a["samples_per_s"] / b["samples_per_s"] for a, b in zip(rows["lanpool"], rows["hand"], strict=False)
             ],
+            # Each pair ran back to back (alternating which arm went first): the machine's speed, which drifts
+            # by 10-30% over minutes on a shared VM, weighs on both arms of a pair alike.
+            "ratio_per_pair_median": statistics.median(
+                a["samples_per_s"] / b["samples_per_s"] for a, b in zip(rows["lanpool"], rows["hand"], strict=False)
+            ),
             "first_step_extra_s": med["lanpool"]["to_first_step_s"] - med["hand"]["to_first_step_s"],
             "processes_extra_s": med["lanpool"]["to_processes_s"] - med["hand"]["to_processes_s"],
         }
@@ -394,7 +399,10 @@ def report(res: dict) -> None:
         f" {'':8}   (+{res['processes_extra_s']:.2f}s: lanpool's part of the first step's delay)"
     )
     p(f"  {'start -> end (s)':28} {lp['wall_s']:12.1f} {hand['wall_s']:12.1f}")
-    p(f"  ratio per repeat: {', '.join(f'{r:.3f}' for r in res['ratios_per_repeat'])}")
+    p(
+        f"  ratio per repeat: {', '.join(f'{r:.3f}' for r in res['ratios_per_repeat'])}"
+        f" (median {res['ratio_per_pair_median']:.3f})"
+    )
     if "node0_exec_s" in lp:  # --probe: when each phase of the trainers' start ended, s from the launch
         p(f"  {'probe (s from start)':28} {'lanpool':>12} {'by hand':>12} {'extra':>8}")
         nodes = sorted({k.split("_")[0] for k in lp if k.startswith("node")})
@@ -439,6 +447,7 @@ def main(argv: list[str] | None = None) -> int:
                 unit="samples/s",
                 ratio="ratio_samples_per_s",
             ),
+            picked(r, "same, median of the per-pair ratios", "ratio_per_pair_median", unit="x"),
             picked(
                 r,
                 "start -> first training step, lanpool vs by hand",
