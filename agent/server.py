@@ -37,6 +37,7 @@ from agent.pythons import Pythons
 from agent.queue import Amount
 from agent.resources import detect_resources
 from agent.session import ChannelSession
+from agent.shell_sshd import sweep_stale
 from agent.ssh_server import Grants, LanpoolSession, listen
 from protocol import GANG_SUBSYSTEM, PROTOCOL_VERSION, SUBSYSTEM, key_text
 
@@ -139,6 +140,7 @@ class Agent:
 
     async def start(self) -> None:
         self.home.create()
+        sweep_stale()  # one-time sshd directories an agent killed earlier left behind
         host_key = load_or_create_host_key(self.home.host_key)
         if not self.home.authorized_keys.exists():
             self.home.authorized_keys.touch(mode=0o600)

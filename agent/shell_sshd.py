@@ -29,6 +29,7 @@ import shlex
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tempfile
 from collections.abc import Callable
@@ -51,6 +52,8 @@ _SBIN = "/usr/sbin:/usr/local/sbin:/sbin"
 _PRIVSEP_DIR = Path("/run/sshd")  # Debian's sshd will not start as root without it
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _SAFE_PATH = re.compile(r"[A-Za-z0-9_./-]+")
+_DIR_PREFIX = "lanpool-sshd-"
+_STALE_DIR = re.compile(re.escape(_DIR_PREFIX) + r"([0-9]{1,10})-[A-Za-z0-9_]+")
 
 
 def sshd_binary() -> str | None:
@@ -131,7 +134,10 @@ async def serve_sshd(
         log.info("%s: not offered (%s)", what, why)
         process.stdout.write(NO_OFFER_LINE)
         return SSHD_UNUSED
-    workdir = Path(tempfile.mkdtemp(prefix="lanpool-sshd-", dir=base))
+    sweep_stale(base)
+    # The agent's pid in the name: a directory whose agent was killed (SIGKILL skips the
+    # finally below) is found and removed by the next agent's sweep_stale.
+    workdir = Path(tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-", dir=base))
     try:
         script, host_b64 = _prepare(workdir, job, argv, client_key_b64)
         port = listener.getsockname()[1]
@@ -148,6 +154,50 @@ async def serve_sshd(
     finally:
         listener.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def sweep_stale(base: str | None = None) -> list[str]:
+    """Remove the session directories of agents that are gone (killed before their cleanup:
+    the session script in them holds the job's environment, which may hold secrets); returns
+    their names. Only directories (never a link) owned by this user, named for a pid that no
+    longer runs; a pid taken again by another process keeps its directory until that ends."""
+    base = base or _private_tmp()
+    removed = []
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return removed
+    for name in names:
+        m = _STALE_DIR.fullmatch(name)
+        if m is None or _alive(int(m.group(1))):
+            continue
+        path = os.path.join(base, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(name)
+    if removed:
+        log.info(
+            "removed %d one-time sshd director%s of agents that are gone: %s",
+            len(removed),
+            "y" if len(removed) == 1 else "ies",
+            ", ".join(removed),
+        )
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it runs, as someone else
+        return True
+    return True
 
 
 def _private_tmp() -> str:
