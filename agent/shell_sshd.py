@@ -162,7 +162,7 @@ def sweep_stale(base: str | None = None) -> list[str]:
     their names. Only directories (never a link) owned by this user, named for a pid that no
     longer runs; a pid taken again by another process keeps its directory until that ends."""
     base = base or _private_tmp()
-    removed = []
+    removed: list[str] = []
     try:
         names = os.listdir(base)
     except OSError:

@@ -30,8 +30,11 @@ from agent.jobs import JobManager
 from agent.pairing import Pairing, PairingGrant, PairingState
 from protocol import ENCRYPTION_ALGS, GANG_SUBSYSTEM, GANG_USER_PREFIX, SUBSYSTEM, key_text
 from protocol.pairing import PAIRING_USER
+from protocol.ssh_transport import install as install_ssh_transport
 
 log = logging.getLogger(__name__)
+
+install_ssh_transport()  # no ignore packet before each AEAD packet (protocol/ssh_transport.py)
 
 # Keyed by any connection: a channel knows its connection only as an SSHConnection.
 Grants = weakref.WeakKeyDictionary[SSHConnection, PairingGrant]

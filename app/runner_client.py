@@ -49,10 +49,13 @@ from protocol import (
 )
 from protocol.messages import AgentMessage, ClientMessage
 from protocol.pairing import PAIRING_USER, ControllerPake, PairingFailed, sanitize_label
+from protocol.ssh_transport import install as install_ssh_transport
 from protocol.wire import ENCRYPTION_ALGS, SUBSYSTEM
 from protocol.wire import key_text as host_key_text
 
 log = logging.getLogger(__name__)
+
+install_ssh_transport()  # no ignore packet before each AEAD packet (protocol/ssh_transport.py)
 
 # What the runner may send before we read (window) and in one SSH packet: asyncssh's defaults
 # (2 MiB, 32 KiB) cost a Python round of packet work per 32 KiB, which caps a 1 GiB artifact's
