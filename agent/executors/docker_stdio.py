@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.executors.base import OutputSink
+from agent.executors.line_cutter import MAX_LINE, whole_lines
 from agent.workspace_files import NotARegularFile, open_regular
 
 log = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ log = logging.getLogger(__name__)
 STDIO_DIR = "stdio"  # in the job dir, next to the workspace
 STDIO_MOUNT = "/.lanpool-stdio"  # where the container sees it
 STREAMS = ("out", "err")
-_MAX_LINE = 64 * 1024  # as the process executor: a longer line is cut
+_MAX_LINE = MAX_LINE  # as the process executor: a longer line is cut
 READ_MAX = 1024 * 1024  # a stream's bytes read per pass: memory stays bounded whatever the job writes
 POLL_S = 0.05  # while the files do not grow
 
@@ -163,19 +164,9 @@ class StdioFiles:
         return None
 
     def _take(self, stream: str, data: bytes) -> None:
-        # Slices of at most _MAX_LINE: every line after a slice's first newline lies
-        # inside the slice, so only the line joining the held partial can be too long.
-        for i in range(0, len(data), _MAX_LINE):
-            buf = self._partial[stream] + data[i : i + _MAX_LINE]
-            nl = buf.find(b"\n")
-            while nl > _MAX_LINE or (nl < 0 and len(buf) > _MAX_LINE):
-                self._deliver(stream, buf[:_MAX_LINE], cut=True)
-                buf = buf[_MAX_LINE:]
-                nl = buf.find(b"\n")
-            end = buf.rfind(b"\n") + 1
-            if end:
-                self._deliver(stream, buf[:end])
-            self._partial[stream] = buf[end:]
+        self._partial[stream] = whole_lines(
+            self._partial[stream], data, lambda lines, cut: self._deliver(stream, lines, cut), _MAX_LINE
+        )
 
     def _deliver(self, stream: str, data: bytes, cut: bool = False) -> None:
         self._sink(stream, data + b"\n" if cut else data, cut)

@@ -6,12 +6,10 @@ import os
 import signal
 
 from agent.executors.base import Adoption, ExecutorError, Handle, Launch, Outcome, OutputSink
+from agent.executors.pipe_pump import open_pipe, pump
 from agent.job_python import JobPythons
 from agent.pythons import Pythons
 
-_READ_SIZE = 64 * 1024
-# A line longer than this is cut, so one runaway line cannot hold memory.
-_MAX_LINE = 64 * 1024
 # After the main process exits, children that kept the pipes open get this
 # long before they are killed (unless a stop is under way: then the stop's own
 # grace period and SIGKILL decide).
@@ -48,18 +46,27 @@ class ProcessExecutor:
         env.update(launch.env)
         # set -e: a failing command ends the job with its exit code, as in dstack.
         script = "set -e\n" + "\n".join(launch.commands) + "\n"
-        proc = await asyncio.create_subprocess_exec(
-            "bash",
-            "-c",
-            script,
-            cwd=launch.working_dir,
-            env=env,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            start_new_session=True,  # own process group: signals reach the whole tree
-        )
-        return ProcessExecution(proc, sink)
+        (out_r, out_w), (err_r, err_w) = open_pipe(), open_pipe()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                "bash",
+                "-c",
+                script,
+                cwd=launch.working_dir,
+                env=env,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                start_new_session=True,  # own process group: signals reach the whole tree
+            )
+        except BaseException:
+            os.close(out_r)
+            os.close(err_r)
+            raise
+        finally:  # the child has its copies: the job's end closes the pipes (EOF to the pumps)
+            os.close(out_w)
+            os.close(err_w)
+        return ProcessExecution(proc, sink, out_r, err_r)
 
     async def adopt(self, job: Adoption, sink: OutputSink) -> "ProcessExecution":
         """Never: the job's pipes died with the agent. Its process group is killed rather than left running unseen."""
@@ -73,13 +80,13 @@ class ProcessExecutor:
 
 
 class ProcessExecution:
-    def __init__(self, proc: asyncio.subprocess.Process, sink: OutputSink) -> None:
-        assert proc.stdout is not None and proc.stderr is not None  # both are PIPEs (ProcessExecutor.start)
+    def __init__(self, proc: asyncio.subprocess.Process, sink: OutputSink, out_fd: int, err_fd: int) -> None:
+        """`out_fd`, `err_fd`: the read ends of the job's stdout and stderr (pipe_pump.open_pipe), closed by their pumps."""
         self._proc = proc
         self.pid = proc.pid
         self._pumps = [
-            asyncio.create_task(_pump(proc.stdout, "out", sink)),
-            asyncio.create_task(_pump(proc.stderr, "err", sink)),
+            asyncio.create_task(pump(out_fd, "out", sink)),
+            asyncio.create_task(pump(err_fd, "err", sink)),
         ]
         self._stopping = False
 
@@ -118,24 +125,3 @@ class ProcessExecution:
     def _killpg(self, sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, sig)
-
-
-async def _pump(reader: asyncio.StreamReader, stream: str, sink: OutputSink) -> None:
-    """Deliver whole lines; a partial line waits for its newline (or EOF)."""
-    partial = b""
-    while True:
-        data = await reader.read(_READ_SIZE)
-        if not data:
-            break
-        data = partial + data
-        cut = data.rfind(b"\n") + 1
-        if cut:
-            sink(stream, data[:cut])
-            partial = data[cut:]
-        else:
-            partial = data
-        if len(partial) > _MAX_LINE:
-            sink(stream, partial + b"\n")
-            partial = b""
-    if partial:
-        sink(stream, partial + b"\n")
