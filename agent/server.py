@@ -140,7 +140,6 @@ class Agent:
 
     async def start(self) -> None:
         self.home.create()
-        sweep_stale()  # one-time sshd directories an agent killed earlier left behind
         host_key = load_or_create_host_key(self.home.host_key)
         if not self.home.authorized_keys.exists():
             self.home.authorized_keys.touch(mode=0o600)
@@ -175,6 +174,9 @@ class Agent:
         self.resources = detect_resources(gpus, executors.kind, pythons.versions() if pythons else "")
         self.resources.update(cluster)
         await self.manager.load_journal()
+        # One-time sshd directories an agent killed earlier left behind; after the checks above,
+        # so that a refused option is still the only line an agent that cannot start prints.
+        sweep_stale()
         self.manager.listeners.append(self._on_jobs_changed)
         self._server = await listen(self, self.host, self.port, host_key)
         self.port = self._server.sockets[0].getsockname()[1]
