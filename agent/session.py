@@ -15,6 +15,7 @@ from agent.direct_transfer import DirectSender
 from agent.job import Job
 from agent.job_request import JobError
 from agent.jobs import JobManager
+from agent.log_direct import Burst, send_burst
 from agent.pairing import PairingRefused, PairingResponder
 from agent.shell_sshd import sshd_offered
 from protocol import (
@@ -48,7 +49,7 @@ from protocol.errors import clip
 from protocol.messages import AgentMessage, ClientMessage
 from protocol.shell_direct import SHELL_DIRECT
 from protocol.shell_sshd import SHELL_SSHD
-from protocol.transfer_messages import ARTIFACT_DIRECT, ARTIFACT_RANGES
+from protocol.transfer_messages import ARTIFACT_DIRECT, ARTIFACT_RANGES, LOG_DIRECT
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,9 @@ class ChannelSession:
     async def run(self) -> None:
         reader = FrameReader()
         try:
-            features = [ARTIFACT_RANGES] + ([ARTIFACT_DIRECT, SHELL_DIRECT] if self._direct is not None else [])
+            features = [ARTIFACT_RANGES]
+            if self._direct is not None:
+                features += [ARTIFACT_DIRECT, SHELL_DIRECT, LOG_DIRECT]
             if self._direct is not None and sshd_offered():  # its listener is in the direct connections' ports
                 features.append(SHELL_SSHD)
             await self._send(Hello(PROTOCOL_VERSION, __version__, self._name, self._resources(), features))
@@ -179,7 +182,7 @@ class ChannelSession:
             await self._send(self._manager.get(msg.job_id).status())
         elif isinstance(msg, Attach):
             job = self._manager.get(msg.job_id)
-            task = asyncio.create_task(self._stream(job, msg.from_seq, msg.follow))
+            task = asyncio.create_task(self._stream(job, msg.from_seq, msg.follow, msg.direct))
             self._streams.add(task)
             task.add_done_callback(self._streams.discard)
         elif isinstance(msg, GetArtifacts):
@@ -238,19 +241,26 @@ class ChannelSession:
             return
         await self._send(reply)
 
-    async def _stream(self, job: Job, cursor: int, follow: bool) -> None:
-        """Send the log from `cursor`, following until the job ends, then its status."""
+    async def _stream(self, job: Job, cursor: int, follow: bool, direct: bool = False) -> None:
+        """Send the log from `cursor`, following until the job ends, then its status. `direct`:
+        a flood may go on a connection of its own (agent/log_direct.py)."""
         job_id = job.record.job_id
+        burst = Burst() if direct and self._direct is not None else None
         try:
             while True:
                 changed = job.changed  # taken before reading, so no wake-up is missed
                 records = job.spool.read(cursor, CHUNK_BYTES)
                 if records:
                     frames = []
+                    size = 0
                     for rec in records:
                         frames.append(encode_message(LogChunk(job_id, rec.seq, rec.stream, rec.data, at=rec.at)))
                         cursor = rec.seq + rec.n_lines
+                        size += len(rec.data)
                     await self._write(b"".join(frames))
+                    if burst is not None and burst.sent(size):
+                        burst.reset()
+                        cursor = await self._burst(job, cursor)
                     continue
                 if job.record.terminal or not follow:
                     await self._send(job.status())
@@ -258,6 +268,16 @@ class ChannelSession:
                 await changed.wait()
         except (OSError, asyncssh.Error, ConnectionError):
             return
+
+    async def _burst(self, job: Job, cursor: int) -> int:
+        """The log from `cursor` on a connection of its own, while the flood lasts, when one can be had;
+        returns where the channel goes on from."""
+        assert self._direct is not None
+        sockname = self._proc.channel.get_extra_info("sockname")
+        if not sockname:
+            return cursor
+        reached = await send_burst(self._direct, str(sockname[0]), job, cursor, CHUNK_BYTES, self._send)
+        return cursor if reached is None else reached
 
     @staticmethod
     def _artifact_ranges(job: Job, msg: GetArtifacts) -> Wanted:
