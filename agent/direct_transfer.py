@@ -70,14 +70,17 @@ class DirectSender:
             context.num_tickets = 0
             self._context = context
 
-    def offer(self, host: str, job_id: str, frames: Frames) -> DirectOffer | None:
+    def offer(
+        self, host: str, job_id: str, frames: Frames, on_end: Callable[[], None] | None = None
+    ) -> DirectOffer | None:
         """Listen on `host` (the address the controller reached over SSH) for one transfer of
-        `frames`; None when at the limit, or no listener can be had (then stream on the channel)."""
+        `frames`; None when at the limit, or no listener can be had (then stream on the channel).
+        `on_end`: called (in the transfer's thread) once it is over, sent or not."""
         opened = self.listen_once(host, f"direct transfer of job {job_id}")
         if opened is None:
             return None
         once, offer = opened
-        transfer = _Transfer(self, once, job_id, frames)
+        transfer = _Transfer(self, once, job_id, frames, on_end)
         with self._lock:
             self._live.discard(once)
             self._live.add(transfer)
@@ -125,6 +128,13 @@ class DirectSender:
         with self._lock:
             self._live.discard(transfer)
 
+    def withdraw(self, offer: DirectOffer) -> None:
+        """End the transfer of this offer now, taken or not (its channel went: no one waits for it)."""
+        with self._lock:
+            live = [t for t in self._live if isinstance(t, _Transfer) and t.token == offer.token]
+        for transfer in live:
+            transfer.close()
+
     def close(self) -> None:
         """Stop every transfer (the agent is shutting down): their controllers resume later."""
         with self._lock:
@@ -144,6 +154,10 @@ class OneConnection:
         self._context = context
         self._token = token
         self._what = what
+
+    @property
+    def token(self) -> bytes:
+        return self._token
 
     def accept(self, ttl_s: float = OFFER_TTL_S) -> ssl.SSLSocket | None:
         """The connection that brought the token (Nagle off: a keystroke is one small write), or
@@ -195,21 +209,33 @@ class OneConnection:
 
 
 class _Transfer:
-    def __init__(self, owner: DirectSender, once: OneConnection, job_id: str, frames: Frames) -> None:
+    def __init__(
+        self, owner: DirectSender, once: OneConnection, job_id: str, frames: Frames, on_end: Callable[[], None] | None
+    ) -> None:
         self._owner = owner
         self._once = once
         self._job_id = job_id
         self._frames = frames
+        self._on_end = on_end
         self._conn: socket.socket | None = None
+        self._closed = False
+
+    @property
+    def token(self) -> bytes:
+        return self._once.token
 
     def serve(self) -> None:
         try:
             conn = self._once.accept()
-            if conn is not None:
+            if conn is not None and not self._closed:
                 self._send(conn)
+            elif conn is not None:
+                conn.close()
         finally:
             self.close()
             self._owner._ended(self)
+            if self._on_end is not None:
+                self._on_end()
 
     def _send(self, conn: ssl.SSLSocket) -> None:
         self._conn = conn
@@ -232,6 +258,7 @@ class _Transfer:
             pass
 
     def close(self) -> None:
+        self._closed = True
         self._once.close()
         if self._conn is not None:
             try:

@@ -15,6 +15,7 @@ from agent.direct_transfer import DirectSender
 from agent.job import Job
 from agent.job_request import JobError
 from agent.jobs import JobManager
+from agent.log_direct import Burst, send_burst
 from agent.pairing import PairingRefused, PairingResponder
 from agent.shell_sshd import sshd_offered
 from protocol import (
@@ -48,12 +49,17 @@ from protocol.errors import clip
 from protocol.messages import AgentMessage, ClientMessage
 from protocol.shell_direct import SHELL_DIRECT
 from protocol.shell_sshd import SHELL_SSHD
-from protocol.transfer_messages import ARTIFACT_DIRECT, ARTIFACT_RANGES
+from protocol.transfer_messages import ARTIFACT_DIRECT, ARTIFACT_RANGES, LOG_DIRECT
 
 log = logging.getLogger(__name__)
 
 # Log bytes per LogChunk frame: large enough that a fast job costs few SSH writes.
 CHUNK_BYTES = 256 * 1024
+# After a frame smaller than CHUNK_BYTES, a follower waits this long before reading the spool
+# again: lines that keep coming then go in frames of ~this long's worth (a 1M-line flood took
+# ~4,800 frames of ~21 KiB, each decoded and checked on its own by the controller), while a
+# line after a quiet spell still goes at once.
+COALESCE_S = 0.005
 _READ_SIZE = 256 * 1024
 _ERROR_CHARS = 1000  # of an Error reply's message
 
@@ -90,7 +96,9 @@ class ChannelSession:
     async def run(self) -> None:
         reader = FrameReader()
         try:
-            features = [ARTIFACT_RANGES] + ([ARTIFACT_DIRECT, SHELL_DIRECT] if self._direct is not None else [])
+            features = [ARTIFACT_RANGES]
+            if self._direct is not None:
+                features += [ARTIFACT_DIRECT, SHELL_DIRECT, LOG_DIRECT]
             if self._direct is not None and sshd_offered():  # its listener is in the direct connections' ports
                 features.append(SHELL_SSHD)
             await self._send(Hello(PROTOCOL_VERSION, __version__, self._name, self._resources(), features))
@@ -179,7 +187,7 @@ class ChannelSession:
             await self._send(self._manager.get(msg.job_id).status())
         elif isinstance(msg, Attach):
             job = self._manager.get(msg.job_id)
-            task = asyncio.create_task(self._stream(job, msg.from_seq, msg.follow))
+            task = asyncio.create_task(self._stream(job, msg.from_seq, msg.follow, msg.direct))
             self._streams.add(task)
             task.add_done_callback(self._streams.discard)
         elif isinstance(msg, GetArtifacts):
@@ -238,19 +246,28 @@ class ChannelSession:
             return
         await self._send(reply)
 
-    async def _stream(self, job: Job, cursor: int, follow: bool) -> None:
-        """Send the log from `cursor`, following until the job ends, then its status."""
+    async def _stream(self, job: Job, cursor: int, follow: bool, direct: bool = False) -> None:
+        """Send the log from `cursor`, following until the job ends, then its status. `direct`:
+        a flood may go on a connection of its own (agent/log_direct.py)."""
         job_id = job.record.job_id
+        burst = Burst() if direct and self._direct is not None else None
         try:
             while True:
                 changed = job.changed  # taken before reading, so no wake-up is missed
                 records = job.spool.read(cursor, CHUNK_BYTES)
                 if records:
                     frames = []
+                    size = 0
                     for rec in records:
                         frames.append(encode_message(LogChunk(job_id, rec.seq, rec.stream, rec.data, at=rec.at)))
                         cursor = rec.seq + rec.n_lines
+                        size += len(rec.data)
                     await self._write(b"".join(frames))
+                    if burst is not None and burst.sent(size):
+                        burst.reset()
+                        cursor = await self._burst(job, cursor)
+                    elif follow and size < CHUNK_BYTES:
+                        await asyncio.sleep(COALESCE_S)
                     continue
                 if job.record.terminal or not follow:
                     await self._send(job.status())
@@ -258,6 +275,16 @@ class ChannelSession:
                 await changed.wait()
         except (OSError, asyncssh.Error, ConnectionError):
             return
+
+    async def _burst(self, job: Job, cursor: int) -> int:
+        """The log from `cursor` on a connection of its own, while the flood lasts, when one can be had;
+        returns where the channel goes on from."""
+        assert self._direct is not None
+        sockname = self._proc.channel.get_extra_info("sockname")
+        if not sockname:
+            return cursor
+        reached = await send_burst(self._direct, str(sockname[0]), job, cursor, CHUNK_BYTES, self._send)
+        return cursor if reached is None else reached
 
     @staticmethod
     def _artifact_ranges(job: Job, msg: GetArtifacts) -> Wanted:

@@ -92,6 +92,7 @@ class LogSpool:
         if self._header is _HEADER:
             fields += (time.time(),)
         os.write(self._fd, self._header.pack(*fields) + lines)
+        # In this order: read() in another thread relies on it (bytes, seq, offset, next_seq).
         self._seqs.append(seq)
         self._offsets.append(self.size)
         self.size += self._header.size + len(lines)
@@ -104,15 +105,21 @@ class LogSpool:
         The first record is cut so that it starts exactly at `from_seq`. Records of one
         stream that arrived within MERGE_S of each other come back as one.
         """
-        if from_seq >= self.next_seq or not self._seqs:
+        # Safe in another thread than the one appending (a direct log transfer reads in its own,
+        # agent/log_direct.py): append writes a record's bytes, then its seq, its offset, and
+        # next_seq last. So with next_seq taken first, the first `count` offsets and seqs name
+        # records wholly in the file, and they hold every line before that next_seq.
+        end = self.next_seq
+        count = len(self._offsets)
+        if from_seq >= end or not count:
             return []
-        i = max(0, bisect.bisect_right(self._seqs, from_seq) - 1)
+        i = max(0, bisect.bisect_right(self._seqs, from_seq, 0, count) - 1)
         runs: list[tuple[int, str, float, list[bytes], list[int]]] = []  # (seq, stream, at, parts, line counts)
         total = 0
         header = self._header
         with open(self.path, "rb") as fh:
             fh.seek(self._offsets[i])
-            while i < len(self._seqs) and total < max_bytes:
+            while i < count and total < max_bytes:
                 seq, n, stream_id, length, *rest = header.unpack(fh.read(header.size))
                 at = rest[0] if rest else 0.0
                 data = fh.read(length)

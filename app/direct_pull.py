@@ -66,14 +66,16 @@ def fetch(
                 raise RunnerError(f"lost {where} while pulling artifacts: {exc}") from None
 
 
-def handshake(raw: socket.socket, offer: DirectOffer) -> ssl.SSLSocket:
-    """The TLS connection, once its certificate is the offered one and the token is sent."""
+def handshake(raw: socket.socket, offer: DirectOffer, ragged_eof_ok: bool = True) -> ssl.SSLSocket:
+    """The TLS connection, once its certificate is the offered one and the token is sent.
+    Not `ragged_eof_ok`: a stream that ends without a TLS close_notify (cut) raises
+    SSLEOFError rather than reading as a clean end."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.minimum_version = ssl.TLSVersion.TLSv1_3
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE  # self-signed: its digest, which came over SSH, is the check
     try:
-        conn = context.wrap_socket(raw)
+        conn = context.wrap_socket(raw, suppress_ragged_eofs=ragged_eof_ok)
         cert = conn.getpeercert(binary_form=True) or b""
     except (OSError, ssl.SSLError) as exc:
         raise DirectUnavailable(f"no TLS on port {offer.port}: {exc}") from None
@@ -91,13 +93,13 @@ def handshake(raw: socket.socket, offer: DirectOffer) -> ssl.SSLSocket:
 def _read(conn: ssl.SSLSocket, take: Callable[[Sequence[AgentMessage]], None], where: str) -> None:
     head = bytearray(_HEADER.size)
     while True:
-        if not _fill(conn, memoryview(head)):
+        if not fill(conn, memoryview(head)):
             raise RunnerError(f"{where} closed the artifact connection before all files were sent")
         (size,) = _HEADER.unpack(head)
         if size > MAX_FRAME_BYTES:
             raise RunnerProtocolError(f"{where} sent a frame of {size} bytes (at most {MAX_FRAME_BYTES})")
         body = bytearray(size)
-        if not _fill(conn, memoryview(body)):
+        if not fill(conn, memoryview(body)):
             raise RunnerError(f"{where} closed the artifact connection in the middle of a frame")
         try:
             msg = decode_agent_message(unpack_body(body))
@@ -114,7 +116,7 @@ def _read(conn: ssl.SSLSocket, take: Callable[[Sequence[AgentMessage]], None], w
             return
 
 
-def _fill(conn: ssl.SSLSocket, view: memoryview) -> bool:
+def fill(conn: ssl.SSLSocket, view: memoryview) -> bool:
     """Fill `view` from the connection; False when the stream ends first."""
     done = 0
     while done < len(view):

@@ -35,6 +35,7 @@ from protocol import (
     Hello,
     JobAccepted,
     JobStatus,
+    LogChunk,
     MissingBlobs,
     PairConfirm,
     Paired,
@@ -50,6 +51,7 @@ from protocol import (
 from protocol.messages import AgentMessage, ClientMessage
 from protocol.pairing import PAIRING_USER, ControllerPake, PairingFailed, sanitize_label
 from protocol.ssh_transport import install as install_ssh_transport
+from protocol.transfer_messages import LOG_DIRECT
 from protocol.wire import ENCRYPTION_ALGS, SUBSYSTEM
 from protocol.wire import key_text as host_key_text
 
@@ -306,20 +308,59 @@ class RunnerSession:
         return await self._request(GetStatus(job_id), JobStatus)
 
     async def attach(self, job_id: str, from_seq: int, follow: bool = True) -> AsyncIterator[list[AgentMessage]]:
-        """Batches of LogChunk messages; the last batch ends with the job's JobStatus."""
+        """Batches of LogChunk messages; the last batch ends with the job's JobStatus. A
+        runner that offers it may send a flood on a connection of its own, mid-stream
+        (app/log_direct.py): its batches come here like the channel's, in order."""
+        direct = False
+        if LOG_DIRECT in self.hello.features:
+            from app.log_direct import log_direct_wanted  # ssl: only for a follow that may use it
+
+            direct = log_direct_wanted()
         channel = await self._take_channel()
+        last: LogChunk | None = None  # the last of this job's lines passed on: where a re-attach starts
         try:
-            await channel.send(Attach(job_id, from_seq, follow))
+            await channel.send(Attach(job_id, from_seq, follow, direct))
             while True:
                 batch = await channel.recv_many()
-                for msg in batch:
+                offer: DirectOffer | None = None
+                for i, msg in enumerate(batch):
                     if isinstance(msg, Error):
                         raise _error_from(msg, self.where)
-                yield batch
-                if isinstance(batch[-1], JobStatus):
-                    return
+                    if isinstance(msg, DirectOffer):
+                        # The runner writes nothing after its offer until the offered connection is done.
+                        if not direct or msg.job_id != job_id or i != len(batch) - 1:
+                            raise RunnerProtocolError(
+                                f"{self.where} sent a direct offer this controller did not ask for"
+                            )
+                        offer, batch = msg, batch[:i]
+                if batch:
+                    last = _last_line_of(batch, job_id, last)
+                    yield batch
+                    if isinstance(batch[-1], JobStatus):
+                        return
+                if offer is None:
+                    continue
+                from app.direct_pull import DirectUnavailable
+                from app.log_direct import direct_batches
+
+                try:
+                    async with contextlib.aclosing(direct_batches(self._peer_host(), offer, self.where)) as burst:
+                        async for chunks in burst:
+                            last = _last_line_of(chunks, job_id, last)
+                            yield chunks  # type: ignore[misc]
+                except DirectUnavailable as exc:  # nothing was taken: the rest on a channel, as asked before
+                    log.warning("%s: %s; following job %s on the SSH channel", self.where, exc.message, job_id)
+                    channel.close()
+                    direct = False
+                    channel = await self.open_channel()
+                    position = from_seq if last is None else max(from_seq, last.seq + last.n_lines)
+                    await channel.send(Attach(job_id, position, follow, False))
         finally:
             channel.close()
+
+    def _peer_host(self) -> str:
+        peer = self.conn.get_extra_info("peername")
+        return str(peer[0]) if peer else ""
 
     async def missing_blobs(self, sha256s: list[str]) -> list[str]:
         """Which of these blobs the runner lacks (only ever ones that were asked about)."""
@@ -420,6 +461,14 @@ class RunnerSession:
     async def __aexit__(self, *exc: object) -> None:
         self.close()
         await self.conn.wait_closed()
+
+
+def _last_line_of(batch: list[AgentMessage] | list[LogChunk], job_id: str, last: LogChunk | None) -> LogChunk | None:
+    """The batch's last LogChunk of `job_id` (lines come in order), else `last`."""
+    for msg in reversed(batch):
+        if isinstance(msg, LogChunk) and msg.job_id == job_id:
+            return msg
+    return last
 
 
 def _clip(text: str, limit: int = 300) -> str:

@@ -228,6 +228,10 @@ class Attach(Message):
     job_id: str
     from_seq: int = 0
     follow: bool = True  # False: send what exists now, then the current status
+    # A runner whose Hello names LOG_DIRECT may send a burst of the log (a backlog) on a
+    # connection of its own: a DirectOffer on this channel, the LogChunks there, then the rest
+    # here (protocol/transfer_messages.py LOG_DIRECT). Older runners ignore the field.
+    direct: bool = False
 
 
 @dataclass(frozen=True, eq=False, repr=False)

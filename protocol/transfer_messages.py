@@ -15,6 +15,11 @@ from protocol.message_base import Message
 ARTIFACT_RANGES = "artifact-ranges"
 # Hello.features: this agent answers GetArtifacts(direct=True) with a DirectOffer (see DirectOffer).
 ARTIFACT_DIRECT = "artifact-direct"
+# Hello.features: this agent may answer Attach(direct=True) with a DirectOffer mid-stream, when
+# the log has a backlog: it then writes nothing more on the channel until the offered connection
+# has carried LogChunk frames up to where it caught up (and closed cleanly, or failed), and
+# goes on from there on the channel, the job's final JobStatus included.
+LOG_DIRECT = "log-direct"
 # Bytes of DirectOffer.token: what the controller sends first on the offered connection.
 DIRECT_TOKEN_BYTES = 32
 
@@ -124,7 +129,8 @@ class ArtifactEnd(Message):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class DirectOffer(Message):
-    """Reply to GetArtifacts(direct=True): the runner listens once on `port` (the address
+    """Reply to GetArtifacts(direct=True) (and, mid-stream, to Attach(direct=True): see
+    LOG_DIRECT): the runner listens once on `port` (the address
     this SSH connection reached) for a TLS connection whose certificate's SHA-256 is
     `cert_sha256`; the controller checks that, then sends `token`; the runner then writes
     the very frames it would have streamed on this channel (ArtifactData, ArtifactEnd,

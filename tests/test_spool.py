@@ -195,3 +195,43 @@ def test_unknown_stream_is_refused(tmp_path: Path):
         s.append("stdout", b"x\n")
     assert s.next_seq == 0
     s.close()
+
+
+def test_a_reader_in_another_thread_sees_every_line_once_while_records_are_appended(tmp_path: Path):
+    """A direct log transfer reads the spool in its own thread while the agent's loop appends
+    (agent/log_direct.py): each read ends on a whole record, seqs are contiguous, none is lost."""
+    import sys
+    import threading
+
+    spool = LogSpool(tmp_path / "log.spool")
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch often: between append's steps too
+    total = 20_000
+    got: list[bytes] = []
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        cursor = 0
+        try:
+            while cursor < total:
+                records = spool.read(cursor, 4096)
+                for rec in records:
+                    assert rec.seq == cursor, (rec.seq, cursor)
+                    got.extend(rec.data.splitlines())
+                    cursor = rec.seq + rec.n_lines
+                if not records and done.is_set() and cursor >= spool.next_seq:
+                    break
+        except BaseException as exc:  # reported by the test's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    for i in range(0, total, 2):
+        spool.append("out" if i % 3 else "err", b"line %d\nline %d\n" % (i, i + 1))
+    done.set()
+    thread.join(60)
+    sys.setswitchinterval(interval)
+    spool.close()
+    assert not errors, errors[0]
+    assert got == [b"line %d" % i for i in range(total)]
