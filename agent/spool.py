@@ -12,9 +12,11 @@ time has none and is read (and appended to) in that older layout, its times 0.
 import bisect
 import os
 import struct
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 MAGIC = b"LPSPOOL2"
 _HEADER = struct.Struct(">QIBId")  # seq, n_lines, stream id, length, arrival time (Unix seconds)
@@ -24,6 +26,7 @@ _OLD_HEADER = struct.Struct(">QIBI")  # files without MAGIC: no arrival time
 MERGE_S = 0.1
 STREAMS = ("out", "err", "sys", "met")  # met: metrics JSON lines (agent/metrics_tail.py)
 _STREAM_IDS = {name: i for i, name in enumerate(STREAMS)}
+_INDEXED = frozenset({"next_seq", "size", "_seqs", "_offsets", "_header"})  # set by _load_index
 
 
 @dataclass(frozen=True)
@@ -44,43 +47,73 @@ class SpoolRecord:
 class LogSpool:
     """Writer and reader of one spool file (one writer, any number of readers)."""
 
+    # Set by _load_index (annotations only: a read-only spool's come from __getattr__ on first use).
+    next_seq: int  # the seq of the next line appended
+    size: int  # bytes of whole records in the file
+    _seqs: list[int]  # first seq of each record
+    _offsets: list[int]  # where each record starts
+    _header: struct.Struct
+
     def __init__(self, path: Path, *, writable: bool = True) -> None:
+        """A read-only spool (an ended job's) is indexed on first use, not here: an agent starting
+        with many jobs on disk opens every one of their spools (agent/recovery.py)."""
         self.path = path
-        self._seqs: list[int] = []  # first seq of each record
-        self._offsets: list[int] = []
-        self.next_seq = 0
-        self.size = 0
-        self._header = _HEADER
-        if path.exists() and path.stat().st_size:
-            self._load_index(repair=writable)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) if writable else -1
-        if writable and self.size == 0:  # a new file (or a magic torn by a crash)
+        self._loading = threading.Lock()
+        self._fd = -1
+        if not writable:
+            return  # next_seq, size and the index come on first use (__getattr__)
+        self._load_index(repair=True)
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        if self.size == 0:  # a new file (or a magic torn by a crash)
             os.truncate(path, 0)
             os.write(self._fd, MAGIC)
             self.size = len(MAGIC)
             self._header = _HEADER
 
+    def __getattr__(self, name: str) -> Any:
+        # Only called for an attribute not set yet: the index of a read-only spool, on first use.
+        if name not in _INDEXED:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        with self._loading:
+            if "next_seq" not in self.__dict__:  # another thread may have loaded it meanwhile
+                self._load_index(repair=False)
+        return self.__dict__[name]
+
     def _load_index(self, repair: bool) -> None:
-        with open(self.path, "rb") as fh:
-            data = fh.read()
-        if data.startswith(MAGIC):
-            pos = len(MAGIC)
-        elif MAGIC.startswith(data):
-            pos = 0  # the magic itself was torn: an empty spool
-        else:
-            pos, self._header = 0, _OLD_HEADER
-        header = self._header
-        while pos + header.size <= len(data):
-            seq, n, _stream, length = header.unpack_from(data, pos)[:4]
-            if pos + header.size + length > len(data):
-                break  # torn last record from a crash: ignored, then overwritten below
-            self._seqs.append(seq)
-            self._offsets.append(pos)
-            self.next_seq = seq + n
-            pos += header.size + length
-        if pos != len(data) and repair:
+        """Index the records from their headers alone (each read where it lies, the lines
+        skipped); next_seq is set last, so a reader in another thread that sees it sees the rest."""
+        seqs: list[int] = []
+        offsets: list[int] = []
+        next_seq = 0
+        header = _HEADER
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            fd = -1
+        try:
+            file_size = os.fstat(fd).st_size if fd >= 0 else 0
+            head = os.pread(fd, len(MAGIC), 0) if file_size else b""
+            if head == MAGIC:
+                pos = len(MAGIC)
+            elif MAGIC.startswith(head) and file_size == len(head):
+                pos = 0  # empty, or the magic itself was torn: an empty spool
+            else:
+                pos, header = 0, _OLD_HEADER
+            while pos + header.size <= file_size:
+                seq, n, _stream, length = header.unpack(os.pread(fd, header.size, pos))[:4]
+                if pos + header.size + length > file_size:
+                    break  # torn last record from a crash: ignored, then overwritten below
+                seqs.append(seq)
+                offsets.append(pos)
+                next_seq = seq + n
+                pos += header.size + length
+        finally:
+            if fd >= 0:
+                os.close(fd)
+        if pos != file_size and repair:
             os.truncate(self.path, pos)
-        self.size = pos
+        self._seqs, self._offsets, self._header, self.size = seqs, offsets, header, pos
+        self.next_seq = next_seq
 
     def append(self, stream: str, lines: bytes) -> int:
         """Append whole lines (must end with b"\\n"); returns the first line's seq."""

@@ -235,3 +235,62 @@ def test_a_reader_in_another_thread_sees_every_line_once_while_records_are_appen
     spool.close()
     assert not errors, errors[0]
     assert got == [b"line %d" % i for i in range(total)]
+
+
+def test_a_read_only_spool_is_indexed_on_first_use_once(spool, monkeypatch):
+    """An agent starting opens every ended job's spool: none is read until a controller asks."""
+    calls = []
+    load = LogSpool._load_index
+    monkeypatch.setattr(LogSpool, "_load_index", lambda self, repair: calls.append(repair) or load(self, repair))
+    ro = LogSpool(spool.path, writable=False)
+    assert calls == []
+    assert ro.next_seq == len(EXPECTED)
+    assert _lines(ro.read(0)) == EXPECTED
+    assert ro.size == spool.size
+    assert calls == [False]
+    with pytest.raises(AttributeError):
+        ro.no_such_attribute  # noqa: B018
+
+
+def test_first_use_from_two_threads_indexes_once(spool, monkeypatch):
+    import threading
+
+    calls = []
+    load = LogSpool._load_index
+
+    def slow_load(self, repair):
+        calls.append(repair)
+        threading.Event().wait(0.2)  # the other thread arrives meanwhile
+        load(self, repair)
+
+    monkeypatch.setattr(LogSpool, "_load_index", slow_load)
+    ro = LogSpool(spool.path, writable=False)
+    got: list = []
+    threads = [threading.Thread(target=lambda: got.append(_lines(ro.read(0)))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    assert calls == [False]
+    assert got == [EXPECTED, EXPECTED]
+
+
+def test_indexing_a_big_spool_reads_its_headers_not_its_lines(tmp_path: Path):
+    """Memory: a 64 MiB spool is indexed without holding it (it was read whole before)."""
+    import tracemalloc
+
+    path = tmp_path / "big.spool"
+    w = LogSpool(path)
+    block = b"x" * 99 + b"\n"
+    for _ in range(256):
+        w.append("out", block * 2621)  # ~256 KiB a record
+    w.close()
+    tracemalloc.start()
+    try:
+        ro = LogSpool(path, writable=False)
+        assert ro.next_seq == 256 * 2621
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert path.stat().st_size > 60 * 1024 * 1024
+    assert peak < 1024 * 1024
