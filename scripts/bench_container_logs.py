@@ -53,7 +53,13 @@ def ensure_image() -> None:
     import docker
     import docker.errors
 
-    client = docker.from_env(timeout=30)
+    try:
+        client = docker.from_env(timeout=30)
+    except docker.errors.DockerException as exc:
+        raise SystemExit(
+            f"bench-container-logs: no Docker engine answers ({exc.__class__.__name__}); as root, "
+            '`eval "$(scripts/dockerd start)"` starts a private one'
+        ) from None
     try:
         client.images.get(BUSYBOX_IMAGE)
     except docker.errors.ImageNotFound:
