@@ -5,7 +5,7 @@ a real `app agent serve`, a project with .lanpool/workflows.yaml, and a bare
 asyncssh server that execs commands with bash (the baseline). Prints figures
 and ratios; the exit code says only whether the benchmark could run.
 
-    scripts/bench [--lines N] [--repeat K] [--flood-repeat R] [--json] [--keep]
+    scripts/bench [--lines N] [--repeat K] [--flood-repeat R] [--unbuffered] [--json] [--keep]
 """
 
 import argparse
@@ -289,6 +289,14 @@ class Bench:
         # ~200 source files again (~25% of its CPU), while asyncssh's come compiled from pip.
         self.env.pop("PYTHONDONTWRITEBYTECODE", None)
         self.env["PYTHONPYCACHEPREFIX"] = str(self.tmp / "pycache")
+        # The flood's producer writes as Python does into a pipe by default (8 KiB at a time), in
+        # both arms: with PYTHONUNBUFFERED inherited from the caller's shell, it made one write per
+        # 100-byte line, and every figure of the flood depended on who ran the bench
+        # (`--unbuffered` measures that case on purpose).
+        if not args.unbuffered:
+            self.env.pop("PYTHONUNBUFFERED", None)
+        else:
+            self.env["PYTHONUNBUFFERED"] = "1"
         self.agent: harness.AgentProc | None = None
         self.bare: subprocess.Popen | None = None
         self.runner = ""
@@ -300,6 +308,7 @@ class Bench:
                 "lines": args.lines,
                 "repeat": args.repeat,
                 "flood_repeat": args.flood_repeat,
+                "producer_unbuffered": args.unbuffered,
                 "python": PY,
                 "cpus": os.cpu_count(),
             }
@@ -863,6 +872,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temp dir (paths printed)")
     parser.add_argument(
         "--skip", choices=["dispatch", "cold", "throughput"], action="append", default=[], help=argparse.SUPPRESS
+    )
+    parser.add_argument(
+        "--unbuffered",
+        action="store_true",
+        help="the flood's producer unbuffered (PYTHONUNBUFFERED=1: one write per line); default: Python's own buffering",
     )
     parser.add_argument("--cold-runs", type=int, default=10_000, help="runs in the filled home of the cold start")
     parser.add_argument("--cold-lines", type=int, default=200_000, help="log lines in that home")
