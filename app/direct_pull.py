@@ -96,17 +96,7 @@ def _read(conn: ssl.SSLSocket, take: Callable[[Sequence[AgentMessage]], None], w
         if not fill(conn, memoryview(head)):
             raise RunnerError(f"{where} closed the artifact connection before all files were sent")
         (size,) = _HEADER.unpack(head)
-        if size > MAX_FRAME_BYTES:
-            raise RunnerProtocolError(f"{where} sent a frame of {size} bytes (at most {MAX_FRAME_BYTES})")
-        body = bytearray(size)
-        if not fill(conn, memoryview(body)):
-            raise RunnerError(f"{where} closed the artifact connection in the middle of a frame")
-        try:
-            msg = decode_agent_message(unpack_body(body))
-        except ProtocolError as exc:
-            raise RunnerProtocolError(
-                f"{where} sent a message this controller cannot read: {clip(exc.message, 300)}"
-            ) from None
+        msg = read_message(conn, size, where, "artifact")
         if isinstance(msg, Error):
             raise ArtifactsRefused(f"{where}: {clip(msg.message, 300)}")
         if not isinstance(msg, (ArtifactData, ArtifactEnd, ArtifactsSent)):
@@ -114,6 +104,22 @@ def _read(conn: ssl.SSLSocket, take: Callable[[Sequence[AgentMessage]], None], w
         take([msg])
         if isinstance(msg, ArtifactsSent):
             return
+
+
+def read_message(conn: ssl.SSLSocket, size: int, where: str, what: str) -> AgentMessage:
+    """The message of a frame whose header said `size` bytes: bounded, read whole and decoded
+    (a direct connection's frames get the checks a channel's get)."""
+    if size > MAX_FRAME_BYTES:
+        raise RunnerProtocolError(f"{where} sent a frame of {size} bytes (at most {MAX_FRAME_BYTES})")
+    body = bytearray(size)
+    if not fill(conn, memoryview(body)):
+        raise RunnerError(f"{where} closed the {what} connection in the middle of a frame")
+    try:
+        return decode_agent_message(unpack_body(body))
+    except ProtocolError as exc:
+        raise RunnerProtocolError(
+            f"{where} sent a message this controller cannot read: {clip(exc.message, 300)}"
+        ) from None
 
 
 def fill(conn: ssl.SSLSocket, view: memoryview) -> bool:

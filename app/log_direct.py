@@ -19,11 +19,17 @@ import socket
 import ssl
 from collections.abc import AsyncGenerator
 
-from app.direct_pull import CONNECT_TIMEOUT_S, DIRECT_ENV, IDLE_TIMEOUT_S, DirectUnavailable, fill, handshake
+from app.direct_pull import (
+    CONNECT_TIMEOUT_S,
+    DIRECT_ENV,
+    IDLE_TIMEOUT_S,
+    DirectUnavailable,
+    fill,
+    handshake,
+    read_message,
+)
 from app.errors import RunnerError, RunnerProtocolError
-from protocol import DirectOffer, LogChunk, ProtocolError, decode_agent_message
-from protocol.errors import clip
-from protocol.framing import MAX_FRAME_BYTES, unpack_body
+from protocol import DirectOffer, LogChunk
 
 BATCH_BYTES = 1024 * 1024  # log bytes per batch handed to the loop (~10k lines of 100 B)
 _HEADER_BYTES = 4
@@ -100,18 +106,7 @@ class LogReader:
             return None  # a clean close (close_notify: a cut without one raises SSLEOFError)
         if got < _HEADER_BYTES and not fill(self._conn, memoryview(head)[got:]):
             raise RunnerError(f"{self._where} closed the direct log connection in the middle of a frame")
-        size = int.from_bytes(head, "big")
-        if size > MAX_FRAME_BYTES:
-            raise RunnerProtocolError(f"{self._where} sent a frame of {size} bytes (at most {MAX_FRAME_BYTES})")
-        body = bytearray(size)
-        if not fill(self._conn, memoryview(body)):
-            raise RunnerError(f"{self._where} closed the direct log connection in the middle of a frame")
-        try:
-            msg = decode_agent_message(unpack_body(body))
-        except ProtocolError as exc:
-            raise RunnerProtocolError(
-                f"{self._where} sent a message this controller cannot read: {clip(exc.message, 300)}"
-            ) from None
+        msg = read_message(self._conn, int.from_bytes(head, "big"), self._where, "direct log")
         if not isinstance(msg, LogChunk):
             raise RunnerProtocolError(f"{self._where} sent {type(msg).__name__} on the direct log connection")
         return msg
