@@ -17,12 +17,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from app.errors import LanpoolError, RunnerError, UsageError
 from app.home import ControllerHome
-from app.overview import MetricsReader
 from app.pool import DEFAULT_PORT, Pool, RunnerState, parse_address
-from app.remote_job import LogSink, RemoteJob
-from app.run_result import RunOutcome, Submitted
-from app.runs import Runs
-from app.secret_store import SecretStore, secret_refs
 from app.store import ARTIFACTS_REFUSED, JobRow, Store
 from protocol import JobState
 
@@ -34,9 +29,12 @@ if TYPE_CHECKING:
 
     from app.job_artifacts import Artifacts
     from app.planning import Plan
-    from app.remote_job import JobServices
+    from app.remote_job import JobServices, LogSink
     from app.retention import DEFAULT_PRUNE_AGE, Removal, Retention, parse_age
+    from app.run_result import RunOutcome, Submitted
     from app.runner_client import RunnerSession
+    from app.runs import Runs
+    from app.secret_store import SecretStore
     from app.workflows import Project
     from app.workflows.model import Scalar
 
@@ -57,15 +55,24 @@ __all__ = [
 ]
 
 
-# The retention names front ends take from here come from app/retention.py on first use.
-_FROM_RETENTION = ("DEFAULT_PRUNE_AGE", "Removal", "parse_age")
+# Names front ends take from here that come from their modules on first use: `runners`, `key`
+# and `status` of a home with nothing to refresh never load what runs and follows jobs.
+_LATER = {
+    "DEFAULT_PRUNE_AGE": "app.retention",
+    "Removal": "app.retention",
+    "parse_age": "app.retention",
+    "LogSink": "app.remote_job",
+    "RunOutcome": "app.run_result",
+    "Submitted": "app.run_result",
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _FROM_RETENTION:
-        from app import retention
+    module = _LATER.get(name)
+    if module is not None:
+        import importlib
 
-        return getattr(retention, name)
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -77,10 +84,22 @@ class Controller:
         self.home.create()
         self.store = Store(self.home.db)
         self.pool = Pool(self.store, self.home)  # light: it imports asyncssh when it first talks to a runner
-        self.runs = Runs(self.store, self.home)
-        self.secrets = SecretStore(self.home)  # `${{ secrets.NAME }}` values: a 0600 file, never SQLite
 
     # Built on first use (start-up time, above): each imports its graph then.
+    @cached_property
+    def runs(self) -> "Runs":
+        """Runs, jobs and their logs as the front ends read them."""
+        from app.runs import Runs
+
+        return Runs(self.store, self.home)
+
+    @cached_property
+    def secrets(self) -> "SecretStore":
+        """`${{ secrets.NAME }}` values: a 0600 file, never SQLite."""
+        from app.secret_store import SecretStore
+
+        return SecretStore(self.home)
+
     @cached_property
     def retention(self) -> "Retention":
         """rm and prune of old runs (`run` and `status` never need it)."""
@@ -163,6 +182,7 @@ class Controller:
         env: dict[str, str] | None = None,
     ) -> "Plan":
         from app.planning import make_plan
+        from app.secret_store import secret_refs
 
         project.get(workflow_name)  # an unknown workflow: one line, before any hashing
         plan = make_plan(project, store, self.home, workflow_name, overrides or {}, no_cache, reuse, env)
@@ -184,9 +204,9 @@ class Controller:
         runner_spec: str | None = None,
         overrides: dict[str, str] | None = None,
         *,
-        sink: LogSink | None = None,
+        sink: "LogSink | None" = None,
         say: Callable[[str], None] | None = None,
-        on_submitted: Callable[[Submitted], None] | None = None,
+        on_submitted: "Callable[[Submitted], None] | None" = None,
         follow: bool = True,
         no_cache: bool = False,
         reuse: bool = False,
@@ -197,7 +217,7 @@ class Controller:
         env: dict[str, str] | None = None,
         max_duration_s: float | None = None,
         queue_timeout: float | None = None,
-    ) -> RunOutcome:
+    ) -> "RunOutcome":
         """Run a workflow's plan: reused jobs are skipped, the others run in order, each
         getting its dependencies' artifacts, each a gang of its nodes (app/remote_job.py).
 
@@ -229,12 +249,14 @@ class Controller:
 
     def node_count(self, job_id: str) -> int:
         """How many nodes the job runs on (1 for a single-node job)."""
+        from app.remote_job import RemoteJob
+
         return RemoteJob(self.jobs, job_id).size
 
     async def follow(
         self,
         job_id: str,
-        sink: LogSink | None = None,
+        sink: "LogSink | None" = None,
         follow: bool = True,
         say: Callable[[str], None] | None = None,
         node: int | None = None,
@@ -250,6 +272,8 @@ class Controller:
         resumes here later and loses nothing (the store knows its last line).
         A runner that goes away while followed is waited for, then re-attached.
         """
+        from app.remote_job import RemoteJob
+
         job = self.store.job(job_id)
         remote = RemoteJob(self.jobs, job_id)
         # Each node's log resumes where the store ended when we looked: lines another
@@ -285,6 +309,8 @@ class Controller:
                 job_id, JobState.ABORTED, "cancelled while queued", finished_at=time.time(), synced=1
             )
             return self.store.job(job_id)
+        from app.remote_job import RemoteJob
+
         for problem in await RemoteJob(self.jobs, job_id).stop(abort, grace_s):
             log.warning("could not stop %s", problem)
         return await self.follow(job_id)
@@ -314,6 +340,8 @@ class Controller:
 
     def metrics(self, job_id: str) -> list[dict[str, Any]]:
         """Metric points of a job (its "met" log stream): step, name, value, time."""
+        from app.overview import MetricsReader
+
         reader = MetricsReader(job_id)  # the one parser of metric lines (the TUI reads the same way)
         reader.update(self.store)
         return reader.points

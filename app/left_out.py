@@ -12,18 +12,34 @@ answers that import with ModuleNotFoundError, so nothing is put in sys.modules.
 import sys
 from collections.abc import Sequence
 from importlib.machinery import ModuleSpec
-from types import ModuleType
+from types import FrameType, ModuleType
 
 _LEFT_OUT = frozenset({"asyncssh.crypto.x509"})
+# Left out only where the importer is the one named: ifaddr (~5 ms with the `platform` module it
+# loads) serves asyncssh's config files alone ("Match localnetwork"), and lanpool passes asyncssh
+# no config file (config=[]); zeroconf's discovery and the agent's adverts import it as usual.
+_LEFT_OUT_FOR = {"ifaddr": "asyncssh.config"}
+_IMPORT_MACHINERY = ("importlib", "_frozen_importlib")
 
 
 class _Finder:
     """A meta path finder that refuses the modules in _LEFT_OUT and passes on the rest."""
 
     def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
-        if name in _LEFT_OUT:
+        if name in _LEFT_OUT or (name in _LEFT_OUT_FOR and _importer() == _LEFT_OUT_FOR[name]):
             raise ModuleNotFoundError(f"{name} is left out by lanpool (app/left_out.py)", name=name)
         return None
+
+
+def _importer() -> str:
+    """The module whose code runs the import statement: the first frame out of the import machinery."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None:
+        name = str(frame.f_globals.get("__name__", ""))
+        if not name.startswith(_IMPORT_MACHINERY):
+            return name
+        frame = frame.f_back
+    return ""
 
 
 def install() -> None:

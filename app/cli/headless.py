@@ -43,6 +43,12 @@ _HANDLERS: dict[str, tuple[str, str]] = {
 }
 
 
+# Verbs that only ask runners a question or two: asyncio's own loop (already imported) serves them
+# as well as uvloop, whose import (~4 ms) they would pay for nothing (protocol/event_loop.py says
+# where uvloop pays: moving bytes).
+_ON_ASYNCIO_LOOP = frozenset({"runners", "key"})
+
+
 def handler_of(verb: str) -> Handler:
     module, name = _HANDLERS[verb]
     return cast(Handler, getattr(importlib.import_module(f"app.cli.{module}"), name))
@@ -54,7 +60,7 @@ def main(argv: list[str]) -> int:
     ctl = None
     try:
         ctl = Controller()
-        return int(event_loop.run(handler(ctl, args)))
+        return int(event_loop.run(handler(ctl, args), prefer_uvloop=args.verb not in _ON_ASYNCIO_LOOP))
     except LanpoolError as exc:
         print(f"app: error: {safe_text(exc.message)}", file=sys.stderr)  # may quote a runner's text
         return int(exc.exit_code)
