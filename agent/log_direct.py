@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Generator
 
 from agent.direct_transfer import DirectSender
 from agent.job import Job
+from agent.spool import SpoolRecord
 from protocol import DirectOffer, LogChunk, encode_message
 
 # Channel bytes within BURST_WINDOW_S that make a flood: a handshake costs a few ms of it.
@@ -59,6 +60,11 @@ class _Progress:
         self.cursor = cursor
 
 
+def chunk_frames(job_id: str, records: list[SpoolRecord]) -> bytes:
+    """A spool read's records as LogChunk frames, on the channel or on a direct connection."""
+    return b"".join(encode_message(LogChunk(job_id, r.seq, r.stream, r.data, at=r.at)) for r in records)
+
+
 def log_frames(job: Job, progress: _Progress, chunk_bytes: int) -> Generator[bytes, None, None]:
     """LogChunk frames from `progress.cursor` until less than `chunk_bytes` came in GRACE_S
     (run in the transfer's thread; LogSpool.read is safe beside the loop's appends). The cursor
@@ -70,7 +76,7 @@ def log_frames(job: Job, progress: _Progress, chunk_bytes: int) -> Generator[byt
         if records:
             size = sum(len(r.data) for r in records)
             cursor = records[-1].seq + records[-1].n_lines
-            yield b"".join(encode_message(LogChunk(job_id, r.seq, r.stream, r.data, at=r.at)) for r in records)
+            yield chunk_frames(job_id, records)
             progress.cursor = cursor
             read += size
             if size >= chunk_bytes:

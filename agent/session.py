@@ -15,7 +15,7 @@ from agent.direct_transfer import DirectSender
 from agent.job import Job
 from agent.job_request import JobError
 from agent.jobs import JobManager
-from agent.log_direct import Burst, send_burst
+from agent.log_direct import Burst, chunk_frames, send_burst
 from agent.pairing import PairingRefused, PairingResponder
 from agent.shell_sshd import sshd_offered
 from protocol import (
@@ -32,7 +32,6 @@ from protocol import (
     HaveBlobs,
     Hello,
     JobAccepted,
-    LogChunk,
     MissingBlobs,
     PairConfirm,
     PairStart,
@@ -256,13 +255,9 @@ class ChannelSession:
                 changed = job.changed  # taken before reading, so no wake-up is missed
                 records = job.spool.read(cursor, CHUNK_BYTES)
                 if records:
-                    frames = []
-                    size = 0
-                    for rec in records:
-                        frames.append(encode_message(LogChunk(job_id, rec.seq, rec.stream, rec.data, at=rec.at)))
-                        cursor = rec.seq + rec.n_lines
-                        size += len(rec.data)
-                    await self._write(b"".join(frames))
+                    await self._write(chunk_frames(job_id, records))
+                    cursor = records[-1].seq + records[-1].n_lines
+                    size = sum(len(r.data) for r in records)
                     if burst is not None and burst.sent(size):
                         burst.reset()
                         cursor = await self._burst(job, cursor)

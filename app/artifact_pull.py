@@ -238,9 +238,8 @@ async def _pull_node(
     try:
         offer = await _stream(session, job_id, ranges, writer, direct_wanted(session.hello.features))
         if offer is not None:
-            peer = session.conn.get_extra_info("peername")
             try:
-                await asyncio.to_thread(fetch, peer[0], offer, writer.take, session.where, IDLE_TIMEOUT_S)
+                await asyncio.to_thread(fetch, session.peer_host, offer, writer.take, session.where, IDLE_TIMEOUT_S)
             except DirectUnavailable as exc:
                 log.warning("%s: %s; pulling artifacts on the SSH channel instead", session.where, exc.message)
                 await _stream(session, job_id, ranges, writer, False)

@@ -146,7 +146,7 @@ async def _direct_shell(session: RunnerSession, job_id: str, argv: list[str], fd
             return _status(chan)
         return await _attach(chan, term, fd)
     try:
-        conn = await asyncio.to_thread(connect, session.conn.get_extra_info("peername")[0], offer)
+        conn = await asyncio.to_thread(connect, session.peer_host, offer)
     except DirectUnavailable as exc:
         log.warning("%s: %s; the shell runs on the SSH channel instead", session.where, exc.message)
         chan.close()

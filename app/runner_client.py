@@ -344,7 +344,7 @@ class RunnerSession:
                 from app.log_direct import direct_batches
 
                 try:
-                    async with contextlib.aclosing(direct_batches(self._peer_host(), offer, self.where)) as burst:
+                    async with contextlib.aclosing(direct_batches(self.peer_host, offer, self.where)) as burst:
                         async for chunks in burst:
                             last = _last_line_of(chunks, job_id, last)
                             yield chunks  # type: ignore[misc]
@@ -358,7 +358,9 @@ class RunnerSession:
         finally:
             channel.close()
 
-    def _peer_host(self) -> str:
+    @property
+    def peer_host(self) -> str:
+        """The runner's address as this connection reached it: where its direct connections are offered."""
         peer = self.conn.get_extra_info("peername")
         return str(peer[0]) if peer else ""
 

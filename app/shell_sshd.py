@@ -80,7 +80,7 @@ async def sshd_shell(session: RunnerSession, job_id: str, argv: Sequence[str]) -
                 raise RunnerError(f"{session.where} answered the shell request with {line[:80]!r}")
             port, user, host_key = offer
             _write(home / "known_hosts", f"{_HOST_ALIAS} ssh-ed25519 {host_key}\n")
-            host = session.conn.get_extra_info("peername")[0]
+            host = session.peer_host
             ssh = await asyncio.create_subprocess_exec(*ssh_argv(home, host, port, user))
             code = await ssh.wait()
             proc.stdin.write_eof()  # done: the runner stops its sshd (or its wait) and says whether a session ran
