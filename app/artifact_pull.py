@@ -29,7 +29,6 @@ import os
 import shutil
 import stat
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,6 +36,7 @@ from app.artifact_files import DISK_RESERVE_BYTES, ArtifactsRefused, checked_dec
 from app.artifact_ranges import Parallel, RangeState, check_sizes, plan_node, pull_ranges, read_done, reset, run_pulls
 from app.errors import LanpoolError, RunnerProtocolError
 from protocol import ArtifactData, ArtifactEnd, ArtifactRange, ArtifactsSent, DirectOffer, Error, JobStatus
+from protocol.message_base import Record, record
 from protocol.messages import AgentMessage
 
 if TYPE_CHECKING:  # a type only here: `status` reads pull_percent without the SSH stack (issue #17)
@@ -54,8 +54,8 @@ class PullBusy(LanpoolError):
     """Another lanpool process is pulling this job's artifacts now."""
 
 
-@dataclass(frozen=True)
-class PullLimits:
+@record
+class PullLimits(Record):
     """What one job may bring back, over all its nodes."""
 
     max_bytes: int = DEFAULT_MAX_BYTES

@@ -30,13 +30,14 @@ import stat
 import struct
 import sys
 from collections.abc import Coroutine
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import app
 from app.artifact_files import ArtifactsRefused, checked_path, make_dirs
 from app.errors import LanpoolError, RunnerError, RunnerProtocolError
+from protocol.message_base import Record, record
 from protocol.transfer_messages import ARTIFACT_RANGES
 
 if TYPE_CHECKING:  # asyncssh only where a pull happens: `status` of stored runs must not load it
@@ -70,16 +71,16 @@ def pull_streams() -> int:
     return value
 
 
-@dataclass(frozen=True)
-class Parallel:
+@record
+class Parallel(Record):
     """What a pull needs to start range workers: how many, and the controller's key file."""
 
     streams: int
     key_path: Path
 
 
-@dataclass(frozen=True)
-class Range:
+@record
+class Range(Record):
     key: str  # the file's path in the job's artifact dir (node K's under node-K/)
     size: int  # the file's declared size
     start: int

@@ -2,16 +2,15 @@
 
 import os
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 import platformdirs
 
 from app.errors import UsageError
-from protocol.message_base import Record
+from protocol.message_base import Record, record
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class ControllerHome(Record):
     """The controller's data dir, and whether $LANPOOL_HOME named it."""
 

@@ -15,12 +15,12 @@ from app.multinode import prefix_node
 from app.store import JobRow, Store
 from app.terminal_text import safe_line
 from protocol import JobState
-from protocol.message_base import Record
+from protocol.message_base import Record, record
 
 LOG_STREAMS = ("out", "err", "sys")  # "met" is metrics, shown as curves instead
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class JobLine(Record):
     """One row of the runs list: a job and what the user asks about it."""
 

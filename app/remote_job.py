@@ -23,7 +23,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
 from app.errors import (
@@ -39,7 +39,7 @@ from app.multinode import prefix_node
 from app.secret_store import mask
 from app.store import JobRow, Store
 from protocol import JobState
-from protocol.message_base import Record
+from protocol.message_base import Record, record
 
 if TYPE_CHECKING:  # `status`/`logs` of stored jobs use RemoteJob without the SSH stack (issue #17)
     from app.job_artifacts import Artifacts
@@ -58,7 +58,7 @@ LogSink = Callable[[str, str, bytes], None]  # (job_id, stream, data) for each c
 Say = Callable[[str], None]
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class JobServices(Record):
     """What a RemoteJob works with: the store, the artifacts, a way to reach a trusted runner,
     and a way to record a runner's liveness (the pool's)."""
@@ -73,7 +73,7 @@ class JobServices(Record):
     masks: Callable[[dict[str, str]], list[str]] = lambda _env: []
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class NodeAt(Record):
     """Where one node of a job runs: the runner's name and address."""
 
@@ -86,7 +86,7 @@ class NodeAt(Record):
         return {"name": self.runner, "host": self.host, "port": self.port}
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class Launch(Record):
     """What a job is submitted with."""
 

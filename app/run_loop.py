@@ -41,6 +41,7 @@ from app.uploads import workspace_files
 from app.workflows import Project
 from app.workflows.resolve import ResolvedJob, resolve
 from protocol import JobState
+from protocol.message_base import Record, record
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,8 @@ log = logging.getLogger(__name__)
 Planner = Callable[[Project, str, dict[str, str], bool, bool, dict[str, str] | None], Plan]
 
 
-@dataclass(frozen=True, eq=False)  # never compared: no __eq__/__hash__ compiled at import (#17)
-class RunRequest:
+@record
+class RunRequest(Record):
     """What the command line asks of one run (Controller.run's options)."""
 
     workflow_name: str

@@ -10,13 +10,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from app.store import JobRow
-from protocol.message_base import Record
+from protocol.message_base import Record, record
 
 if TYPE_CHECKING:
     from protocol import JobStatus
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class Submitted(Record):
     """A job the run submitted, and the runner (node 0's) it went to."""
 

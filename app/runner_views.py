@@ -14,14 +14,13 @@ States (one enum, shown by `app headless runners` and the TUI):
 
 import json
 import logging
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
 from app.host_keys import host_key_or_none, unreadable_key_message
 from app.scheduler import Capacity
 from app.store import Store
-from protocol.message_base import Record
+from protocol.message_base import Record, record
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +40,7 @@ class RunnerState(StrEnum):
     CONFLICT = "CONFLICT"
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class RunnerView(Record):
     """A runner as the controller shows it: its record, state and running jobs."""
 

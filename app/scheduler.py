@@ -7,13 +7,12 @@ resources allow; what cannot fit now waits (QUEUED, with the reason) and what
 can never fit on any runner is rejected at once.
 """
 
-from dataclasses import dataclass
 from typing import Any
 
-from protocol.message_base import Record
+from protocol.message_base import Record, record
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class Need(Record):
     """What a job asks of a runner: GPUs, CPUs, memory."""
 
@@ -38,7 +37,7 @@ class Need(Record):
         return ", ".join(p for p in parts if p) or "no particular resources"
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class Capacity(Record):
     """One runner as the scheduler sees it."""
 
@@ -68,7 +67,7 @@ class Capacity(Record):
         return (self.gpus_free - need.gpu, self.cpus_free - need.cpu, self.memory_free_mb - need.memory_mb)
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class Decision(Record):
     """Where the scheduler places a job, or why it waits or can never run."""
 

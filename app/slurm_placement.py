@@ -12,16 +12,15 @@ sbatch would put the job. (A runner that reports no default: any partition.)
 """
 
 import re
-from dataclasses import dataclass
 from typing import Any
 
 from app.runner_views import RunnerState, RunnerView
-from protocol.message_base import Record
+from protocol.message_base import Record, record
 
 _PARTITION = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_.-]*):(\d+)/(\d+)n:(\d+)/(\d+)g$")
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class Partition(Record):
     """A Slurm partition: its idle and total nodes and GPUs."""
 

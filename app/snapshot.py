@@ -19,19 +19,18 @@ import os
 import re
 import stat
 import subprocess
-from dataclasses import dataclass
 from pathlib import Path
 
 from app.hash_cache import HashCache, stat_key
 from app.home import ControllerHome
-from protocol.message_base import Record
+from protocol.message_base import Record, record
 
 _SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 _OWN_DIR = ".lanpool"  # lanpool state kept in a project, never part of its code
 _HASH_READ = 1 << 20
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class ManifestEntry(Record):
     """One file (or symlink) of a project snapshot."""
 
@@ -42,7 +41,7 @@ class ManifestEntry(Record):
     link: str = ""  # a symlink's target
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class Manifest(Record):
     """A project snapshot: its root and its entries."""
 

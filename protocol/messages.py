@@ -10,12 +10,12 @@ Rules that keep old and new peers talking (see STYLE.md 5):
 """
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any, ClassVar
 
 from protocol.errors import ErrorCode, ProtocolError, clip
 from protocol.framing import encode_frame, unpack_body
-from protocol.message_base import Message
+from protocol.message_base import Message, record
 from protocol.pairing_messages import PairConfirm, Paired, PairReply, PairStart
 from protocol.schema import build
 from protocol.states import JobState
@@ -38,7 +38,7 @@ from protocol.transfer_messages import (
 PROTOCOL_VERSION = 3
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class ArtifactFile(Message):
     """One file of a job's artifacts (path relative to the workspace)."""
 
@@ -49,7 +49,7 @@ class ArtifactFile(Message):
 # -- agent -> controller ----------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class Hello(Message):
     """First message an agent sends on a new lanpool channel."""
 
@@ -61,7 +61,7 @@ class Hello(Message):
     features: list[str] = field(default_factory=list)  # what a controller may ask beyond the version (additive)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class JobAccepted(Message):
     """A job the agent took: its id and workspace."""
 
@@ -71,7 +71,7 @@ class JobAccepted(Message):
     master_port: int = 0  # the free port picked for MASTER_PORT, when asked to (node 0 of a multi-node job)
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class LogChunk(Message):
     """Many whole lines of one stream; `seq` numbers the first line.
 
@@ -92,7 +92,7 @@ class LogChunk(Message):
         return self.data.count(b"\n")
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class JobStatus(Message):
     """A job's state, as the agent reports it."""
 
@@ -119,7 +119,7 @@ class JobStatus(Message):
             raise ProtocolError(ErrorCode.INVALID_MESSAGE, f"job_status.state: unknown state {self.state!r}")
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class Error(Message):
     """A request the agent refused or failed: a code from ErrorCode and one line of text."""
 
@@ -129,7 +129,7 @@ class Error(Message):
     job_id: str = ""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class Pong(Message):
     """The answer to a Ping, with its nonce."""
 
@@ -140,7 +140,7 @@ class Pong(Message):
 # -- controller -> agent ----------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class ClientHello(Message):
     """First message a controller sends on a new lanpool channel."""
 
@@ -149,7 +149,7 @@ class ClientHello(Message):
     client_version: str
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class GangSpec(Message):
     """A detached multi-node job's member (agent/gang.py): member `gang_rank` of `gang_size`, whose
     agent meets node 0's agent at `coordinator` ("host:port", host key `host_key`, pinned) with
@@ -165,7 +165,7 @@ class GangSpec(Message):
     gang_order: float
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class SubmitJob(Message):
     """Start a job. The controller picks `job_id` so it is stored before sending."""
 
@@ -210,7 +210,7 @@ class SubmitJob(Message):
     detached: bool = False
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class StopJob(Message):
     """Ask the agent to stop a job."""
 
@@ -220,7 +220,7 @@ class StopJob(Message):
     grace_s: float | None = None  # SIGTERM -> SIGKILL delay; agent default if None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class Attach(Message):
     """Stream a job's log from `from_seq`, then its final JobStatus."""
 
@@ -234,7 +234,7 @@ class Attach(Message):
     direct: bool = False
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class GetStatus(Message):
     """Ask for a job's state."""
 
@@ -242,7 +242,7 @@ class GetStatus(Message):
     job_id: str
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class Ping(Message):
     """A liveness probe; the agent answers Pong with the same nonce."""
 

@@ -4,15 +4,14 @@ Controller -> agent: PairStart, then PairConfirm once the runner's proof verifie
 agent -> controller: PairReply, then Paired. Registered in protocol/messages.py.
 """
 
-from dataclasses import dataclass
 from typing import ClassVar
 
-from protocol.message_base import Message
+from protocol.message_base import Message, record
 
 # -- controller -> agent ----------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class PairStart(Message):
     """The controller's half of the pairing PAKE, on a pairing connection.
     `public_key` must be the key that connection authenticated with."""
@@ -22,7 +21,7 @@ class PairStart(Message):
     public_key: str
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class PairConfirm(Message):
     """The controller's proof that it knows the code, sent only after the runner's
     proof verified; `label` names the controller in the runner's authorized_keys."""
@@ -35,7 +34,7 @@ class PairConfirm(Message):
 # -- agent -> controller ----------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class PairReply(Message):
     """The runner's half of the pairing PAKE and its proof that it knows the code
     (protocol/pairing.py); the controller checks it before answering."""
@@ -45,7 +44,7 @@ class PairReply(Message):
     confirm: bytes
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class Paired(Message):
     """The controller's key is now authorized; reply to a valid PairConfirm."""
 

@@ -8,10 +8,10 @@ import re
 import types
 import typing
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from protocol.errors import ErrorCode, ProtocolError, clip
+from protocol.message_base import Record, record
 
 
 def build(cls: type, body: dict[str, Any], where: str) -> Any:
@@ -83,8 +83,8 @@ def _check_field(value: Any, where: str, name: str, tp: Any, bound: "_Bound", fa
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 
-@dataclass(frozen=True)
-class _Bound:
+@record
+class _Bound(Record):
     """What a field's scalars may be, beyond their type: every str, int and float in
     the field (list items, dict keys and values too) is held to it."""
 

@@ -5,10 +5,10 @@ BlobStored, ArtifactData, ArtifactEnd, ArtifactsSent. FileEntry (part of SubmitJ
 ArtifactRange (part of GetArtifacts) are their records. Registered in protocol/messages.py.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import ClassVar
 
-from protocol.message_base import Message
+from protocol.message_base import Message, record
 
 # Hello.features: this agent sends exactly the range asked (ArtifactRange.length). An older one
 # would send to the end of the file, which the controller refuses: it is asked for whole files.
@@ -24,7 +24,7 @@ LOG_DIRECT = "log-direct"
 DIRECT_TOKEN_BYTES = 32
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class FileEntry(Message):
     """One entry of a job's workspace as the controller sends it, by content.
 
@@ -40,7 +40,7 @@ class FileEntry(Message):
     link: str = ""
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class ArtifactRange(Message):
     """Part of GetArtifacts: send `path` from byte `offset` (a resumed pull), `length`
     bytes of it (0: to its end). A controller pulling one file over several connections
@@ -54,7 +54,7 @@ class ArtifactRange(Message):
 # -- controller -> agent ----------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class HaveBlobs(Message):
     """Which of these blobs does the runner lack? Replied with MissingBlobs."""
 
@@ -62,7 +62,7 @@ class HaveBlobs(Message):
     sha256s: list[str]
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class PutBlob(Message):
     """Part of a blob: `data` at `offset` of a blob of `size` bytes in all. Parts come
     in order; the one that completes it is answered with BlobStored (or an Error)."""
@@ -74,7 +74,7 @@ class PutBlob(Message):
     data: bytes
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class GetArtifacts(Message):
     """Stream a finished job's artifact files: ArtifactData parts and an ArtifactEnd
     per file, then ArtifactsSent. No `files`: all of them, from the start."""
@@ -90,7 +90,7 @@ class GetArtifacts(Message):
 # -- agent -> controller ----------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class MissingBlobs(Message):
     """Reply to HaveBlobs: the ones this runner lacks (send them with PutBlob)."""
 
@@ -98,7 +98,7 @@ class MissingBlobs(Message):
     sha256s: list[str]
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class BlobStored(Message):
     """A blob arrived whole and its content matched `sha256`; reply to its last PutBlob."""
 
@@ -106,7 +106,7 @@ class BlobStored(Message):
     sha256: str
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class ArtifactData(Message):
     """Bytes of one artifact file from `offset`, in reply to GetArtifacts."""
 
@@ -117,7 +117,7 @@ class ArtifactData(Message):
     data: bytes
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class ArtifactEnd(Message):
     """One artifact file sent whole: `size` bytes in all (from offset 0)."""
 
@@ -127,7 +127,7 @@ class ArtifactEnd(Message):
     size: int
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class DirectOffer(Message):
     """Reply to GetArtifacts(direct=True) (and, mid-stream, to Attach(direct=True): see
     LOG_DIRECT): the runner listens once on `port` (the address
@@ -145,7 +145,7 @@ class DirectOffer(Message):
     token: bytes
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@record
 class ArtifactsSent(Message):
     """Every file a GetArtifacts asked for was sent (or refused with an Error)."""
 

@@ -6,11 +6,13 @@ import argparse
 import functools
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from app import __version__
-from app.cli.workflow_args import Options
 from app.errors import ExitCode, UsageError
+
+if TYPE_CHECKING:  # read only by `run` and `plan`: imported there (start-up of the other verbs, #17)
+    from app.cli.workflow_args import Options
 
 # Every verb builds the whole parser: what its option types need (the controller, the workflow
 # loader and yaml) is imported when an option of that type is given, not here (start-up time).
@@ -304,7 +306,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def verb_options(verb: str) -> Options:
+def verb_options(verb: str) -> "Options":
     """`run`'s or `plan`'s option spellings, for reading the words after the workflow name."""
     return _options(_verb_parser(verb).verb_parsers[verb])
 
@@ -332,7 +334,9 @@ def _options_parser(verb: str) -> _Parser:
     return only
 
 
-def _options(verb_parser: argparse.ArgumentParser) -> Options:
+def _options(verb_parser: argparse.ArgumentParser) -> "Options":
+    from app.cli.workflow_args import Options
+
     takes_value: dict[str, bool] = {}
     aliases: dict[str, tuple[str, ...]] = {}
     for action in verb_parser._actions:

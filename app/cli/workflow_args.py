@@ -14,6 +14,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from app.errors import UsageError
+from protocol.message_base import Record, record
 
 
 @dataclass(eq=False)  # never compared: no __eq__ compiled at import (#17)
@@ -25,8 +26,8 @@ class Tail:
     notes: list[str] = field(default_factory=list)  # one line each, for stderr
 
 
-@dataclass(frozen=True, eq=False)  # never compared: no __eq__/__hash__ compiled at import (#17)
-class Options:
+@record
+class Options(Record):
     """The verb's options: each spelling -> whether it takes a value, and its other spellings."""
 
     takes_value: dict[str, bool]

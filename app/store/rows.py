@@ -2,16 +2,15 @@
 
 import json
 import sqlite3
-from dataclasses import dataclass
 from typing import Any
 
 from protocol import JobState
-from protocol.message_base import Record
+from protocol.message_base import Record, record
 
 ARTIFACTS_REFUSED = -1  # jobs.artifacts_pulled: 0 not yet, 1 pulled, -1 refused
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class RunRow(Record):
     """A row of the runs table."""
 
@@ -22,7 +21,7 @@ class RunRow(Record):
     tag: str | None
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class JobRow(Record):
     """A row of the jobs table: where the job ran, its state, and what was kept of it."""
 

@@ -1,11 +1,11 @@
 """What parsed workflow files hold (before variables are substituted)."""
 
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from app.errors import UsageError
-from protocol.message_base import Record
+from protocol.message_base import Record, record
 
 Scalar = str | int | float | bool
 
@@ -28,7 +28,7 @@ class WorkflowError(UsageError):
 LATEST = "latest"
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class Dependency(Record):
     """A workflow's `needs:` entry: the workflow (or run tag) it waits for."""
 
@@ -45,7 +45,7 @@ class Dependency(Record):
         return f"{self.workflow}:{self.tag}" if self.tag else self.workflow
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class ArtifactSpec(Record):
     """One `artifacts:` path of a workflow, and which nodes it comes from."""
 
@@ -53,7 +53,7 @@ class ArtifactSpec(Record):
     nodes: str = "0"  # "0": from node 0 only; "all": from every node (multi-node jobs)
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class Workflow(Record):
     """One entry of `workflows:`. Text fields may still hold `$variables`."""
 
@@ -90,7 +90,7 @@ class Workflow(Record):
         return self.key_lines.get(key, self.line)
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class Project(Record):
     """A directory with `.lanpool/` (or a 2022 `.dstack/`) workflow files."""
 

@@ -2,7 +2,7 @@
 
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from app.workflows.entry import MAX_NODES, check_artifact_path
 from app.workflows.model import Project, Scalar, Workflow, WorkflowError
@@ -17,12 +17,12 @@ from app.workflows.substitute import (
     variable_names_used,
 )
 from app.workflows.variable_env import variable_of_env, variables_as_args, variables_env
-from protocol.message_base import Record
+from protocol.message_base import Record, record
 
 DEFAULT_PYTHON = "3.11"
 
 
-@dataclass(frozen=True, eq=False, repr=False)  # eq, hash, repr: Record's (start-up time, issue #17)
+@record
 class ResolvedJob(Record):
     """A workflow made concrete for one job: its commands, environment and artifacts."""
 
