@@ -62,6 +62,9 @@ def record(cls: _R) -> _R:
     with a default, and `__post_init__`; not `InitVar`, `kw_only` or `slots`."""
     if not (isinstance(cls, type) and issubclass(cls, Record)):
         raise TypeError(f"@record is for Record subclasses, not {cls!r}")
+    own = [name for name in ("__init__", "__setattr__", "__delattr__") if name in cls.__dict__]
+    if own:  # record writes these (dataclass(frozen=True) refuses a class that has them, too)
+        raise TypeError(f"@record writes {', '.join(own)} of {cls.__qualname__}: use __post_init__, or @dataclass")
     if not cls.__dict__.get("__doc__"):
         cls.__doc__ = cls.__qualname__  # else dataclass() computes one with inspect.signature (~0.25 ms)
     dataclasses.dataclass(cls, init=False, repr=False, eq=False)  # fields, __match_args__: nothing compiled

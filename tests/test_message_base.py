@@ -35,7 +35,7 @@ class _Ours(Message):
 def test_every_message_uses_the_shared_base() -> None:
     for cls in {*AGENT_MESSAGES.values(), *CLIENT_MESSAGES.values(), FileEntry}:
         assert issubclass(cls, Message), cls
-        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls  # type: ignore[attr-defined]
+        assert dataclasses.is_dataclass(cls) and cls.__dataclass_params__.frozen, cls
 
 
 def test_repr_eq_hash_as_dataclass_generates() -> None:
@@ -56,7 +56,7 @@ def test_messages_stay_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         hello.name = "other"  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        del hello.name  # type: ignore[misc]
+        del hello.name
     assert hello.name == "box"
 
 
@@ -121,6 +121,15 @@ def test_record_is_frozen_and_only_for_records() -> None:
         @record
         class KeywordOnly(Record):
             a: int = dataclasses.field(default=0, kw_only=True)
+
+    with pytest.raises(TypeError, match="writes __init__ of"):
+
+        @record
+        class OwnInit(Record):
+            a: int
+
+            def __init__(self) -> None:
+                pass
 
     with pytest.raises(TypeError, match="kw_only or InitVar"):
 
