@@ -9,12 +9,14 @@ the frame bound, and a stream that ends without a TLS close is a lost connection
 """
 
 import asyncio
+import contextlib
 import json
 import socket
 import sqlite3
 import ssl
 import struct
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -196,11 +198,16 @@ def test_a_direct_connection_cut_mid_stream_is_reattached_nothing_lost_or_twice(
 # -- the reader against the real sender on loopback ------------------------------------------------
 
 
-def _offer(tmp_path: Path, frames) -> tuple[DirectSender, DirectOffer]:
+@contextlib.contextmanager
+def _offer(tmp_path: Path, frames) -> Iterator[DirectOffer]:
+    """A runner's direct sender offering `frames` as job-1's log burst, closed after the block."""
     sender = DirectSender(tmp_path)
-    offer = sender.offer("127.0.0.1", "job-1", frames)
-    assert offer is not None
-    return sender, offer
+    try:
+        offer = sender.offer("127.0.0.1", "job-1", frames)
+        assert offer is not None
+        yield offer
+    finally:
+        sender.close()
 
 
 def _read_all(offer: DirectOffer) -> list[LogChunk]:
@@ -219,41 +226,29 @@ def _chunk(seq: int, job: str = "job-1") -> LogChunk:
 
 
 def test_the_reader_takes_log_chunks_until_a_clean_close(tmp_path):
-    sender, offer = _offer(tmp_path, lambda: (encode_message(_chunk(i)) for i in range(5)))
-    try:
+    with _offer(tmp_path, lambda: (encode_message(_chunk(i)) for i in range(5))) as offer:
         assert [m.seq for m in _read_all(offer)] == [0, 1, 2, 3, 4]
-    finally:
-        sender.close()
 
 
 def test_anything_but_a_log_chunk_on_the_direct_connection_is_refused(tmp_path):
     status = JobStatus("job-1", "DONE")
-    sender, offer = _offer(tmp_path, lambda: (encode_message(m) for m in (_chunk(0), status)))
-    try:
+    with _offer(tmp_path, lambda: (encode_message(m) for m in (_chunk(0), status))) as offer:
         with pytest.raises(RunnerProtocolError, match="sent JobStatus on the direct log connection"):
             _read_all(offer)
-    finally:
-        sender.close()
 
 
 def test_another_jobs_lines_on_the_direct_connection_are_dropped_like_on_the_channel(tmp_path):
-    sender, offer = _offer(tmp_path, lambda: (encode_message(m) for m in (_chunk(0), _chunk(1, "job-2"))))
-    try:
+    with _offer(tmp_path, lambda: (encode_message(m) for m in (_chunk(0), _chunk(1, "job-2")))) as offer:
         got = _read_all(offer)
-    finally:
-        sender.close()
     own = OwnOutput("job-1", 0, "runner r")
     rows, _final = own.take(got)
     assert [r[2] for r in rows] == [0] and own.dropped == 1
 
 
 def test_a_frame_past_the_bound_is_refused_before_it_is_read(tmp_path):
-    sender, offer = _offer(tmp_path, lambda: (f for f in [struct.pack(">I", MAX_FRAME_BYTES + 1) + b"\x00" * 64]))
-    try:
+    with _offer(tmp_path, lambda: (f for f in [struct.pack(">I", MAX_FRAME_BYTES + 1) + b"\x00" * 64])) as offer:
         with pytest.raises(RunnerProtocolError, match="frame of"):
             _read_all(offer)
-    finally:
-        sender.close()
 
 
 def test_a_stream_that_ends_without_a_tls_close_is_a_lost_connection(tmp_path):
@@ -264,13 +259,12 @@ def test_a_stream_that_ends_without_a_tls_close_is_a_lost_connection(tmp_path):
         yield encode_message(_chunk(0))
         raise OSError("disk gone")
 
-    sender, offer = _offer(tmp_path, cut)
-    reader = LogReader.connect("127.0.0.1", offer, "runner r")
-    try:
-        first = reader.read_batch()
-        assert first is not None and [m.seq for m in first] == [0]
-        with pytest.raises(RunnerError, match="lost runner r's direct log connection"):
-            reader.read_batch()
-    finally:
-        reader.close()
-        sender.close()
+    with _offer(tmp_path, cut) as offer:
+        reader = LogReader.connect("127.0.0.1", offer, "runner r")
+        try:
+            first = reader.read_batch()
+            assert first is not None and [m.seq for m in first] == [0]
+            with pytest.raises(RunnerError, match="lost runner r's direct log connection"):
+                reader.read_batch()
+        finally:
+            reader.close()
