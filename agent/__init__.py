@@ -2,5 +2,3 @@
 
 Imports `protocol` only, never `app`.
 """
-
-__version__ = "0.1.0"

@@ -14,15 +14,16 @@ from typing import Any
 
 import platformdirs
 
-from agent.errors import AgentError
-from agent.executors import MODES
-from agent.home import AgentHome
-from agent.jobs import DEFAULT_GRACE_S
-from agent.journal import JobRecord
-from agent.keys import authorize_key
-from agent.pairing import Pairing
-from agent.retention import collect, parse_size
-from protocol import DEFAULT_PORT, event_loop
+from lanpool.agent.errors import AgentError
+from lanpool.agent.executors import MODES
+from lanpool.agent.home import AgentHome
+from lanpool.agent.jobs.journal import JobRecord
+from lanpool.agent.jobs.manager import DEFAULT_GRACE_S
+from lanpool.agent.retention import collect, parse_size
+from lanpool.agent.ssh.keys import authorize_key
+from lanpool.agent.ssh.pairing import Pairing
+from lanpool.protocol import DEFAULT_PORT
+from lanpool.protocol.runtime import event_loop
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                 level=logging.INFO if args.verbose else logging.WARNING,
                 format="%(asctime)s %(levelname)s %(name)s: %(message)s",
             )
-            event_loop.run(_serve(home, args), prefer_uvloop=False)  # why: protocol/event_loop.py
+            event_loop.run(_serve(home, args), prefer_uvloop=False)  # why: protocol/runtime/event_loop.py
         elif args.verb == "authorize":
             home.create()
             added = authorize_key(home.authorized_keys, args.pubkey_file)
@@ -193,12 +194,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
-    from agent.server import Agent, serve
+    from lanpool.agent.daemon import Agent, serve
 
     slurm = None
     if args.executor == "slurm":
-        from agent.executors import ExecutorError
-        from agent.executors.slurm_cli import SlurmOptions
+        from lanpool.agent.executors import ExecutorError
+        from lanpool.agent.executors.slurm_cli import SlurmOptions
 
         slurm = SlurmOptions(args.partition, args.account, args.qos)
         try:
@@ -226,7 +227,7 @@ async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
         direct_transfers=not args.no_direct_transfers,
         direct_ports=_port_range(args.direct_ports) if args.direct_ports else None,
     )
-    # Which loop it runs on (protocol/event_loop.py): asyncio's unless LANPOOL_EVENT_LOOP=uvloop.
+    # Which loop it runs on (protocol/runtime/event_loop.py): asyncio's unless LANPOOL_EVENT_LOOP=uvloop.
     log.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
     await serve(agent)
 
@@ -333,8 +334,8 @@ def _gc_containers(home: AgentHome, quiet: bool) -> int:
     Containers of unfinished jobs stay: a running agent is using them, or the
     next start re-adopts them. No Docker engine: nothing to remove.
     """
-    from agent.executors import ExecutorError
-    from agent.executors.docker import DockerExecutor, DockerUnavailable
+    from lanpool.agent.executors import ExecutorError
+    from lanpool.agent.executors.docker import DockerExecutor, DockerUnavailable
 
     try:
         docker = DockerExecutor.connect(str(home.root))

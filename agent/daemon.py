@@ -1,9 +1,9 @@
 """The agent's life: its executors, GPUs and journal brought up, its SSH server
-(agent/ssh_server.py: auth and which channels may open) listening, its mDNS
+(agent/ssh/server.py: auth and which channels may open) listening, its mDNS
 record kept current, each channel served, and everything closed on exit.
 
 Code and artifacts travel inside the lanpool subsystem (content-addressed blobs
-up, streamed files back: agent/session.py), so there is no SFTP and no general
+up, streamed files back: agent/ssh/session.py), so there is no SFTP and no general
 file API.
 """
 
@@ -18,28 +18,28 @@ import weakref
 import asyncssh
 from asyncssh.connection import SSHConnection
 
-from agent import __version__
-from agent.direct_transfer import DirectSender
-from agent.errors import AgentError
-from agent.executors import ExecutorChoice, ExecutorError, ProcessExecutor
-from agent.executors.slurm_cli import SlurmOptions, cluster_resources
-from agent.gang import GangHub
-from agent.gpu_telemetry import telemetry
-from agent.gpus import GpuAllocator, detect_gpus
-from agent.home import AgentHome
-from agent.job_python import JobPythons
-from agent.job_shell import serve_exec
-from agent.jobs import DEFAULT_GRACE_S, JobManager
-from agent.keys import add_authorized_key, load_or_create_host_key
-from agent.mdns import Advertiser, advertise_addresses, txt_record
-from agent.pairing import CODE_TTL_S, Lockout, Pairing, PairingResponder
-from agent.pythons import Pythons
-from agent.queue import Amount
-from agent.resources import detect_resources
-from agent.session import ChannelSession
-from agent.shell_sshd import sweep_stale
-from agent.ssh_server import Grants, LanpoolSession, listen
-from protocol import GANG_SUBSYSTEM, PROTOCOL_VERSION, SUBSYSTEM, key_text
+from lanpool import __version__
+from lanpool.agent.direct import DirectSender
+from lanpool.agent.errors import AgentError
+from lanpool.agent.executors import ExecutorChoice, ExecutorError, ProcessExecutor
+from lanpool.agent.executors.slurm_cli import SlurmOptions, cluster_resources
+from lanpool.agent.gang.hub import GangHub
+from lanpool.agent.home import AgentHome
+from lanpool.agent.host.gpu_telemetry import telemetry
+from lanpool.agent.host.gpus import GpuAllocator, detect_gpus
+from lanpool.agent.host.resources import detect_resources
+from lanpool.agent.jobs.manager import DEFAULT_GRACE_S, JobManager
+from lanpool.agent.jobs.queue import Amount
+from lanpool.agent.python.interpreters import Pythons
+from lanpool.agent.python.job_envs import JobPythons
+from lanpool.agent.shell.into_job import serve_exec
+from lanpool.agent.shell.sshd import sweep_stale
+from lanpool.agent.ssh.keys import add_authorized_key, load_or_create_host_key
+from lanpool.agent.ssh.mdns import Advertiser, advertise_addresses, txt_record
+from lanpool.agent.ssh.pairing import CODE_TTL_S, Lockout, Pairing, PairingResponder
+from lanpool.agent.ssh.server import Grants, LanpoolSession, listen
+from lanpool.agent.ssh.session import ChannelSession
+from lanpool.protocol import GANG_SUBSYSTEM, PROTOCOL_VERSION, SUBSYSTEM, key_text
 
 log = logging.getLogger(__name__)
 
@@ -59,12 +59,12 @@ def build_executors(
     jobs in environments on `job_python` (`--job-python`, default the agent's own interpreter);
     with `slurm`, every job through Slurm (agent.executors.slurm)."""
     if mode == "slurm":
-        from agent.executors.slurm import SlurmExecutor
+        from lanpool.agent.executors.slurm import SlurmExecutor
 
         return ExecutorChoice(mode, SlurmExecutor(home.jobs, slurm or SlurmOptions(), grace_s))
     docker = None
     if mode == "docker" or (mode == "auto" and _engine_may_exist()):
-        from agent.executors.docker import DockerExecutor, DockerUnavailable, parse_volume
+        from lanpool.agent.executors.docker import DockerExecutor, DockerUnavailable, parse_volume
 
         try:
             mounts = [parse_volume(v) for v in volumes or []]
@@ -106,7 +106,7 @@ class Agent:
         direct_ports: range | None = None,
     ) -> None:
         self.home = home
-        # Artifacts on a TLS connection of their own, offered over SSH (agent/direct_transfer.py).
+        # Artifacts on a TLS connection of their own, offered over SSH (agent/direct.py).
         self.direct = DirectSender(home.root, direct_ports) if direct_transfers else None
         self.slurm = slurm
         self.job_python = job_python
@@ -124,7 +124,7 @@ class Agent:
         self.lockout = Lockout()
         # Pairing-only connections, with the key and code each authenticated with.
         self.pairing_grants: Grants = weakref.WeakKeyDictionary()
-        # Gang-only connections (agent.gang), with the gang each authenticated for.
+        # Gang-only connections (agent.gang.hub), with the gang each authenticated for.
         self.gang_grants: weakref.WeakKeyDictionary[SSHConnection, str] = weakref.WeakKeyDictionary()
         self.gang: GangHub | None = None
         # One pairing attempt per connection, whatever the channel.
@@ -223,8 +223,8 @@ class Agent:
             "cpus_free": max(0, cpus - usage.get("cpus_reserved", 0)),
             "memory_free_mb": max(0, memory - usage.get("memory_reserved_mb", 0)),
             "running": usage.get("running", 0),
-            "queued": usage.get("queued", 0),  # the runner's own queue (agent.queue)
-            **telemetry().resources(),  # "gpu_util": percent per GPU now (agent.gpu_telemetry)
+            "queued": usage.get("queued", 0),  # the runner's own queue (agent.jobs.queue)
+            **telemetry().resources(),  # "gpu_util": percent per GPU now (agent.host.gpu_telemetry)
         }
 
     def _txt(self) -> dict[str, str]:
@@ -248,7 +248,7 @@ class Agent:
         return add_authorized_key(self.home.authorized_keys, public_key, comment=f"lanpool:{label}" if label else "")
 
     async def serve_channel(self, process: asyncssh.SSHServerProcess[bytes]) -> None:
-        """A session channel that agent.ssh_server let open: an exec into a job, or the
+        """A session channel that agent.ssh.server let open: an exec into a job, or the
         subsystem (only pairing, for a pairing-only connection)."""
         # asyncssh hands the session itself (a LanpoolSession) to the process factory.
         request = process.shell_request if isinstance(process, LanpoolSession) else None

@@ -10,7 +10,7 @@ token. Both secrets travel inside the authenticated SSH connection, so
 - a LAN peer that connects to the port first is sent nothing: it has no token (it is
   closed, and the runner keeps waiting for the real controller, a few tries at most);
 - the controller sends the token to no one else: it checks the certificate first
-  (see app/direct_pull.py).
+  (see app/runners/direct.py).
 The certificate is self-signed and made anew at each agent start (an EC key in the agent's
 data dir, 0600); nothing else about it is checked, since its digest came over SSH.
 
@@ -33,8 +33,8 @@ import time
 from collections.abc import Callable, Generator
 from pathlib import Path
 
-from protocol import DirectOffer
-from protocol.transfer_messages import DIRECT_TOKEN_BYTES
+from lanpool.protocol import DirectOffer
+from lanpool.protocol.transfer_messages import DIRECT_TOKEN_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ class DirectSender:
 
     def listen_once(self, host: str, what: str) -> "tuple[OneConnection, DirectOffer] | None":
         """A listener on `host` for one TLS connection that brings its token (also a job's
-        shell, agent/shell_direct.py); None when at the limit or none can be had. The
+        shell, agent/shell/direct.py); None when at the limit or none can be had. The
         caller accepts (blocking) and then calls done(); the offer's job_id is empty."""
         with self._lock:
             if len(self._live) >= MAX_TRANSFERS:
@@ -109,7 +109,7 @@ class DirectSender:
 
     def listen_plain(self, host: str) -> socket.socket:
         """A plain listener on `host`, in the same ports as the TLS ones (a firewall's open range):
-        a job's one-time sshd takes its connection (agent/shell_sshd.py). OSError when none."""
+        a job's one-time sshd takes its connection (agent/shell/sshd.py). OSError when none."""
         return self._listen(host)
 
     def _listen(self, host: str) -> socket.socket:

@@ -20,10 +20,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.blobs import BlobCache
-from agent.errors import AgentError
-from agent.home import AgentHome
-from agent.journal import JobRecord
+from lanpool.agent.errors import AgentError
+from lanpool.agent.home import AgentHome
+from lanpool.agent.jobs.journal import JobRecord
+from lanpool.agent.workspace.blobs import BlobCache
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def finished_jobs(home: AgentHome) -> tuple[list[tuple[float, str, Path]], list[
     """(finished_at, job id, dir) of finished jobs, oldest first; and the dirs of those not finished."""
     done: list[tuple[float, str, Path]] = []
     unfinished: list[Path] = []
-    needed: set[str] = set()  # inputs of DAG steps still waiting (agent.dag): kept like them
+    needed: set[str] = set()  # inputs of DAG steps still waiting (agent.jobs.dag): kept like them
     if not home.jobs.is_dir():
         return [], []
     for job_dir in home.jobs.iterdir():
@@ -86,7 +86,7 @@ def finished_jobs(home: AgentHome) -> tuple[list[tuple[float, str, Path]], list[
 def requirement_layers(home: AgentHome, unfinished: list[Path]) -> list[tuple[float, int, Path]]:
     """(last used, size, dir) of the installed requirements layers no unfinished job layers on.
 
-    A job's env names its layer in its `_lanpool.pth` (agent/job_python.py); the layer's
+    A job's env names its layer in its `_lanpool.pth` (agent/python/job_envs.py); the layer's
     ready marker is touched each time a job reuses it."""
     if not home.pyenvs.is_dir():
         return []

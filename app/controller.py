@@ -1,9 +1,9 @@
 """The controller API: what `app headless` and the TUI both call.
 
-It owns the store and the services around it: the runner pool (app/pool.py),
-the jobs on runners (app/remote_job.py: every job a gang of 1..N nodes), their
-artifacts (app/job_artifacts.py) and the removal of old runs (app/retention.py).
-It turns workflows into jobs on runners (the run loop: app/run_loop.py), follows
+It owns the store and the services around it: the runner pool (app/runners/pool.py),
+the jobs on runners (app/jobs/remote.py: every job a gang of 1..N nodes), their
+artifacts (app/transfer/artifacts.py) and the removal of old runs (app/runs/retention.py).
+It turns workflows into jobs on runners (the run loop: app/runs/loop.py), follows
 their logs into the store, and pulls artifacts back.
 """
 
@@ -15,11 +15,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from app.errors import LanpoolError, RunnerError, UsageError
-from app.home import ControllerHome
-from app.pool import DEFAULT_PORT, Pool, RunnerState, parse_address
-from app.store import ARTIFACTS_REFUSED, JobRow, Store
-from protocol import JobState
+from lanpool.app.errors import LanpoolError, RunnerError, UsageError
+from lanpool.app.home import ControllerHome
+from lanpool.app.runners.pool import DEFAULT_PORT, Pool, RunnerState, parse_address
+from lanpool.app.store import ARTIFACTS_REFUSED, JobRow, Store
+from lanpool.protocol import JobState
 
 # Start-up time (issue #17): `status` and `logs` of stored runs need only the store. What talks
 # to runners (asyncssh, cryptography) and reads workflows (yaml) is imported on first use: the
@@ -27,16 +27,16 @@ from protocol import JobState
 if TYPE_CHECKING:
     import asyncssh
 
-    from app.job_artifacts import Artifacts
-    from app.planning import Plan
-    from app.remote_job import JobServices, LogSink
-    from app.retention import DEFAULT_PRUNE_AGE, Removal, Retention, parse_age
-    from app.run_result import RunOutcome, Submitted
-    from app.runner_client import RunnerSession
-    from app.runs import Runs
-    from app.secret_store import SecretStore
-    from app.workflows import Project
-    from app.workflows.model import Scalar
+    from lanpool.app.jobs.remote import JobServices, LogSink
+    from lanpool.app.runners.client import RunnerSession
+    from lanpool.app.runs.planning import Plan
+    from lanpool.app.runs.result import RunOutcome, Submitted
+    from lanpool.app.runs.retention import DEFAULT_PRUNE_AGE, Removal, Retention, parse_age
+    from lanpool.app.secret_store import SecretStore
+    from lanpool.app.transfer.artifacts import Artifacts
+    from lanpool.app.views.runs import Runs
+    from lanpool.app.workflows import Project
+    from lanpool.app.workflows.model import Scalar
 
 log = logging.getLogger(__name__)
 
@@ -58,12 +58,12 @@ __all__ = [
 # Names front ends take from here that come from their modules on first use: `runners`, `key`
 # and `status` of a home with nothing to refresh never load what runs and follows jobs.
 _LATER = {
-    "DEFAULT_PRUNE_AGE": "app.retention",
-    "Removal": "app.retention",
-    "parse_age": "app.retention",
-    "LogSink": "app.remote_job",
-    "RunOutcome": "app.run_result",
-    "Submitted": "app.run_result",
+    "DEFAULT_PRUNE_AGE": "lanpool.app.runs.retention",
+    "Removal": "lanpool.app.runs.retention",
+    "parse_age": "lanpool.app.runs.retention",
+    "LogSink": "lanpool.app.jobs.remote",
+    "RunOutcome": "lanpool.app.runs.result",
+    "Submitted": "lanpool.app.runs.result",
 }
 
 
@@ -89,33 +89,33 @@ class Controller:
     @cached_property
     def runs(self) -> "Runs":
         """Runs, jobs and their logs as the front ends read them."""
-        from app.runs import Runs
+        from lanpool.app.views.runs import Runs
 
         return Runs(self.store, self.home)
 
     @cached_property
     def secrets(self) -> "SecretStore":
         """`${{ secrets.NAME }}` values: a 0600 file, never SQLite."""
-        from app.secret_store import SecretStore
+        from lanpool.app.secret_store import SecretStore
 
         return SecretStore(self.home)
 
     @cached_property
     def retention(self) -> "Retention":
         """rm and prune of old runs (`run` and `status` never need it)."""
-        from app.retention import Retention
+        from lanpool.app.runs.retention import Retention
 
         return Retention(self.store, self.home)
 
     @cached_property
     def artifacts(self) -> "Artifacts":
-        from app.job_artifacts import Artifacts
+        from lanpool.app.transfer.artifacts import Artifacts
 
         return Artifacts(self.store, self.home)
 
     @cached_property
     def jobs(self) -> "JobServices":
-        from app.remote_job import JobServices
+        from lanpool.app.jobs.remote import JobServices
 
         return JobServices(
             self.store, lambda: self.artifacts, self.pool.connect, self.pool.runner_seen, self.secrets.masks_for_spec
@@ -141,7 +141,7 @@ class Controller:
     # -- runs ----------------------------------------------------------------------------
 
     def load_project(self, root: Path) -> "Project":
-        from app.workflows import load_workflows
+        from lanpool.app.workflows import load_workflows
 
         return load_workflows(root)
 
@@ -181,8 +181,8 @@ class Controller:
         reuse: bool,
         env: dict[str, str] | None = None,
     ) -> "Plan":
-        from app.planning import make_plan
-        from app.secret_store import secret_refs
+        from lanpool.app.runs.planning import make_plan
+        from lanpool.app.secret_store import secret_refs
 
         project.get(workflow_name)  # an unknown workflow: one line, before any hashing
         plan = make_plan(project, store, self.home, workflow_name, overrides or {}, no_cache, reuse, env)
@@ -192,7 +192,7 @@ class Controller:
 
     def variables(self, project: "Project", workflow_name: str) -> dict[str, "Scalar"]:
         """Every variable a run of the workflow takes (its DAG's), with its default."""
-        from app.planning import known_variables
+        from lanpool.app.runs.planning import known_variables
 
         # Each default comes from Project.variables_of, a Scalar; planning hands them on as objects.
         return cast("dict[str, Scalar]", known_variables(project, workflow_name))
@@ -219,13 +219,13 @@ class Controller:
         queue_timeout: float | None = None,
     ) -> "RunOutcome":
         """Run a workflow's plan: reused jobs are skipped, the others run in order, each
-        getting its dependencies' artifacts, each a gang of its nodes (app/remote_job.py).
+        getting its dependencies' artifacts, each a gang of its nodes (app/jobs/remote.py).
 
         With follow=False the single job to run is submitted and left running.
-        `env`: `--env`/`--env-file` (app/env_overrides.py), applied to every job of the run.
+        `env`: `--env`/`--env-file` (app/runs/env_overrides.py), applied to every job of the run.
         """
-        # The loop lives in app/run_loop.py, imported here: only `run` needs it (start-up time).
-        from app.run_loop import RunLoop, RunRequest
+        # The loop lives in app/runs/loop.py, imported here: only `run` needs it (start-up time).
+        from lanpool.app.runs.loop import RunLoop, RunRequest
 
         loop = RunLoop(self.store, self.home, self.pool, self.jobs, self.secrets, self.plan)
         request = RunRequest(
@@ -249,7 +249,7 @@ class Controller:
 
     def node_count(self, job_id: str) -> int:
         """How many nodes the job runs on (1 for a single-node job)."""
-        from app.remote_job import RemoteJob
+        from lanpool.app.jobs.remote import RemoteJob
 
         return RemoteJob(self.jobs, job_id).size
 
@@ -272,7 +272,7 @@ class Controller:
         resumes here later and loses nothing (the store knows its last line).
         A runner that goes away while followed is waited for, then re-attached.
         """
-        from app.remote_job import RemoteJob
+        from lanpool.app.jobs.remote import RemoteJob
 
         job = self.store.job(job_id)
         remote = RemoteJob(self.jobs, job_id)
@@ -309,7 +309,7 @@ class Controller:
                 job_id, JobState.ABORTED, "cancelled while queued", finished_at=time.time(), synced=1
             )
             return self.store.job(job_id)
-        from app.remote_job import RemoteJob
+        from lanpool.app.jobs.remote import RemoteJob
 
         for problem in await RemoteJob(self.jobs, job_id).stop(abort, grace_s):
             log.warning("could not stop %s", problem)
@@ -340,7 +340,7 @@ class Controller:
 
     def metrics(self, job_id: str) -> list[dict[str, Any]]:
         """Metric points of a job (its "met" log stream): step, name, value, time."""
-        from app.overview import MetricsReader
+        from lanpool.app.views.overview import MetricsReader
 
         reader = MetricsReader(job_id)  # the one parser of metric lines (the TUI reads the same way)
         reader.update(self.store)
@@ -352,8 +352,8 @@ class Controller:
         self, job_id: str, output: Path, progress: Callable[[int, int], None] | None = None
     ) -> list[tuple[str, int]]:
         """Copy a job's artifacts to `output`; `progress(done_bytes, total_bytes)` after each file."""
-        from app.artifact_pull import PullBusy
-        from app.job_artifacts import PULL_BUSY_POLL_S
+        from lanpool.app.transfer.artifacts import PULL_BUSY_POLL_S
+        from lanpool.app.transfer.pull import PullBusy
 
         job = self.store.job(job_id)
         while not job.artifacts_pulled and not job.synced:  # it may have ended while detached: ask

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import platformdirs
 
-from app.errors import UsageError
-from protocol.message_base import Record, record
+from lanpool.app.errors import UsageError
+from lanpool.protocol.message_base import Record, record
 
 
 @record

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import asyncssh
 
-from app.errors import LanpoolError
+from lanpool.app.errors import LanpoolError
 
 
 def load_or_create_client_key(path: Path) -> asyncssh.SSHKey:

@@ -23,8 +23,8 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from app.errors import UsageError
-from app.home import ControllerHome
+from lanpool.app.errors import UsageError
+from lanpool.app.home import ControllerHome
 
 log = logging.getLogger(__name__)
 

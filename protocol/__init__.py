@@ -9,9 +9,9 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what the names are, for type checkers; at run time each is imported on first use
-    from protocol.errors import ErrorCode, ProtocolError
-    from protocol.framing import MAX_FRAME_BYTES, FrameReader, encode_frame, unpack_body
-    from protocol.messages import (
+    from lanpool.protocol.errors import ErrorCode, ProtocolError
+    from lanpool.protocol.framing import MAX_FRAME_BYTES, FrameReader, encode_frame, unpack_body
+    from lanpool.protocol.messages import (
         AGENT_MESSAGES,
         CLIENT_MESSAGES,
         PROTOCOL_VERSION,
@@ -33,9 +33,9 @@ if TYPE_CHECKING:  # what the names are, for type checkers; at run time each is 
         decode_client_message,
         encode_message,
     )
-    from protocol.pairing_messages import PairConfirm, Paired, PairReply, PairStart
-    from protocol.states import JobState
-    from protocol.transfer_messages import (
+    from lanpool.protocol.pairing_messages import PairConfirm, Paired, PairReply, PairStart
+    from lanpool.protocol.states import JobState
+    from lanpool.protocol.transfer_messages import (
         ArtifactData,
         ArtifactEnd,
         ArtifactRange,
@@ -48,7 +48,14 @@ if TYPE_CHECKING:  # what the names are, for type checkers; at run time each is 
         MissingBlobs,
         PutBlob,
     )
-    from protocol.wire import DEFAULT_PORT, ENCRYPTION_ALGS, GANG_SUBSYSTEM, GANG_USER_PREFIX, SUBSYSTEM, key_text
+    from lanpool.protocol.wire import (
+        DEFAULT_PORT,
+        ENCRYPTION_ALGS,
+        GANG_SUBSYSTEM,
+        GANG_USER_PREFIX,
+        SUBSYSTEM,
+        key_text,
+    )
 
 __all__ = [
     "AGENT_MESSAGES",
@@ -104,54 +111,54 @@ __all__ = [
 # Where each public name lives. A verb that reads the store needs JobState, not the message
 # dataclasses and their validation (~35 ms of imports, issue #17): a name is imported on first use.
 _WHERE = {
-    "AGENT_MESSAGES": "protocol.messages",
-    "CLIENT_MESSAGES": "protocol.messages",
-    "DEFAULT_PORT": "protocol.wire",
-    "ENCRYPTION_ALGS": "protocol.wire",
-    "MAX_FRAME_BYTES": "protocol.framing",
-    "PROTOCOL_VERSION": "protocol.messages",
-    "SUBSYSTEM": "protocol.wire",
-    "GANG_SUBSYSTEM": "protocol.wire",
-    "GANG_USER_PREFIX": "protocol.wire",
-    "GangSpec": "protocol.messages",
-    "ArtifactFile": "protocol.messages",
-    "ArtifactData": "protocol.transfer_messages",
-    "ArtifactEnd": "protocol.transfer_messages",
-    "ArtifactRange": "protocol.transfer_messages",
-    "ArtifactsSent": "protocol.transfer_messages",
-    "BlobStored": "protocol.transfer_messages",
-    "DirectOffer": "protocol.transfer_messages",
-    "FileEntry": "protocol.transfer_messages",
-    "GetArtifacts": "protocol.transfer_messages",
-    "HaveBlobs": "protocol.transfer_messages",
-    "MissingBlobs": "protocol.transfer_messages",
-    "PutBlob": "protocol.transfer_messages",
-    "Attach": "protocol.messages",
-    "ClientHello": "protocol.messages",
-    "Error": "protocol.messages",
-    "ErrorCode": "protocol.errors",
-    "FrameReader": "protocol.framing",
-    "GetStatus": "protocol.messages",
-    "Hello": "protocol.messages",
-    "JobAccepted": "protocol.messages",
-    "JobState": "protocol.states",
-    "JobStatus": "protocol.messages",
-    "LogChunk": "protocol.messages",
-    "PairConfirm": "protocol.pairing_messages",
-    "PairReply": "protocol.pairing_messages",
-    "PairStart": "protocol.pairing_messages",
-    "Paired": "protocol.pairing_messages",
-    "Ping": "protocol.messages",
-    "Pong": "protocol.messages",
-    "ProtocolError": "protocol.errors",
-    "StopJob": "protocol.messages",
-    "SubmitJob": "protocol.messages",
-    "decode_agent_message": "protocol.messages",
-    "decode_client_message": "protocol.messages",
-    "encode_frame": "protocol.framing",
-    "encode_message": "protocol.messages",
-    "key_text": "protocol.wire",
-    "unpack_body": "protocol.framing",
+    "AGENT_MESSAGES": "lanpool.protocol.messages",
+    "CLIENT_MESSAGES": "lanpool.protocol.messages",
+    "DEFAULT_PORT": "lanpool.protocol.wire",
+    "ENCRYPTION_ALGS": "lanpool.protocol.wire",
+    "MAX_FRAME_BYTES": "lanpool.protocol.framing",
+    "PROTOCOL_VERSION": "lanpool.protocol.messages",
+    "SUBSYSTEM": "lanpool.protocol.wire",
+    "GANG_SUBSYSTEM": "lanpool.protocol.wire",
+    "GANG_USER_PREFIX": "lanpool.protocol.wire",
+    "GangSpec": "lanpool.protocol.messages",
+    "ArtifactFile": "lanpool.protocol.messages",
+    "ArtifactData": "lanpool.protocol.transfer_messages",
+    "ArtifactEnd": "lanpool.protocol.transfer_messages",
+    "ArtifactRange": "lanpool.protocol.transfer_messages",
+    "ArtifactsSent": "lanpool.protocol.transfer_messages",
+    "BlobStored": "lanpool.protocol.transfer_messages",
+    "DirectOffer": "lanpool.protocol.transfer_messages",
+    "FileEntry": "lanpool.protocol.transfer_messages",
+    "GetArtifacts": "lanpool.protocol.transfer_messages",
+    "HaveBlobs": "lanpool.protocol.transfer_messages",
+    "MissingBlobs": "lanpool.protocol.transfer_messages",
+    "PutBlob": "lanpool.protocol.transfer_messages",
+    "Attach": "lanpool.protocol.messages",
+    "ClientHello": "lanpool.protocol.messages",
+    "Error": "lanpool.protocol.messages",
+    "ErrorCode": "lanpool.protocol.errors",
+    "FrameReader": "lanpool.protocol.framing",
+    "GetStatus": "lanpool.protocol.messages",
+    "Hello": "lanpool.protocol.messages",
+    "JobAccepted": "lanpool.protocol.messages",
+    "JobState": "lanpool.protocol.states",
+    "JobStatus": "lanpool.protocol.messages",
+    "LogChunk": "lanpool.protocol.messages",
+    "PairConfirm": "lanpool.protocol.pairing_messages",
+    "PairReply": "lanpool.protocol.pairing_messages",
+    "PairStart": "lanpool.protocol.pairing_messages",
+    "Paired": "lanpool.protocol.pairing_messages",
+    "Ping": "lanpool.protocol.messages",
+    "Pong": "lanpool.protocol.messages",
+    "ProtocolError": "lanpool.protocol.errors",
+    "StopJob": "lanpool.protocol.messages",
+    "SubmitJob": "lanpool.protocol.messages",
+    "decode_agent_message": "lanpool.protocol.messages",
+    "decode_client_message": "lanpool.protocol.messages",
+    "encode_frame": "lanpool.protocol.framing",
+    "encode_message": "lanpool.protocol.messages",
+    "key_text": "lanpool.protocol.wire",
+    "unpack_body": "lanpool.protocol.framing",
 }
 
 

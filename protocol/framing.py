@@ -28,7 +28,7 @@ from typing import Any
 
 import msgpack
 
-from protocol.errors import ErrorCode, ProtocolError, clip
+from lanpool.protocol.errors import ErrorCode, ProtocolError, clip
 
 MAX_FRAME_BYTES = 16 * 1024 * 1024
 MAX_ELEMENTS = 1024 * 1024

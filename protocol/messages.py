@@ -13,13 +13,13 @@ import dataclasses
 from dataclasses import field
 from typing import Any, ClassVar
 
-from protocol.errors import ErrorCode, ProtocolError, clip
-from protocol.framing import encode_frame, unpack_body
-from protocol.message_base import Message, record
-from protocol.pairing_messages import PairConfirm, Paired, PairReply, PairStart
-from protocol.schema import build
-from protocol.states import JobState
-from protocol.transfer_messages import (
+from lanpool.protocol.errors import ErrorCode, ProtocolError, clip
+from lanpool.protocol.framing import encode_frame, unpack_body
+from lanpool.protocol.message_base import Message, record
+from lanpool.protocol.pairing_messages import PairConfirm, Paired, PairReply, PairStart
+from lanpool.protocol.schema import build
+from lanpool.protocol.states import JobState
+from lanpool.protocol.transfer_messages import (
     ArtifactData,
     ArtifactEnd,
     ArtifactsSent,
@@ -151,7 +151,7 @@ class ClientHello(Message):
 
 @record
 class GangSpec(Message):
-    """A detached multi-node job's member (agent/gang.py): member `gang_rank` of `gang_size`, whose
+    """A detached multi-node job's member (agent/gang/hub.py): member `gang_rank` of `gang_size`, whose
     agent meets node 0's agent at `coordinator` ("host:port", host key `host_key`, pinned) with
     `gang_token`, a secret the controller draws per gang. `gang_order` (the controller's clock at
     submit) orders gangs the same way on every runner."""
@@ -199,12 +199,12 @@ class SubmitJob(Message):
     retry_on: list[str] = field(default_factory=list)  # "failure", "lost"
     retry_limit: int = 0
     retry_delay_s: float = 0.0
-    # A detached DAG's step (agent/dag.py): starts once every job named here is DONE on this
+    # A detached DAG's step (agent/jobs/dag.py): starts once every job named here is DONE on this
     # runner, with their artifacts staged over its workspace. `run_key` is a secret the run's
     # steps share: `after` may name only jobs submitted with the same key.
     after: list[str] = field(default_factory=list)
     run_key: str = ""
-    gang: GangSpec | None = None  # a detached multi-node job's member (agent/gang.py)
+    gang: GangSpec | None = None  # a detached multi-node job's member (agent/gang/hub.py)
     # `run -d`: answer once the job is accepted (journalled, its files staged), not once it
     # started; nobody follows it, and its start (a process, a container) is the runner's affair.
     detached: bool = False

@@ -6,7 +6,7 @@ agent -> controller: PairReply, then Paired. Registered in protocol/messages.py.
 
 from typing import ClassVar
 
-from protocol.message_base import Message, record
+from lanpool.protocol.message_base import Message, record
 
 # -- controller -> agent ----------------------------------------------------
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TypeVar
 
-from protocol.errors import clip
+from lanpool.protocol.errors import clip
 
 # What one job may ask for: far above any machine, low enough that no sum or
 # int() of them overflows, and refused at submit rather than at start.

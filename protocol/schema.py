@@ -10,8 +10,8 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from protocol.errors import ErrorCode, ProtocolError, clip
-from protocol.message_base import Record, record
+from lanpool.protocol.errors import ErrorCode, ProtocolError, clip
+from lanpool.protocol.message_base import Record, record
 
 
 def build(cls: type, body: dict[str, Any], where: str) -> Any:
@@ -172,7 +172,7 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "retry_delay_s": _Bound(lo=0, hi=7 * 24 * 3600),
     "after": _Bound(max_len=128, pattern=_ID),  # a DAG step's dependencies (job ids)
     "run_key": _Bound(max_len=128, text=True),
-    # A detached gang's member (SubmitJob.gang, agent/gang.py).
+    # A detached gang's member (SubmitJob.gang, agent/gang/hub.py).
     "gang_id": _Bound(max_len=64, pattern=_ID),
     "gang_size": _Bound(lo=2, hi=256),
     "gang_rank": _Bound(lo=0, hi=255),

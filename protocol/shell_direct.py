@@ -11,7 +11,7 @@ neither, or none, also means the channel (the controller reads the rest as the j
 
 import re
 
-from protocol.transfer_messages import DIRECT_TOKEN_BYTES, DirectOffer
+from lanpool.protocol.transfer_messages import DIRECT_TOKEN_BYTES, DirectOffer
 
 # Hello.features: this agent takes `--direct` in a shell's exec request.
 SHELL_DIRECT = "shell-direct"

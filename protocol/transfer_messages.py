@@ -8,7 +8,7 @@ ArtifactRange (part of GetArtifacts) are their records. Registered in protocol/m
 from dataclasses import field
 from typing import ClassVar
 
-from protocol.message_base import Message, record
+from lanpool.protocol.message_base import Message, record
 
 # Hello.features: this agent sends exactly the range asked (ArtifactRange.length). An older one
 # would send to the end of the file, which the controller refuses: it is asked for whole files.

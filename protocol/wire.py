@@ -1,7 +1,7 @@
 """Constants of the SSH transport both sides must agree on, and the one way a public key is compared."""
 
 SUBSYSTEM = "lanpool"  # the SSH subsystem that carries lanpool's frames
-# A detached gang's barrier (agent/gang.py): members' agents to node 0's, with the gang's token only.
+# A detached gang's barrier (agent/gang/hub.py): members' agents to node 0's, with the gang's token only.
 GANG_SUBSYSTEM = "lanpool-gang"
 GANG_USER_PREFIX = "gang-"  # the SSH username of a gang member: gang-<gang id>, password = the gang token
 DEFAULT_PORT = 7422

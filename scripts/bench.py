@@ -129,13 +129,13 @@ def mark(name):
 
 
 mark("interpreter_ready")
-import app.cli.headless as headless
+import lanpool.app.cli.headless as headless
 mark("imports_done")
-import app.controller as controller_mod
-import app.keys as keys_mod  # app.pool imports it when it first needs the key
-import app.run_loop as run_loop_mod
-from app.cli import render
-from app.runner_client import RunnerSession
+import lanpool.app.controller as controller_mod
+import lanpool.app.keys as keys_mod  # app.runners.pool imports it when it first needs the key
+import lanpool.app.runs.loop as run_loop_mod
+from lanpool.app.cli import render
+from lanpool.app.runners.client import RunnerSession
 
 
 def wrap(owner, attr, name, is_async):
@@ -179,7 +179,7 @@ rc = headless.main(sys.argv[1:])
 mark("main_returned")
 with open(os.environ["BENCH_PROBE_OUT"], "w") as fh:
     json.dump(marks, fh)
-from app.cli.main import _exit_now  # the real ending of a headless verb (no teardown)
+from lanpool.app.cli.main import _exit_now  # the real ending of a headless verb (no teardown)
 _exit_now(rc)
 """
 
@@ -463,16 +463,16 @@ class Bench:
         """Python start-up + imports: what every `app` and every bare client pays before any network."""
         k = self.args.repeat
         say(
-            f"imports: {k} x python -c (pass | import asyncssh | import app.cli.headless, with/without teardown) interleaved"
+            f"imports: {k} x python -c (pass | import asyncssh | import lanpool.app.cli.headless, with/without teardown) interleaved"
         )
         # Each is spawn -> exit, so it holds interpreter teardown too; the os._exit variants leave that out.
         cases = {
             "python_bare_start": "pass",
             "import_asyncssh": "import asyncssh",
             "import_asyncssh_no_teardown": "import asyncssh, os; os._exit(0)",
-            "import_app_cli_main": "import app.cli.main",
-            "import_app_cli_headless": "import app.cli.headless",
-            "import_app_cli_headless_no_teardown": "import app.cli.headless, os; os._exit(0)",
+            "import_app_cli_main": "import lanpool.app.cli.main",
+            "import_app_cli_headless": "import lanpool.app.cli.headless",
+            "import_app_cli_headless_no_teardown": "import lanpool.app.cli.headless, os; os._exit(0)",
         }
         times: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(k):
@@ -481,7 +481,7 @@ class Bench:
         res = {name: {"median": med(v), "min": min(v)} for name, v in times.items()}
         # Where `import app.cli.headless` spends its time: self time summed per top-level package
         # (one run of -X importtime, which inflates times; shares are what matter).
-        t = timed([PY, "-X", "importtime", "-c", "import app.cli.headless"], env=self.env, cwd=self.tmp)
+        t = timed([PY, "-X", "importtime", "-c", "import lanpool.app.cli.headless"], env=self.env, cwd=self.tmp)
         top: dict[str, int] = {}
         for _, line in t.stderr_lines:
             m = re.match(rb"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)", line)
@@ -791,7 +791,7 @@ def report(res: dict, out) -> None:
         ):
             p(f"     {name:36} {ms(im[name]['median'])} {ms(im[name]['min'])}")
         p(
-            "   import app.cli.headless by package (-X importtime, self time summed): "
+            "   import lanpool.app.cli.headless by package (-X importtime, self time summed): "
             + ", ".join(f"{k} {v:.0f} ms" for k, v in im["importtime_self_ms_by_package"].items())
         )
     cold = res.get("cold_start")

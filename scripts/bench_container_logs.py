@@ -15,10 +15,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.home import ControllerHome  # noqa: E402
-from app.keys import load_or_create_client_key  # noqa: E402
-from app.runner_client import RunnerSession  # noqa: E402
-from protocol import JobStatus, LogChunk, SubmitJob  # noqa: E402
+from lanpool.app.home import ControllerHome  # noqa: E402
+from lanpool.app.keys import load_or_create_client_key  # noqa: E402
+from lanpool.app.runners.client import RunnerSession  # noqa: E402
+from lanpool.protocol import JobStatus, LogChunk, SubmitJob  # noqa: E402
 from tests.docker_harness import BUSYBOX_IMAGE, busybox_rootfs_tar, remove_agent_containers  # noqa: E402
 from tests.harness import start_docker_agent  # noqa: E402
 

@@ -11,7 +11,7 @@ exit code says only whether the benchmark could run.
     scripts/bench-pool [--agents N] [--repeat K] [--json] [--poll S] [--mdns-watch S] [--batch B] [--keep]
 
 1. spawn -> LIVE: an agent (authorized beforehand) is spawned while an in-process
-   controller browses (app.discovery.Browser), trusts (as a user adding it would) and
+   controller browses (app.runners.discovery.Browser), trusts (as a user adding it would) and
    probes (Pool.probe) each new advert at once; parts: spawn -> agent.json (listening), -> "mDNS: announced"
    (agent stdout), -> advert seen by the browser, -> LIVE in the store.
 2. SIGKILL -> OFFLINE: a loop probes every known runner every --poll seconds (what a
@@ -193,11 +193,11 @@ class Bench:
     # -- 1 and 2: one long-running in-process controller -----------------------------
 
     async def live_and_dead(self) -> None:
-        from app import adverts
-        from app.controller import Controller
-        from app.discovery import Browser
-        from app.home import ControllerHome
-        from app.pool import RunnerState
+        from lanpool.app.controller import Controller
+        from lanpool.app.home import ControllerHome
+        from lanpool.app.runners import adverts
+        from lanpool.app.runners.discovery import Browser
+        from lanpool.app.runners.pool import RunnerState
 
         args = self.args
         home = self.tmp / "controller-live"
@@ -251,7 +251,7 @@ class Bench:
             service_of.setdefault(advert.name, advert.service)
             adverts.record_advert(ctl.store, advert)
             # The user trusts each bench runner as it appears (pairing is measured elsewhere):
-            # found by mDNS alone, a runner is never LIVE (app/pool.py).
+            # found by mDNS alone, a runner is never LIVE (app/runners/pool.py).
             ctl.store.set_runner(advert.name, trusted=1)
             if advert.name not in live_at and advert.name not in killed_at and advert.name not in probing:
                 probing.add(advert.name)

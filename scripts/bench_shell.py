@@ -1,7 +1,7 @@
 """Into a running job, measured on this machine (figures, no pass/fail exit code):
 
 1. keystroke echo, end to end: one byte typed into the terminal (a PTY) of
-   lanpool's client (app/job_shell.py run_shell, as `app headless ssh` runs it:
+   lanpool's client (app/shell/into_job.py run_shell, as `app headless ssh` runs it:
    through the runner's one-time sshd with the system's `ssh`; again on the
    runner's direct TLS connection, LANPOOL_SSHD_SHELLS=0; again kept on the SSH channel)
    with `cat` on a PTY in the job, until its echo is on that terminal, vs the
@@ -11,7 +11,7 @@
    server, a bare one echoing in-process (no PTY, no lanpool code).
 2. a forwarded port: --size-mb from a TCP server in a process of its own on the
    runner's loopback (as a job's would be), read through the forward that
-   `app headless ports` opens (app/port_forward.py) vs read directly, pairs
+   `app headless ports` opens (app/shell/ports.py) vs read directly, pairs
    alternating; ratio target >= 0.8. The reader is a process of its own, as a
    browser or TensorBoard client would be.
 Both on loopback (direct = GB/s without encryption), then again across a LAN-shaped
@@ -43,12 +43,12 @@ import asyncssh  # noqa: E402
 from bench_downloads import CIPHER, Sshd  # noqa: E402
 from bench_lan import RUN_IP, LanLink, in_controller, in_runner  # noqa: E402
 
-from app.home import ControllerHome  # noqa: E402
-from app.job_shell import exec_command  # noqa: E402
-from app.keys import load_or_create_client_key  # noqa: E402
-from app.port_forward import forward_local  # noqa: E402
-from app.runner_client import RunnerSession  # noqa: E402
-from protocol import ENCRYPTION_ALGS, SubmitJob  # noqa: E402
+from lanpool.app.home import ControllerHome  # noqa: E402
+from lanpool.app.keys import load_or_create_client_key  # noqa: E402
+from lanpool.app.runners.client import RunnerSession  # noqa: E402
+from lanpool.app.shell.into_job import exec_command  # noqa: E402
+from lanpool.app.shell.ports import forward_local  # noqa: E402
+from lanpool.protocol import ENCRYPTION_ALGS, SubmitJob  # noqa: E402
 from tests import harness  # noqa: E402
 
 # A job's server: SIZE bytes to each connection; prints its port.
@@ -104,10 +104,10 @@ async def _echo_ms(conn: asyncssh.SSHClientConnection, command: str, keys: int) 
 # lanpool's client on a terminal: `app headless ssh`'s run_shell, with `cat` in the job.
 SHELL_CLIENT = """
 import asyncio, sys
-from app.home import ControllerHome
-from app.job_shell import run_shell
-from app.keys import load_or_create_client_key
-from app.runner_client import RunnerSession
+from lanpool.app.home import ControllerHome
+from lanpool.app.shell.into_job import run_shell
+from lanpool.app.keys import load_or_create_client_key
+from lanpool.app.runners.client import RunnerSession
 async def main():
     key = load_or_create_client_key(ControllerHome.default().key)
     async with await RunnerSession.open(sys.argv[1], int(sys.argv[2]), key, None) as session:
@@ -216,7 +216,7 @@ async def main_async(args: argparse.Namespace, tmp: Path, lan: bool) -> dict:
             await asyncio.sleep(1.0)
             client = [sys.executable, "-c", SHELL_CLIENT, agent.host, str(agent.port), "bench1"]
             # lanpool: as `app headless ssh` goes by default, through the runner's one-time sshd
-            # (app/shell_sshd.py); "lanpool direct": on its direct TLS connection (app/shell_direct.py),
+            # (app/shell/sshd.py); "lanpool direct": on its direct TLS connection (app/shell/direct.py),
             # the way without OpenSSH; "lanpool channel": on the SSH channel (the last fallback).
             no_sshd = {"LANPOOL_SSHD_SHELLS": "0"}
             terms = {

@@ -28,7 +28,7 @@ BATCH_CHUNKS = 2  # chunks per SSH batch the follower adds at once
 
 def store_alone(n: int, line_bytes: int = 100) -> dict:
     """Store `n` lines of `line_bytes` bytes as a follower does; wall and CPU seconds to the close."""
-    from app.store import Store
+    from lanpool.app.store import Store
 
     tmp = Path(tempfile.mkdtemp(prefix="lanpool-bench-store-"))
     try:

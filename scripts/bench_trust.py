@@ -24,9 +24,9 @@ sys.path.insert(0, str(REPO))
 
 import asyncssh  # noqa: E402
 
-from agent.pairing import Pairing  # noqa: E402
-from app.runner_client import RunnerSession  # noqa: E402
-from protocol import MAX_FRAME_BYTES, SUBSYSTEM  # noqa: E402
+from lanpool.agent.ssh.pairing import Pairing  # noqa: E402
+from lanpool.app.runners.client import RunnerSession  # noqa: E402
+from lanpool.protocol import MAX_FRAME_BYTES, SUBSYSTEM  # noqa: E402
 from tests.harness import AgentProc, lanpool_env, start_agent  # noqa: E402
 
 
@@ -48,7 +48,7 @@ def pair_cli(agent: AgentProc, home: Path) -> float:
     code = Pairing(agent.data_dir / "pairing.json").issue().code
     start = time.perf_counter()
     result = subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "headless", "runners", "pair", agent.address, code],
+        [sys.executable, "-m", "lanpool.app.cli.main", "headless", "runners", "pair", agent.address, code],
         env=lanpool_env(home),
         capture_output=True,
         text=True,

@@ -109,8 +109,8 @@ class LogWriter:
 
 def fill_home(home: Path, runs: int, lines: int, seed: int = 5) -> dict:
     """Fill `home`'s database (the real schema) with `runs` runs and `lines` log lines."""
-    from app.names import ADJECTIVES, ANIMALS
-    from app.store import Store
+    from lanpool.app.runs.names import ADJECTIVES, ANIMALS
+    from lanpool.app.store import Store
 
     rng = random.Random(seed)
     home.mkdir(parents=True, exist_ok=True)

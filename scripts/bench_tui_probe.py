@@ -246,20 +246,20 @@ def import_app() -> type:
     """What `app PATH` runs before building the app: app.cli.main (imported with the collector
     off), then app.tui.load_app()."""
     gc.disable()
-    import app.cli.main  # noqa: F401
+    import lanpool.app.cli.main  # noqa: F401
 
     gc.freeze()
     gc.enable()
-    import app.tui
+    from lanpool.app import tui
 
-    return getattr(app.tui, "load_app", lambda: __import__("app.tui.app").tui.app.LanpoolApp)()
+    return tui.load_app()
 
 
 async def startup_lanpool(args) -> dict:
     LanpoolApp = import_app()
     from textual.widgets import DataTable, TabbedContent
 
-    from app.tui.widgets.log_view import LogView
+    from lanpool.app.tui.widgets.log_view import LogView
 
     MARKS["imports"] = now()
     tui = LanpoolApp(Path(args.project).resolve())
@@ -400,8 +400,8 @@ async def follow(args) -> dict:
     LanpoolApp = import_app()
     from textual.widgets import TabbedContent
 
-    from app.tui.dialogs.run_dialog import RunRequest
-    from app.tui.widgets.log_view import LogView
+    from lanpool.app.tui.dialogs.run_dialog import RunRequest
+    from lanpool.app.tui.widgets.log_view import LogView
 
     # mDNS browsing off: agents of other programs announcing on this machine's loopback would join the
     # pool; the bench's runner is known by address (the pool's probe loop still checks it every 3 s).

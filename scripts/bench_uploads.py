@@ -61,9 +61,9 @@ def _upload_s(project: Path, env: dict, address: str) -> tuple[float, int]:
     import asyncio
 
     os.environ.update(env)  # the controller's home: read when the Controller is made
-    from app.controller import Controller
-    from app.snapshot import build_manifest
-    from app.uploads import upload, workspace_files
+    from lanpool.app.controller import Controller
+    from lanpool.app.transfer.snapshot import build_manifest
+    from lanpool.app.transfer.uploads import upload, workspace_files
 
     ctl = Controller()
     host, port = address.rsplit(":", 1)
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         (project / "train.py").write_text("".join(f"x{i} = {i}\n" for i in range(100)))
         out["first_upload_s"], out["first_upload_blobs"] = _upload_s(project, env, agent.address)
         out["first_run_s"], out["first_run_rss_mb"] = _run(project, env, agent.address)
-        time.sleep(3.5)  # files younger than 3 s are hashed again each time (app/hash_cache.py): not this one
+        time.sleep(3.5)  # files younger than 3 s are hashed again each time (app/transfer/hash_cache.py): not this one
         (project / "train.py").write_text((project / "train.py").read_text().replace("x5 = 5", "x5 = 6"))
         out["upload_after_edit_s"], out["upload_after_edit_blobs"] = _upload_s(project, env, agent.address)
         (project / "train.py").write_text((project / "train.py").read_text().replace("x5 = 6", "x5 = 7"))

@@ -26,10 +26,10 @@ from tests import harness  # noqa: E402
 
 
 async def shoot(out: Path, size: tuple[int, int], runner: str) -> list[Path]:
-    import app.tui
-    from app.tui.dialogs.run_dialog import RunRequest
+    from lanpool.app import tui
+    from lanpool.app.tui.dialogs.run_dialog import RunRequest
 
-    LanpoolApp = app.tui.load_app()
+    LanpoolApp = tui.load_app()
     tui = LanpoolApp(REPO, discover=False)  # the runner is known by address; nothing else joins the pool
     saved = []
     async with tui.run_test(size=size, notifications=False) as pilot:

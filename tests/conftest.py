@@ -37,7 +37,7 @@ def home(tmp_path: Path, monkeypatch) -> Path:
 @pytest.fixture
 def ctl(controller_home: Path, home: Path):
     """A Controller whose user's $HOME is `home`."""
-    from app.controller import Controller
+    from lanpool.app.controller import Controller
 
     c = Controller()
     yield c

@@ -3,7 +3,7 @@
 tests/conftest.py wraps these in pytest fixtures; scripts/bench*.py and
 scripts/screenshots.py import them with the repository root on sys.path. So
 this module imports nothing of pytest's, and every helper takes the `app`
-command line to run: the tests run `python -m app.cli.main`, the benchmarks
+command line to run: the tests run `python -m lanpool.app.cli.main`, the benchmarks
 the venv's `app` entry point when there is one (what a user runs).
 """
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-APP_MODULE = (sys.executable, "-m", "app.cli.main")
+APP_MODULE = (sys.executable, "-m", "lanpool.app.cli.main")
 # mDNS only on loopback: nothing these helpers start announces or browses on the machine's real interfaces.
 LOOPBACK = "127.0.0.1"
 
@@ -32,9 +32,9 @@ def venv_python() -> str:
 
 
 def venv_app() -> tuple[str, ...]:
-    """The installed `app` entry point, else `python -m app.cli.main` with venv_python()."""
+    """The installed `app` entry point, else `python -m lanpool.app.cli.main` with venv_python()."""
     entry = REPO / ".venv" / "bin" / "app"
-    return (str(entry),) if entry.exists() else (venv_python(), "-m", "app.cli.main")
+    return (str(entry),) if entry.exists() else (venv_python(), "-m", "lanpool.app.cli.main")
 
 
 def lanpool_env(home: Path | None, **extra: str) -> dict[str, str]:

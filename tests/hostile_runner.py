@@ -30,7 +30,7 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from protocol import (
+from lanpool.protocol import (
     PROTOCOL_VERSION,
     ArtifactData,
     ArtifactEnd,
@@ -56,7 +56,7 @@ from protocol import (
     encode_frame,
     encode_message,
 )
-from protocol.transfer_messages import ARTIFACT_RANGES
+from lanpool.protocol.transfer_messages import ARTIFACT_RANGES
 
 BASHRC = b"# the user's own .bashrc\n"  # in the fake $HOME of tests (conftest `home`): no runner may touch it
 

@@ -5,7 +5,7 @@ import asyncio
 
 import asyncssh
 
-from protocol import FrameReader, decode_agent_message, encode_message
+from lanpool.protocol import FrameReader, decode_agent_message, encode_message
 
 
 class RawChannel:

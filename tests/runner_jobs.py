@@ -12,10 +12,10 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from app.home import ControllerHome
-from app.keys import load_or_create_client_key
-from app.runner_client import RunnerSession
-from protocol import SubmitJob
+from lanpool.app.home import ControllerHome
+from lanpool.app.keys import load_or_create_client_key
+from lanpool.app.runners.client import RunnerSession
+from lanpool.protocol import SubmitJob
 from tests.harness import AgentProc, start_agent
 
 ALL_CPUS = {"LANPOOL_FAKE_CPUS": "2"}  # "all of the runner" is 2 CPUs on every machine

@@ -7,9 +7,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from agent.home import AgentHome
-from agent.journal import JobRecord
-from agent.retention import collect, parse_size
+from lanpool.agent.home import AgentHome
+from lanpool.agent.jobs.journal import JobRecord
+from lanpool.agent.retention import collect, parse_size
 from tests.harness import APP_MODULE, lanpool_env
 
 

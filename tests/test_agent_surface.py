@@ -10,10 +10,10 @@ import asyncssh
 import pytest
 from asyncssh.packet import Boolean, String, UInt32
 
-from app.home import ControllerHome
-from app.keys import load_or_create_client_key
-from app.runner_client import RunnerSession
-from protocol import (
+from lanpool.app.home import ControllerHome
+from lanpool.app.keys import load_or_create_client_key
+from lanpool.app.runners.client import RunnerSession
+from lanpool.protocol import (
     PROTOCOL_VERSION,
     Attach,
     ClientHello,
@@ -27,7 +27,7 @@ from protocol import (
     StopJob,
     SubmitJob,
 )
-from protocol.pairing import PAIRING_USER
+from lanpool.protocol.pairing import PAIRING_USER
 from tests.harness import lanpool_env
 from tests.raw_channel import RawChannel
 
@@ -51,7 +51,7 @@ def _connect(agent, *, pairing: bool, key: asyncssh.SSHKey | None = None, **opti
 
 def _issue_code(agent) -> None:
     subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "agent", "pair", "--data-dir", str(agent.data_dir)],
+        [sys.executable, "-m", "lanpool.app.cli.main", "agent", "pair", "--data-dir", str(agent.data_dir)],
         env=lanpool_env(ControllerHome.default().root),
         capture_output=True,
         check=True,

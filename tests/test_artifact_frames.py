@@ -1,4 +1,4 @@
-"""The ArtifactData frames the agent builds in place (agent/artifacts.py frame_batches):
+"""The ArtifactData frames the agent builds in place (agent/workspace/artifacts.py frame_batches):
 they decode, with every check, to what read_parts reads, and keep its refusals."""
 
 import os
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.artifacts import ArtifactChanged, frame_batches, read_parts
-from protocol import ArtifactData, FrameReader, decode_agent_message
+from lanpool.agent.workspace.artifacts import ArtifactChanged, frame_batches, read_parts
+from lanpool.protocol import ArtifactData, FrameReader, decode_agent_message
 
 
 def _decoded(batches) -> list[ArtifactData]:

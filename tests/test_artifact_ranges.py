@@ -1,4 +1,4 @@
-"""A large artifact pulled in byte ranges over several connections (app/artifact_ranges.py).
+"""A large artifact pulled in byte ranges over several connections (app/transfer/ranges.py).
 
 Against tests/hostile_runner.py (real asyncssh, the real protocol): an honest runner's
 file arrives byte-exact in disjoint ranges, each from a worker process of its own; a
@@ -17,12 +17,12 @@ import sys
 import asyncssh
 import pytest
 
-import app.artifact_ranges as ranges
-from app.artifact_pull import staging_dir
-from app.controller import Controller
-from app.errors import LanpoolError
-from app.store import ARTIFACTS_REFUSED
-from protocol import JobState
+import lanpool.app.transfer.ranges as ranges
+from lanpool.app.controller import Controller
+from lanpool.app.errors import LanpoolError
+from lanpool.app.store import ARTIFACTS_REFUSED
+from lanpool.app.transfer.pull import staging_dir
+from lanpool.protocol import JobState
 from tests.hostile_runner import HostileRunner, Script, hostile, seed_job
 
 _ = hostile  # a fixture from hostile_runner: the tests name it
@@ -154,7 +154,10 @@ def test_a_worker_connects_only_to_the_pinned_host_key(hostile, ctl, tmp_path, s
         "slot": 0,
     }
     out = subprocess.run(
-        [sys.executable, "-m", "app.artifact_range_worker"], input=json.dumps(spec), capture_output=True, text=True
+        [sys.executable, "-m", "lanpool.app.transfer.range_worker"],
+        input=json.dumps(spec),
+        capture_output=True,
+        text=True,
     )
     line = json.loads(out.stdout)
     assert out.returncode == 1 and line["kind"] == "lost" and "different host key" in line["message"], out
@@ -201,9 +204,9 @@ def test_a_ranged_file_gone_from_staging_starts_over_not_refused(hostile, ctl, s
 def test_the_agent_serves_only_ranges_inside_a_listed_file(offset, length, ok):
     from types import SimpleNamespace
 
-    from agent.job_request import JobError
-    from agent.session import ChannelSession
-    from protocol import ArtifactRange, GetArtifacts
+    from lanpool.agent.jobs.request import JobError
+    from lanpool.agent.ssh.session import ChannelSession
+    from lanpool.protocol import ArtifactRange, GetArtifacts
 
     job = SimpleNamespace(record=SimpleNamespace(terminal=True, artifact_files=[{"path": "m.bin", "size": 100}]))
     msg = GetArtifacts("j", [ArtifactRange("m.bin", offset, length)])

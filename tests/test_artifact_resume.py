@@ -17,10 +17,10 @@ import time
 
 import pytest
 
-import app.artifact_ranges as ranges
-from app.artifact_pull import staging_dir
-from app.controller import Controller
-from app.errors import LanpoolError
+import lanpool.app.transfer.ranges as ranges
+from lanpool.app.controller import Controller
+from lanpool.app.errors import LanpoolError
+from lanpool.app.transfer.pull import staging_dir
 from tests.hostile_runner import Script, hostile, seed_job
 
 _ = hostile  # a fixture from hostile_runner: the tests name it

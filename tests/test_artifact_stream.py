@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from app.artifact_files import ArtifactsRefused
-from app.artifact_pull import _pull_lock, staging_dir
-from app.controller import Controller
-from app.errors import LanpoolError
-from app.store import ARTIFACTS_REFUSED
-from protocol import ArtifactData, ArtifactEnd, ArtifactsSent, Error, ErrorCode, JobState
+from lanpool.app.controller import Controller
+from lanpool.app.errors import LanpoolError
+from lanpool.app.store import ARTIFACTS_REFUSED
+from lanpool.app.transfer.files import ArtifactsRefused
+from lanpool.app.transfer.pull import _pull_lock, staging_dir
+from lanpool.protocol import ArtifactData, ArtifactEnd, ArtifactsSent, Error, ErrorCode, JobState
 from tests.hostile_runner import BASHRC, Script, hostile, seed_job
 
 _ = hostile  # a fixture from hostile_runner: the tests name it

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.artifacts import ArtifactChanged, check_artifact_path, list_artifacts, read_parts
-from protocol import ArtifactFile
+from lanpool.agent.workspace.artifacts import ArtifactChanged, check_artifact_path, list_artifacts, read_parts
+from lanpool.protocol import ArtifactFile
 
 
 @pytest.fixture

@@ -7,17 +7,9 @@ import asyncssh
 import msgpack
 import pytest
 
-from app.home import ControllerHome
-from app.keys import load_or_create_client_key
-from protocol import (
-    MAX_FRAME_BYTES,
-    ErrorCode,
-    FrameReader,
-    Ping,
-    Pong,
-    decode_agent_message,
-    encode_message,
-)
+from lanpool.app.home import ControllerHome
+from lanpool.app.keys import load_or_create_client_key
+from lanpool.protocol import MAX_FRAME_BYTES, ErrorCode, FrameReader, Ping, Pong, decode_agent_message, encode_message
 
 
 def _one_line_error(res, code: int, *fragments: str) -> None:
@@ -215,7 +207,7 @@ def _app(home, *args: str, cwd=None):
     from tests.harness import lanpool_env
 
     return subprocess.run(
-        [sys.executable, "-m", "app.cli.main", *args],
+        [sys.executable, "-m", "lanpool.app.cli.main", *args],
         cwd=cwd,
         env=lanpool_env(home),
         capture_output=True,

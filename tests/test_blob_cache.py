@@ -14,10 +14,10 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from agent.blobs import BlobCache
-from app.home import ControllerHome
-from app.keys import load_or_create_client_key
-from protocol import (
+from lanpool.agent.workspace.blobs import BlobCache
+from lanpool.app.home import ControllerHome
+from lanpool.app.keys import load_or_create_client_key
+from lanpool.protocol import (
     PROTOCOL_VERSION,
     BlobStored,
     ClientHello,

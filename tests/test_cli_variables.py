@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from app.workflows import WorkflowError, load_workflows
+from lanpool.app.workflows import WorkflowError, load_workflows
 
 WORKFLOWS = """
 workflows:

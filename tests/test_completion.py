@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from app.cli.completion import _node, complete, script
-from app.cli.parser import build_parser
-from app.store import Store
+from lanpool.app.cli.completion import _node, complete, script
+from lanpool.app.cli.parser import build_parser
+from lanpool.app.store import Store
 from tests.harness import APP_MODULE, lanpool_env
 
 WORKFLOWS = """\
@@ -104,7 +104,7 @@ def _app_on_path(tmp_path: Path) -> Path:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     app = bin_dir / "app"
-    app.write_text(f'#!/bin/sh\nexec {sys.executable} -m app.cli.main "$@"\n')
+    app.write_text(f'#!/bin/sh\nexec {sys.executable} -m lanpool.app.cli.main "$@"\n')
     app.chmod(0o755)
     return bin_dir
 
@@ -157,7 +157,11 @@ def test___complete_answers_without_loading_the_controller(tmp_path, project):
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["--lr"]
     imported = {line.split("|")[-1].strip() for line in done.stderr.splitlines() if "|" in line}
-    assert "app.controller" not in imported and "asyncssh" not in imported and "app.cli.parser" not in imported
+    assert (
+        "lanpool.app.controller" not in imported
+        and "asyncssh" not in imported
+        and "lanpool.app.cli.parser" not in imported
+    )
 
 
 def test_completion_refuses_an_unknown_shell_in_one_line(tmp_path):
@@ -187,7 +191,7 @@ def test_help_lists_every_verb(tmp_path):
 
 
 def test_version_flags(tmp_path):
-    from app import __version__
+    from lanpool import __version__
 
     for argv in (["--version"], ["headless", "--version"]):
         done = subprocess.run(

@@ -1,5 +1,5 @@
-"""Artifacts on a TLS connection of their own, offered over SSH (agent/direct_transfer.py,
-app/direct_pull.py).
+"""Artifacts on a TLS connection of their own, offered over SSH (agent/direct.py,
+app/runners/direct.py).
 
 Happy path against a real agent: a job's files come on the direct connection byte-exact;
 LANPOOL_DIRECT_TRANSFERS=0 and an agent started with --no-direct-transfers keep them on the
@@ -22,15 +22,15 @@ from pathlib import Path
 
 import pytest
 
-import app.direct_pull as direct_pull
-from agent.direct_transfer import DirectSender, _write_identity
-from app.artifact_files import ArtifactsRefused
-from app.artifact_pull import Writer
-from app.controller import Controller
-from app.direct_pull import DirectUnavailable, fetch
-from app.errors import RunnerError, RunnerProtocolError
-from protocol import ArtifactData, ArtifactEnd, ArtifactsSent, DirectOffer, JobState, encode_message
-from protocol.framing import MAX_FRAME_BYTES
+import lanpool.app.runners.direct as direct_pull
+from lanpool.agent.direct import DirectSender, _write_identity
+from lanpool.app.controller import Controller
+from lanpool.app.errors import RunnerError, RunnerProtocolError
+from lanpool.app.runners.direct import DirectUnavailable, fetch
+from lanpool.app.transfer.files import ArtifactsRefused
+from lanpool.app.transfer.pull import Writer
+from lanpool.protocol import ArtifactData, ArtifactEnd, ArtifactsSent, DirectOffer, JobState, encode_message
+from lanpool.protocol.framing import MAX_FRAME_BYTES
 
 WORKFLOWS = (
     "workflows:\n  - name: big\n    commands:\n"

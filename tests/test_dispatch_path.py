@@ -5,9 +5,9 @@ import asyncio
 
 import pytest
 
-from app.cli import parser as cli_parser
-from app.errors import RunnerError
-from protocol import SubmitJob
+from lanpool.app.cli import parser as cli_parser
+from lanpool.app.errors import RunnerError
+from lanpool.protocol import SubmitJob
 from tests.runner_jobs import job_log, open_session, runner  # noqa: F401  (runner: a fixture)
 
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import RunnerError
-from app.snapshot import build_manifest
-from app.uploads import WorkspaceFiles, upload
-from protocol import FileEntry, JobState, JobStatus, LogChunk, SubmitJob
+from lanpool.app.errors import RunnerError
+from lanpool.app.transfer.snapshot import build_manifest
+from lanpool.app.transfer.uploads import WorkspaceFiles, upload
+from lanpool.protocol import FileEntry, JobState, JobStatus, LogChunk, SubmitJob
 from tests.docker_harness import remove_agent_containers
 from tests.harness import REPO, start_docker_agent
 from tests.runner_jobs import open_session
@@ -417,9 +417,9 @@ def test_two_gpu_jobs_get_different_device_ids(docker_client, busybox_image, tmp
     lacks (dockerd: 'could not select device driver'). What matters here is the
     request dockerd stored in each container's HostConfig.
     """
-    from agent.executors import Launch
-    from agent.executors.docker import DockerExecutor
-    from agent.gpus import GpuAllocator, GpuError, detect_gpus, gpu_env
+    from lanpool.agent.executors import Launch
+    from lanpool.agent.executors.docker import DockerExecutor
+    from lanpool.agent.host.gpus import GpuAllocator, GpuError, detect_gpus, gpu_env
 
     monkeypatch.setenv("LANPOOL_FAKE_GPUS", "0,1")
     allocator = GpuAllocator([gpu.index for gpu in detect_gpus()])
@@ -492,7 +492,7 @@ async def _hello(agent):
 
 
 def test_gc_removes_this_agents_leftover_containers_only(tmp_path, docker_client, busybox_image, cli):
-    from agent.journal import JobRecord
+    from lanpool.agent.jobs.journal import JobRecord
 
     data_dir = (tmp_path / "agent").resolve()
     for job_id, state in (("running1", "RUNNING"), ("done1", "DONE")):
@@ -525,10 +525,10 @@ def test_job_without_image_is_refused_by_a_containers_only_runner(docker_agent):
 def test_containers_run_as_the_agents_user(docker_client, busybox_image, tmp_path):
     """Tests run the agent as root; an agent of another user is played by the executor's
     `user` (by default the agent's own uid:gid, see the first test)."""
-    from agent.executors import ExecutorChoice, ProcessExecutor
-    from agent.executors.docker import DockerExecutor
-    from agent.home import AgentHome
-    from agent.jobs import JobManager
+    from lanpool.agent.executors import ExecutorChoice, ProcessExecutor
+    from lanpool.agent.executors.docker import DockerExecutor
+    from lanpool.agent.home import AgentHome
+    from lanpool.agent.jobs.manager import JobManager
 
     async def scenario():
         home = AgentHome(tmp_path / "agent")

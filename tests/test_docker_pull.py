@@ -18,12 +18,12 @@ from pathlib import Path
 
 import pytest
 
-import agent.jobs
-from agent.executors import ExecutorChoice, ProcessExecutor
-from agent.executors.docker import DockerExecutor
-from agent.home import AgentHome
-from agent.jobs import JobManager
-from protocol import JobState, SubmitJob
+import lanpool.agent.jobs.manager as manager_module
+from lanpool.agent.executors import ExecutorChoice, ProcessExecutor
+from lanpool.agent.executors.docker import DockerExecutor
+from lanpool.agent.home import AgentHome
+from lanpool.agent.jobs.manager import JobManager
+from lanpool.protocol import JobState, SubmitJob
 from tests.docker_harness import busybox_rootfs_tar, remove_agent_containers
 from tests.test_docker_executor import _lines, follow, submit
 
@@ -165,7 +165,7 @@ def test_image_the_registry_does_not_have(docker_agent, registry):
 def test_stop_while_the_image_is_being_pulled(registry, docker_client, monkeypatch):
     """In-process JobManager with the real DockerExecutor: the submit's wait for
     the start is cut short here, so that the job is still pulling when stopped."""
-    monkeypatch.setattr(agent.jobs, "START_WAIT_S", 0.5)
+    monkeypatch.setattr(manager_module, "START_WAIT_S", 0.5)
     image = f"{registry.address}/hang/busybox:1"
 
     async def scenario(root: Path):

@@ -10,15 +10,15 @@ import sys
 
 import pytest
 
-from agent.executors import ExecutorChoice, ExecutorError, ProcessExecutor
-from agent.gpus import GpuAllocator, GpuError, detect_gpus, gpu_env
-from agent.job_request import JobError, parse_resources
-from agent.journal import JobRecord
-from agent.recovery import spooled_bytes
-from agent.spool import LogSpool
-from app.errors import RunnerError
-from protocol import JobState
-from protocol.resources import Resources
+from lanpool.agent.executors import ExecutorChoice, ExecutorError, ProcessExecutor
+from lanpool.agent.host.gpus import GpuAllocator, GpuError, detect_gpus, gpu_env
+from lanpool.agent.jobs.journal import JobRecord
+from lanpool.agent.jobs.recovery import spooled_bytes
+from lanpool.agent.jobs.request import JobError, parse_resources
+from lanpool.agent.workspace.spool import LogSpool
+from lanpool.app.errors import RunnerError
+from lanpool.protocol import JobState
+from lanpool.protocol.resources import Resources
 from tests.harness import lanpool_env, start_docker_agent
 from tests.test_docker_executor import _hello, _lines, _stop, follow, submit, wait_for_line
 
@@ -154,7 +154,7 @@ def test_process_runner_refuses_image_jobs_and_docker_runner_needs_an_engine(tmp
         [
             sys.executable,
             "-m",
-            "app.cli.main",
+            "lanpool.app.cli.main",
             "agent",
             "serve",
             "--port",

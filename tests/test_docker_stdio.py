@@ -6,7 +6,7 @@ import asyncio
 import signal
 from pathlib import Path
 
-from protocol import JobState
+from lanpool.protocol import JobState
 from tests.docker_harness import remove_agent_containers
 from tests.harness import start_docker_agent
 from tests.test_docker_executor import _attach, _lines, containers_of, follow, submit, wait_for_line
@@ -124,8 +124,8 @@ async def _until(cond, poll: float = 0.1) -> None:
 def test_a_container_an_older_agent_started_is_read_through_the_log_api(docker_client, busybox_image):
     """No stdio/ mount (started before output went to files): re-adopted, its output comes
     from the engine's log, from the bytes the spool already holds on."""
-    from agent.executors.docker import _stdio_of
-    from agent.executors.docker_container import DockerExecution
+    from lanpool.agent.executors.docker import _stdio_of
+    from lanpool.agent.executors.docker_container import DockerExecution
 
     container = docker_client.containers.run(
         busybox_image, ["sh", "-c", "echo one; echo two; echo oops >&2; printf three"], detach=True

@@ -53,7 +53,7 @@ def test_the_readme_links_every_doc():
 
 def test_every_verb_is_in_the_readme_and_the_cli_reference():
     out = subprocess.run(
-        [sys.executable, "-c", "import sys; from app.cli.main import main; sys.exit(main())", "--help"],
+        [sys.executable, "-c", "import sys; from lanpool.app.cli.main import main; sys.exit(main())", "--help"],
         capture_output=True,
         text=True,
         cwd=REPO,

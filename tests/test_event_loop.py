@@ -1,4 +1,4 @@
-"""protocol/event_loop.py: uvloop where installed, asyncio's loop when asked for or missing.\nThe PTY shells and port forwards on both loops: tests/test_job_shell.py, tests/test_port_forward.py."""
+"""protocol/runtime/event_loop.py: uvloop where installed, asyncio's loop when asked for or missing.\nThe PTY shells and port forwards on both loops: tests/test_job_shell.py, tests/test_port_forward.py."""
 
 import asyncio
 import builtins
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from protocol import event_loop
+from lanpool.protocol.runtime import event_loop
 
 
 async def _loop_module() -> str:
@@ -38,7 +38,7 @@ def test_asyncio_when_uvloop_is_missing(monkeypatch, caplog):
 
 def test_the_agent_runs_on_asyncio_unless_told(tmp_path, controller_home, monkeypatch):
     """`agent serve` stays on asyncio's loop by default (its job-output path measured slower on
-    uvloop: protocol/event_loop.py); LANPOOL_EVENT_LOOP=uvloop puts it there (its PTY shells and
+    uvloop: protocol/runtime/event_loop.py); LANPOOL_EVENT_LOOP=uvloop puts it there (its PTY shells and
     port forwards work on both loops: tests/test_job_shell.py, tests/test_port_forward.py)."""
     pytest.importorskip("uvloop")
     from tests.harness import start_agent

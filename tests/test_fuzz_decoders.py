@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from protocol import (
+from lanpool.protocol import (
     AGENT_MESSAGES,
     CLIENT_MESSAGES,
     MAX_FRAME_BYTES,
@@ -27,7 +27,7 @@ from protocol import (
     decode_client_message,
     encode_message,
 )
-from protocol.framing import MAX_DEPTH, MAX_ELEMENTS, check_structure
+from lanpool.protocol.framing import MAX_DEPTH, MAX_ELEMENTS, check_structure
 
 DECODERS = {"agent": (decode_agent_message, AGENT_MESSAGES), "client": (decode_client_message, CLIENT_MESSAGES)}
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -7,7 +7,7 @@ import asyncio
 import hashlib
 import json
 
-from protocol import BlobStored, FileEntry, GetStatus, JobAccepted, JobState, JobStatus, PutBlob, SubmitJob
+from lanpool.protocol import BlobStored, FileEntry, GetStatus, JobAccepted, JobState, JobStatus, PutBlob, SubmitJob
 from tests.harness import write_project
 from tests.test_blob_cache import _channel
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-import agent.jobs
-from agent.executors import ExecutorChoice, ProcessExecutor
-from agent.home import AgentHome
-from agent.job import Job
-from agent.jobs import JobManager
-from protocol import FileEntry, JobState, SubmitJob
+import lanpool.agent.jobs.manager as manager_module
+from lanpool.agent.executors import ExecutorChoice, ProcessExecutor
+from lanpool.agent.home import AgentHome
+from lanpool.agent.jobs.job import Job
+from lanpool.agent.jobs.manager import JobManager
+from lanpool.protocol import FileEntry, JobState, SubmitJob
 
 DATA = b"whole\n"
 SHA = hashlib.sha256(DATA).hexdigest()
@@ -27,13 +27,13 @@ SHA = hashlib.sha256(DATA).hexdigest()
 def held_staging(monkeypatch):
     """stage_workspace waits for the returned event, then stages for real."""
     release = asyncio.Event()
-    real = agent.jobs.stage_workspace
+    real = manager_module.stage_workspace
 
     async def held(*args, **kwargs):
         await release.wait()
         return await real(*args, **kwargs)
 
-    monkeypatch.setattr(agent.jobs, "stage_workspace", held)
+    monkeypatch.setattr(manager_module, "stage_workspace", held)
     return release
 
 

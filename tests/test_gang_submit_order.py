@@ -1,4 +1,4 @@
-"""The controller's side of a gang's submit (app/job_submit.py, #17): node 0 is sent as
+"""The controller's side of a gang's submit (app/jobs/submit.py, #17): node 0 is sent as
 soon as its own blobs are up (not once every node's are), the others after node 0's
 answer with its MASTER_PORT; a node whose upload fails after node 0 was sent stops
 node 0 (none may run alone). A real SQLite store; the runners are stand-ins that
@@ -9,13 +9,13 @@ import types
 
 import pytest
 
-import app.job_submit
-from app.errors import RunnerError
-from app.job_submit import submit_job
-from app.remote_job import JobServices, Launch
-from app.store import Store
-from app.uploads import WorkspaceFiles
-from protocol import JobAccepted, JobState, JobStatus, SubmitJob
+import lanpool.app.jobs.submit as submit_module
+from lanpool.app.errors import RunnerError
+from lanpool.app.jobs.remote import JobServices, Launch
+from lanpool.app.jobs.submit import submit_job
+from lanpool.app.store import Store
+from lanpool.app.transfer.uploads import WorkspaceFiles
+from lanpool.protocol import JobAccepted, JobState, JobStatus, SubmitJob
 
 PORT = 29517
 
@@ -92,7 +92,7 @@ def test_node0_is_sent_while_node1s_blobs_still_go_up(gang, monkeypatch):
                 await asyncio.sleep(0.01)
         return 0
 
-    monkeypatch.setattr(app.job_submit, "upload", upload)
+    monkeypatch.setattr(submit_module, "upload", upload)
     _remote, first = asyncio.run(asyncio.wait_for(_submit(gang), 10))
     assert gang.log.index("submit n0") < gang.log.index("submit n1")
     n0, n1 = (r.sent[0] for r in gang.runners)
@@ -109,7 +109,7 @@ def test_a_node_whose_upload_fails_after_node0_was_sent_stops_node0(gang, monkey
             raise OSError("disk full on n1")
         return 0
 
-    monkeypatch.setattr(app.job_submit, "upload", upload)
+    monkeypatch.setattr(submit_module, "upload", upload)
     with pytest.raises(RunnerError, match="could not submit to all 2 nodes: disk full on n1"):
         asyncio.run(asyncio.wait_for(_submit(gang), 10))
     assert gang.runners[0].sent and not gang.runners[1].sent  # node 1 never started
@@ -125,7 +125,7 @@ def test_node0s_failed_upload_sends_no_node(gang, monkeypatch):
         await asyncio.sleep(0.2)  # still going when node 0's fails: ended, not left running
         return 0
 
-    monkeypatch.setattr(app.job_submit, "upload", upload)
+    monkeypatch.setattr(submit_module, "upload", upload)
     with pytest.raises(RunnerError, match="n0 unreachable"):
         asyncio.run(asyncio.wait_for(_submit(gang), 10))
     assert not any(r.sent for r in gang.runners)

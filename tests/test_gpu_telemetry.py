@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from agent import gpu_telemetry
-from agent.gpu_telemetry import GpuSample, job_points, parse_smi
+from lanpool.agent.host import gpu_telemetry
+from lanpool.agent.host.gpu_telemetry import GpuSample, job_points, parse_smi
 from tests.harness import start_agent
 
 SMI_OK = "0, 99, 100, 50.0\n1, 37, 2048, 120.5\n2, 88, 4096, [N/A]\n"

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from app.cli.render import LogPrinter
-from app.controller import Controller
-from app.errors import RunnerProtocolError
-from protocol import JobState, LogChunk
+from lanpool.app.cli.render import LogPrinter
+from lanpool.app.controller import Controller
+from lanpool.app.errors import RunnerProtocolError
+from lanpool.protocol import JobState, LogChunk
 from tests.harness import REPO, lanpool_env
 from tests.hostile_runner import Script, hostile, seed_job, trusted_runner
 
@@ -79,7 +79,7 @@ def test_lines_for_another_job_or_node_are_dropped_with_one_warning(hostile, ctl
             ],
         )
     )
-    with caplog.at_level(logging.WARNING, logger="app.runner_output"):
+    with caplog.at_level(logging.WARNING, logger="lanpool.app.jobs.own_output"):
         job = _follow(ctl, "mine")
     assert job.state is JobState.DONE
     assert _log(ctl, "victim") == b"the victim's own line\n"
@@ -208,7 +208,7 @@ def _pty_output(args: list[str], env: dict) -> bytes:
     """What `app` writes to a terminal: stdout and stderr on a pty."""
     primary, secondary = pty.openpty()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "app.cli.main", *args],
+        [sys.executable, "-m", "lanpool.app.cli.main", *args],
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=secondary,
@@ -252,7 +252,10 @@ def test_logs_on_a_terminal_are_neutralised_and_raw_keeps_the_bytes(hostile, ctl
     assert b"\x1b]52;c;cm0gLXJmIH4K\x07" in raw and b"\x1b[8msecret" in raw
 
     piped = subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "headless", "logs", "loud"], env=env, capture_output=True, timeout=60
+        [sys.executable, "-m", "lanpool.app.cli.main", "headless", "logs", "loud"],
+        env=env,
+        capture_output=True,
+        timeout=60,
     )
     assert piped.returncode == 0 and piped.stdout == ESCAPES  # a pipe or file gets the bytes as stored
 
@@ -261,8 +264,8 @@ def test_the_tui_log_view_shows_escapes_as_inert_text():
     pytest.importorskip("textual")
     from textual.app import App
 
-    from app.overview import LogLine, decode_lines
-    from app.tui.widgets.log_view import LogView
+    from lanpool.app.tui.widgets.log_view import LogView
+    from lanpool.app.views.overview import LogLine, decode_lines
 
     lines = decode_lines(ESCAPES + b"[bold red]not markup[/]\n", "out", None)
     assert all("\x1b" not in line.text and "\x9b" not in line.text for line in lines)

@@ -44,7 +44,7 @@ def test_imports_point_one_way(package):
 
 
 # Front ends (and the TUI's background feeds) use the Controller; nothing it is made of uses it back.
-FRONT_ENDS = ("app/cli/", "app/tui/", "app/live.py")
+FRONT_ENDS = ("app/cli/", "app/tui/", "app/tui/live.py")
 
 
 def test_the_controller_is_imported_only_by_front_ends():
@@ -61,7 +61,9 @@ def test_the_controller_is_imported_only_by_front_ends():
                 if isinstance(node, ast.ImportFrom)
                 else []
             )
-            if any(n == "app.controller" or n.startswith(("app.cli", "app.tui")) for n in names):
+            if any(
+                n == "lanpool.app.controller" or n.startswith(("lanpool.app.cli", "lanpool.app.tui")) for n in names
+            ):
                 bad.append(f"{rel} imports {names}")
     assert not bad, bad
 
@@ -79,8 +81,11 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 # The Controller (and the services it owns: ctl.runs, ctl.pool) is the front ends' one door:
-# they never reach the store or planning past it, and the TUI shares app/formatting.py, not the CLI's code.
-FORBIDDEN = {"app/cli/": ("app.store", "app.planning"), "app/tui/": ("app.store", "app.planning", "app.cli")}
+# they never reach the store or planning past it, and the TUI shares app/views/formatting.py, not the CLI's code.
+FORBIDDEN = {
+    "app/cli/": ("lanpool.app.store", "lanpool.app.runs.planning"),
+    "app/tui/": ("lanpool.app.store", "lanpool.app.runs.planning", "lanpool.app.cli"),
+}
 
 
 def test_front_ends_go_through_the_controller():
@@ -120,13 +125,13 @@ def _third_party(path: Path) -> set[str]:
     [
         # Short CLI calls: no UI, no ML, no Docker SDK, and zeroconf only once a command browses.
         (
-            "app.cli.headless, app.controller, app.runner_client",
+            "app.cli.headless, app.controller, app.runners.client",
             ("textual", "torch", "lightning", "docker", "zeroconf"),
         ),
         # The TUI's core (read models, background feeds) is plain controller code: textual stays in app/tui/.
-        ("app.overview, app.live", ("textual", "torch", "lightning", "docker")),
+        ("app.views.overview, app.tui.live", ("textual", "torch", "lightning", "docker")),
         # The agent announces itself (zeroconf) but loads the Docker SDK only when an engine may exist.
-        ("agent.server", ("textual", "torch", "lightning")),
+        ("lanpool.agent.daemon", ("textual", "torch", "lightning")),
     ],
 )
 def test_short_paths_do_not_load_heavy_packages(modules, heavy):

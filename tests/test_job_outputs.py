@@ -13,11 +13,11 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from agent.artifacts import ArtifactChanged, list_artifacts, read_parts
-from agent.workspace_files import NotARegularFile, open_regular
-from app.home import ControllerHome
-from app.keys import load_or_create_client_key
-from protocol import FrameReader, Hello, decode_agent_message
+from lanpool.agent.workspace.artifacts import ArtifactChanged, list_artifacts, read_parts
+from lanpool.agent.workspace.files import NotARegularFile, open_regular
+from lanpool.app.home import ControllerHome
+from lanpool.app.keys import load_or_create_client_key
+from lanpool.protocol import FrameReader, Hello, decode_agent_message
 from tests.docker_harness import remove_agent_containers
 from tests.harness import start_agent, start_docker_agent
 

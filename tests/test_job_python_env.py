@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from agent.executors import ExecutorError
-from agent.job_python import JobPythons
-from agent.pythons import Pythons
-from protocol import ProtocolError, SubmitJob, decode_client_message, encode_message
+from lanpool.agent.executors import ExecutorError
+from lanpool.agent.python.interpreters import Pythons
+from lanpool.agent.python.job_envs import JobPythons
+from lanpool.protocol import ProtocolError, SubmitJob, decode_client_message, encode_message
 
 AGENT_PYTHON = sys.executable  # tests/harness.py starts the agent with this interpreter
 
@@ -282,7 +282,7 @@ def test_a_stop_during_the_install_kills_pip_and_keeps_nothing(tmp_path: Path):
 
 
 def test_container_jobs_install_requirements_first_in_their_log():
-    from agent.job_env import container_commands
+    from lanpool.agent.jobs.env import container_commands
 
     req = SubmitJob("j1", "r", "w", ["python main.py"], requirements="my reqs.txt", python="3.10")
     assert container_commands(req) == [
@@ -293,7 +293,7 @@ def test_container_jobs_install_requirements_first_in_their_log():
 
 
 def test_a_version_is_not_checked_for_container_jobs():
-    from agent.executors import ExecutorChoice, ProcessExecutor
+    from lanpool.agent.executors import ExecutorChoice, ProcessExecutor
 
     class Docker:
         name, in_container = "docker", True
@@ -312,7 +312,18 @@ def test_job_python_chooses_the_base(tmp_path: Path, controller_home: Path, cli,
         pytest.skip("no second python 3.x interpreter on this machine")
     base = others[-1]
     bad = subprocess.run(
-        [AGENT_PYTHON, "-m", "app.cli.main", "agent", "serve", "--no-mdns", "--port", "0", "--host", "127.0.0.1"]
+        [
+            AGENT_PYTHON,
+            "-m",
+            "lanpool.app.cli.main",
+            "agent",
+            "serve",
+            "--no-mdns",
+            "--port",
+            "0",
+            "--host",
+            "127.0.0.1",
+        ]
         + ["--data-dir", str(tmp_path / "bad"), "--job-python", str(tmp_path / "nope")],
         capture_output=True,
         text=True,

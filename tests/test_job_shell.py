@@ -14,18 +14,18 @@ import urllib.request
 import asyncssh
 import pytest
 
-from agent.job_shell import exec_command, parse_exec
-from app.home import ControllerHome
-from app.keys import load_or_create_client_key
-from protocol import event_loop
-from protocol.pairing import PAIRING_USER
+from lanpool.agent.shell.into_job import exec_command, parse_exec
+from lanpool.app.home import ControllerHome
+from lanpool.app.keys import load_or_create_client_key
+from lanpool.protocol.pairing import PAIRING_USER
+from lanpool.protocol.runtime import event_loop
 from tests.harness import APP_MODULE, lanpool_env
 from tests.test_docker_executor import _status, _stop, submit, wait_for_line
 
 
 @pytest.fixture(params=["asyncio", "uvloop"])
 def loop_name(request, monkeypatch) -> str:
-    """Both event loops (protocol/event_loop.py) for the agent started after it and for the
+    """Both event loops (protocol/runtime/event_loop.py) for the agent started after it and for the
     controller's side run through event_loop.run: PTYs and forwards once failed under uvloop."""
     if request.param == "uvloop":
         pytest.importorskip("uvloop")
@@ -171,7 +171,7 @@ def test_exec_into_an_ended_or_unknown_job_is_one_line(agent):
 
 def test_a_pairing_connection_cannot_exec_nor_forward(agent):
     subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "agent", "pair", "--data-dir", str(agent.data_dir)],
+        [sys.executable, "-m", "lanpool.app.cli.main", "agent", "pair", "--data-dir", str(agent.data_dir)],
         env=lanpool_env(ControllerHome.default().root),
         capture_output=True,
         check=True,
@@ -283,7 +283,7 @@ def test_a_declared_port_is_forwarded_others_refused_and_it_ends_with_the_job(ag
 
 
 def test_submit_refuses_more_ports_than_allowed(agent):
-    from app.errors import RunnerError
+    from lanpool.app.errors import RunnerError
 
     with pytest.raises(RunnerError, match="at most 16"):
         submit(agent, "manyports", ["true"], "", ports=list(range(2000, 2017)))

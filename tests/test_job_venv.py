@@ -1,5 +1,5 @@
 """A process job's env after the first of its interpreter is written without `python -m venv`
-(agent/job_venv.py): the same env at its own path, made without a subprocess, and nothing
+(agent/python/venv.py): the same env at its own path, made without a subprocess, and nothing
 a job does to its env reaches the next job's."""
 
 import asyncio
@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-import agent.executors  # noqa: F401 - first: agent.job_python and the executors import each other
-import agent.job_python as job_python
-from agent.job_python import JobPythons
-from agent.job_venv import VenvShape
-from agent.pythons import Pythons
+import lanpool.agent.executors  # noqa: F401 - first: agent.python.job_envs and the executors import each other
+import lanpool.agent.python.job_envs as job_python
+from lanpool.agent.python.interpreters import Pythons
+from lanpool.agent.python.job_envs import JobPythons
+from lanpool.agent.python.venv import VenvShape
 
 
 def _prepare(pythons: JobPythons, job: Path) -> dict[str, str]:

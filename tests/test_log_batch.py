@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from app.store import Store
-from app.store.log_batch import LogBatch
+from lanpool.app.store import Store
+from lanpool.app.store.log_batch import LogBatch
 
 
 def _rows(first_seq: int, n: int, per_row: int = 10) -> list[tuple]:

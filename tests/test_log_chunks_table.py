@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.store import Store, migrations
-from app.store.log_counts import window_start
+from lanpool.app.store import Store, migrations
+from lanpool.app.store.log_counts import window_start
 
 RUNNER = {"name": "gpu-box", "host": "10.0.0.5", "port": 2222}
 OLD_VERSION = 8  # the last migration with log_chunks WITHOUT ROWID
@@ -166,7 +166,7 @@ def test_no_reader_of_a_log_scans_the_table(tmp_path: Path):
 def test_a_rebuild_that_fails_leaves_the_old_table_whole(old_store):
     """One transaction: a failure half-way (here the new table's name is taken) keeps every row in
     the old table and the store at its old version, with a clear error; fixed, it migrates."""
-    from app.errors import LanpoolError
+    from lanpool.app.errors import LanpoolError
 
     path, rows, answers = old_store
     raw = sqlite3.connect(path)

@@ -1,4 +1,4 @@
-"""A job's log burst on a TLS connection of its own (agent/log_direct.py, app/log_direct.py).
+"""A job's log burst on a TLS connection of its own (agent/workspace/log_direct.py, app/runners/log_direct.py).
 
 Against a real agent and the real controller: a flood comes direct, every line stored once
 and in order; LANPOOL_DIRECT_TRANSFERS=0 keeps it on the channel; a LAN peer that connects
@@ -21,15 +21,15 @@ from pathlib import Path
 
 import pytest
 
-import app.direct_pull as direct_pull
-import app.log_direct as log_direct
-from agent.direct_transfer import DirectSender, _write_identity
-from app.controller import Controller
-from app.errors import RunnerError, RunnerProtocolError
-from app.log_direct import LogReader
-from app.runner_output import OwnOutput
-from protocol import DirectOffer, JobState, JobStatus, LogChunk, encode_message
-from protocol.framing import MAX_FRAME_BYTES
+import lanpool.app.runners.direct as direct_pull
+import lanpool.app.runners.log_direct as log_direct
+from lanpool.agent.direct import DirectSender, _write_identity
+from lanpool.app.controller import Controller
+from lanpool.app.errors import RunnerError, RunnerProtocolError
+from lanpool.app.jobs.own_output import OwnOutput
+from lanpool.app.runners.log_direct import LogReader
+from lanpool.protocol import DirectOffer, JobState, JobStatus, LogChunk, encode_message
+from lanpool.protocol.framing import MAX_FRAME_BYTES
 
 LINES = 200_000
 # One write of every line: the spool has a backlog of ~20 MB at once, which is a burst.

@@ -1,4 +1,4 @@
-"""The agent's mDNS announcement (agent/mdns.py) with real zeroconf on 127.0.0.1.
+"""The agent's mDNS announcement (agent/ssh/mdns.py) with real zeroconf on 127.0.0.1.
 
 A job submitted in the agent's first second (its SSH port already open, zeroconf still
 probing the service name) used to crash the agent: the TXT update registered the service
@@ -7,8 +7,8 @@ early, and the registration then raised ServiceNameAlreadyRegistered."""
 import asyncio
 import secrets
 
-from agent.mdns import Advertiser
-from app.discovery import discover
+from lanpool.agent.ssh.mdns import Advertiser
+from lanpool.app.runners.discovery import discover
 from tests.harness import start_agent
 
 HOST_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIGw1XfOY0Lh6dOdgPvvqCDLhsm0HWTyU6sD4Zb3lXqTc"

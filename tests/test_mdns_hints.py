@@ -250,8 +250,8 @@ def test_invalid_keys_and_oversized_records_are_ignored(added, controller_home, 
 
 def test_live_feeds_end_a_conflict_when_the_forger_says_goodbye(added, controller_home):
     """The TUI's path: a long-running browser, goodbye packets instead of fresh browses."""
-    from app.controller import Controller
-    from app.live import LiveFeeds
+    from lanpool.app.controller import Controller
+    from lanpool.app.tui.live import LiveFeeds
 
     async def scenario() -> None:
         ctl = Controller()
@@ -293,7 +293,7 @@ def test_hostile_peers_across_network_namespaces(tmp_path, controller_home, make
 
     def app(*args: str, ns: str = "lp-h2") -> subprocess.CompletedProcess:
         return subprocess.run(
-            ["ip", "netns", "exec", ns, sys.executable, "-m", "app.cli.main", *args],
+            ["ip", "netns", "exec", ns, sys.executable, "-m", "lanpool.app.cli.main", *args],
             env=env,
             capture_output=True,
             text=True,
@@ -304,7 +304,7 @@ def test_hostile_peers_across_network_namespaces(tmp_path, controller_home, make
     key = app("headless", "key").stdout.strip()
     data = tmp_path / "lab-agent"
     subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "agent", "authorize", key, "--data-dir", str(data)],
+        [sys.executable, "-m", "lanpool.app.cli.main", "agent", "authorize", key, "--data-dir", str(data)],
         env=env,
         check=True,
         capture_output=True,

@@ -8,8 +8,8 @@ from typing import Any, ClassVar
 
 import pytest
 
-from protocol import AGENT_MESSAGES, CLIENT_MESSAGES, FileEntry, Hello, JobAccepted, Ping, Pong
-from protocol.message_base import Message, Record, record
+from lanpool.protocol import AGENT_MESSAGES, CLIENT_MESSAGES, FileEntry, Hello, JobAccepted, Ping, Pong
+from lanpool.protocol.message_base import Message, Record, record
 
 
 @dataclass(frozen=True)

@@ -289,8 +289,8 @@ workflows:
     assert "[node 0] node 0 up" in out and "[node 1] node 1 up" in out
     [job] = json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout)[0]["jobs"]
     assert job["status"] == "STOPPED", job
-    from app.home import ControllerHome
-    from app.store import Store
+    from lanpool.app.home import ControllerHome
+    from lanpool.app.store import Store
 
     store = Store(ControllerHome.default().db)
     try:

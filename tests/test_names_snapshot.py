@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from app.names import ADJECTIVES, ANIMALS, new_run_name
-from app.snapshot import build_manifest, list_project_files
+from lanpool.app.runs.names import ADJECTIVES, ANIMALS, new_run_name
+from lanpool.app.transfer.snapshot import build_manifest, list_project_files
 
 NAME = re.compile(r"^([a-z]+)-([a-z]+)-([1-9][0-9]*)$")
 

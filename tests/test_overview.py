@@ -1,12 +1,12 @@
-"""Read models for the front ends (app/overview.py) on a real SQLite store."""
+"""Read models for the front ends (app/views/overview.py) on a real SQLite store."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from app import overview
-from app.store import Store
+from lanpool.app.store import Store
+from lanpool.app.views import overview
 
 RUNNER = {"name": "gpu-box", "host": "10.0.0.5", "port": 2222}
 

@@ -11,11 +11,11 @@ import time
 import asyncssh
 import pytest
 
-from app.errors import RunnerError, RunnerRefused
-from app.home import ControllerHome
-from app.keys import load_or_create_client_key
-from app.runner_client import RunnerSession
-from protocol import (
+from lanpool.app.errors import RunnerError, RunnerRefused
+from lanpool.app.home import ControllerHome
+from lanpool.app.keys import load_or_create_client_key
+from lanpool.app.runners.client import RunnerSession
+from lanpool.protocol import (
     PROTOCOL_VERSION,
     ClientHello,
     Error,
@@ -27,8 +27,8 @@ from protocol import (
     decode_client_message,
     encode_message,
 )
-from protocol import key_text as host_key_text
-from protocol.pairing import PAIRING_USER, ControllerPake, PairingFailed, RunnerPake, sanitize_label
+from lanpool.protocol import key_text as host_key_text
+from lanpool.protocol.pairing import PAIRING_USER, ControllerPake, PairingFailed, RunnerPake, sanitize_label
 from tests.harness import APP_MODULE, lanpool_env, start_agent
 from tests.raw_channel import RawChannel
 
@@ -66,7 +66,7 @@ def _public(key: asyncssh.SSHKey) -> str:
 
 
 async def _pair(host: str, port: int, key: asyncssh.SSHKey, code: str, label: str = "laptop") -> str:
-    """The controller's own pairing path (app/runner_client.py)."""
+    """The controller's own pairing path (app/runners/client.py)."""
     async with await RunnerSession.open(host, port, key, None, pairing=True) as session:
         return await session.pair(code, _public(key), label)
 

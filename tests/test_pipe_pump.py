@@ -5,8 +5,8 @@ import asyncio
 import os
 from pathlib import Path
 
-from agent.executors.line_cutter import MAX_LINE, whole_lines
-from agent.executors.pipe_pump import PIPE_BYTES, capacity, open_pipe, pump
+from lanpool.agent.executors.line_cutter import MAX_LINE, whole_lines
+from lanpool.agent.executors.pipe_pump import PIPE_BYTES, capacity, open_pipe, pump
 
 
 def _pumped(chunks: list[bytes]) -> list[tuple[str, bytes]]:

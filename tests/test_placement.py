@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from app.job_end import missing_outputs
+from lanpool.app.jobs.end import missing_outputs
 from tests.harness import start_agent
 
 DAG = """

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import UsageError
-from app.home import ControllerHome
-from app.planning import Plan, PlannedJob, dag_order, known_variables, make_plan
-from app.store import JobRow, Store
-from app.workflows import WorkflowError, load_workflows
-from protocol import JobState
+from lanpool.app.errors import UsageError
+from lanpool.app.home import ControllerHome
+from lanpool.app.runs.planning import Plan, PlannedJob, dag_order, known_variables, make_plan
+from lanpool.app.store import JobRow, Store
+from lanpool.app.workflows import WorkflowError, load_workflows
+from lanpool.protocol import JobState
 
 RUNNER = {"name": "test-runner", "host": "127.0.0.1", "port": 1}
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from agent.mdns import Advertiser
-from app.discovery import discover
+from lanpool.agent.ssh.mdns import Advertiser
+from lanpool.app.runners.discovery import discover
 from tests.harness import APP_MODULE, REPO, lanpool_env, runners_seen, spawn_agent, start_agent, wait_discovered
 
 ONE_JOB = "workflows:\n  - name: a\n    commands: [echo ran-a]\n"
@@ -229,7 +229,7 @@ def test_discovery_across_network_namespaces(tmp_path, controller_home):
                     "lp-h2",
                     sys.executable,
                     "-m",
-                    "app.cli.main",
+                    "lanpool.app.cli.main",
                     "headless",
                     "runners",
                     "--json",
@@ -303,7 +303,7 @@ def _runners_state_offline(cli) -> bool:
 
 def test_stopped_agent_says_goodbye_over_mdns(tmp_path, controller_home):
     """SIGTERM unregisters the service, so browsers drop it at once (a killed one lingers ~19 min)."""
-    from app.discovery import Browser
+    from lanpool.app.runners.discovery import Browser
 
     async def scenario() -> float:
         seen, gone = asyncio.Event(), asyncio.Event()

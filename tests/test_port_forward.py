@@ -1,5 +1,5 @@
-"""A job's declared port through the controller's forward (app/port_forward.py, what
-`app headless ports` and `run` open) and the agent's (agent/job_ports.py): bytes intact
+"""A job's declared port through the controller's forward (app/shell/ports.py, what
+`app headless ports` and `run` open) and the agent's (agent/shell/ports.py): bytes intact
 both ways on several connections at once, a declared port where nothing listens, the
 forward cut when the job ends, an undeclared port refused (a pairing connection's refusal: tests/test_job_shell.py). A real
 agent on loopback, on both event loops."""
@@ -8,8 +8,9 @@ import asyncio
 import hashlib
 import os
 
-from app.port_forward import forward_local
-from protocol import SubmitJob, event_loop
+from lanpool.app.shell.ports import forward_local
+from lanpool.protocol import SubmitJob
+from lanpool.protocol.runtime import event_loop
 from tests.runner_jobs import open_session
 from tests.test_docker_executor import _stop, wait_for_line
 from tests.test_job_shell import _connect, _free_port, loop_name  # noqa: F401 (a fixture)
@@ -48,7 +49,7 @@ async def _round_trip(port: int, payload: bytes) -> bytes:
 
 def test_a_forward_carries_bytes_both_ways_and_is_cut_with_its_job(loop_name, agent):  # noqa: F811
     # Both loops, both ends: under uvloop the local side's first bytes (and an EOF) come before
-    # its channel is open, and were lost until app/port_forward.py kept them.
+    # its channel is open, and were lost until app/shell/ports.py kept them.
     async def check() -> None:
         server, port = await _hash_server()
         idle = _free_port()  # declared, but nothing listens there

@@ -10,9 +10,9 @@ import asyncssh
 import msgpack
 import pytest
 
-from app.home import ControllerHome
-from app.keys import load_or_create_client_key
-from protocol import (
+from lanpool.app.home import ControllerHome
+from lanpool.app.keys import load_or_create_client_key
+from lanpool.protocol import (
     MAX_FRAME_BYTES,
     Error,
     ErrorCode,
@@ -26,8 +26,8 @@ from protocol import (
     decode_client_message,
     encode_message,
 )
-from protocol.errors import clip
-from protocol.framing import MAX_DEPTH, MAX_ELEMENTS, check_structure
+from lanpool.protocol.errors import clip
+from lanpool.protocol.framing import MAX_DEPTH, MAX_ELEMENTS, check_structure
 from tests.harness import REPO
 
 
@@ -77,7 +77,7 @@ def test_a_frame_of_16mib_tiny_values_is_refused_before_anything_is_built(item, 
 
 _RSS_PROBE = """
 import resource, sys
-from protocol import ProtocolError, decode_client_message
+from lanpool.protocol import ProtocolError, decode_client_message
 body = b"\\x83\\xa1t\\xa4ping\\xa5nonce\\x01\\xa1x\\xdd" + (__N__).to_bytes(4, "big") + b"\\x80" * __N__
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 try:

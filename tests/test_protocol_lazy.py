@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-import protocol
+from lanpool import protocol
 
 
 def test_every_public_name_resolves_to_its_module_object() -> None:
@@ -26,20 +26,20 @@ def test_an_unknown_name_is_an_attribute_error_not_a_key_error() -> None:
     with pytest.raises(AttributeError, match="no attribute 'NoSuchMessage'"):
         protocol.NoSuchMessage  # noqa: B018
     with pytest.raises(ImportError):
-        exec("from protocol import NoSuchMessage", {})
+        exec("from lanpool.protocol import NoSuchMessage", {})
 
 
 def test_job_state_alone_does_not_load_the_message_classes() -> None:
     code = (
         "import json, sys\n"
-        "from protocol import JobState\n"
+        "from lanpool.protocol import JobState\n"
         "assert JobState.DONE.is_terminal()\n"
-        "before = sorted(m for m in sys.modules if m.startswith('protocol'))\n"
-        "from protocol import LogChunk\n"
-        "after = sorted(m for m in sys.modules if m.startswith('protocol'))\n"
+        "before = sorted(m for m in sys.modules if m.startswith('lanpool.protocol'))\n"
+        "from lanpool.protocol import LogChunk\n"
+        "after = sorted(m for m in sys.modules if m.startswith('lanpool.protocol'))\n"
         "print(json.dumps([before, after]))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     before, after = json.loads(out)
-    assert "protocol.messages" not in before and "protocol.schema" not in before
-    assert "protocol.messages" in after
+    assert "lanpool.protocol.messages" not in before and "lanpool.protocol.schema" not in before
+    assert "lanpool.protocol.messages" in after

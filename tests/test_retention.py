@@ -1,4 +1,4 @@
-"""Removing runs (`app headless rm`/`prune`, app/retention.py): real SQLite, real files, the real CLI."""
+"""Removing runs (`app headless rm`/`prune`, app/runs/retention.py): real SQLite, real files, the real CLI."""
 
 import json
 import os
@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from app.controller import Controller
-from app.errors import NotFoundError, UsageError
-from app.home import ControllerHome
-from protocol import JobState
+from lanpool.app.controller import Controller
+from lanpool.app.errors import NotFoundError, UsageError
+from lanpool.app.home import ControllerHome
+from lanpool.protocol import JobState
 
 RUNNER = {"name": "gpu-box", "host": "10.0.0.5", "port": 2222}
 DAY = 86400.0
@@ -95,7 +95,7 @@ def test_rm_takes_what_an_interrupted_pull_left_and_nothing_of_other_jobs(ctl):
 
 
 def _partial_pull(ctl: Controller, job_id: str) -> int:
-    """What a cut-off ranged pull leaves beside the store (app/artifact_pull.py, artifact_ranges.py); its bytes."""
+    """What a cut-off ranged pull leaves beside the store (app/transfer/pull.py, artifact_ranges.py); its bytes."""
     art = ctl.home.artifacts
     art.mkdir(parents=True, exist_ok=True)
     (art / f"{job_id}.part" / "out").mkdir(parents=True)

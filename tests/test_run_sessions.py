@@ -1,10 +1,10 @@
-"""A run's probe sessions (app/run_sessions.py): taken back to submit on only with the host
+"""A run's probe sessions (app/runners/sessions.py): taken back to submit on only with the host
 key pinned for that address now; anything else is closed, never used."""
 
 from types import SimpleNamespace
 from typing import Any, cast
 
-from app.run_sessions import RunSessions
+from lanpool.app.runners.sessions import RunSessions
 
 
 class _Conn:

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from app.errors import RunnerError
-from protocol import SubmitJob
+from lanpool.app.errors import RunnerError
+from lanpool.protocol import SubmitJob
 from tests.harness import start_agent
 from tests.runner_jobs import across_restart, job_log, jobs_by, open_session, runner, wait_state
 
@@ -207,9 +207,9 @@ def test_a_dag_whose_steps_need_different_runners_says_so_and_stays_controller_d
 
 
 def test_gc_keeps_a_finished_step_while_a_step_that_waits_for_it_has_not_run(tmp_path):
-    from agent.home import AgentHome
-    from agent.journal import JobRecord
-    from agent.retention import collect
+    from lanpool.agent.home import AgentHome
+    from lanpool.agent.jobs.journal import JobRecord
+    from lanpool.agent.retention import collect
 
     home = AgentHome(tmp_path / "agent")
     home.create()

@@ -1,5 +1,5 @@
 """Detached gangs (issue #15): the members of a multi-node job wait in their runners' queues
-and start together, coordinated by node 0's agent (agent/gang.py), with no controller alive;
+and start together, coordinated by node 0's agent (agent/gang/hub.py), with no controller alive;
 two gangs over the same runners both finish; a failing member stops the others. Attacks: a
 wrong token, a gang connection asking for anything but its barrier, a wrong node-0 host key.
 Real agents, real SSH on loopback; "no controller alive" = every controller session closed."""
@@ -12,7 +12,7 @@ import time
 import asyncssh
 import pytest
 
-from protocol import GANG_SUBSYSTEM, GANG_USER_PREFIX, SUBSYSTEM, GangSpec, SubmitJob
+from lanpool.protocol import GANG_SUBSYSTEM, GANG_USER_PREFIX, SUBSYSTEM, GangSpec, SubmitJob
 from tests.harness import start_agent
 from tests.runner_jobs import ALL_CPUS, job_log, jobs_by, open_session, submit_detached, wait_end, wait_state
 
@@ -193,7 +193,7 @@ def test_run_detached_submits_a_two_node_job_to_busy_runners_and_returns(tmp_pat
 
 
 def test_a_gang_spec_out_of_bounds_is_refused_at_submit(runners):
-    from app.errors import RunnerError
+    from lanpool.app.errors import RunnerError
 
     r0, _ = runners
 

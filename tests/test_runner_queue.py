@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from app.errors import RunnerError
-from protocol import ErrorCode, ProtocolError, SubmitJob, decode_client_message
-from protocol.messages import to_wire
+from lanpool.app.errors import RunnerError
+from lanpool.protocol import ErrorCode, ProtocolError, SubmitJob, decode_client_message
+from lanpool.protocol.messages import to_wire
 from tests.runner_jobs import across_restart, job_log, jobs_by, open_session, runner, wait_state
 
 _ = runner  # a fixture from runner_jobs: the tests name it

@@ -1,6 +1,6 @@
 """Placement over several simulated runners: best fit, sharing, queueing, rejection, pinning, gangs."""
 
-from app.scheduler import Capacity, Need, place
+from lanpool.app.runners.scheduler import Capacity, Need, place
 
 
 def runner(name, gpus=0, gpus_free=None, cpus=8, cpus_free=None, mem=32000, mem_free=None, usable=True, why=""):

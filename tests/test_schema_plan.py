@@ -6,7 +6,7 @@ import typing
 
 import pytest
 
-from protocol import AGENT_MESSAGES, CLIENT_MESSAGES, ProtocolError, schema
+from lanpool.protocol import AGENT_MESSAGES, CLIENT_MESSAGES, ProtocolError, schema
 
 # Values of every kind a peer can send: right and wrong types, bounds' edges, control characters.
 SAMPLES: list[object] = [
@@ -56,7 +56,7 @@ def test_the_plan_decides_as_the_full_check_does(cls: type) -> None:
 
 
 def test_a_log_chunk_with_a_bad_field_is_refused_with_where_and_why() -> None:
-    from protocol import LogChunk, decode_agent_message
+    from lanpool.protocol import LogChunk, decode_agent_message
 
     good = {"t": "log", "job_id": "j1", "seq": 0, "stream": "out", "data": b"a\n"}
     assert decode_agent_message(good) == LogChunk("j1", 0, "out", b"a\n")

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.env_overrides import read_env_file
-from app.errors import UsageError
+from lanpool.app.errors import UsageError
+from lanpool.app.runs.env_overrides import read_env_file
 from tests.harness import APP_MODULE, lanpool_env
 
 TOKEN = "tok-7f3a9c1e5b-SECRET"
@@ -234,8 +234,8 @@ def test_env_file_reading_rules(tmp_path):
 
 
 def test_masking_rules_on_the_controller(tmp_path):
-    from app.home import ControllerHome
-    from app.secret_store import SecretStore, mask, masked_values
+    from lanpool.app.home import ControllerHome
+    from lanpool.app.secret_store import SecretStore, mask, masked_values
 
     masks = masked_values(["abc-long", "abc", "xy", "one-line\r\ntwo-line"])
     assert (

@@ -1,4 +1,4 @@
-"""A job's shell on a direct TLS connection (agent/shell_direct.py, app/shell_direct.py): the
+"""A job's shell on a direct TLS connection (agent/shell/direct.py, app/shell/direct.py): the
 real client on a terminal, then the offer tried by hand from where it must stay shut (a guessed
 token, no TLS, a second connection, an impostor's certificate, an offer left unused)."""
 
@@ -12,12 +12,12 @@ import time
 import asyncssh
 import pytest
 
-from agent.direct_transfer import DirectSender, _write_identity
-from app.direct_pull import DirectUnavailable
-from app.job_shell import exec_command
-from app.shell_direct import connect
-from protocol import DirectOffer
-from protocol.shell_direct import parse_offer_line
+from lanpool.agent.direct import DirectSender, _write_identity
+from lanpool.app.runners.direct import DirectUnavailable
+from lanpool.app.shell.direct import connect
+from lanpool.app.shell.into_job import exec_command
+from lanpool.protocol import DirectOffer
+from lanpool.protocol.shell_direct import parse_offer_line
 from tests.harness import start_agent
 from tests.test_docker_executor import _stop, submit, wait_for_line
 from tests.test_job_shell import _connect
@@ -83,7 +83,7 @@ def test_a_refused_port_falls_back_to_the_channel(agent, monkeypatch, tmp_path):
     closed.close()  # nothing listens there: the connection is refused
     client = tmp_path / "client.py"
     client.write_text(
-        "import dataclasses, app.shell_direct as sd\n"
+        "import dataclasses, app.shell.direct as sd\n"
         "real = sd.connect\n"
         f"sd.connect = lambda host, offer: real(host, dataclasses.replace(offer, port={port}))\n" + CLIENT
     )

@@ -1,4 +1,4 @@
-"""A job's shell through the runner's one-time sshd (agent/shell_sshd.py, app/shell_sshd.py): the
+"""A job's shell through the runner's one-time sshd (agent/shell/sshd.py, app/shell/sshd.py): the
 real client on a terminal, then the offer tried by hand from where it must stay shut (another
 key, a forwarding, a stranger's connection, a malformed key in the request) and the session's
 command script against hostile values."""
@@ -16,10 +16,10 @@ from pathlib import Path
 import asyncssh
 import pytest
 
-from agent.job_shell import parse_exec
-from agent.shell_sshd import _same_host, _session_script
-from app.shell_sshd import ssh_argv, sshd_command
-from protocol.shell_sshd import SSHD_RAN, SSHD_UNUSED, key_blob_b64, parse_offer_line
+from lanpool.agent.shell.into_job import parse_exec
+from lanpool.agent.shell.sshd import _same_host, _session_script
+from lanpool.app.shell.sshd import ssh_argv, sshd_command
+from lanpool.protocol.shell_sshd import SSHD_RAN, SSHD_UNUSED, key_blob_b64, parse_offer_line
 from tests.test_docker_executor import _stop, submit, wait_for_line
 from tests.test_job_shell import _connect
 from tests.test_shell_terminal import _shell

@@ -1,5 +1,5 @@
 """A one-time sshd's directory left behind by a killed agent (its session script holds the job's
-environment) is removed by the next agent: agent/shell_sshd.py sweep_stale, and the hostile
+environment) is removed by the next agent: agent/shell/sshd.py sweep_stale, and the hostile
 look-alikes it must leave alone."""
 
 import os
@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent.shell_sshd import sweep_stale
+from lanpool.agent.shell.sshd import sweep_stale
 from tests.harness import start_agent
 
 

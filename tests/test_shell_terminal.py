@@ -1,4 +1,4 @@
-"""`app headless ssh`'s client (app/job_shell.py run_shell) against a real agent: the job's output
+"""`app headless ssh`'s client (app/shell/into_job.py run_shell) against a real agent: the job's output
 is written straight from the channel's callback to our stdout, so it must arrive whole and in
 order even when stdout is a slow reader's non-blocking pipe, and the job's exit code is ours."""
 
@@ -17,10 +17,10 @@ REPO = Path(__file__).resolve().parent.parent
 # run_shell with a PTY as stdin (it insists on a terminal) and, as stdout, a pipe set non-blocking.
 CLIENT = """
 import asyncio, fcntl, os, sys
-from app.home import ControllerHome
-from app.job_shell import run_shell
-from app.keys import load_or_create_client_key
-from app.runner_client import RunnerSession
+from lanpool.app.home import ControllerHome
+from lanpool.app.shell.into_job import run_shell
+from lanpool.app.keys import load_or_create_client_key
+from lanpool.app.runners.client import RunnerSession
 fcntl.fcntl(1, fcntl.F_SETFL, fcntl.fcntl(1, fcntl.F_GETFL) | os.O_NONBLOCK)
 async def main():
     key = load_or_create_client_key(ControllerHome.default().key)

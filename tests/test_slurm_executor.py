@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol import JobState, JobStatus, LogChunk, SubmitJob
+from lanpool.protocol import JobState, JobStatus, LogChunk, SubmitJob
 from tests.harness import REPO, AgentProc, start_agent
 from tests.runner_jobs import open_session
 
@@ -268,7 +268,7 @@ def test_env_that_sbatch_reads_as_options_is_refused(slurm_agent, tmp_path):
 
 
 def test_an_image_job_is_refused_with_one_line(slurm_agent):
-    from app.errors import RunnerError
+    from lanpool.app.errors import RunnerError
 
     with pytest.raises(RunnerError) as err:
         submit(slurm_agent, "i1", ["echo hi"], image="busybox")

@@ -3,7 +3,7 @@ the stored spec, and `logs --node K` picks node K's lines by their `[node K] ` t
 
 import json
 
-from app.slurm_jobs import NodeLines, slurm_nodes
+from lanpool.app.jobs.slurm import NodeLines, slurm_nodes
 
 
 def _spec(nodes: int, resources: object) -> str:

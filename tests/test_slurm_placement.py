@@ -1,7 +1,7 @@
 """Which runner takes a multi-node job whole: a Slurm runner, by the partitions it reports."""
 
-from app.runner_views import RunnerState, RunnerView
-from app.slurm_placement import fits, partitions, slurm_runner
+from lanpool.app.runners.views import RunnerState, RunnerView
+from lanpool.app.runs.slurm_placement import fits, partitions, slurm_runner
 
 
 def _view(name: str, props: dict, state: str = RunnerState.LIVE, trusted: bool = True) -> RunnerView:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol import JobState
+from lanpool.protocol import JobState
 from tests import test_slurm_executor as ex
 from tests.harness import APP_MODULE, lanpool_env
 from tests.test_slurm_executor import (

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from app.workflows import WorkflowError, load_workflows
-from app.workflows.resolve import resolve
+from lanpool.app.workflows import WorkflowError, load_workflows
+from lanpool.app.workflows.resolve import resolve
 
 
 def _project(root: Path, slurm: str, variables: str = ""):

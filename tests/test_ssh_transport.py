@@ -1,4 +1,4 @@
-"""protocol/ssh_transport.py: no empty SSH_MSG_IGNORE before each packet of an AEAD connection (asyncssh's
+"""protocol/runtime/ssh_transport.py: no empty SSH_MSG_IGNORE before each packet of an AEAD connection (asyncssh's
 countermeasure for CBC's chained IVs), and the countermeasure kept where a cipher without AEAD is
 negotiated. Counted on the receiving side, against a real agent (its own process) and in-process."""
 
@@ -9,10 +9,10 @@ import pytest
 from asyncssh.connection import SSHConnection
 from asyncssh.constants import MSG_IGNORE
 
-from app.home import ControllerHome
-from app.keys import load_or_create_client_key
-from protocol import ssh_transport
-from protocol.wire import ENCRYPTION_ALGS
+from lanpool.app.home import ControllerHome
+from lanpool.app.keys import load_or_create_client_key
+from lanpool.protocol.runtime import ssh_transport
+from lanpool.protocol.wire import ENCRYPTION_ALGS
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.store import Store
-from protocol import JobState
+from lanpool.app.store import Store
+from lanpool.protocol import JobState
 
 REPO = Path(__file__).resolve().parents[1]
 RUNS = 30
@@ -46,7 +46,11 @@ def home(tmp_path: Path) -> Path:
 def _app(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ, PYTHONPATH=str(REPO), LANPOOL_HOME=str(home))
     return subprocess.run(
-        [sys.executable, "-m", "app.cli.main", "headless", *args], env=env, capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "lanpool.app.cli.main", "headless", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -91,13 +95,13 @@ def test_status_json_has_every_job_with_its_warnings_and_artifacts(home):
 PROBE = textwrap.dedent(
     """
     import contextlib, io, json, sys
-    from app.cli.headless import main
+    from lanpool.app.cli.headless import main
     out = io.TextIOWrapper(io.BytesIO())  # `logs` writes to sys.stdout.buffer
     with contextlib.redirect_stdout(out):
         rc = main(sys.argv[1:])
         out.flush()
     text = out.buffer.getvalue().decode()
-    print(json.dumps({"rc": rc, "out": text, "modules": sorted(m for m in sys.modules if m.startswith("app."))}))
+    print(json.dumps({"rc": rc, "out": text, "modules": sorted(m for m in sys.modules if m.startswith("lanpool.app."))}))
     """
 )
 
@@ -120,7 +124,7 @@ def _unpulled(home: Path) -> None:
 
 def test_a_pull_under_way_is_shown(home):
     """A pull's state on disk (left by a pull cut off): status asks how far it is."""
-    from app.artifact_pull import _meta, pull_percent, staging_dir
+    from lanpool.app.transfer.pull import _meta, pull_percent, staging_dir
 
     _unpulled(home)
     store_dir = home / "artifacts"
@@ -140,6 +144,6 @@ def test_a_status_with_no_pull_under_way_does_not_load_the_artifact_stack(home):
     got = _probe(home, "status", "--no-refresh")
     line = next(line for line in got["out"].splitlines() if "j290" in line)
     assert "DONE (0)" in line and "pulling" not in line
-    assert "app.artifact_files" not in got["modules"] and "app.job_artifacts" not in got["modules"]
+    assert "lanpool.app.transfer.files" not in got["modules"] and "lanpool.app.transfer.artifacts" not in got["modules"]
     logs = _probe(home, "logs", "run-28")
-    assert logs["rc"] == 0 and "app.artifact_files" not in logs["modules"]
+    assert logs["rc"] == 0 and "lanpool.app.transfer.files" not in logs["modules"]

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import LanpoolError, NotFoundError
-from app.store import Store, migrations
-from protocol import JobState
+from lanpool.app.errors import LanpoolError, NotFoundError
+from lanpool.app.store import Store, migrations
+from lanpool.protocol import JobState
 
 RUNNER = {"name": "gpu-box", "host": "10.0.0.5", "port": 2222}
 

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.workflows import Project, WorkflowError, load_workflows
-from app.workflows.resolve import coerce_override, render_value, resolve
-from app.workflows.substitute import (
+from lanpool.app.workflows import Project, WorkflowError, load_workflows
+from lanpool.app.workflows.resolve import coerce_override, render_value, resolve
+from lanpool.app.workflows.substitute import (
     UndefinedVariable,
     UnsafeVariable,
     substitute_command,
@@ -711,7 +711,7 @@ workflows:
 _SHELL_MODEL_PROBE = textwrap.dedent(
     """
     import json, sys
-    from app.workflows.substitute import UnsafeVariable, substitute_commands
+    from lanpool.app.workflows.substitute import UnsafeVariable, substitute_commands
     out = {"plain": substitute_commands(sys.argv[1:], {"x": "$(touch pwned)"})}
     out["plain_loaded"] = "app.workflows.shell_model" in sys.modules
     try:

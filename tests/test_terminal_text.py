@@ -1,4 +1,4 @@
-"""Job log text made terminal-safe (app/terminal_text.py): what a terminal would act on
+"""Job log text made terminal-safe (app/views/terminal_text.py): what a terminal would act on
 is shown as inert text, what a reader needs (text, line ends, tabs) is kept."""
 
 import re
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.terminal_text import safe_bytes, safe_line, safe_text
+from lanpool.app.views.terminal_text import safe_bytes, safe_line, safe_text
 
 # What a terminal may act on in UTF-8 mode, plus the bidi controls that reorder text.
 _ACTIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")

@@ -1,4 +1,4 @@
-"""protocol/tls_relay.py: a terminal's bytes both ways over one TLS socket, on one thread.
+"""protocol/runtime/tls_relay.py: a terminal's bytes both ways over one TLS socket, on one thread.
 
 Two relays face each other across a real TLS connection on loopback, each with pipes as
 its local side. Several MiB are pushed both ways at once, far past every buffer, so the
@@ -11,8 +11,8 @@ import socket
 import ssl
 import threading
 
-from agent.direct_transfer import _write_identity
-from protocol import tls_relay
+from lanpool.agent.direct import _write_identity
+from lanpool.protocol.runtime import tls_relay
 
 SIZE = 6 * 1024 * 1024
 

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from training.autoencoder import AutoencoderConfig, LitAutoencoder, main, parse_config
-from training.runtime import run_cli
+from lanpool.training.autoencoder import AutoencoderConfig, LitAutoencoder, main, parse_config
+from lanpool.training.runtime import run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EPOCH_LINE = re.compile(r"^epoch (\d+) train_loss (\d+\.\d{4}) val_loss (\d+\.\d{4})$", re.MULTILINE)

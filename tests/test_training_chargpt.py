@@ -15,11 +15,11 @@ import fsspec
 import pytest
 import torch
 
-from training.chargpt import CharDataset, CharGPTConfig, LitCharGPT, TextDataModule, main
-from training.cli_config import parse_config
-from training.errors import TrainingError
-from training.gpt_model import GPT, GPTConfig
-from training.runtime import run_cli
+from lanpool.training.chargpt import CharDataset, CharGPTConfig, LitCharGPT, TextDataModule, main
+from lanpool.training.cli_config import parse_config
+from lanpool.training.errors import TrainingError
+from lanpool.training.gpt_model import GPT, GPTConfig
+from lanpool.training.runtime import run_cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STEP_LINE = re.compile(r"^step (\d+) train_loss (\d+\.\d{4}) tokens/s (\d+)$", re.MULTILINE)

@@ -11,10 +11,10 @@ import pytest
 import torch
 from transformers import GPT2TokenizerFast
 
-from training.errors import TrainingError
-from training.gpt2_finetune import main
-from training.gpt2_tokenizer import find_bpe_dir, load_gpt2_tokenizer
-from training.runtime import run_cli
+from lanpool.training.errors import TrainingError
+from lanpool.training.gpt2_finetune import main
+from lanpool.training.gpt2_tokenizer import find_bpe_dir, load_gpt2_tokenizer
+from lanpool.training.runtime import run_cli
 
 
 def write_corpus(path: Path, n_words: int = 6000) -> Path:

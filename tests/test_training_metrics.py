@@ -12,7 +12,7 @@ from lightning.pytorch import LightningModule, Trainer
 from lightning.pytorch.utilities import rank_zero_only
 from torch.utils.data import DataLoader, TensorDataset
 
-from training.metrics import DEFAULT_FILE, ENV_VAR, LanpoolMetrics
+from lanpool.training.metrics import DEFAULT_FILE, ENV_VAR, LanpoolMetrics
 
 
 def read_lines(path: Path) -> list[dict]:

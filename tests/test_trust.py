@@ -148,7 +148,7 @@ def test_malformed_stored_key_is_one_line_and_others_keep_working(
 def test_store_from_before_trust_keeps_only_runners_added_by_address(tmp_path):
     """Migration 6: runners the user added by address stay trusted; those found by mDNS
     (which may only have accepted our key) must be paired or added again."""
-    from app.store import Store, migrations
+    from lanpool.app.store import Store, migrations
 
     db_path = tmp_path / "old.db"
     raw = sqlite3.connect(db_path)

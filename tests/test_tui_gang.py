@@ -9,8 +9,8 @@ import pytest
 
 pytest.importorskip("textual")
 
-from app.tui.dialogs.simple import ConfirmDialog  # noqa: E402
-from protocol import SubmitJob  # noqa: E402
+from lanpool.app.tui.dialogs.simple import ConfirmDialog  # noqa: E402
+from lanpool.protocol import SubmitJob  # noqa: E402
 from tests import test_tui  # noqa: E402
 from tests.harness import start_agent  # noqa: E402
 from tests.runner_jobs import job_log as _log  # noqa: E402
@@ -43,7 +43,7 @@ async def test_s_on_a_detached_gang_queued_behind_a_busy_runner_cancels_every_me
 
         app = tui(project)
         async with app.run_test(size=SIZE) as pilot:
-            # The controller shows a detached gang RUNNING once every runner accepted it (app/job_submit.py),
+            # The controller shows a detached gang RUNNING once every runner accepted it (app/jobs/submit.py),
             # though its members still wait in their queues.
             await wait_until(pilot, lambda: test_tui.job_status(app, job_id) != "", f"job {job_id} in the runs table")
             table = app.query_one("#runs-table")

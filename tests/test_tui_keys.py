@@ -10,10 +10,10 @@ pytest.importorskip("textual")
 
 from textual_plotext import PlotextPlot  # noqa: E402
 
-from app.overview import LogLine  # noqa: E402
-from app.tui.widgets.log_view import LogView  # noqa: E402
-from app.tui.widgets.metrics_chart import MetricsChart, families, family, smooth  # noqa: E402
-from app.tui.widgets.tables import RunnersTable, RunsTable  # noqa: E402
+from lanpool.app.tui.widgets.log_view import LogView  # noqa: E402
+from lanpool.app.tui.widgets.metrics_chart import MetricsChart, families, family, smooth  # noqa: E402
+from lanpool.app.tui.widgets.tables import RunnersTable, RunsTable  # noqa: E402
+from lanpool.app.views.overview import LogLine  # noqa: E402
 from tests import test_tui_snapshots as snaps  # noqa: E402
 from tests.test_tui_snapshots import DONE_JOB, NOW, _logs_of_done_job, _on_done_job, _until  # noqa: E402
 
@@ -219,7 +219,7 @@ def test_cells_show_brackets_as_typed(screen_app, monkeypatch):
 def test_selecting_a_long_log_reads_its_tail_then_pages(screen_app):
     """Selecting a job reads only the last LOG_PAGE lines of its log (not the whole window: the
     key waited for it); scrolling to the top pages the older ones in, in order."""
-    from app.tui.base import LOG_PAGE
+    from lanpool.app.tui.base import LOG_PAGE
 
     total = 2 * LOG_PAGE + 500
     store = screen_app.ctl.store
@@ -457,7 +457,7 @@ def test_a_growing_log_asks_for_no_layout(screen_app, monkeypatch):
 def test_back_to_metrics_reads_no_series_again(screen_app, monkeypatch):
     """Going back to Metrics with no new points builds no series (the key and the TabActivated it
     sends each built them all, for the chart to find them equal)."""
-    from app import overview
+    from lanpool.app.views import overview
 
     built: list = []
     series = overview.metric_series

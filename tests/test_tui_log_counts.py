@@ -3,9 +3,9 @@
 
 import random
 
-from app import overview
-from app.store import Store
-from app.store.log_counts import window_start
+from lanpool.app.store import Store
+from lanpool.app.store.log_counts import window_start
+from lanpool.app.views import overview
 
 JOB = "a1b2c3d4e5f6"
 

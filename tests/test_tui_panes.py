@@ -7,7 +7,7 @@ from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.widgets import ContentSwitcher, Label
 
-from app.tui.widgets.panes import AppScreen, Pane, Tabbed, memo_lines
+from lanpool.app.tui.widgets.panes import AppScreen, Pane, Tabbed, memo_lines
 
 
 class Panes(App[None]):

@@ -10,11 +10,11 @@ pytest.importorskip("textual")
 
 from textual.widgets import Input, Label, Static  # noqa: E402
 
-from app.home import ControllerHome  # noqa: E402
-from app.keys import load_or_create_client_key  # noqa: E402
-from app.runner_client import RunnerSession  # noqa: E402
-from app.tui.dialogs.run_dialog import RunDialog  # noqa: E402
-from app.tui.dialogs.simple import ConfirmDialog  # noqa: E402
+from lanpool.app.home import ControllerHome  # noqa: E402
+from lanpool.app.keys import load_or_create_client_key  # noqa: E402
+from lanpool.app.runners.client import RunnerSession  # noqa: E402
+from lanpool.app.tui.dialogs.run_dialog import RunDialog  # noqa: E402
+from lanpool.app.tui.dialogs.simple import ConfirmDialog  # noqa: E402
 from tests import test_tui  # noqa: E402
 from tests.harness import start_agent  # noqa: E402
 from tests.test_tui import (  # noqa: E402

@@ -10,9 +10,9 @@ pytest.importorskip("textual")
 from textual._styles_cache import StylesCache  # noqa: E402
 from textual.scrollbar import ScrollBarRender  # noqa: E402
 
-from app.overview import LogLine  # noqa: E402
-from app.tui.widgets.log_view import LogView  # noqa: E402
-from app.tui.widgets.scrollbars import MemoScrollBar, thumb  # noqa: E402
+from lanpool.app.tui.widgets.log_view import LogView  # noqa: E402
+from lanpool.app.tui.widgets.scrollbars import MemoScrollBar, thumb  # noqa: E402
+from lanpool.app.views.overview import LogLine  # noqa: E402
 from tests import test_tui_snapshots as snaps  # noqa: E402
 from tests.test_tui_snapshots import _logs_of_done_job  # noqa: E402
 

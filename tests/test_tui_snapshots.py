@@ -13,11 +13,11 @@ import pytest
 
 pytest.importorskip("pytest_textual_snapshot")
 
-from app.controller import Controller  # noqa: E402
-from app.home import ControllerHome  # noqa: E402
-from app.overview import LogLine  # noqa: E402
-from app.tui.app import LanpoolApp  # noqa: E402
-from app.tui.widgets.log_view import LogView  # noqa: E402
+from lanpool.app.controller import Controller  # noqa: E402
+from lanpool.app.home import ControllerHome  # noqa: E402
+from lanpool.app.tui.app import LanpoolApp  # noqa: E402
+from lanpool.app.tui.widgets.log_view import LogView  # noqa: E402
+from lanpool.app.views.overview import LogLine  # noqa: E402
 from tests.harness import REPO  # noqa: E402
 
 NOW = 1_780_000_000.0  # the screens' "now"
@@ -38,7 +38,7 @@ def _host_key(name: str) -> str:
 def _runner(store, name: str, address: str, source: str, state: str, props: dict, last_seen: float) -> None:
     host, port = address.split(":")
     store.upsert_runner(name, host, int(port), _host_key(name), source=source)
-    # Trusted (paired or added) unless shown UNPAIRED: found by mDNS is not enough (app/pool.py).
+    # Trusted (paired or added) unless shown UNPAIRED: found by mDNS is not enough (app/runners/pool.py).
     store.set_runner(
         name,
         state=state,

@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip("textual")
 
-from app.host_keys import UnreadableHostKey, host_key_or_none, pinned_key  # noqa: E402
-from app.store import Store  # noqa: E402
+from lanpool.app.runners.host_keys import UnreadableHostKey, host_key_or_none, pinned_key  # noqa: E402
+from lanpool.app.store import Store  # noqa: E402
 from tests import harness  # noqa: E402
 
 # Packages the first frame must not wait for: the SSH stack (asyncssh, cryptography), mDNS
@@ -29,7 +29,7 @@ PROBE = textwrap.dedent(
     """
     import asyncio, json, sys
     from pathlib import Path
-    from app.tui import load_app
+    from lanpool.app.tui import load_app
 
     def third():
         tops = {m.split(".")[0] for m in sys.modules}
@@ -105,7 +105,7 @@ def test_the_first_frame_waits_for_no_ssh_mdns_or_yaml_and_r_still_finds_the_wor
 def test_what_the_first_frame_left_out_loads_after_it(tmp_path):
     """The attack on the budget above: the feeds (asyncssh) and the workflows still load, unasked.
     The runner's port takes the TCP connection (and says nothing): a refused one needs no SSH
-    stack at all (app/runner_reach.py), so the feeds would never import it."""
+    stack at all (app/runners/reach.py), so the feeds would never import it."""
     with socket.create_server(("127.0.0.1", 0)) as listener:
         got = _probe(tmp_path, 1.5, listener.getsockname()[1])
     assert got["project_before_r"] is True
@@ -165,6 +165,6 @@ def test_frames_come_at_up_to_120_a_second_unless_the_user_says(given, expected)
     env = {k: v for k, v in os.environ.items() if k != "TEXTUAL_FPS"}
     if given is not None:
         env["TEXTUAL_FPS"] = given
-    code = "import app.tui; app.tui.load_app(); from textual import constants, screen; print(constants.MAX_FPS, round(1 / screen.UPDATE_PERIOD))"
+    code = "from lanpool.app import tui; tui.load_app(); from textual import constants, screen; print(constants.MAX_FPS, round(1 / screen.UPDATE_PERIOD))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert out.split() == [str(expected)] * 2

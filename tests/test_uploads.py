@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from app.home import ControllerHome
-from app.keys import load_or_create_client_key
-from app.runner_client import RunnerSession
-from app.snapshot import build_manifest, list_project_files
-from app.uploads import UploadError, WorkspaceFiles, _parts, _Progress, upload, workspace_files
-from protocol import FileEntry
+from lanpool.app.home import ControllerHome
+from lanpool.app.keys import load_or_create_client_key
+from lanpool.app.runners.client import RunnerSession
+from lanpool.app.transfer.snapshot import build_manifest, list_project_files
+from lanpool.app.transfer.uploads import UploadError, WorkspaceFiles, _parts, _Progress, upload, workspace_files
+from lanpool.protocol import FileEntry
 
 WORKFLOWS = """
 workflows:

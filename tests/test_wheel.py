@@ -73,11 +73,11 @@ def _app(bin_dir: Path, *args: str, env: dict[str, str], cwd: Path) -> subproces
 
 
 def test_the_installed_app_answers_outside_the_repository(installed, tmp_path):
-    from app import __version__
+    from lanpool import __version__
 
     env = _env(tmp_path / "home")
     where = subprocess.run(
-        [installed / "python", "-c", "import app, app.tui.app as t, pathlib; print(app.__file__); "
+        [installed / "python", "-c", "import lanpool, lanpool.app.tui.app as t, pathlib; print(lanpool.__file__); "
          "print((pathlib.Path(t.__file__).parent / 'lanpool.tcss').is_file())"],
         env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120,
     )  # fmt: skip

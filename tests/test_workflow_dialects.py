@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app.workflows import Project, WorkflowError, load_workflows
-from app.workflows.model import ArtifactSpec, Dependency
-from app.workflows.resolve import resolve
+from lanpool.app.workflows import Project, WorkflowError, load_workflows
+from lanpool.app.workflows.model import ArtifactSpec, Dependency
+from lanpool.app.workflows.resolve import resolve
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dialects"
 BUILTINS = {"run_name": "run-1", "job_id": "abc123"}

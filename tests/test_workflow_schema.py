@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from app.workflows.dialects import ALIASES, IGNORED_KEYS
-from app.workflows.entry import GPU_KEYS, RESOURCE_KEYS, WORKFLOW_KEYS
-from app.workflows.loader import load_workflows
+from lanpool.app.workflows.dialects import ALIASES, IGNORED_KEYS
+from lanpool.app.workflows.entry import GPU_KEYS, RESOURCE_KEYS, WORKFLOW_KEYS
+from lanpool.app.workflows.loader import load_workflows
 
 jsonschema = pytest.importorskip("jsonschema")
 

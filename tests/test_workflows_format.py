@@ -5,11 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import ExitCode
-from app.workflows import Project, load_workflows
-from app.workflows.model import ArtifactSpec, Dependency
-from app.workflows.resolve import resolve
-from app.workflows.resources import normalize_resources
+from lanpool.app.errors import ExitCode
+from lanpool.app.workflows import Project, load_workflows
+from lanpool.app.workflows.model import ArtifactSpec, Dependency
+from lanpool.app.workflows.resolve import resolve
+from lanpool.app.workflows.resources import normalize_resources
 from tests.workflow_files import assert_at as _assert_at
 from tests.workflow_files import load_error as _error
 from tests.workflow_files import write_workflows as _write

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from app.errors import ExitCode, UsageError
-from app.workflows import Project, Workflow, WorkflowError, find_project, load_workflows
-from app.workflows.model import ArtifactSpec
+from lanpool.app.errors import ExitCode, UsageError
+from lanpool.app.workflows import Project, Workflow, WorkflowError, find_project, load_workflows
+from lanpool.app.workflows.model import ArtifactSpec
 from tests.workflow_files import assert_at as _assert_at
 from tests.workflow_files import load_error as _error
 from tests.workflow_files import write_workflows as _write
@@ -335,7 +335,7 @@ def test_find_project_ignores_a_dir_without_workflows_yaml(tmp_path: Path):
 
 
 def test_resume_from_takes_a_run_a_job_id_a_tag_or_a_variable(tmp_path: Path):
-    from app.workflows.resolve import resolve
+    from lanpool.app.workflows.resolve import resolve
 
     _write(
         tmp_path,
@@ -419,8 +419,8 @@ def test_workflow_records_compare_hash_and_print_as_dataclass_made_them():
     field(repr=False) included."""
     import dataclasses
 
-    from app.workflows.model import ArtifactSpec, Dependency, Workflow
-    from protocol.message_base import Record
+    from lanpool.app.workflows.model import ArtifactSpec, Dependency, Workflow
+    from lanpool.protocol.message_base import Record
 
     @dataclasses.dataclass(frozen=True)
     class Plain:

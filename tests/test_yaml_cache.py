@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.workflows import load_workflows, yaml_cache
-from app.workflows.yaml_lines import read_yaml
+from lanpool.app.workflows import load_workflows, yaml_cache
+from lanpool.app.workflows.yaml_lines import read_yaml
 from tests.workflow_files import write_workflows
 
 RICH = """\
@@ -70,7 +70,7 @@ def test_the_cache_spares_the_yaml_import(cache_home, tmp_path):
     path = tmp_path / "w.yaml"
     path.write_text(RICH)
     read_yaml(path)
-    code = f"import sys; from app.workflows.yaml_lines import read_yaml; read_yaml(__import__('pathlib').Path({str(path)!r})); print('yaml' in sys.modules)"
+    code = f"import sys; from lanpool.app.workflows.yaml_lines import read_yaml; read_yaml(__import__('pathlib').Path({str(path)!r})); print('yaml' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -132,7 +132,7 @@ def test_a_planted_or_broken_entry_is_not_believed(cache_home, tmp_path):
 
 
 def test_malformed_yaml_still_says_its_line(cache_home, tmp_path):
-    from app.workflows.model import WorkflowError
+    from lanpool.app.workflows.model import WorkflowError
 
     path = tmp_path / "w.yaml"
     path.write_text(textwrap.dedent("a: 1\nb: [\n"))

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.workflows import WorkflowError, load_workflows
+from lanpool.app.workflows import WorkflowError, load_workflows
 
 
 def write_workflows(root: Path, text: str, sub: str = ".lanpool", name: str = "workflows.yaml") -> Path:

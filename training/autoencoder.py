@@ -28,9 +28,9 @@ from torch import nn
 from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset, random_split
 
-from training import cli_config
-from training.metrics import LanpoolMetrics
-from training.runtime import (
+from . import cli_config
+from .metrics import LanpoolMetrics
+from .runtime import (
     build_strategy,
     check_checkpoint,
     default_num_nodes,

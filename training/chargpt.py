@@ -34,10 +34,10 @@ from lightning.pytorch import LightningDataModule, LightningModule, Trainer, see
 from lightning.pytorch.callbacks import ModelCheckpoint
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from training import cli_config
-from training.errors import TrainingError
-from training.gpt_model import GPT, GPTConfig
-from training.runtime import (
+from . import cli_config
+from .errors import TrainingError
+from .gpt_model import GPT, GPTConfig
+from .runtime import (
     check_checkpoint,
     data_dir,
     default_data,

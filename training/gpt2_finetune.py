@@ -36,10 +36,10 @@ from torch.utils.data import DataLoader, TensorDataset
 from transformers import AutoModelForCausalLM, GPT2Config, GPT2LMHeadModel, GPT2TokenizerFast
 from transformers.utils import logging as hf_logging
 
-from training import cli_config
-from training.errors import TrainingError
-from training.gpt2_tokenizer import GPT2_VOCAB_SIZE, load_gpt2_tokenizer
-from training.runtime import (
+from . import cli_config
+from .errors import TrainingError
+from .gpt2_tokenizer import GPT2_VOCAB_SIZE, load_gpt2_tokenizer
+from .runtime import (
     check_checkpoint,
     data_dir,
     default_data,

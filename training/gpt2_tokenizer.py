@@ -16,7 +16,7 @@ import os
 
 from transformers import GPT2TokenizerFast
 
-from training.errors import TrainingError
+from .errors import TrainingError
 
 BPE_FILES = ("encoder.json", "vocab.bpe")
 GPT2_VOCAB_SIZE = 50257

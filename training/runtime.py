@@ -23,9 +23,9 @@ from datetime import timedelta
 import torch
 from lightning.pytorch.strategies import DDPStrategy
 
-from training.errors import TrainingError
-from training.metrics import LanpoolMetrics
-from training.progress import PrintProgress
+from .errors import TrainingError
+from .metrics import LanpoolMetrics
+from .progress import PrintProgress
 
 # Lightning's own default is 1800 s: a vanished peer would hang the others for
 # half an hour before the job could fail.

@@ -5,9 +5,18 @@
 is slow to import) runs them in a container. `ExecutorChoice` picks one per job.
 """
 
-from agent.executors.base import Adoption, Execution, Executor, ExecutorError, Handle, Launch, Outcome, OutputSink
-from agent.executors.choice import MODES, ExecutorChoice
-from agent.executors.process import ProcessExecutor
+from lanpool.agent.executors.base import (
+    Adoption,
+    Execution,
+    Executor,
+    ExecutorError,
+    Handle,
+    Launch,
+    Outcome,
+    OutputSink,
+)
+from lanpool.agent.executors.choice import MODES, ExecutorChoice
+from lanpool.agent.executors.process import ProcessExecutor
 
 __all__ = [
     "MODES",

@@ -14,7 +14,7 @@
 | slurm       | —             | image, or hint "docker"      | refused: a container would escape scancel |
 """
 
-from agent.executors.base import Executor, ExecutorError
+from lanpool.agent.executors.base import Executor, ExecutorError
 
 MODES = ("auto", "docker", "process", "slurm")
 

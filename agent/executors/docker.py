@@ -18,9 +18,9 @@ import docker
 from docker.models.containers import Container
 from docker.types import DeviceRequest, LogConfig, Mount
 
-from agent.executors.base import Adoption, ExecutorError, Launch, OutputSink
-from agent.executors.docker_container import DockerExecution
-from agent.executors.docker_engine import (
+from lanpool.agent.executors.base import Adoption, ExecutorError, Launch, OutputSink
+from lanpool.agent.executors.docker_container import DockerExecution
+from lanpool.agent.executors.docker_engine import (
     ENGINE_ERRORS,
     docker_host,
     in_thread,
@@ -28,8 +28,8 @@ from agent.executors.docker_engine import (
     remove_quietly,
     remove_when_done,
 )
-from agent.executors.docker_images import ensure_image
-from agent.executors.docker_stdio import STDIO_DIR, STDIO_MOUNT, close_all, fresh_stdio_dir
+from lanpool.agent.executors.docker_images import ensure_image
+from lanpool.agent.executors.docker_stdio import STDIO_DIR, STDIO_MOUNT, close_all, fresh_stdio_dir
 
 log = logging.getLogger(__name__)
 

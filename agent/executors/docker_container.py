@@ -13,10 +13,10 @@ from typing import Any
 import docker.errors
 from docker.models.containers import Container
 
-from agent.executors.base import ExecutorError, Handle, Outcome, OutputSink
-from agent.executors.docker_engine import ENGINE_ERRORS, in_thread, reason, remove_quietly
-from agent.executors.docker_logs import ContainerLog
-from agent.executors.docker_stdio import StdioFiles
+from lanpool.agent.executors.base import ExecutorError, Handle, Outcome, OutputSink
+from lanpool.agent.executors.docker_engine import ENGINE_ERRORS, in_thread, reason, remove_quietly
+from lanpool.agent.executors.docker_logs import ContainerLog
+from lanpool.agent.executors.docker_stdio import StdioFiles
 
 log = logging.getLogger(__name__)
 

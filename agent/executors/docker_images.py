@@ -7,8 +7,8 @@ from collections.abc import Callable
 import docker
 import docker.errors
 
-from agent.executors.base import ExecutorError
-from agent.executors.docker_engine import ENGINE_ERRORS, reason
+from lanpool.agent.executors.base import ExecutorError
+from lanpool.agent.executors.docker_engine import ENGINE_ERRORS, reason
 
 _PULL_PROGRESS_EVERY_S = 2.0
 

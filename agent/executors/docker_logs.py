@@ -21,7 +21,7 @@ from collections.abc import Callable
 
 from docker.models.containers import Container
 
-from agent.executors.base import OutputSink
+from lanpool.agent.executors.base import OutputSink
 
 log = logging.getLogger(__name__)
 

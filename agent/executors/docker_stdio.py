@@ -31,9 +31,9 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.executors.base import OutputSink
-from agent.executors.line_cutter import MAX_LINE, whole_lines
-from agent.workspace_files import NotARegularFile, open_regular
+from lanpool.agent.executors.base import OutputSink
+from lanpool.agent.executors.line_cutter import MAX_LINE, whole_lines
+from lanpool.agent.workspace.files import NotARegularFile, open_regular
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ import contextlib
 import fcntl
 import os
 
-from agent.executors.base import OutputSink
-from agent.executors.line_cutter import whole_lines
+from lanpool.agent.executors.base import OutputSink
+from lanpool.agent.executors.line_cutter import whole_lines
 
 PIPE_BYTES = 1 << 20
 GATHER_S = 0.005

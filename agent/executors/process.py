@@ -5,10 +5,10 @@ import contextlib
 import os
 import signal
 
-from agent.executors.base import Adoption, ExecutorError, Handle, Launch, Outcome, OutputSink
-from agent.executors.pipe_pump import open_pipe, pump
-from agent.job_python import JobPythons
-from agent.pythons import Pythons
+from lanpool.agent.executors.base import Adoption, ExecutorError, Handle, Launch, Outcome, OutputSink
+from lanpool.agent.executors.pipe_pump import open_pipe, pump
+from lanpool.agent.python.interpreters import Pythons
+from lanpool.agent.python.job_envs import JobPythons
 
 # After the main process exits, children that kept the pipes open get this
 # long before they are killed (unless a stop is under way: then the stop's own

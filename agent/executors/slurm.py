@@ -20,11 +20,20 @@ import os
 import re
 from pathlib import Path
 
-from agent.executors.base import Adoption, ExecutorError, Launch, OutputSink
-from agent.executors.slurm_cli import SlurmOptions, cancel, check_env, job_state, last_line, node_count, run, time_limit
-from agent.executors.slurm_job import SlurmExecution
-from agent.executors.slurm_script import ERR_FILE, EXIT_FILE, ID_FILE, OUT_FILE, write_scripts
-from protocol.resources import Resources, ResourcesError
+from lanpool.agent.executors.base import Adoption, ExecutorError, Launch, OutputSink
+from lanpool.agent.executors.slurm_cli import (
+    SlurmOptions,
+    cancel,
+    check_env,
+    job_state,
+    last_line,
+    node_count,
+    run,
+    time_limit,
+)
+from lanpool.agent.executors.slurm_job import SlurmExecution
+from lanpool.agent.executors.slurm_script import ERR_FILE, EXIT_FILE, ID_FILE, OUT_FILE, write_scripts
+from lanpool.protocol.resources import Resources, ResourcesError
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from agent.executors.base import ExecutorError
+from lanpool.agent.executors.base import ExecutorError
 
 log = logging.getLogger(__name__)
 

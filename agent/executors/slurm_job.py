@@ -13,9 +13,9 @@ import signal
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.executors.base import ExecutorError, Handle, Outcome, OutputSink
-from agent.executors.slurm_cli import cancel, job_state
-from agent.executors.slurm_script import ERR_FILE, EXIT_FILE, OUT_FILE
+from lanpool.agent.executors.base import ExecutorError, Handle, Outcome, OutputSink
+from lanpool.agent.executors.slurm_cli import cancel, job_state
+from lanpool.agent.executors.slurm_script import ERR_FILE, EXIT_FILE, OUT_FILE
 
 log = logging.getLogger(__name__)
 

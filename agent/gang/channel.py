@@ -1,4 +1,4 @@
-"""The gang channel (agent.gang): newline-delimited JSON on the `lanpool-gang` subsystem
+"""The gang channel (agent.gang.hub): newline-delimited JSON on the `lanpool-gang` subsystem
 of node 0's agent, and a member's connection to that agent (its host key pinned by the
 controller, the gang's token as password)."""
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import asyncssh
 
-from agent.job import Job
-from protocol import ENCRYPTION_ALGS, GANG_SUBSYSTEM, GANG_USER_PREFIX
+from lanpool.agent.jobs.job import Job
+from lanpool.protocol import ENCRYPTION_ALGS, GANG_SUBSYSTEM, GANG_USER_PREFIX
 
 _LINE_MAX = 1024  # one message of the gang channel: a few small JSON fields
 

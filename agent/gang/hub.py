@@ -5,7 +5,7 @@ gang's id and size, the member's rank, node 0's agent address and pinned host
 key, a secret token the controller draws per gang, and the gang's order (the
 controller's clock at submit). Each member waits in its runner's queue like any
 job. When it reaches the head and fits, its runner RESERVES what it needs
-(agent.jobs: the job stays QUEUED, holding its GPUs, CPUs and memory) and tells
+(agent.jobs.manager: the job stays QUEUED, holding its GPUs, CPUs and memory) and tells
 node 0's agent, the coordinator. When every rank is reserved the coordinator
 picks MASTER_PORT and sends Go to all, and starts node 0: only then does any
 member's process start.
@@ -26,8 +26,8 @@ Trust: members reach node 0's agent over SSH with the host key the controller
 pinned (never trust on first use), as user `gang-<gang id>` with the token as
 password. Node 0 keeps only the token's sha256 (compared in constant time);
 such a connection may open only the `lanpool-gang` subsystem of its own gang:
-no submit, no logs, no files, no exec, no forwarding (agent.ssh_server). A
-member keeps the token in its job's private dir (agent.gang_token), so one whose
+no submit, no logs, no files, no exec, no forwarding (agent.ssh.server). A
+member keeps the token in its job's private dir (agent.gang.token), so one whose
 agent restarted before Go re-joins the barrier, and one whose container outlived a restart
 after Go re-joins the running gang (`adopted`).
 """
@@ -45,14 +45,14 @@ from typing import Any
 
 import asyncssh
 
-from agent.gang_channel import Lines, connect_node0, open_barrier, until_end
-from agent.gang_token import read_token
-from agent.job import Job
-from agent.job_env import free_port
-from agent.job_launch import read_request
-from agent.jobs import JobManager
-from protocol import GangSpec, JobState
-from protocol.errors import ProtocolError
+from lanpool.agent.gang.channel import Lines, connect_node0, open_barrier, until_end
+from lanpool.agent.gang.token import read_token
+from lanpool.agent.jobs.env import free_port
+from lanpool.agent.jobs.job import Job
+from lanpool.agent.jobs.launch import read_request
+from lanpool.agent.jobs.manager import JobManager
+from lanpool.protocol import GangSpec, JobState
+from lanpool.protocol.errors import ProtocolError
 
 log = logging.getLogger(__name__)
 

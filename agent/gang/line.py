@@ -1,13 +1,13 @@
-"""Where detached gangs' members stand in a runner's queue (agent.gang explains the gangs).
+"""Where detached gangs' members stand in a runner's queue (agent.gang.hub explains the gangs).
 
 Every runner puts gang members in the gangs' global order (the controller's clock at
 submit, then the gang id), so all runners agree on which gang goes first; and lets only
-one of them into the plan (agent.queue) at a time, none while a gang reservation is
+one of them into the plan (agent.jobs.queue) at a time, none while a gang reservation is
 held: a runner holds at most one gang reservation. A member backing off after a release
 stays in the plan's list only so that the plan wakes the queue when its delay is over.
 """
 
-from agent.job import Job
+from lanpool.agent.jobs.job import Job
 
 
 def gang_line(queued: list[Job], held: str, now: float) -> list[Job]:

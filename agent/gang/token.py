@@ -1,11 +1,11 @@
 """A detached gang member's token, kept in its job's private dir until the job ends.
 
-A member needs its gang's token to reach node 0's agent (agent.gang): until its
+A member needs its gang's token to reach node 0's agent (agent.gang.hub): until its
 gang starts, and again to re-join node 0 if that connection drops while it runs.
 Kept in memory only, it was lost when the member's agent restarted before Go.
 The runner is already trusted with it, so it is kept beside the job: a 0600 file
 in the job's dir (the agent's home is 0700), never in request.json, the journal
-or a log, deleted when the job ends. Node 0 keeps only its sha256 (agent.queue).
+or a log, deleted when the job ends. Node 0 keeps only its sha256 (agent.jobs.queue).
 """
 
 import logging

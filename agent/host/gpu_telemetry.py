@@ -26,10 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agent.gpus import FAKE_ENV as FAKE_GPUS_ENV
+from lanpool.agent.host.gpus import FAKE_ENV as FAKE_GPUS_ENV
 
 if TYPE_CHECKING:
-    from agent.job import Job
+    from lanpool.agent.jobs.job import Job
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from agent.errors import AgentError
+from lanpool.agent.errors import AgentError
 
 FAKE_ENV = "LANPOOL_FAKE_GPUS"
 

@@ -2,8 +2,8 @@
 
 import os
 
-from agent.errors import AgentError
-from agent.gpus import Gpu
+from lanpool.agent.errors import AgentError
+from lanpool.agent.host.gpus import Gpu
 
 FAKE_CPUS_ENV = "LANPOOL_FAKE_CPUS"
 

@@ -1,20 +1,20 @@
 """What a submit checks before a job exists on this runner, and the record it starts with.
 
-The manager (agent.jobs) calls `admit` first: a request refused here leaves
+The manager (agent.jobs.manager) calls `admit` first: a request refused here leaves
 nothing behind (no job dir, no journal entry). A detached gang member's token
-is the one secret of the request a restarted agent still needs (agent.gang_token).
+is the one secret of the request a restarted agent still needs (agent.gang.token).
 """
 
 import time
 
-from agent.dag import check_after, key_hash
-from agent.executors import Executor, ExecutorChoice, ExecutorError
-from agent.job import Job, masked_env
-from agent.job_limits import check_limits
-from agent.job_request import JobError, check_job_id, check_request, parse_resources
-from agent.journal import JobRecord
-from agent.queue import Amount, gang_fields, never_fits
-from protocol import ErrorCode, JobState, SubmitJob
+from lanpool.agent.executors import Executor, ExecutorChoice, ExecutorError
+from lanpool.agent.jobs.dag import check_after, key_hash
+from lanpool.agent.jobs.job import Job, masked_env
+from lanpool.agent.jobs.journal import JobRecord
+from lanpool.agent.jobs.limits import check_limits
+from lanpool.agent.jobs.queue import Amount, gang_fields, never_fits
+from lanpool.agent.jobs.request import JobError, check_job_id, check_request, parse_resources
+from lanpool.protocol import ErrorCode, JobState, SubmitJob
 
 
 def admit(

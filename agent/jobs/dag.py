@@ -3,7 +3,7 @@
 When every step of a run that must run fits one runner, the controller sends
 the whole chain there at once and may then go away (`run -d`). Each step's
 SubmitJob names the job ids it waits for (`after`); the runner's queue
-(agent.jobs) keeps a step out of line until all of them are DONE, then copies
+(agent.jobs.manager) keeps a step out of line until all of them are DONE, then copies
 their artifacts over its workspace (as the controller would have uploaded
 them: a later dependency's file wins) and lets it start. A dependency that
 ends any other way (FAILED, STOPPED, LOST...) fails its dependents at once,
@@ -24,12 +24,12 @@ import os
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
-from agent.artifacts import ArtifactChanged, resolve_listed
-from agent.job import Job
-from agent.job_request import JobError, check_job_id
-from agent.staging import _DIR_FLAGS, _NEW_FILE, _copy_fd, _dir_fd
-from agent.workspace_files import NotARegularFile, open_regular
-from protocol import ErrorCode, JobState, SubmitJob
+from lanpool.agent.jobs.job import Job
+from lanpool.agent.jobs.request import JobError, check_job_id
+from lanpool.agent.workspace.artifacts import ArtifactChanged, resolve_listed
+from lanpool.agent.workspace.files import NotARegularFile, open_regular
+from lanpool.agent.workspace.staging import _DIR_FLAGS, _NEW_FILE, _copy_fd, _dir_fd
+from lanpool.protocol import ErrorCode, JobState, SubmitJob
 
 MAX_AFTER = 64  # dependencies of one step: a DAG of a workflow file, not a generated graph
 

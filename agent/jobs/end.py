@@ -2,7 +2,7 @@
 record settled, either as ended or, when its retry policy says so, back in the queue.
 
 Only the job's own record and log are written here; what the job held (GPUs) and
-what starts next are the manager's (agent.jobs), which calls `settle` from its
+what starts next are the manager's (agent.jobs.manager), which calls `settle` from its
 `_finish`.
 """
 
@@ -10,12 +10,12 @@ import asyncio
 import logging
 import time
 
-from agent.artifacts import list_artifacts
-from agent.executors import Outcome
-from agent.job import Job
-from agent.job_limits import human_duration, retries
-from protocol import JobState
-from protocol.errors import clip
+from lanpool.agent.executors import Outcome
+from lanpool.agent.jobs.job import Job
+from lanpool.agent.jobs.limits import human_duration, retries
+from lanpool.agent.workspace.artifacts import list_artifacts
+from lanpool.protocol import JobState
+from lanpool.protocol.errors import clip
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def settle(job: Job, state: JobState, code: int | None, error: str) -> None:
 
 def _requeue(job: Job, state: JobState, error: str) -> None:
     """A retry: the job waits out its delay in the queue (keeping its place), then starts
-    again in the same workspace, from its newest checkpoint (agent.job_launch)."""
+    again in the same workspace, from its newest checkpoint (agent.jobs.launch)."""
     record = job.record
     record.attempt += 1
     why = error or str(state).lower()

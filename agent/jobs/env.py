@@ -9,9 +9,9 @@ import shlex
 import socket
 from pathlib import Path
 
-from agent.gpus import gpu_env
-from agent.metrics_tail import METRICS_REL, metrics_env
-from protocol import SubmitJob
+from lanpool.agent.host.gpus import gpu_env
+from lanpool.agent.workspace.metrics_tail import METRICS_REL, metrics_env
+from lanpool.protocol import SubmitJob
 
 
 def job_env(
@@ -35,7 +35,7 @@ def job_env(
 
 def container_commands(req: SubmitJob) -> list[str]:
     """A container job's commands: its requirements installed first, pip's progress in its log
-    (a process job gets its own environment instead: agent.job_python)."""
+    (a process job gets its own environment instead: agent.python.job_envs)."""
     if not req.requirements:
         return list(req.commands)
     install = f"pip install --disable-pip-version-check --no-input -r {shlex.quote(req.requirements)}"

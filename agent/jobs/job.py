@@ -5,11 +5,11 @@ import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.executors import Execution, Executor, OutputSink
-from agent.journal import JobRecord
-from agent.metrics_tail import MetricsTail
-from agent.spool import LogSpool
-from protocol import JobState, JobStatus, SubmitJob
+from lanpool.agent.executors import Execution, Executor, OutputSink
+from lanpool.agent.jobs.journal import JobRecord
+from lanpool.agent.workspace.metrics_tail import MetricsTail
+from lanpool.agent.workspace.spool import LogSpool
+from lanpool.protocol import JobState, JobStatus, SubmitJob
 
 
 def mask_secrets(data: bytes, masks: list[bytes]) -> bytes:
@@ -42,7 +42,7 @@ class Job:
     masks: list[bytes] = field(default_factory=list)
     # The request as it came, secrets and all (request.json on disk has *** for them).
     request: SubmitJob | None = None
-    # While QUEUED: its place in the runner's queue and why it waits (agent.queue; not journalled).
+    # While QUEUED: its place in the runner's queue and why it waits (agent.jobs.queue; not journalled).
     position: int = 0
     reason: str = ""
 

@@ -5,8 +5,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.home import write_json_atomic
-from protocol import ArtifactFile, JobState, JobStatus
+from lanpool.agent.home import write_json_atomic
+from lanpool.protocol import ArtifactFile, JobState, JobStatus
 
 
 @dataclass
@@ -50,20 +50,20 @@ class JobRecord:
     # spool offset, bytes], noted before its record is written.
     log_masked: dict[str, int] = field(default_factory=dict)
     last_mask: list[Any] = field(default_factory=list)
-    # The runner's queue (agent.queue): order of arrival, and a retry's delay.
+    # The runner's queue (agent.jobs.queue): order of arrival, and a retry's delay.
     queued_seq: int = 0
     not_before: float = 0.0
-    # Time limit and retries (agent.job_limits), as the SubmitJob asked.
+    # Time limit and retries (agent.jobs.limits), as the SubmitJob asked.
     max_duration_s: float = 0.0
     retry_on: list[str] = field(default_factory=list)
     retry_limit: int = 0
     retry_delay_s: float = 0.0
     attempt: int = 0  # retries so far
     timed_out: bool = False
-    # A detached DAG's step (agent.dag): the jobs it waits for, and its run key's sha256.
+    # A detached DAG's step (agent.jobs.dag): the jobs it waits for, and its run key's sha256.
     after: list[str] = field(default_factory=list)
     run_key_hash: str = ""
-    # A detached gang's member (agent.gang): its gang, rank and order; node 0 keeps its token's sha256.
+    # A detached gang's member (agent.gang.hub): its gang, rank and order; node 0 keeps its token's sha256.
     gang_id: str = ""
     gang_size: int = 0
     gang_rank: int = 0

@@ -9,14 +9,14 @@ import asyncio
 import json
 from pathlib import Path
 
-from agent.executors import Executor, Launch
-from agent.job import Job
-from agent.job_env import container_commands, job_env
-from agent.job_limits import newest_checkpoint
-from agent.job_request import parse_resources
-from protocol import SubmitJob
-from protocol.messages import to_wire
-from protocol.schema import build
+from lanpool.agent.executors import Executor, Launch
+from lanpool.agent.jobs.env import container_commands, job_env
+from lanpool.agent.jobs.job import Job
+from lanpool.agent.jobs.limits import newest_checkpoint
+from lanpool.agent.jobs.request import parse_resources
+from lanpool.protocol import SubmitJob
+from lanpool.protocol.messages import to_wire
+from lanpool.protocol.schema import build
 
 REQUEST_FILE = "request.json"
 

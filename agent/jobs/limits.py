@@ -10,12 +10,12 @@ resumes from.
 import os
 from pathlib import Path
 
-from agent.job_request import JobError
-from agent.journal import JobRecord
-from protocol import ErrorCode, JobState, SubmitJob
+from lanpool.agent.jobs.journal import JobRecord
+from lanpool.agent.jobs.request import JobError
+from lanpool.protocol import ErrorCode, JobState, SubmitJob
 
 RETRY_ON = ("failure", "lost")
-CKPT_SUFFIX = ".ckpt"  # what training/ recipes and app/resume.py take as a checkpoint
+CKPT_SUFFIX = ".ckpt"  # what training/ recipes and app/runs/resume.py take as a checkpoint
 _CKPT_SCAN_LIMIT = 20000  # entries looked at in a workspace: a huge tree must not stall a retry
 
 

@@ -5,10 +5,10 @@ leaves its jobs running and comes back to their spooled logs. Jobs whose
 executor outlives the agent (containers) also survive a restart: the next
 start re-adopts them (`load_journal`).
 
-The request is checked in agent.job_admission, the workspace staged in
-agent.staging, the environment built in agent.job_env, the journal read back in
-agent.recovery; a started job is watched to its end in agent.job_supervision and
-its end written in agent.job_end. This module holds the jobs themselves: their
+The request is checked in agent.jobs.admission, the workspace staged in
+agent.workspace.staging, the environment built in agent.jobs.env, the journal read back in
+agent.jobs.recovery; a started job is watched to its end in agent.jobs.supervision and
+its end written in agent.jobs.end. This module holds the jobs themselves: their
 journal at start-up, submit, the queue and what its jobs hold, stop and exit.
 """
 
@@ -21,35 +21,26 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from agent.blobs import BlobCache
-from agent.dag import blocked, stage_dependencies
-from agent.executors import Executor, ExecutorChoice, ExecutorError
-from agent.gang_line import gang_line
-from agent.gang_token import forget_token, keep_token
-from agent.gpus import GpuAllocator, GpuError
-from agent.home import AgentHome
-from agent.job import Job, masked_env
-from agent.job_admission import admit
-from agent.job_end import settle
-from agent.job_env import free_port
-from agent.job_launch import launch_of, read_request, save_request
-from agent.job_request import JobError
-from agent.job_supervision import Supervisor
-from agent.queue import (
-    Amount,
-    Waiting,
-    capacity_of,
-    holds,
-    in_use,
-    need_of,
-    plan,
-    replace_files,
-)
-from agent.recovery import adoption_of, read_journal, remove_leftovers
-from agent.spool import LogSpool
-from agent.staging import stage_workspace
-from protocol import ErrorCode, JobState, SubmitJob
-from protocol.errors import ProtocolError
+from lanpool.agent.executors import Executor, ExecutorChoice, ExecutorError
+from lanpool.agent.gang.line import gang_line
+from lanpool.agent.gang.token import forget_token, keep_token
+from lanpool.agent.home import AgentHome
+from lanpool.agent.host.gpus import GpuAllocator, GpuError
+from lanpool.agent.jobs.admission import admit
+from lanpool.agent.jobs.dag import blocked, stage_dependencies
+from lanpool.agent.jobs.end import settle
+from lanpool.agent.jobs.env import free_port
+from lanpool.agent.jobs.job import Job, masked_env
+from lanpool.agent.jobs.launch import launch_of, read_request, save_request
+from lanpool.agent.jobs.queue import Amount, Waiting, capacity_of, holds, in_use, need_of, plan, replace_files
+from lanpool.agent.jobs.recovery import adoption_of, read_journal, remove_leftovers
+from lanpool.agent.jobs.request import JobError
+from lanpool.agent.jobs.supervision import Supervisor
+from lanpool.agent.workspace.blobs import BlobCache
+from lanpool.agent.workspace.spool import LogSpool
+from lanpool.agent.workspace.staging import stage_workspace
+from lanpool.protocol import ErrorCode, JobState, SubmitJob
+from lanpool.protocol.errors import ProtocolError
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +67,7 @@ class JobManager:
         self.executors = executors
         self.grace_s = grace_s
         self.gpus = gpus or GpuAllocator([])
-        # What this runner has in all (agent.resources): a job that can never fit it is refused.
+        # What this runner has in all (agent.host.resources): a job that can never fit it is refused.
         cpus, memory = capacity_of(capacity)
         self.capacity = Amount(cpus, memory, len(self.gpus.indices))
         self._wake: asyncio.TimerHandle | None = None  # the pump after a retry's delay
@@ -87,7 +78,7 @@ class JobManager:
         # Called when a job starts or ends (what the runner has free changed).
         self.listeners: list[Callable[[], None]] = []
         self.supervisor = Supervisor(grace_s, self._spawn, self._finish, self._changed)
-        # Detached gangs (agent.gang): the member holding this runner's one gang reservation
+        # Detached gangs (agent.gang.hub): the member holding this runner's one gang reservation
         # (QUEUED, its resources held), and who is told when a reservation is taken.
         self.gang_held: str = ""
         self.on_reserved: Callable[[Job], None] | None = None
@@ -102,7 +93,7 @@ class JobManager:
         """What running jobs hold now: GPUs free, CPUs and memory reserved, job count."""
         records = [j.record for j in self.jobs.values()]
         # Records are checked at submit, but a journal written by an older agent may hold
-        # anything (cpus NaN): this feeds every Hello, so it must never raise (agent.queue.reserved).
+        # anything (cpus NaN): this feeds every Hello, so it must never raise (agent.jobs.queue.reserved).
         used = in_use(records)
         return {
             "gpus_free": len(self.gpus.free),
@@ -151,7 +142,7 @@ class JobManager:
         # Metrics resume from the last offset the journal saved: a few values may repeat.
         self.supervisor.running(job, execution, adopted=True)
         if record.gang_id and record.gang_rank and self.on_adopted is not None:
-            self.on_adopted(job)  # a running gang member re-joins node 0's agent (agent.gang)
+            self.on_adopted(job)  # a running gang member re-joins node 0's agent (agent.gang.hub)
 
     # -- requests --------------------------------------------------------------
 
@@ -172,7 +163,7 @@ class JobManager:
         # restart; its secrets stay in memory (job.request), the saved copy has *** for them.
         job.request = req
         save_request(job_dir, replace_files(req, env=masked_env(dict(req.env), req.masked)))
-        if req.gang is not None and req.gang.gang_rank:  # a member's token, for a restart (agent.gang_token)
+        if req.gang is not None and req.gang.gang_rank:  # a member's token, for a restart (agent.gang.token)
             keep_token(job_dir, req.gang.gang_token)
         self.jobs[req.job_id] = job
         record.save(job_dir)
@@ -208,7 +199,7 @@ class JobManager:
     # -- the queue -------------------------------------------------------------
 
     def _pump(self) -> None:
-        """Start what the queue says can start now (agent.queue); called whenever a job ends,
+        """Start what the queue says can start now (agent.jobs.queue); called whenever a job ends,
         is queued or its retry delay is over, so a hand-over is immediate."""
         if self._closing:
             return
@@ -251,7 +242,7 @@ class JobManager:
             self._wake = asyncio.get_running_loop().call_later(max(0.0, decided.wake_at - now), self._pump)
 
     def _ready(self, queued: list[Job]) -> list[Job]:
-        """The queued jobs whose dependencies are DONE (agent.dag); the others wait out of line
+        """The queued jobs whose dependencies are DONE (agent.jobs.dag); the others wait out of line
         (reason set), and those with a dependency that ended otherwise fail now, in cascade."""
         while True:
             failed = False
@@ -272,13 +263,13 @@ class JobManager:
             self._changed()
             queued = [j for j in queued if j.record.state == JobState.QUEUED]
 
-    # -- detached gangs (agent.gang) -------------------------------------------
+    # -- detached gangs (agent.gang.hub) -------------------------------------------
 
     def is_reserved(self, job: Job) -> bool:
         return bool(self.gang_held) and self.gang_held == job.record.job_id
 
     def _reserve(self, job: Job) -> None:
-        """A gang member at the head that fits: hold its resources, and tell the gang (agent.gang)."""
+        """A gang member at the head that fits: hold its resources, and tell the gang (agent.gang.hub)."""
         try:
             job.record.gpus = self.gpus.allocate(job.record.job_id, need_of(job.record).gpus)
         except GpuError as exc:
@@ -397,7 +388,7 @@ class JobManager:
         await job.wait_terminal()
 
     def _finish(self, job: Job, state: JobState, code: int | None, error: str) -> None:
-        """The job's run ended (or never began): its record settled (agent.job_end), what it
+        """The job's run ended (or never began): its record settled (agent.jobs.end), what it
         held freed, and the queue's next job started now."""
         settle(job, state, code, error)
         if job.record.terminal:  # not a retry, which needs it again

@@ -12,7 +12,7 @@ alive. The rule is FIFO with a conservative backfill:
 
 A job waiting out a retry's delay is not in line until its delay is over.
 Pure logic over numbers, so it is easy to test and to reason about; the job
-manager (agent.jobs) applies the choices.
+manager (agent.jobs.manager) applies the choices.
 """
 
 import dataclasses
@@ -21,11 +21,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from agent.job_request import JobError
-from agent.journal import JobRecord
-from agent.resources import detect_machine
-from protocol import ErrorCode, JobState, SubmitJob
-from protocol.resources import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB
+from lanpool.agent.host.resources import detect_machine
+from lanpool.agent.jobs.journal import JobRecord
+from lanpool.agent.jobs.request import JobError
+from lanpool.protocol import ErrorCode, JobState, SubmitJob
+from lanpool.protocol.resources import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ def _n(value: float) -> str:
     return str(int(value)) if math.isclose(value, round(value)) else f"{value:g}"
 
 
-# -- a job record's part in the bookkeeping (what agent.jobs adds up) --------------
+# -- a job record's part in the bookkeeping (what agent.jobs.manager adds up) --------------
 
 
 def holds(record: JobRecord) -> bool:
@@ -138,7 +138,7 @@ def need_of(record: JobRecord) -> Amount:
 
 
 def capacity_of(capacity: Amount | None) -> tuple[float, int]:
-    """CPUs and memory of this machine, unless given (agent.resources detects them)."""
+    """CPUs and memory of this machine, unless given (agent.host.resources detects them)."""
     if capacity is not None:
         return capacity.cpus, capacity.memory_mb
     detected = detect_machine()
@@ -150,8 +150,8 @@ def replace_files(req: SubmitJob, env: dict[str, str] | None = None) -> SubmitJo
     instead of its own when given (secrets written ***); the secrets themselves become ***
     (how many there were is kept: such a request cannot start after a restart)."""
     masked = ["***"] * len(req.masked) if env is not None else req.masked
-    # The run key is kept as its hash in the record only (agent.dag): never needed to start.
-    # A gang's token likewise: node 0 keeps its hash, a member needs it only until its gang starts (agent.gang).
+    # The run key is kept as its hash in the record only (agent.jobs.dag): never needed to start.
+    # A gang's token likewise: node 0 keeps its hash, a member needs it only until its gang starts (agent.gang.hub).
     gang = dataclasses.replace(req.gang, gang_token="") if req.gang is not None else None
     return dataclasses.replace(req, files=[], env=req.env if env is None else env, masked=masked, run_key="", gang=gang)
 
@@ -167,7 +167,7 @@ def reserved(value: float, limit: float) -> float:
 
 
 def gang_fields(req: SubmitJob) -> dict[str, Any]:
-    """A gang member's record fields (agent.gang), its spec checked; node 0 keeps its token's sha256 only."""
+    """A gang member's record fields (agent.gang.hub), its spec checked; node 0 keeps its token's sha256 only."""
     gang = req.gang
     if gang is None:
         return {}

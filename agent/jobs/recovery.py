@@ -7,12 +7,12 @@ container outlives the agent, a process's pipes do not.
 import asyncio
 import logging
 
-from agent.executors import Adoption, ExecutorChoice, ExecutorError
-from agent.home import AgentHome
-from agent.job import Job
-from agent.journal import JobRecord
-from agent.spool import LogSpool
-from protocol import JobState
+from lanpool.agent.executors import Adoption, ExecutorChoice, ExecutorError
+from lanpool.agent.home import AgentHome
+from lanpool.agent.jobs.job import Job
+from lanpool.agent.jobs.journal import JobRecord
+from lanpool.agent.workspace.spool import LogSpool
+from lanpool.protocol import JobState
 
 log = logging.getLogger(__name__)
 

@@ -8,10 +8,10 @@ the job starts.
 import re
 from collections.abc import Mapping
 
-from agent.artifacts import check_artifact_path
-from protocol import ErrorCode, SubmitJob
-from protocol.errors import clip
-from protocol.resources import Resources, ResourcesError
+from lanpool.agent.workspace.artifacts import check_artifact_path
+from lanpool.protocol import ErrorCode, SubmitJob
+from lanpool.protocol.errors import clip
+from lanpool.protocol.resources import Resources, ResourcesError
 
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 PULL_POLICIES = ("never", "missing", "always")

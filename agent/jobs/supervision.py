@@ -1,9 +1,9 @@
 """A started job watched to its end: its start, its stop signals and time limit, its
 metrics tailed into the spool, and its outcome handed back to the manager.
 
-The manager (agent.jobs) owns the queue and what jobs hold; it gives the
+The manager (agent.jobs.manager) owns the queue and what jobs hold; it gives the
 supervisor its way to run background tasks (`spawn`, strong references kept
-there), to end a job (`finish`: agent.job_end, then the queue moves on), and to
+there), to end a job (`finish`: agent.jobs.end, then the queue moves on), and to
 say that what the runner has free changed (`changed`). Nothing here imports the
 manager, so the dependency points one way.
 """
@@ -15,14 +15,14 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-from agent.executors import Execution, Executor, ExecutorError, Launch
-from agent.gpu_telemetry import telemetry
-from agent.job import Job
-from agent.job_end import ended_state, list_job_artifacts
-from agent.job_limits import human_duration
-from agent.metrics_tail import POLL_S as METRICS_POLL_S
-from agent.metrics_tail import MetricsTail
-from protocol import JobState
+from lanpool.agent.executors import Execution, Executor, ExecutorError, Launch
+from lanpool.agent.host.gpu_telemetry import telemetry
+from lanpool.agent.jobs.end import ended_state, list_job_artifacts
+from lanpool.agent.jobs.job import Job
+from lanpool.agent.jobs.limits import human_duration
+from lanpool.agent.workspace.metrics_tail import POLL_S as METRICS_POLL_S
+from lanpool.agent.workspace.metrics_tail import MetricsTail
+from lanpool.protocol import JobState
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.errors import AgentError
+from lanpool.agent.errors import AgentError
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Each process job's own Python environment, layered on an interpreter the runner offers.
 
 jobs/<id>/pyenv is a venv made with `--without-pip` (then, for the same interpreter,
-written without venv: agent/job_venv.py) whose
+written without venv: agent/python/venv.py) whose
 `_lanpool.pth` adds, after its own site-packages, the requirements environment
 (if the job has `requirements:`) and then the interpreter's site-packages: the
 job sees the runner's torch and Lightning without a copy, and `pip install` in
@@ -27,9 +27,9 @@ import signal
 import time
 from pathlib import Path
 
-from agent.executors.base import ExecutorError, OutputSink
-from agent.job_venv import VenvShape
-from agent.pythons import Interpreter, Pythons, PythonsError
+from lanpool.agent.executors.base import ExecutorError, OutputSink
+from lanpool.agent.python.interpreters import Interpreter, Pythons, PythonsError
+from lanpool.agent.python.venv import VenvShape
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def _requirements_file(workspace: Path, working_dir: Path, requirements: str) ->
 
 async def _make_venv(interp: Interpreter, env_dir: Path, layers: list[str], shapes: dict[str, VenvShape]) -> None:
     """A venv without pip, seeing `layers` after its own site-packages; `pip` runs the layers' pip into it.
-    `shapes`: what venv wrote for each interpreter, to write its later envs without it (agent/job_venv.py)."""
+    `shapes`: what venv wrote for each interpreter, to write its later envs without it (agent/python/venv.py)."""
     env_dir.parent.mkdir(parents=True, exist_ok=True)
     shape = shapes.get(interp.path)
     if shape is not None:

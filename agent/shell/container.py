@@ -16,7 +16,7 @@ from typing import Any
 import asyncssh
 import docker.errors
 
-from agent.job import Job
+from lanpool.agent.jobs.job import Job
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +45,9 @@ async def _start(job: Job, argv: tuple[str, ...], term: str) -> tuple[Any, str, 
 async def exec_in_container_direct(
     process: asyncssh.SSHServerProcess[bytes], job: Job, argv: tuple[str, ...], conn: ssl.SSLSocket
 ) -> int:
-    """A terminal in the container on the controller's direct connection (agent/shell_direct.py):
+    """A terminal in the container on the controller's direct connection (agent/shell/direct.py):
     the exec's socket and `conn` relayed both ways by one thread, resizes from the channel."""
-    from agent.shell_direct import relay, watch_channel
+    from lanpool.agent.shell.direct import relay, watch_channel
 
     api, exec_id, sock = await _start(job, argv, process.term_type or "xterm")
     await _resize(api, exec_id, *process.term_size[:2])

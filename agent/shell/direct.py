@@ -1,13 +1,13 @@
 """A job's shell on a TLS connection of its own: each keystroke and its echo cross two plain
 a plain thread on each side instead of asyncssh's per-packet work (issue #16; scripts/bench-shell).
 
-The SSH exec request stays the only door (agent/ssh_server.py authorizes it, agent/job_shell.py
+The SSH exec request stays the only door (agent/ssh/server.py authorizes it, agent/shell/into_job.py
 checks the job runs and logs the session): asked `--direct` with a PTY, the agent offers on that
 channel a one-time TLS listener on the address the SSH connection reached, with the SHA-256 of
 its certificate and a one-time token (DirectSender.listen_once, the same as artifact transfers,
-agent/direct_transfer.py). Only the connection that brings the token is taken; the terminal's
+agent/direct.py). Only the connection that brings the token is taken; the terminal's
 bytes then go on it both ways, relayed by one thread (PTY master <-> socket, or docker exec's
-socket <-> socket: protocol/tls_relay.py). Window changes and the exit status stay on the channel; Ctrl-C
+socket <-> socket: protocol/runtime/tls_relay.py). Window changes and the exit status stay on the channel; Ctrl-C
 is the byte 0x03, which the job's terminal turns into SIGINT as on any terminal.
 """
 
@@ -23,11 +23,11 @@ from typing import Any, TypeVar
 
 import asyncssh
 
-from agent.direct_transfer import DirectSender, OneConnection
-from agent.job import Job
-from agent.job_shell import _set_size, _supervise, _take_terminal, job_environment
-from protocol import tls_relay
-from protocol.shell_direct import NO_OFFER_LINE, offer_line
+from lanpool.agent.direct import DirectSender, OneConnection
+from lanpool.agent.jobs.job import Job
+from lanpool.agent.shell.into_job import _set_size, _supervise, _take_terminal, job_environment
+from lanpool.protocol.runtime import tls_relay
+from lanpool.protocol.shell_direct import NO_OFFER_LINE, offer_line
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ async def serve_direct(
         conn.settimeout(None)
         try:
             if job.record.container_id:
-                from agent.job_shell_docker import exec_in_container_direct
+                from lanpool.agent.shell.container import exec_in_container_direct
 
                 return await exec_in_container_direct(process, job, argv, conn)
             return await _in_process_job(process, job, argv, conn)
@@ -110,7 +110,7 @@ def _settle(done: "asyncio.Future[T]", result: T | None) -> None:
 
 def relay(conn: ssl.SSLSocket, fd: int) -> "asyncio.Future[None]":
     """The job's terminal (`fd`: the PTY master, or docker exec's socket) <-> `conn`, both ways on
-    one thread (protocol/tls_relay.py says why one); done once the job's side has ended and all
+    one thread (protocol/runtime/tls_relay.py says why one); done once the job's side has ended and all
     it wrote is sent, or the connection went."""
     done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
     os.set_blocking(fd, False)

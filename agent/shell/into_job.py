@@ -5,7 +5,7 @@ grammar, validated like any peer input: `lanpool-exec JOB_ID [-- ARGV...]` (no
 ARGV: an interactive shell). The job must be running on this runner. A process
 job's command runs in its working directory with its environment (read back
 from the job's own process), in a process group of its own that is hung up when
-the job ends; a container job's runs through `docker exec` (agent/job_shell_docker.py).
+the job ends; a container job's runs through `docker exec` (agent/shell/container.py).
 """
 
 import asyncio
@@ -26,14 +26,14 @@ from typing import TYPE_CHECKING
 
 import asyncssh
 
-from agent.job import Job
-from agent.job_request import JobError, check_job_id
-from agent.jobs import JobManager
-from protocol.shell_direct import DIRECT_FLAG
-from protocol.shell_sshd import SSHD_FLAG, SSHD_UNUSED, key_blob_b64
+from lanpool.agent.jobs.job import Job
+from lanpool.agent.jobs.manager import JobManager
+from lanpool.agent.jobs.request import JobError, check_job_id
+from lanpool.protocol.shell_direct import DIRECT_FLAG
+from lanpool.protocol.shell_sshd import SSHD_FLAG, SSHD_UNUSED, key_blob_b64
 
 if TYPE_CHECKING:
-    from agent.direct_transfer import DirectSender
+    from lanpool.agent.direct import DirectSender
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,8 @@ NOT_RUNNING_EXIT = 255  # as ssh reports a session that could not run
 class ShellRequest:
     job_id: str
     argv: tuple[str, ...]  # empty: an interactive shell
-    direct: bool = False  # the terminal's bytes on a TLS connection of their own (agent/shell_direct.py)
-    sshd_key: str = ""  # a one-time sshd for this key's holder (agent/shell_sshd.py): base64 of an ed25519 key
+    direct: bool = False  # the terminal's bytes on a TLS connection of their own (agent/shell/direct.py)
+    sshd_key: str = ""  # a one-time sshd for this key's holder (agent/shell/sshd.py): base64 of an ed25519 key
 
     def describe(self) -> str:
         return shlex.join(self.argv)[:200] if self.argv else "(shell)"
@@ -104,7 +104,7 @@ async def serve_exec(
     direct: "DirectSender | None" = None,
 ) -> None:
     """Run the request in its job, relaying the channel (or, asked `--direct` with a PTY and
-    `direct` given, a TLS connection of its own: agent/shell_direct.py); the channel's exit
+    `direct` given, a TLS connection of its own: agent/shell/direct.py); the channel's exit
     status is the command's."""
     job = running_job(manager, request.job_id)
     if job is None:
@@ -121,11 +121,11 @@ async def serve_exec(
     try:
         code = None
         if request.direct and direct is not None and process.term_type:
-            from agent.shell_direct import serve_direct
+            from lanpool.agent.shell.direct import serve_direct
 
             code = await serve_direct(process, job, request.argv, direct)
         if code is None and job.record.container_id:
-            from agent.job_shell_docker import exec_in_container
+            from lanpool.agent.shell.container import exec_in_container
 
             code = await exec_in_container(process, job, request.argv)
         elif code is None:
@@ -142,9 +142,9 @@ async def serve_exec(
 async def _serve_sshd(
     process: asyncssh.SSHServerProcess[bytes], job: Job, request: ShellRequest, direct: "DirectSender | None"
 ) -> None:
-    """A one-time sshd for the shell (agent/shell_sshd.py); the channel's exit status says
+    """A one-time sshd for the shell (agent/shell/sshd.py); the channel's exit status says
     whether a session ran in it (protocol/shell_sshd.py)."""
-    from agent.shell_sshd import serve_sshd
+    from lanpool.agent.shell.sshd import serve_sshd
 
     listen = direct.listen_plain if direct is not None else None
     try:

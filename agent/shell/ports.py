@@ -6,7 +6,7 @@ job that ended. A forward is cut when its job ends.
 
 The bytes go through asyncssh's protocol-level forwarder (no task, no stream
 copy per chunk), with backpressure both ways; the controller picks the packet
-size of what comes down (app/port_forward.py).
+size of what comes down (app/shell/ports.py).
 """
 
 import asyncio
@@ -16,15 +16,15 @@ from typing import cast
 
 import asyncssh
 
-from agent.job import Job
-from agent.jobs import JobManager
+from lanpool.agent.jobs.job import Job
+from lanpool.agent.jobs.manager import JobManager
 
 log = logging.getLogger(__name__)
 
 LOOPBACK = ("127.0.0.1", "localhost")
 _CONNECT_S = 10.0
 # What the controller may send before the agent reads, and in one packet (the upload side of a
-# forward; the download side is the controller's window, app/job_shell.py).
+# forward; the download side is the controller's window, app/shell/into_job.py).
 PORT_WINDOW = 4 * 1024 * 1024
 PORT_MAX_PACKET = 64 * 1024
 

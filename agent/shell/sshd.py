@@ -1,6 +1,6 @@
 """A process job's shell in a one-time OpenSSH server: the runner's side (protocol/shell_sshd.py says why).
 
-Asked on the exec channel (authorized, the job checked running: agent/job_shell.py), the
+Asked on the exec channel (authorized, the job checked running: agent/shell/into_job.py), the
 agent makes, in a private directory (0700, in /dev/shm where there is one, removed at the end):
 - an ed25519 host key for this session only (sent in the offer; the runner's own host key
   is never handed to sshd),
@@ -37,9 +37,9 @@ from pathlib import Path
 
 import asyncssh
 
-from agent.job import Job
-from protocol.errors import clip
-from protocol.shell_sshd import NO_OFFER_LINE, SSHD_ENV, SSHD_RAN, SSHD_UNUSED, offer_line
+from lanpool.agent.jobs.job import Job
+from lanpool.protocol.errors import clip
+from lanpool.protocol.shell_sshd import NO_OFFER_LINE, SSHD_ENV, SSHD_RAN, SSHD_UNUSED, offer_line
 
 log = logging.getLogger(__name__)
 
@@ -215,7 +215,7 @@ def _write(path: Path, text: str) -> None:
 def _prepare(workdir: Path, job: Job, argv: tuple[str, ...], client_key_b64: str) -> tuple[Path, str]:
     """The session's files in `workdir`; the path of its command script and the base64 of the
     session's host key (what the offer names)."""
-    from agent.job_shell import job_environment
+    from lanpool.agent.shell.into_job import job_environment
 
     host_key = asyncssh.generate_private_key("ssh-ed25519")
     _write(workdir / "host_key", host_key.export_private_key().decode())

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import asyncssh
 
-from agent.errors import AgentError
-from protocol import key_text
+from lanpool.agent.errors import AgentError
+from lanpool.protocol import key_text
 
 
 def load_or_create_host_key(path: Path) -> asyncssh.SSHKey:

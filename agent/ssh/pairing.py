@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from protocol import ErrorCode, PairConfirm, Paired, PairReply, PairStart
-from protocol.pairing import CODE_ALPHABET, CODE_LENGTH, PairingFailed, RunnerPake, key_identity, sanitize_label
+from lanpool.protocol import ErrorCode, PairConfirm, Paired, PairReply, PairStart
+from lanpool.protocol.pairing import CODE_ALPHABET, CODE_LENGTH, PairingFailed, RunnerPake, key_identity, sanitize_label
 
 log = logging.getLogger(__name__)
 

@@ -2,14 +2,14 @@
 
 Public-key auth only: the normal user needs a key in authorized_keys;
 PAIRING_USER is accepted with any key while a pairing code is active, and such a
-connection is pairing-only (agent/pairing.py). Session channels carry the
+connection is pairing-only (agent/ssh/pairing.py). Session channels carry the
 lanpool subsystem, or for an authorized controller an exec into a RUNNING job
-(agent/job_shell.py); direct-tcpip reaches a port a running job declared
-(agent/job_ports.py). Everything else (shell, SFTP/scp, agent/X11/remote
+(agent/shell/into_job.py); direct-tcpip reaches a port a running job declared
+(agent/shell/ports.py). Everything else (shell, SFTP/scp, agent/X11/remote
 forwarding, other channel types) is refused and logged.
 
 What a channel then does is the agent's (`AgentSide.serve_channel`,
-agent.server.Agent): this module imports nothing of the agent's lifecycle.
+agent.daemon.Agent): this module imports nothing of the agent's lifecycle.
 """
 
 import asyncio
@@ -22,33 +22,33 @@ import asyncssh
 from asyncssh.connection import SSHConnection
 from asyncssh.misc import TermModes, TermSize
 
-from agent.gang import GangHub
-from agent.home import AgentHome
-from agent.job_ports import Forward, declaring_job, forward_to
-from agent.job_shell import ShellRequest, parse_exec
-from agent.jobs import JobManager
-from agent.pairing import Pairing, PairingGrant, PairingState
-from protocol import ENCRYPTION_ALGS, GANG_SUBSYSTEM, GANG_USER_PREFIX, SUBSYSTEM, key_text
-from protocol.pairing import PAIRING_USER
-from protocol.ssh_transport import install as install_ssh_transport
+from lanpool.agent.gang.hub import GangHub
+from lanpool.agent.home import AgentHome
+from lanpool.agent.jobs.manager import JobManager
+from lanpool.agent.shell.into_job import ShellRequest, parse_exec
+from lanpool.agent.shell.ports import Forward, declaring_job, forward_to
+from lanpool.agent.ssh.pairing import Pairing, PairingGrant, PairingState
+from lanpool.protocol import ENCRYPTION_ALGS, GANG_SUBSYSTEM, GANG_USER_PREFIX, SUBSYSTEM, key_text
+from lanpool.protocol.pairing import PAIRING_USER
+from lanpool.protocol.runtime.ssh_transport import install as install_ssh_transport
 
 log = logging.getLogger(__name__)
 
-install_ssh_transport()  # no ignore packet before each AEAD packet (protocol/ssh_transport.py)
+install_ssh_transport()  # no ignore packet before each AEAD packet (protocol/runtime/ssh_transport.py)
 
 # Keyed by any connection: a channel knows its connection only as an SSHConnection.
 Grants = weakref.WeakKeyDictionary[SSHConnection, PairingGrant]
 
 
 class AgentSide(Protocol):
-    """What the SSH server asks of the agent (agent.server.Agent)."""
+    """What the SSH server asks of the agent (agent.daemon.Agent)."""
 
     home: AgentHome
     pairing: Pairing
     manager: JobManager | None
     # Pairing-only connections, with the key and code each authenticated with.
     pairing_grants: Grants
-    # Gang-only connections (agent.gang): user gang-<id>, password = the gang's token.
+    # Gang-only connections (agent.gang.hub): user gang-<id>, password = the gang's token.
     gang_grants: weakref.WeakKeyDictionary[SSHConnection, str]
     gang: GangHub | None
 
@@ -137,7 +137,7 @@ def peer_name(conn: asyncssh.SSHServerConnection) -> str:
 class AgentSSHServer(asyncssh.SSHServer):
     """Public-key auth. The normal user needs a key in authorized_keys; PAIRING_USER
     is accepted with any key while a pairing code is active, and such a connection
-    is pairing-only (agent/pairing.py), bound to that code."""
+    is pairing-only (agent/ssh/pairing.py), bound to that code."""
 
     def __init__(self, agent: AgentSide) -> None:
         self._agent = agent

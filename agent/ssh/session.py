@@ -8,17 +8,17 @@ from typing import Any, cast
 
 import asyncssh
 
-from agent import __version__
-from agent.artifacts import Wanted, artifact_stream
-from agent.blobs import BlobCache, BlobPart
-from agent.direct_transfer import DirectSender
-from agent.job import Job
-from agent.job_request import JobError
-from agent.jobs import JobManager
-from agent.log_direct import Burst, chunk_frames, send_burst
-from agent.pairing import PairingRefused, PairingResponder
-from agent.shell_sshd import sshd_offered
-from protocol import (
+from lanpool import __version__
+from lanpool.agent.direct import DirectSender
+from lanpool.agent.jobs.job import Job
+from lanpool.agent.jobs.manager import JobManager
+from lanpool.agent.jobs.request import JobError
+from lanpool.agent.shell.sshd import sshd_offered
+from lanpool.agent.ssh.pairing import PairingRefused, PairingResponder
+from lanpool.agent.workspace.artifacts import Wanted, artifact_stream
+from lanpool.agent.workspace.blobs import BlobCache, BlobPart
+from lanpool.agent.workspace.log_direct import Burst, chunk_frames, send_burst
+from lanpool.protocol import (
     PROTOCOL_VERSION,
     Attach,
     BlobStored,
@@ -44,11 +44,11 @@ from protocol import (
     decode_client_message,
     encode_message,
 )
-from protocol.errors import clip
-from protocol.messages import AgentMessage, ClientMessage
-from protocol.shell_direct import SHELL_DIRECT
-from protocol.shell_sshd import SHELL_SSHD
-from protocol.transfer_messages import ARTIFACT_DIRECT, ARTIFACT_RANGES, LOG_DIRECT
+from lanpool.protocol.errors import clip
+from lanpool.protocol.messages import AgentMessage, ClientMessage
+from lanpool.protocol.shell_direct import SHELL_DIRECT
+from lanpool.protocol.shell_sshd import SHELL_SSHD
+from lanpool.protocol.transfer_messages import ARTIFACT_DIRECT, ARTIFACT_RANGES, LOG_DIRECT
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class ChannelSession:
     ) -> None:
         """`pairing` is set on pairing-only connections: they may run the pairing
         exchange (and say hello, and ping), nothing else. `direct`: artifacts may go on a
-        connection of their own (agent/direct_transfer.py)."""
+        connection of their own (agent/direct.py)."""
         self._proc = process
         self._manager = manager
         self._name = name
@@ -247,7 +247,7 @@ class ChannelSession:
 
     async def _stream(self, job: Job, cursor: int, follow: bool, direct: bool = False) -> None:
         """Send the log from `cursor`, following until the job ends, then its status. `direct`:
-        a flood may go on a connection of its own (agent/log_direct.py)."""
+        a flood may go on a connection of its own (agent/workspace/log_direct.py)."""
         job_id = job.record.job_id
         burst = Burst() if direct and self._direct is not None else None
         try:
@@ -314,7 +314,7 @@ class ChannelSession:
         return self._direct.offer(str(sockname[0]), job_id, lambda: artifact_stream(workspace, job_id, wanted))
 
     async def _send_artifacts(self, job: Job, wanted: Wanted) -> None:
-        """The artifact stream (agent/artifacts.py artifact_stream) on this channel."""
+        """The artifact stream (agent/workspace/artifacts.py artifact_stream) on this channel."""
         try:
             await self._send_batches(artifact_stream(job.dir / "workspace", job.record.job_id, wanted))
         except (OSError, asyncssh.Error, ConnectionError):

@@ -16,9 +16,9 @@ from pathlib import Path, PurePosixPath
 
 import msgpack
 
-from agent.workspace_files import NotARegularFile, open_regular
-from protocol import ArtifactData, ArtifactEnd, ArtifactFile, ArtifactsSent, Error, ErrorCode, encode_message
-from protocol.errors import clip
+from lanpool.agent.workspace.files import NotARegularFile, open_regular
+from lanpool.protocol import ArtifactData, ArtifactEnd, ArtifactFile, ArtifactsSent, Error, ErrorCode, encode_message
+from lanpool.protocol.errors import clip
 
 # Artifact bytes per ArtifactData frame, and per buffer written out: a few frames per
 # buffer, so a 1 GiB file is ~256 writes.

@@ -23,8 +23,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from agent.job_request import JobError
-from protocol import ErrorCode
+from lanpool.agent.jobs.request import JobError
+from lanpool.protocol import ErrorCode
 
 log = logging.getLogger(__name__)
 

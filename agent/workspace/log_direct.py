@@ -1,4 +1,4 @@
-"""A burst of a job's log on a TLS connection of its own (issue #17; agent/direct_transfer.py
+"""A burst of a job's log on a TLS connection of its own (issue #17; agent/direct.py
 has the connection, its token and certificate).
 
 A log flood on the SSH channel is held by asyncssh's per-packet Python work on both sides
@@ -22,10 +22,10 @@ import contextlib
 import time
 from collections.abc import Awaitable, Callable, Generator
 
-from agent.direct_transfer import DirectSender
-from agent.job import Job
-from agent.spool import SpoolRecord
-from protocol import DirectOffer, LogChunk, encode_message
+from lanpool.agent.direct import DirectSender
+from lanpool.agent.jobs.job import Job
+from lanpool.agent.workspace.spool import SpoolRecord
+from lanpool.protocol import DirectOffer, LogChunk, encode_message
 
 # Channel bytes within BURST_WINDOW_S that make a flood: a handshake costs a few ms of it.
 BURST_BYTES = 4 * 1024 * 1024

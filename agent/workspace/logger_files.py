@@ -25,7 +25,7 @@ import os
 import time
 from pathlib import Path
 
-from agent.workspace_files import NotARegularFile, open_regular
+from lanpool.agent.workspace.files import NotARegularFile, open_regular
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import logging
 import os
 from pathlib import Path
 
-from agent.logger_files import LoggerFiles
-from agent.workspace_files import NotARegularFile, open_regular
+from lanpool.agent.workspace.files import NotARegularFile, open_regular
+from lanpool.agent.workspace.logger_files import LoggerFiles
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ _MAX_READ = 4 * 1024 * 1024
 
 class MetricsTail:
     """Reads whole new lines from a file that a job appends to (or, while there is
-    none, the job's CSVLogger and TensorBoardLogger files: agent/logger_files.py)."""
+    none, the job's CSVLogger and TensorBoardLogger files: agent/workspace/logger_files.py)."""
 
     def __init__(self, workspace: Path, offset: int = 0) -> None:
         self.workspace = workspace

@@ -24,7 +24,7 @@ _OLD_HEADER = struct.Struct(">QIBI")  # files without MAGIC: no arrival time
 # Records of one stream are merged into one read result while they arrived this close
 # together: a fast job still costs few frames, and each line's time is off by at most this.
 MERGE_S = 0.1
-STREAMS = ("out", "err", "sys", "met")  # met: metrics JSON lines (agent/metrics_tail.py)
+STREAMS = ("out", "err", "sys", "met")  # met: metrics JSON lines (agent/workspace/metrics_tail.py)
 _STREAM_IDS = {name: i for i, name in enumerate(STREAMS)}
 _INDEXED = frozenset({"next_seq", "size", "_seqs", "_offsets", "_header"})  # set by _load_index
 
@@ -56,7 +56,7 @@ class LogSpool:
 
     def __init__(self, path: Path, *, writable: bool = True) -> None:
         """A read-only spool (an ended job's) is indexed on first use, not here: an agent starting
-        with many jobs on disk opens every one of their spools (agent/recovery.py)."""
+        with many jobs on disk opens every one of their spools (agent/jobs/recovery.py)."""
         self.path = path
         self._loading = threading.Lock()
         self._fd = -1
@@ -139,7 +139,7 @@ class LogSpool:
         stream that arrived within MERGE_S of each other come back as one.
         """
         # Safe in another thread than the one appending (a direct log transfer reads in its own,
-        # agent/log_direct.py): append writes a record's bytes, then its seq, its offset, and
+        # agent/workspace/log_direct.py): append writes a record's bytes, then its seq, its offset, and
         # next_seq last. So with next_seq taken first, the first `count` offsets and seqs name
         # records wholly in the file, and they hold every line before that next_seq.
         end = self.next_seq

@@ -14,11 +14,11 @@ import errno
 import os
 from pathlib import Path, PurePosixPath
 
-from agent.blobs import BlobCache, is_sha256
-from agent.job_request import JobError
-from agent.workspace_files import remove_entry
-from protocol import ErrorCode, FileEntry, SubmitJob
-from protocol.errors import clip
+from lanpool.agent.jobs.request import JobError
+from lanpool.agent.workspace.blobs import BlobCache, is_sha256
+from lanpool.agent.workspace.files import remove_entry
+from lanpool.protocol import ErrorCode, FileEntry, SubmitJob
+from lanpool.protocol.errors import clip
 
 MAX_FILES = 200_000
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC

@@ -147,7 +147,7 @@ def _matching(candidates: Any, prefix: str) -> list[str]:
 
 
 def _project_root(start: Path) -> Path | None:
-    from app.workflows.loader import find_project
+    from lanpool.app.workflows.loader import find_project
 
     return find_project(start)
 
@@ -178,8 +178,8 @@ def _variables(root: Path | None, workflow: str) -> list[str]:
 def _load(root: Path | None) -> Any:
     if root is None:
         return None
-    from app.workflows.loader import load_workflows
-    from app.workflows.model import WorkflowError
+    from lanpool.app.workflows.loader import load_workflows
+    from lanpool.app.workflows.model import WorkflowError
 
     try:
         return load_workflows(root)
@@ -210,7 +210,7 @@ def main(argv: list[str]) -> int:
         spec = json.loads(argv[1])
     except ValueError:
         return 2
-    from app.home import ControllerHome
+    from lanpool.app.home import ControllerHome
 
     print("\n".join(complete(spec, argv[3:], Path.cwd(), ControllerHome.default().db)))
     return 0

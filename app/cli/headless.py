@@ -14,11 +14,11 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
 
-from app.cli.parser import parse_args
-from app.controller import Controller
-from app.errors import ExitCode, LanpoolError
-from app.terminal_text import safe_text
-from protocol import event_loop
+from lanpool.app.cli.parser import parse_args
+from lanpool.app.controller import Controller
+from lanpool.app.errors import ExitCode, LanpoolError
+from lanpool.app.views.terminal_text import safe_text
+from lanpool.protocol.runtime import event_loop
 
 Handler = Callable[[Controller, argparse.Namespace], Coroutine[Any, Any, int]]
 
@@ -44,14 +44,14 @@ _HANDLERS: dict[str, tuple[str, str]] = {
 
 
 # Verbs that only ask runners a question or two: asyncio's own loop (already imported) serves them
-# as well as uvloop, whose import (~4 ms) they would pay for nothing (protocol/event_loop.py says
+# as well as uvloop, whose import (~4 ms) they would pay for nothing (protocol/runtime/event_loop.py says
 # where uvloop pays: moving bytes).
 _ON_ASYNCIO_LOOP = frozenset({"runners", "key"})
 
 
 def handler_of(verb: str) -> Handler:
     module, name = _HANDLERS[verb]
-    return cast(Handler, getattr(importlib.import_module(f"app.cli.{module}"), name))
+    return cast(Handler, getattr(importlib.import_module(f"lanpool.app.cli.{module}"), name))
 
 
 def main(argv: list[str]) -> int:

@@ -8,14 +8,14 @@ import re
 import sys
 from typing import Any
 
-from app.cli import render
-from app.cli.render import say
-from app.controller import Controller, JobRow
-from app.errors import ExitCode, LanpoolError, UsageError
-from app.formatting import ago, duration, size, status_text
-from app.log_select import LogSelection, parse_since
-from app.slurm_jobs import NodeLines, slurm_nodes
-from app.terminal_text import safe_line
+from lanpool.app.cli import render
+from lanpool.app.cli.render import say
+from lanpool.app.controller import Controller, JobRow
+from lanpool.app.errors import ExitCode, LanpoolError, UsageError
+from lanpool.app.jobs.slurm import NodeLines, slurm_nodes
+from lanpool.app.views.formatting import ago, duration, size, status_text
+from lanpool.app.views.log_select import LogSelection, parse_since
+from lanpool.app.views.terminal_text import safe_line
 
 
 async def status(ctl: Controller, args: argparse.Namespace) -> int:
@@ -121,7 +121,7 @@ async def _chosen_logs(
     ctl: Controller, args: argparse.Namespace, jobs: list[JobRow], printer: render.LogPrinter
 ) -> int:
     """`logs` with --tail, --since or -t: the store brought up to date, then read with
-    the lines' times (app/log_select.py)."""
+    the lines' times (app/views/log_select.py)."""
     if args.tail is not None and args.tail < 0:
         raise UsageError(f"--tail {args.tail}: give a number of lines, 0 or more")
     since = parse_since(args.since) if args.since else None
@@ -209,7 +209,7 @@ async def metrics(ctl: Controller, args: argparse.Namespace) -> int:
     jobs = ctl.runs.resolve(args.ref)
     await ctl.refresh(jobs)
     points = [p for j in jobs for p in ctl.metrics(j.id) if not args.name or p["name"] in args.name]
-    if args.gpu:  # the agent's samples of the job's GPUs (agent/gpu_telemetry.py)
+    if args.gpu:  # the agent's samples of the job's GPUs (agent/host/gpu_telemetry.py)
         points = [p for p in points if _GPU_METRIC.fullmatch(str(p["name"]))]
     if args.json:
         print(json.dumps(points, indent=2))

@@ -19,7 +19,7 @@ _USAGE = (
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The program. Called with no argv (the console script, `python -m app.cli.main`), a
+    """The program. Called with no argv (the console script, `python -m lanpool.app.cli.main`), a
     headless verb ends the process itself once its output is flushed (`_exit_now`)."""
     as_program = argv is None
     argv = sys.argv[1:] if argv is None else argv
@@ -68,11 +68,11 @@ def _exit_now(code: int) -> NoReturn:
 def _load(first: str) -> Callable[[list[str]], int] | None:
     if first == "agent":
         # The one place `app` reaches into `agent`: starting the runner daemon.
-        from agent.cli import main as agent_main
+        from lanpool.agent.cli import main as agent_main
 
         return agent_main
     if first == "headless":
-        from app.cli.headless import main as headless_main
+        from lanpool.app.cli.headless import main as headless_main
 
         return headless_main
     if first in ("-V", "--version"):
@@ -80,7 +80,7 @@ def _load(first: str) -> Callable[[list[str]], int] | None:
     if first == "completion":
         return _completion
     if first == "__complete":  # hidden: what the completion scripts call on each Tab
-        from app.cli.completion import main as complete_main
+        from lanpool.app.cli.completion import main as complete_main
 
         return complete_main
     if first.startswith("-"):
@@ -89,21 +89,21 @@ def _load(first: str) -> Callable[[list[str]], int] | None:
 
 
 def _tui(argv: list[str]) -> int:
-    from app.tui import main as tui_main
+    from lanpool.app.tui import main as tui_main
 
     return tui_main(argv)
 
 
 def _parsers() -> "dict[str, argparse.ArgumentParser]":
-    from agent.cli import build_parser as agent_parser
-    from app.cli.parser import build_parser as headless_parser
+    from lanpool.agent.cli import build_parser as agent_parser
+    from lanpool.app.cli.parser import build_parser as headless_parser
 
     return {"headless": headless_parser(), "agent": agent_parser()}
 
 
 def _help() -> str:
     """The usage, then every verb with its one line, read from the parsers so none is left out."""
-    from app.cli.completion import verb_helps
+    from lanpool.app.cli.completion import verb_helps
 
     lines = [_USAGE]
     for word, parser in _parsers().items():
@@ -115,7 +115,7 @@ def _help() -> str:
 
 
 def _completion(argv: list[str]) -> int:
-    from app.cli.completion import SHELLS, script
+    from lanpool.app.cli.completion import SHELLS, script
 
     if len(argv) != 1 or argv[0] not in SHELLS:
         print(f"app completion: error: expects one shell, {' or '.join(SHELLS)}: app completion bash", file=sys.stderr)
@@ -125,7 +125,7 @@ def _completion(argv: list[str]) -> int:
 
 
 def _version(_argv: list[str]) -> int:
-    from app import __version__
+    from lanpool import __version__
 
     print(f"lanpool {__version__}")
     return 0

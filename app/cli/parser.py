@@ -8,15 +8,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from app import __version__
-from app.errors import ExitCode, UsageError
+from lanpool import __version__
+from lanpool.app.errors import ExitCode, UsageError
 
 if TYPE_CHECKING:  # read only by `run` and `plan`: imported there (start-up of the other verbs, #17)
-    from app.cli.workflow_args import Options
+    from lanpool.app.cli.workflow_args import Options
 
 # Every verb builds the whole parser: what its option types need (the controller, the workflow
 # loader and yaml) is imported when an option of that type is given, not here (start-up time).
-DEFAULT_PRUNE_AGE = "7d"  # app/retention.py's, for --help; tests/test_import_budget.py checks they agree
+DEFAULT_PRUNE_AGE = "7d"  # app/runs/retention.py's, for --help; tests/test_import_budget.py checks they agree
 
 
 class _Parser(argparse.ArgumentParser):
@@ -34,7 +34,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _node_count(text: str) -> int:
     """`--nodes N`: how many runners, 1 to MAX_NODES (0 or less used to mean one node, silently)."""
-    from app.workflows.loader import MAX_NODES
+    from lanpool.app.workflows.loader import MAX_NODES
 
     try:
         count = int(text)
@@ -46,8 +46,8 @@ def _node_count(text: str) -> int:
 
 
 def age_seconds(text: str) -> float:
-    """`--older-than 7d` as seconds (app/retention.py reads it, for the TUI too)."""
-    from app.controller import parse_age
+    """`--older-than 7d` as seconds (app/runs/retention.py reads it, for the TUI too)."""
+    from lanpool.app.controller import parse_age
 
     try:
         return parse_age(text)
@@ -218,7 +218,7 @@ def _add_plan(sub: Any) -> argparse.ArgumentParser:
 
 def _duration(most: float) -> Callable[[str], float]:
     def parse(text: str) -> float:
-        from app.workflows.limits import parse_duration
+        from lanpool.app.workflows.limits import parse_duration
 
         try:
             return parse_duration(text, "duration", most)
@@ -335,7 +335,7 @@ def _options_parser(verb: str) -> _Parser:
 
 
 def _options(verb_parser: argparse.ArgumentParser) -> "Options":
-    from app.cli.workflow_args import Options
+    from lanpool.app.cli.workflow_args import Options
 
     takes_value: dict[str, bool] = {}
     aliases: dict[str, tuple[str, ...]] = {}

@@ -1,10 +1,10 @@
-"""Plain-text output of the headless CLI: tables and job log text (times and sizes: app/formatting.py)."""
+"""Plain-text output of the headless CLI: tables and job log text (times and sizes: app/views/formatting.py)."""
 
 import sys
 from collections.abc import Sequence
 from typing import IO, BinaryIO
 
-from app.terminal_text import safe_bytes, safe_line, safe_text
+from lanpool.app.views.terminal_text import safe_bytes, safe_line, safe_text
 
 
 def say(text: str) -> None:
@@ -27,7 +27,7 @@ class LogPrinter:
     """The sink that prints job log text: "out" lines to stdout, "err" and "sys" to stderr,
     metrics not at all (`app headless metrics` shows them).
 
-    To a terminal the text is neutralised (app/terminal_text.py: no escape sequence
+    To a terminal the text is neutralised (app/views/terminal_text.py: no escape sequence
     from a job reaches it); to a file or pipe, or with `raw`, it is written as stored.
     """
 

@@ -3,10 +3,10 @@
 import argparse
 import json
 
-from app.cli.render import say
-from app.controller import Controller, Removal
-from app.errors import ExitCode
-from app.formatting import size
+from lanpool.app.cli.render import say
+from lanpool.app.controller import Controller, Removal
+from lanpool.app.errors import ExitCode
+from lanpool.app.views.formatting import size
 
 
 async def rm(ctl: Controller, args: argparse.Namespace) -> int:

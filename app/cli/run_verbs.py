@@ -5,17 +5,17 @@ import asyncio
 import json
 from pathlib import Path
 
-from app.cli import render
-from app.cli.parser import apply_options, verb_options
-from app.cli.render import say
-from app.cli.workflow_args import read_tail, tail_value
-from app.controller import ARTIFACTS_REFUSED, Controller, JobRow, Submitted
-from app.env_overrides import parse_env_args, read_env_file
-from app.errors import ExitCode, LanpoolError, UsageError
-from app.formatting import duration, status_text
-from app.import_paused import import_paused
-from app.workflows import Project, find_project
-from app.workflows.resolve import render_value
+from lanpool.app.cli import render
+from lanpool.app.cli.parser import apply_options, verb_options
+from lanpool.app.cli.render import say
+from lanpool.app.cli.workflow_args import read_tail, tail_value
+from lanpool.app.controller import ARTIFACTS_REFUSED, Controller, JobRow, Submitted
+from lanpool.app.errors import ExitCode, LanpoolError, UsageError
+from lanpool.app.runs.env_overrides import parse_env_args, read_env_file
+from lanpool.app.startup.import_paused import import_paused
+from lanpool.app.views.formatting import duration, status_text
+from lanpool.app.workflows import Project, find_project
+from lanpool.app.workflows.resolve import render_value
 
 _NO_PROJECT = "no .lanpool/workflows.yaml (or .dstack/workflows.yaml) here or above: see docs/workflows.md"
 
@@ -100,7 +100,7 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
     if args.help:
         _workflow_help(ctl, project, args.workflow, "run")
         return ExitCode.OK
-    import_paused("app.run_loop")  # the SSH stack, ~60% of a `run`'s imports (Controller.run uses it)
+    import_paused("lanpool.app.runs.loop")  # the SSH stack, ~60% of a `run`'s imports (Controller.run uses it)
     submitted: list[Submitted] = []
     forwards: list[asyncio.Task[None]] = []
 
@@ -109,7 +109,7 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
         say(f"run {sub.run_name}: job {sub.job_id} ({ctl.runs.job(sub.job_id).workflow}) on runner {sub.runner}")
         if not args.detach and json.loads(ctl.runs.job(sub.job_id).spec or "{}").get("ports"):
             # A detached job's ports: `app headless ports RUN`. Imported only for a job with ports.
-            from app.cli.shell_verbs import forward_while_running
+            from lanpool.app.cli.shell_verbs import forward_while_running
 
             forwards.extend(t for t in [forward_while_running(ctl, sub.job_id, say)] if t is not None)
         if args.detach and len(submitted) == 1:  # once for the run, not for each step of a chain
@@ -202,7 +202,7 @@ async def plan(ctl: Controller, args: argparse.Namespace) -> int:
 
 
 def _env(args: argparse.Namespace) -> dict[str, str]:
-    """--env-file FILEs in order, then each --env: the later wins (app/env_overrides.py)."""
+    """--env-file FILEs in order, then each --env: the later wins (app/runs/env_overrides.py)."""
     env: dict[str, str] = {}
     for path in args.env_file:
         env.update(read_env_file(path))

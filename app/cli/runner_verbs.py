@@ -4,11 +4,11 @@ import argparse
 import json
 import socket
 
-from app.cli import render
-from app.cli.render import say
-from app.controller import Controller, parse_address
-from app.errors import ExitCode, UsageError
-from app.formatting import RUNNER_HEADERS, gpu_util_text, runner_cells
+from lanpool.app.cli import render
+from lanpool.app.cli.render import say
+from lanpool.app.controller import Controller, parse_address
+from lanpool.app.errors import ExitCode, UsageError
+from lanpool.app.views.formatting import RUNNER_HEADERS, gpu_util_text, runner_cells
 
 
 async def runners(ctl: Controller, args: argparse.Namespace) -> int:

@@ -10,10 +10,10 @@ import getpass
 import json
 import sys
 
-from app.cli.render import say
-from app.controller import Controller
-from app.errors import ExitCode, UsageError
-from app.secret_store import check_name
+from lanpool.app.cli.render import say
+from lanpool.app.controller import Controller
+from lanpool.app.errors import ExitCode, UsageError
+from lanpool.app.secret_store import check_name
 
 
 def _value(args: argparse.Namespace) -> str:

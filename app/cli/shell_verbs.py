@@ -5,11 +5,11 @@ import asyncio
 import json
 from collections.abc import Callable
 
-from app.cli.render import say
-from app.controller import Controller
-from app.errors import ExitCode, LanpoolError, UsageError
-from app.job_shell import JobTarget, forward_ports, hold_forwards, run_command, run_shell, running_target
-from app.remote_job import RemoteJob
+from lanpool.app.cli.render import say
+from lanpool.app.controller import Controller
+from lanpool.app.errors import ExitCode, LanpoolError, UsageError
+from lanpool.app.jobs.remote import RemoteJob
+from lanpool.app.shell.into_job import JobTarget, forward_ports, hold_forwards, run_command, run_shell, running_target
 
 
 def _target(ctl: Controller, args: argparse.Namespace) -> JobTarget:

@@ -13,8 +13,8 @@ is an error naming both, never a guess.
 from collections.abc import Collection
 from dataclasses import dataclass, field
 
-from app.errors import UsageError
-from protocol.message_base import Record, record
+from lanpool.app.errors import UsageError
+from lanpool.protocol.message_base import Record, record
 
 
 @dataclass(eq=False)  # never compared: no __eq__ compiled at import (#17)

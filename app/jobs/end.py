@@ -12,10 +12,10 @@ the job (shown by `status`, and the job is never reused from the cache).
 import time
 from pathlib import PurePosixPath
 
-from app.job_artifacts import Artifacts
-from app.runner_client import RunnerSession
-from app.store import ARTIFACTS_REFUSED, JobRow, Store
-from protocol import JobState, JobStatus
+from lanpool.app.runners.client import RunnerSession
+from lanpool.app.store import ARTIFACTS_REFUSED, JobRow, Store
+from lanpool.app.transfer.artifacts import Artifacts
+from lanpool.protocol import JobState, JobStatus
 
 
 async def finish_job(

@@ -1,4 +1,4 @@
-"""What a gang of N > 1 nodes adds to a job (app/remote_job.py): the wiring for
+"""What a gang of N > 1 nodes adds to a job (app/jobs/remote.py): the wiring for
 torch.distributed / Lightning, and `[node K]` tags on its log lines.
 
 Env on every node: MASTER_ADDR (node 0's address as this controller reaches
@@ -10,7 +10,7 @@ never set: Lightning hangs on them or ignores them.
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the workflow loader (yaml) is not for `status`/`logs`, which tag lines only
-    from app.workflows.resolve import ResolvedJob
+    from lanpool.app.workflows.resolve import ResolvedJob
 
 
 def node_env(job: "ResolvedJob", node: int, addresses: list[str]) -> dict[str, str]:

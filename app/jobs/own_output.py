@@ -4,9 +4,9 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from app.errors import RunnerProtocolError
-from protocol import JobStatus, LogChunk
-from protocol.messages import AgentMessage
+from lanpool.app.errors import RunnerProtocolError
+from lanpool.protocol import JobStatus, LogChunk
+from lanpool.protocol.messages import AgentMessage
 
 log = logging.getLogger(__name__)
 

@@ -2,8 +2,8 @@
 
 Every job is one: a single-node job is a gang of one, with one job_nodes row.
 `RemoteJob` follows, stops and brings back the artifacts of 1..N nodes (it is
-made by app/job_submit.py's submit_job), so a fix lands once. What the size changes is said here, once:
-- env: a gang of N > 1 is wired for torch.distributed (app/multinode.py);
+made by app/jobs/submit.py's submit_job), so a fix lands once. What the size changes is said here, once:
+- env: a gang of N > 1 is wired for torch.distributed (app/jobs/multinode.py);
 - status: a gang of one's status is its node's, recorded as the runner says
   it; a bigger gang is RUNNING once every node accepted, and ends as one (DONE,
   the first node's failure, or STOPPED/ABORTED when each unfinished node was
@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import field
 from typing import TYPE_CHECKING, Any
 
-from app.errors import (
+from lanpool.app.errors import (
     HostKeyMismatch,
     LanpoolError,
     NotFoundError,
@@ -35,19 +35,19 @@ from app.errors import (
     RunnerRefused,
     UsageError,
 )
-from app.multinode import prefix_node
-from app.secret_store import mask
-from app.store import JobRow, Store
-from protocol import JobState
-from protocol.message_base import Record, record
+from lanpool.app.jobs.multinode import prefix_node
+from lanpool.app.secret_store import mask
+from lanpool.app.store import JobRow, Store
+from lanpool.protocol import JobState
+from lanpool.protocol.message_base import Record, record
 
 if TYPE_CHECKING:  # `status`/`logs` of stored jobs use RemoteJob without the SSH stack (issue #17)
-    from app.job_artifacts import Artifacts
-    from app.runner_client import RunnerSession
-    from app.store.log_batch import LogBatch
-    from app.uploads import WorkspaceFiles
-    from app.workflows.resolve import ResolvedJob
-    from protocol import JobStatus
+    from lanpool.app.runners.client import RunnerSession
+    from lanpool.app.store.log_batch import LogBatch
+    from lanpool.app.transfer.artifacts import Artifacts
+    from lanpool.app.transfer.uploads import WorkspaceFiles
+    from lanpool.app.workflows.resolve import ResolvedJob
+    from lanpool.protocol import JobStatus
 
 log = logging.getLogger(__name__)
 
@@ -309,7 +309,9 @@ class RemoteJob:
         `sink` (when `shown`); returns its final status (with follow=False: its status now).
         A gang of one rides out its runner's outages (OFFLINE, then re-attach): the session
         it reconnects with goes into `live`."""
-        from app.runner_output import OwnOutput  # the message classes: only a follow needs them (start-up time)
+        from lanpool.app.jobs.own_output import (
+            OwnOutput,  # the message classes: only a follow needs them (start-up time)
+        )
 
         position = self.store.log_end(self.job_id, at.node) if start is None else start
         offline_since = None
@@ -330,7 +332,7 @@ class RemoteJob:
                         position = max(position, max(r[2] + r[3] for r in rows))
                         pending.add(rows)
                         if sink and shown:
-                            # Sinks that read what was stored (app/log_select.py; metrics, which the TUI's
+                            # Sinks that read what was stored (app/views/log_select.py; metrics, which the TUI's
                             # charts read back) get it committed first; plain lines wait for the batch.
                             if getattr(sink, "reads_the_store", False) or any(r[4] == "met" for r in rows):
                                 pending.flush()
@@ -372,9 +374,9 @@ class RemoteJob:
         pull: bool = True,
         follow: bool = True,
     ) -> JobRow:
-        """Every node ended: its artifacts and its end (app/job_end.py); a follower waits for
+        """Every node ended: its artifacts and its end (app/jobs/end.py); a follower waits for
         another process pulling them, a refresh does not."""
-        from app.job_end import finish_job  # with the artifacts' pull (start-up time: imports above)
+        from lanpool.app.jobs.end import finish_job  # with the artifacts' pull (start-up time: imports above)
 
         return await finish_job(
             self.store, self.jobs.artifacts(), self.job_id, self.size, live, finals, failure, pull, wait=follow

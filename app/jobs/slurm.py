@@ -1,4 +1,4 @@
-"""A multi-node job that a Slurm runner runs whole (app/slurm_placement.py) is ONE node to the
+"""A multi-node job that a Slurm runner runs whole (app/runs/slurm_placement.py) is ONE node to the
 controller: one runner, one log. Its nodes are Slurm's, and the runner's node script tags
 each of their lines `[node K] ` (agent/executors/slurm_script.py). This reads how many Slurm
 nodes a stored job has, and picks one node's lines out of its log by that tag.
@@ -17,7 +17,7 @@ _STAMP = 24  # `logs -t` puts the line's time (23 characters and a space) before
 
 def slurm_nodes(spec: str | None) -> int:
     """How many nodes a job stored with this spec runs on as one Slurm job; 0 for any other job.
-    (app/job_submit.py stores such a job with one runner and `nodes` in its resources.)"""
+    (app/jobs/submit.py stores such a job with one runner and `nodes` in its resources.)"""
     try:
         data = json.loads(spec or "{}")
     except ValueError:

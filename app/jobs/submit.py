@@ -7,7 +7,7 @@ every node that did (none may run alone).
 A gang's start waits for its last node (the rendezvous), so nothing on the way to
 node N-1 waits for what need not: every node's blobs go up at once, node 0 is sent
 once its own are up, and node 0's runner answers once it picked the port, before it
-even stages the workspace (agent/jobs.py); a node that then fails to start fails
+even stages the workspace (agent/jobs/manager.py); a node that then fails to start fails
 the gang in follow.
 """
 
@@ -19,13 +19,13 @@ from typing import Any, TypeVar
 
 import asyncssh
 
-from app.errors import LanpoolError, RunnerError, RunnerProtocolError
-from app.multinode import node_env
-from app.remote_job import JobServices, Launch, NodeAt, RemoteJob, Say
-from app.runner_client import RunnerSession
-from app.secret_store import masked_values, reveal
-from app.uploads import upload
-from protocol import GangSpec, JobAccepted, JobState, JobStatus, SubmitJob
+from lanpool.app.errors import LanpoolError, RunnerError, RunnerProtocolError
+from lanpool.app.jobs.multinode import node_env
+from lanpool.app.jobs.remote import JobServices, Launch, NodeAt, RemoteJob, Say
+from lanpool.app.runners.client import RunnerSession
+from lanpool.app.secret_store import masked_values, reveal
+from lanpool.app.transfer.uploads import upload
+from lanpool.protocol import GangSpec, JobAccepted, JobState, JobStatus, SubmitJob
 
 T = TypeVar("T")
 
@@ -42,11 +42,11 @@ async def submit_job(
 ) -> tuple[RemoteJob, JobStatus]:
     """Submit the job to every session (node k = sessions[k]); returns it and node 0's status.
     The job is in the store before it is sent, so a crash here loses nothing. `after` and
-    `run_key`: a detached DAG's step, started by its runner once those jobs are DONE (agent.dag).
-    `detached` with several nodes: a detached gang, whose runners start it together (agent.gang)."""
+    `run_key`: a detached DAG's step, started by its runner once those jobs are DONE (agent.jobs.dag).
+    `detached` with several nodes: a detached gang, whose runners start it together (agent.gang.hub)."""
     job, job_id, store = launch.job, launch.job_id, jobs.store
     runners = [store.known_runner(s.hello.name) for s in sessions]
-    # One session for several nodes: a Slurm runner runs them all as one allocation (app/slurm_placement.py).
+    # One session for several nodes: a Slurm runner runs them all as one allocation (app/runs/slurm_placement.py).
     resources = {**job.resources, "nodes": job.nodes} if len(sessions) == 1 and job.nodes > 1 else job.resources
     spec = {
         "commands": job.commands,

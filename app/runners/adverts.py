@@ -27,14 +27,14 @@ from typing import TYPE_CHECKING
 
 import asyncssh
 
-from app.errors import HostKeyMismatch, LanpoolError, RunnerRefused
-from app.host_keys import host_key_or_none
-from app.runner_client import RunnerSession
-from app.runner_views import PROBE_TIMEOUT_S, RunnerState, bounded_props
-from app.store import Store
+from lanpool.app.errors import HostKeyMismatch, LanpoolError, RunnerRefused
+from lanpool.app.runners.client import RunnerSession
+from lanpool.app.runners.host_keys import host_key_or_none
+from lanpool.app.runners.views import PROBE_TIMEOUT_S, RunnerState, bounded_props
+from lanpool.app.store import Store
 
-if TYPE_CHECKING:  # app.discovery imports zeroconf, which only browsing needs
-    from app.discovery import Advert
+if TYPE_CHECKING:  # app.runners.discovery imports zeroconf, which only browsing needs
+    from lanpool.app.runners.discovery import Advert
 
 log = logging.getLogger(__name__)
 

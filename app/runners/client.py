@@ -13,10 +13,17 @@ from typing import TypeVar
 
 import asyncssh
 
-from app import __version__
-from app.errors import HostKeyMismatch, LanpoolError, NotFoundError, RunnerError, RunnerProtocolError, RunnerRefused
-from app.runner_reach import CONNECT_TIMEOUT_S
-from protocol import (
+from lanpool import __version__
+from lanpool.app.errors import (
+    HostKeyMismatch,
+    LanpoolError,
+    NotFoundError,
+    RunnerError,
+    RunnerProtocolError,
+    RunnerRefused,
+)
+from lanpool.app.runners.reach import CONNECT_TIMEOUT_S
+from lanpool.protocol import (
     PROTOCOL_VERSION,
     ArtifactData,
     ArtifactEnd,
@@ -48,16 +55,16 @@ from protocol import (
     decode_agent_message,
     encode_message,
 )
-from protocol.messages import AgentMessage, ClientMessage
-from protocol.pairing import PAIRING_USER, ControllerPake, PairingFailed, sanitize_label
-from protocol.ssh_transport import install as install_ssh_transport
-from protocol.transfer_messages import LOG_DIRECT
-from protocol.wire import ENCRYPTION_ALGS, SUBSYSTEM
-from protocol.wire import key_text as host_key_text
+from lanpool.protocol.messages import AgentMessage, ClientMessage
+from lanpool.protocol.pairing import PAIRING_USER, ControllerPake, PairingFailed, sanitize_label
+from lanpool.protocol.runtime.ssh_transport import install as install_ssh_transport
+from lanpool.protocol.transfer_messages import LOG_DIRECT
+from lanpool.protocol.wire import ENCRYPTION_ALGS, SUBSYSTEM
+from lanpool.protocol.wire import key_text as host_key_text
 
 log = logging.getLogger(__name__)
 
-install_ssh_transport()  # no ignore packet before each AEAD packet (protocol/ssh_transport.py)
+install_ssh_transport()  # no ignore packet before each AEAD packet (protocol/runtime/ssh_transport.py)
 
 # What the runner may send before we read (window) and in one SSH packet: asyncssh's defaults
 # (2 MiB, 32 KiB) cost a Python round of packet work per 32 KiB, which caps a 1 GiB artifact's
@@ -187,7 +194,7 @@ class RunnerSession:
         """Connect and open the request channel. With `pairing`, connect as the pairing
         user: the runner accepts any key for it while it shows a code, and the
         connection can then only run pair(). `sock`: a TCP connection to host:port already
-        open (app/runner_reach.py), which the session runs over (and closes)."""
+        open (app/runners/reach.py), which the session runs over (and closes)."""
         where = f"runner {host}:{port}"
         known_hosts: tuple[list[asyncssh.SSHKey], list[asyncssh.SSHKey], list[asyncssh.SSHKey]] | None = None
         # None: first contact: trust on first use (pairing proves the key), then pinned by the caller
@@ -310,10 +317,10 @@ class RunnerSession:
     async def attach(self, job_id: str, from_seq: int, follow: bool = True) -> AsyncIterator[list[AgentMessage]]:
         """Batches of LogChunk messages; the last batch ends with the job's JobStatus. A
         runner that offers it may send a flood on a connection of its own, mid-stream
-        (app/log_direct.py): its batches come here like the channel's, in order."""
+        (app/runners/log_direct.py): its batches come here like the channel's, in order."""
         direct = False
         if LOG_DIRECT in self.hello.features:
-            from app.log_direct import log_direct_wanted  # ssl: only for a follow that may use it
+            from lanpool.app.runners.log_direct import log_direct_wanted  # ssl: only for a follow that may use it
 
             direct = log_direct_wanted()
         channel = await self._take_channel()
@@ -340,8 +347,8 @@ class RunnerSession:
                         return
                 if offer is None:
                     continue
-                from app.direct_pull import DirectUnavailable
-                from app.log_direct import direct_batches
+                from lanpool.app.runners.direct import DirectUnavailable
+                from lanpool.app.runners.log_direct import direct_batches
 
                 try:
                     async with contextlib.aclosing(direct_batches(self.peer_host, offer, self.where)) as burst:
@@ -423,7 +430,7 @@ class RunnerSession:
     ) -> AsyncIterator[list[ArtifactData | ArtifactEnd | ArtifactsSent | Error | DirectOffer]]:
         """Batches of the GetArtifacts stream, on a channel of its own; the last batch ends
         with ArtifactsSent or an Error (the request refused, or a file the runner could not
-        send). `direct`: ask for a connection of its own (app/direct_pull.py); a runner that
+        send). `direct`: ask for a connection of its own (app/runners/direct.py); a runner that
         offers one answers with a DirectOffer alone, the one batch then; one that does not
         streams here as asked without it. Any other message is a RunnerProtocolError; what
         the messages carry is the caller's to check."""
@@ -485,6 +492,6 @@ def _error_from(err: Error, where: str) -> Exception:
 
 
 def _pubkey_hint() -> str:
-    from app.home import ControllerHome
+    from lanpool.app.home import ControllerHome
 
     return str(ControllerHome.default().key) + ".pub"

@@ -1,11 +1,11 @@
 """Artifact bytes on a connection of their own: the controller's side (see
-agent/direct_transfer.py for why, and what the runner does).
+agent/direct.py for why, and what the runner does).
 
 The runner's DirectOffer came over the SSH connection, whose host key is pinned, so it is
 the runner's word: the controller connects to the port it names on the runner's address,
 checks that the TLS certificate there is the one named (anything else, such as a LAN peer
 that took the port, is sent nothing), then sends the token and reads the same frames it
-would have read on the channel, each through the same checks (app/artifact_pull.py
+would have read on the channel, each through the same checks (app/transfer/pull.py
 Writer). Until the token is sent nothing has been taken, so a connection that cannot be
 made (a firewall lets only the SSH port through) or a certificate that does not match
 falls back to the channel (DirectUnavailable); a drop after that is a lost connection
@@ -20,13 +20,21 @@ import ssl
 import struct
 from collections.abc import Callable, Sequence
 
-from app.artifact_files import ArtifactsRefused
-from app.errors import LanpoolError, RunnerError, RunnerProtocolError
-from protocol import ArtifactData, ArtifactEnd, ArtifactsSent, DirectOffer, Error, ProtocolError, decode_agent_message
-from protocol.errors import clip
-from protocol.framing import MAX_FRAME_BYTES, unpack_body
-from protocol.messages import AgentMessage
-from protocol.transfer_messages import ARTIFACT_DIRECT
+from lanpool.app.errors import LanpoolError, RunnerError, RunnerProtocolError
+from lanpool.app.transfer.files import ArtifactsRefused
+from lanpool.protocol import (
+    ArtifactData,
+    ArtifactEnd,
+    ArtifactsSent,
+    DirectOffer,
+    Error,
+    ProtocolError,
+    decode_agent_message,
+)
+from lanpool.protocol.errors import clip
+from lanpool.protocol.framing import MAX_FRAME_BYTES, unpack_body
+from lanpool.protocol.messages import AgentMessage
+from lanpool.protocol.transfer_messages import ARTIFACT_DIRECT
 
 DIRECT_ENV = "LANPOOL_DIRECT_TRANSFERS"
 CONNECT_TIMEOUT_S = 5.0

@@ -14,7 +14,7 @@ import ifaddr
 from zeroconf import IPVersion, ServiceStateChange, Zeroconf
 from zeroconf.asyncio import AsyncServiceBrowser, AsyncServiceInfo, AsyncZeroconf
 
-from app.runner_views import bounded_props
+from lanpool.app.runners.views import bounded_props
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def browse_interfaces() -> list[str]:
 
 
 def _advert(info: AsyncServiceInfo) -> Advert | None:
-    # Anyone can announce: what is kept is bounded here, and checked in app/adverts.py.
+    # Anyone can announce: what is kept is bounded here, and checked in app/runners/adverts.py.
     props = bounded_props(info.decoded_properties)
     addresses = info.parsed_addresses(IPVersion.V4Only)
     if not addresses or not info.port or not props.get("hk"):

@@ -1,6 +1,6 @@
 """What this controller takes as a runner's host key, in adverts and in its own store.
 
-lanpool agents have ed25519 host keys (agent/keys.py) and announce them whole in
+lanpool agents have ed25519 host keys (agent/ssh/keys.py) and announce them whole in
 their TXT record, as "ssh-ed25519 BASE64". Anything else there (garbage, another
 key type, a huge blob) is not a lanpool agent's key and is dropped. A stored key
 that no longer reads (a damaged database) makes only its own runner unusable,
@@ -11,7 +11,7 @@ import base64
 import binascii
 from typing import Any
 
-from app.errors import LanpoolError
+from lanpool.app.errors import LanpoolError
 
 KEY_TYPE = "ssh-ed25519"
 # "ssh-ed25519 " and 68 base64 characters, with room for a comment: a bound checked

@@ -1,12 +1,12 @@
-"""A burst of a job's log on a connection of its own: the controller's side (agent/log_direct.py
-says when a runner offers one and why; app/direct_pull.py checks its certificate and sends
+"""A burst of a job's log on a connection of its own: the controller's side (agent/workspace/log_direct.py
+says when a runner offers one and why; app/runners/direct.py checks its certificate and sends
 its token).
 
 A thread reads and decodes the frames, a batch at a time, one batch ahead of the one being
 stored: when the store is slower, the thread waits with the next batch, the socket stops
 being read and the runner's writes back up (memory stays flat). Every frame must be a
 LogChunk (anything else is a RunnerProtocolError, as it would be among the channel's log
-lines); whose lines they are is the caller's to check, as on the channel (app/runner_output.py).
+lines); whose lines they are is the caller's to check, as on the channel (app/jobs/own_output.py).
 The runner ends the burst with a TLS close_notify; a connection that ends without one, or
 mid-frame, was cut: a RunnerError (the follow re-attaches from what it stored).
 """
@@ -19,7 +19,8 @@ import socket
 import ssl
 from collections.abc import AsyncGenerator
 
-from app.direct_pull import (
+from lanpool.app.errors import RunnerError, RunnerProtocolError
+from lanpool.app.runners.direct import (
     CONNECT_TIMEOUT_S,
     DIRECT_ENV,
     IDLE_TIMEOUT_S,
@@ -28,8 +29,7 @@ from app.direct_pull import (
     handshake,
     read_message,
 )
-from app.errors import RunnerError, RunnerProtocolError
-from protocol import DirectOffer, LogChunk
+from lanpool.protocol import DirectOffer, LogChunk
 
 BATCH_BYTES = 1024 * 1024  # log bytes per batch handed to the loop (~10k lines of 100 B)
 _HEADER_BYTES = 4

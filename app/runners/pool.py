@@ -6,9 +6,9 @@ gets jobs only after the user paired it (`runners pair`), added it by address
 named it by address for a run (`run --runner HOST:PORT`: the same act as `add`,
 so it stays trusted afterwards, as ssh's known_hosts does). A runner that
 accepts our key proves nothing: a hostile server accepts every key. mDNS adverts
-are hints (app/adverts.py).
+are hints (app/runners/adverts.py).
 
-States and views: app/runner_views.py. Adverts are hints: app/adverts.py.
+States and views: app/runners/views.py. Adverts are hints: app/runners/adverts.py.
 """
 
 import asyncio
@@ -20,21 +20,21 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
-from app.errors import HostKeyMismatch, LanpoolError, RunnerError, RunnerRefused, UsageError
-from app.home import ControllerHome
-from app.host_keys import UnreadableHostKey, host_key_or_none, pinned_key
-from app.runner_reach import open_socket
-from app.runner_views import PROBE_TIMEOUT_S, RunnerState, RunnerView, bounded_props, count, props_of, views
-from app.scheduler import Need, place
-from app.store import JobRow, Store
-from protocol import JobState, wire
+from lanpool.app.errors import HostKeyMismatch, LanpoolError, RunnerError, RunnerRefused, UsageError
+from lanpool.app.home import ControllerHome
+from lanpool.app.runners.host_keys import UnreadableHostKey, host_key_or_none, pinned_key
+from lanpool.app.runners.reach import open_socket
+from lanpool.app.runners.scheduler import Need, place
+from lanpool.app.runners.views import PROBE_TIMEOUT_S, RunnerState, RunnerView, bounded_props, count, props_of, views
+from lanpool.app.store import JobRow, Store
+from lanpool.protocol import JobState, wire
 
-if TYPE_CHECKING:  # app.discovery imports zeroconf, which only browsing needs
+if TYPE_CHECKING:  # app.runners.discovery imports zeroconf, which only browsing needs
     import asyncssh
 
-    from app.discovery import Advert
-    from app.run_sessions import RunSessions
-    from app.runner_client import RunnerSession
+    from lanpool.app.runners.client import RunnerSession
+    from lanpool.app.runners.discovery import Advert
+    from lanpool.app.runners.sessions import RunSessions
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +75,14 @@ class Pool:
         self.store = store
         self.home = home
         self._key: asyncssh.SSHKey | None = None
-        self.kept: RunSessions | None = None  # while a run is placed: its probes' sessions (app/run_sessions.py)
+        self.kept: RunSessions | None = None  # while a run is placed: its probes' sessions (app/runners/sessions.py)
 
     # asyncssh (with cryptography) is imported by what talks to runners, not at the top:
     # `status` and `logs` of stored runs never need it (start-up time, issue #17).
     @property
     def client_key(self) -> "asyncssh.SSHKey":
         if self._key is None:
-            from app.keys import load_or_create_client_key
+            from lanpool.app.keys import load_or_create_client_key
 
             self._key = load_or_create_client_key(self.home.key)
         return self._key
@@ -95,7 +95,7 @@ class Pool:
     async def connect(self, host: str, port: int, *, trust: bool = False) -> "RunnerSession":
         """Open a session with the runner at host:port, checked against its pinned host key.
 
-        Only a runner this controller trusts is connected to (app/pool.py). `trust` is the
+        Only a runner this controller trusts is connected to (app/runners/pool.py). `trust` is the
         user's own act of naming this address (`runners add`, `run --runner HOST:PORT`): the
         key seen now is pinned, unless a trusted runner there has one, and the runner is
         trusted from then on."""
@@ -111,11 +111,11 @@ class Pool:
         pinned = pinned_key(known) if known else None
         session = self.kept.take(host, port, pinned) if self.kept and not trust else None
         if session is None:
-            sock = await open_socket(host, port)  # before the SSH stack's import: see app/runner_reach.py
-            from app.import_paused import import_paused
+            sock = await open_socket(host, port)  # before the SSH stack's import: see app/runners/reach.py
+            from lanpool.app.startup.import_paused import import_paused
 
-            import_paused("app.runner_client")  # the SSH stack, with the GC paused
-            from app.runner_client import RunnerSession
+            import_paused("lanpool.app.runners.client")  # the SSH stack, with the GC paused
+            from lanpool.app.runners.client import RunnerSession
 
             session = await RunnerSession.open(host, port, self.client_key, pinned, sock=sock)
         try:
@@ -181,10 +181,10 @@ class Pool:
         fields: dict[str, object]
         try:
             sock = await open_socket(row["host"], row["port"], PROBE_TIMEOUT_S)  # nothing there: no SSH import
-            from app.import_paused import import_paused
+            from lanpool.app.startup.import_paused import import_paused
 
-            import_paused("app.runner_client")  # the SSH stack, with the GC paused
-            from app.runner_client import RunnerSession
+            import_paused("lanpool.app.runners.client")  # the SSH stack, with the GC paused
+            from lanpool.app.runners.client import RunnerSession
 
             session = await RunnerSession.open(
                 row["host"], row["port"], self.client_key, pinned, timeout=PROBE_TIMEOUT_S, sock=sock
@@ -221,31 +221,31 @@ class Pool:
         rows = self.store.runners() if names is None else [r for r in map(self.store.runner, names) if r is not None]
         await asyncio.gather(*(self.probe(row) for row in rows), return_exceptions=True)
 
-    # -- adverts heard by a front end that browses all along (hints: app/adverts.py) --------
+    # -- adverts heard by a front end that browses all along (hints: app/runners/adverts.py) --------
 
     async def fold_advert(self, advert: "Advert") -> None:
         """One advert as it comes: a new address is checked before it is stored."""
-        from app.adverts import fold_advert  # asyncssh with it: only what handles adverts pays for it
+        from lanpool.app.runners.adverts import fold_advert  # asyncssh with it: only what handles adverts pays for it
 
         await fold_advert(self.store, self.client_key, advert)
 
     @property
     def conflict_browse_s(self) -> float:
-        """How long a browse that settles a name conflict listens (app.adverts, loaded only here)."""
-        from app.adverts import CONFLICT_BROWSE_S
+        """How long a browse that settles a name conflict listens (app.runners.adverts, loaded only here)."""
+        from lanpool.app.runners.adverts import CONFLICT_BROWSE_S
 
         return CONFLICT_BROWSE_S
 
     async def fold_browse(self, adverts: list["Advert"], started_at: float, browsed_s: float) -> None:
         """Everything one browse heard: conflicts whose claim it no longer heard are over."""
-        from app.adverts import fold_browse
+        from lanpool.app.runners.adverts import fold_browse
 
         await fold_browse(self.store, self.client_key, adverts, started_at, browsed_s)
 
     def goodbye(self, service: str, still_heard: list["Advert"]) -> list[str]:
         """A service said goodbye: the conflicts it made are over, unless an advert still
         heard makes the same claim. Returns the runners whose conflict ended, to check again."""
-        from app.adverts import forget_claims, record_advert
+        from lanpool.app.runners.adverts import forget_claims, record_advert
 
         names = forget_claims(self.store, service)
         for advert in still_heard:
@@ -254,7 +254,7 @@ class Pool:
         return names
 
     def has_conflicts(self) -> bool:
-        # app.adverts.has_conflicts, without importing adverts (asyncssh) for a plain `runners` listing
+        # app.runners.adverts.has_conflicts, without importing adverts (asyncssh) for a plain `runners` listing
         return any(r["conflict_key"] for r in self.store.runners())
 
     async def refresh(self, wait_s: float = 1.5, interfaces: list[str] | None = None) -> list[RunnerView]:
@@ -263,13 +263,13 @@ class Pool:
         A recorded conflict lasts only while its claim is heard, so with one on record
         the browse happens even when `wait_s` is 0."""
         if wait_s <= 0 and self.has_conflicts():
-            from app.adverts import CONFLICT_BROWSE_S
+            from lanpool.app.runners.adverts import CONFLICT_BROWSE_S
 
             wait_s = CONFLICT_BROWSE_S
         if wait_s > 0:
             # zeroconf is imported only when browsing: it is heavy for short CLI calls.
-            from app.adverts import fold_browse
-            from app.discovery import browse_interfaces, discover
+            from lanpool.app.runners.adverts import fold_browse
+            from lanpool.app.runners.discovery import browse_interfaces, discover
 
             interfaces = browse_interfaces() if interfaces is None else interfaces
             if interfaces:
@@ -370,7 +370,7 @@ class Pool:
             expected = None  # first contact by address: the key seen now is pinned
         if not code.strip(" -"):
             raise UsageError("no pairing code given: `app agent status` on the runner shows it (like ABCD-EFGH)")
-        from app.runner_client import RunnerSession
+        from lanpool.app.runners.client import RunnerSession
 
         session = await RunnerSession.open(host, port, self.client_key, expected, pairing=True)
         try:

@@ -11,9 +11,9 @@ import asyncio
 import os
 import socket
 
-from app.errors import RunnerError
+from lanpool.app.errors import RunnerError
 
-CONNECT_TIMEOUT_S = 10.0  # connecting and the SSH handshake (app/runner_client.py), each
+CONNECT_TIMEOUT_S = 10.0  # connecting and the SSH handshake (app/runners/client.py), each
 
 
 async def open_socket(host: str, port: int, timeout: float = CONNECT_TIMEOUT_S) -> socket.socket:

@@ -9,7 +9,7 @@ can never fit on any runner is rejected at once.
 
 from typing import Any
 
-from protocol.message_base import Record, record
+from lanpool.protocol.message_base import Record, record
 
 
 @record
@@ -86,10 +86,10 @@ def place(
 ) -> Decision:
     """Choose `nodes` distinct runners for a job (all or none).
 
-    `runner_queues` (a job of one node): the runners queue jobs themselves (agent.queue),
+    `runner_queues` (a job of one node): the runners queue jobs themselves (agent.jobs.queue),
     so any usable runner whose capacity fits will do: one with room now first, then the
     shortest queue. A gang still waits here until all its runners have room at once, unless
-    `gangs_queue` (a detached gang: its runners start it together, agent/gang.py)."""
+    `gangs_queue` (a detached gang: its runners start it together, agent/gang/hub.py)."""
     if pinned is not None:
         pool = [c for c in pool if c.name == pinned]
         if not pool:

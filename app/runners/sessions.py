@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # asyncssh is imported only by what talks to runners
-    from app.runner_client import RunnerSession
+    from lanpool.app.runners.client import RunnerSession
 
 # A probe this recent stands for a new one: the queue's poll (QUEUE_POLL_S) is longer,
 # so a run waiting for room still looks again each time.

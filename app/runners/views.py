@@ -17,10 +17,10 @@ import logging
 from enum import StrEnum
 from typing import Any
 
-from app.host_keys import host_key_or_none, unreadable_key_message
-from app.scheduler import Capacity
-from app.store import Store
-from protocol.message_base import Record, record
+from lanpool.app.runners.host_keys import host_key_or_none, unreadable_key_message
+from lanpool.app.runners.scheduler import Capacity
+from lanpool.app.store import Store
+from lanpool.protocol.message_base import Record, record
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from app.errors import UsageError
+from lanpool.app.errors import UsageError
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _LANPOOLS = frozenset({"MASTER_ADDR", "MASTER_PORT", "NODE_RANK"})

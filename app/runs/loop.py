@@ -1,12 +1,12 @@
 """The run loop behind `Controller.run`: a workflow's plan, job by job, on runners.
 
 Reused jobs are skipped; the others run in order, each getting its dependencies'
-artifacts, each a gang of its nodes (app/remote_job.py).
+artifacts, each a gang of its nodes (app/jobs/remote.py).
 
 Detached (`run -d`), a plan of several jobs goes whole to one runner that can take
 every step (Placement.one_runner): each step is sent at once with `after` (the ids of
 the steps it waits for) and the run's secret key, and the runner starts it when they
-are DONE, staging their artifacts itself (agent/dag.py), so no controller needs to
+are DONE, staging their artifacts itself (agent/jobs/dag.py), so no controller needs to
 stay. Reused steps are not resent (their artifacts go up as inputs). When no one
 runner fits every step, the run says so and stays controller-driven (followed). What the command line
 asks for (`--nodes`, `--port`, `--max-duration`, `--env`, `--resume`) is applied
@@ -23,25 +23,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.errors import UsageError
-from app.home import ControllerHome
-from app.job_submit import submit_job
-from app.names import new_run_name
-from app.placement import Placement
-from app.planning import Plan, PlannedJob, with_env
-from app.pool import Pool
-from app.remote_job import JobServices, Launch, LogSink
-from app.resume import Resumes
-from app.run_result import RunOutcome, Submitted
-from app.runner_client import RunnerSession
-from app.secret_store import SecretStore, secret_refs
-from app.snapshot import Manifest, build_manifest
-from app.store import JobRow, Store
-from app.uploads import workspace_files
-from app.workflows import Project
-from app.workflows.resolve import ResolvedJob, resolve
-from protocol import JobState
-from protocol.message_base import Record, record
+from lanpool.app.errors import UsageError
+from lanpool.app.home import ControllerHome
+from lanpool.app.jobs.remote import JobServices, Launch, LogSink
+from lanpool.app.jobs.submit import submit_job
+from lanpool.app.runners.client import RunnerSession
+from lanpool.app.runners.pool import Pool
+from lanpool.app.runs.names import new_run_name
+from lanpool.app.runs.placement import Placement
+from lanpool.app.runs.planning import Plan, PlannedJob, with_env
+from lanpool.app.runs.result import RunOutcome, Submitted
+from lanpool.app.runs.resume import Resumes
+from lanpool.app.secret_store import SecretStore, secret_refs
+from lanpool.app.store import JobRow, Store
+from lanpool.app.transfer.snapshot import Manifest, build_manifest
+from lanpool.app.transfer.uploads import workspace_files
+from lanpool.app.workflows import Project
+from lanpool.app.workflows.resolve import ResolvedJob, resolve
+from lanpool.protocol import JobState
+from lanpool.protocol.message_base import Record, record
 
 log = logging.getLogger(__name__)
 

@@ -4,14 +4,14 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 
-from app.errors import UsageError
-from app.pool import DEFAULT_PORT, DISCOVERY_WAIT_S, Pool, parse_address
-from app.run_sessions import RunSessions
-from app.runner_client import RunnerSession
-from app.runner_views import RunnerState, RunnerView, bounded_props
-from app.scheduler import Capacity, Need, place
-from app.slurm_placement import fits, slurm_runner
-from app.workflows.resolve import ResolvedJob
+from lanpool.app.errors import UsageError
+from lanpool.app.runners.client import RunnerSession
+from lanpool.app.runners.pool import DEFAULT_PORT, DISCOVERY_WAIT_S, Pool, parse_address
+from lanpool.app.runners.scheduler import Capacity, Need, place
+from lanpool.app.runners.sessions import RunSessions
+from lanpool.app.runners.views import RunnerState, RunnerView, bounded_props
+from lanpool.app.runs.slurm_placement import fits, slurm_runner
+from lanpool.app.workflows.resolve import ResolvedJob
 
 
 class Placement:
@@ -19,7 +19,7 @@ class Placement:
 
     Each job is placed on its own, sized by its own resources: a DAG's CPU step
     goes to a CPU box and its GPU step to the GPU box, the dependencies'
-    artifacts moving through the controller's store (app/uploads.py). A gang
+    artifacts moving through the controller's store (app/transfer/uploads.py). A gang
     gets its N runners at once. `--runner` pins every single-node job: a known
     name, or an address (connected to and trusted as `runners add` does); a job
     that can never fit the pinned runner is an error naming it."""
@@ -34,7 +34,7 @@ class Placement:
     ) -> None:
         self.pool = pool
         self.queue_timeout = queue_timeout
-        self.gangs_queue = False  # a detached run's gang waits in its runners' queues (agent/gang.py)
+        self.gangs_queue = False  # a detached run's gang waits in its runners' queues (agent/gang/hub.py)
         self.spec = spec
         self.run_name = run_name
         self.say = say
@@ -115,7 +115,7 @@ class Placement:
 
     async def _slurm_session(self, job: ResolvedJob) -> tuple[list[RunnerSession], list[str]] | None:
         """A Slurm runner that runs all of a multi-node job's nodes as one job (one Slurm
-        allocation; app/slurm_placement.py), if one fits; None: the job goes to N runners.
+        allocation; app/runs/slurm_placement.py), if one fits; None: the job goes to N runners.
         `--runner HOST:PORT` names the one, as a known name does."""
         if self.address is not None:
             return await self._slurm_address(job)

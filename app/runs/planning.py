@@ -13,13 +13,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.errors import UsageError
-from app.home import ControllerHome
-from app.snapshot import file_hashes
-from app.store import JobRow, Store
-from app.workflows import Project, WorkflowError
-from app.workflows.model import Dependency
-from app.workflows.resolve import ResolvedJob, override_target, resolve
+from lanpool.app.errors import UsageError
+from lanpool.app.home import ControllerHome
+from lanpool.app.store import JobRow, Store
+from lanpool.app.transfer.snapshot import file_hashes
+from lanpool.app.workflows import Project, WorkflowError
+from lanpool.app.workflows.model import Dependency
+from lanpool.app.workflows.resolve import ResolvedJob, override_target, resolve
 
 # Built-ins are left as placeholders in keys: they differ on every run.
 KEY_BUILTINS = {"run_name": "{run_name}", "job_id": "{job_id}"}
@@ -115,7 +115,7 @@ def make_plan(
     reuse_requested: bool = False,
     env: dict[str, str] | None = None,
 ) -> Plan:
-    """`env`: `run --env`/`--env-file` (app/env_overrides.py), over each job's own `env:`."""
+    """`env`: `run --env`/`--env-file` (app/runs/env_overrides.py), over each job's own `env:`."""
     check_overrides(project, workflow, overrides)
     plan = Plan(workflow)
     keys: dict[str, str] = {}

@@ -1,7 +1,7 @@
 """What `Controller.run` hands back: the jobs it submitted and how they ended.
 
 Its own module so front ends get these types without importing the run loop
-(app/run_loop.py), which only `run` needs.
+(app/runs/loop.py), which only `run` needs.
 """
 
 from __future__ import annotations  # JobStatus for typing only: `status`/`logs` skip the message classes
@@ -9,11 +9,11 @@ from __future__ import annotations  # JobStatus for typing only: `status`/`logs`
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from app.store import JobRow
-from protocol.message_base import Record, record
+from lanpool.app.store import JobRow
+from lanpool.protocol.message_base import Record, record
 
 if TYPE_CHECKING:
-    from protocol import JobStatus
+    from lanpool.protocol import JobStatus
 
 
 @record

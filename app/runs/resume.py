@@ -5,11 +5,11 @@ run name, a job id, or WORKFLOW:TAG); its newest checkpoint, from node 0 (global
 rank 0 writes them), is placed on every node like a dependency's artifacts.
 """
 
-from app.errors import LanpoolError, NotFoundError, UsageError
-from app.home import ControllerHome
-from app.planning import Plan
-from app.store import JobRow, Store
-from app.workflows import Project
+from lanpool.app.errors import LanpoolError, NotFoundError, UsageError
+from lanpool.app.home import ControllerHome
+from lanpool.app.runs.planning import Plan
+from lanpool.app.store import JobRow, Store
+from lanpool.app.workflows import Project
 
 
 class Resumes:
@@ -51,7 +51,7 @@ class Resumes:
                 )
         else:
             job = self.store.resolve_jobs(ref)[-1]
-        from app.job_artifacts import other_node_path  # the artifact pull's graph: only a resume needs it
+        from lanpool.app.transfer.artifacts import other_node_path  # the artifact pull's graph: only a resume needs it
 
         ckpts = [(p, s) for p, s in self.store.artifacts(job.id) if p.endswith(".ckpt")]
         # Node 0's (global rank 0 writes checkpoints) before other nodes' copies (node-K/...).

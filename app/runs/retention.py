@@ -34,10 +34,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.errors import LanpoolError, UsageError
-from app.home import ControllerHome
-from app.store import JobRow, RunRow, Store
-from protocol import JobState
+from lanpool.app.errors import LanpoolError, UsageError
+from lanpool.app.home import ControllerHome
+from lanpool.app.store import JobRow, RunRow, Store
+from lanpool.protocol import JobState
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ class Retention:
         ]
 
     def _pulling(self, job_id: str) -> bool:
-        """Whether a process holds the job's pull lock now (app/artifact_pull.py `_pull_lock`):
+        """Whether a process holds the job's pull lock now (app/transfer/pull.py `_pull_lock`):
         its staging dir is in use, and goes only once that pull ends or dies."""
         path = self.home.artifacts / f"{job_id}.part.lock"
         try:

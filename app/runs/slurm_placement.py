@@ -1,5 +1,5 @@
 """A multi-node job on a Slurm runner: all its nodes as ONE job there (one Slurm allocation),
-rather than one runner per node as on the LAN (app/placement.py).
+rather than one runner per node as on the LAN (app/runs/placement.py).
 
 A runner with `--executor slurm` reports its cluster per partition
 ("slurm_partitions": "debug:2/2n:4/4g,gpu:0/8n:8/32g", i.e. idle/total nodes and
@@ -14,8 +14,8 @@ sbatch would put the job. (A runner that reports no default: any partition.)
 import re
 from typing import Any
 
-from app.runner_views import RunnerState, RunnerView
-from protocol.message_base import Record, record
+from lanpool.app.runners.views import RunnerState, RunnerView
+from lanpool.protocol.message_base import Record, record
 
 _PARTITION = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_.-]*):(\d+)/(\d+)n:(\d+)/(\d+)g$")
 

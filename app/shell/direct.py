@@ -1,12 +1,12 @@
-"""A job's shell on a TLS connection of its own: the controller's side (agent/shell_direct.py
+"""A job's shell on a TLS connection of its own: the controller's side (agent/shell/direct.py
 says why, and what the runner does).
 
 The runner's offer came on the exec channel, inside the SSH connection whose host key is
 pinned: the controller connects to the port it names on the runner's address, checks the
-certificate is the one named and only then sends the token (app/direct_pull.py handshake).
+certificate is the one named and only then sends the token (app/runners/direct.py handshake).
 Until then nothing was typed anywhere, so a port that cannot be reached, or another
 certificate there, falls back to a shell on the channel (DirectUnavailable). After that,
-one thread relays the terminal and the socket both ways (protocol/tls_relay.py);
+one thread relays the terminal and the socket both ways (protocol/runtime/tls_relay.py);
 window changes and the exit status stay on the channel.
 """
 
@@ -16,9 +16,10 @@ import ssl
 import threading
 from collections.abc import Sequence
 
-from app.direct_pull import CONNECT_TIMEOUT_S, DIRECT_ENV, DirectUnavailable, handshake
-from protocol import DirectOffer, tls_relay
-from protocol.shell_direct import SHELL_DIRECT
+from lanpool.app.runners.direct import CONNECT_TIMEOUT_S, DIRECT_ENV, DirectUnavailable, handshake
+from lanpool.protocol import DirectOffer
+from lanpool.protocol.runtime import tls_relay
+from lanpool.protocol.shell_direct import SHELL_DIRECT
 
 SHELL_ENV = "LANPOOL_DIRECT_SHELLS"
 
@@ -48,7 +49,7 @@ def connect(host: str, offer: DirectOffer) -> ssl.SSLSocket:
 
 
 class Relay:
-    """The terminal's bytes on `conn`, both ways on one thread (protocol/tls_relay.py says why
+    """The terminal's bytes on `conn`, both ways on one thread (protocol/runtime/tls_relay.py says why
     one): `fd_in` -> socket, socket -> `fd_out`."""
 
     def __init__(self, conn: ssl.SSLSocket, fd_in: int, fd_out: int) -> None:

@@ -2,8 +2,8 @@
 
 All three go over the SSH connection lanpool already has with the job's runner:
 an exec request in the agent's one grammar (`lanpool-exec JOB_ID [-- ARGV]`,
-agent/job_shell.py) and direct-tcpip to 127.0.0.1:PORT, which the agent allows
-only for a port the running job declared (agent/job_ports.py).
+agent/shell/into_job.py) and direct-tcpip to 127.0.0.1:PORT, which the agent allows
+only for a port the running job declared (agent/shell/ports.py).
 """
 
 import asyncio
@@ -23,17 +23,17 @@ from typing import Any, BinaryIO
 
 import asyncssh
 
-from app.errors import LanpoolError, RunnerError, UsageError
-from app.port_forward import PortForward, forward_local
-from app.remote_job import JobServices, RemoteJob
-from app.runner_client import RunnerSession
-from app.store import JobRow
-from protocol import DirectOffer, JobState
-from protocol.shell_direct import DIRECT_FLAG, MAX_OFFER_LINE, NO_OFFER_LINE, OFFER_PREFIX, parse_offer_line
+from lanpool.app.errors import LanpoolError, RunnerError, UsageError
+from lanpool.app.jobs.remote import JobServices, RemoteJob
+from lanpool.app.runners.client import RunnerSession
+from lanpool.app.shell.ports import PortForward, forward_local
+from lanpool.app.store import JobRow
+from lanpool.protocol import DirectOffer, JobState
+from lanpool.protocol.shell_direct import DIRECT_FLAG, MAX_OFFER_LINE, NO_OFFER_LINE, OFFER_PREFIX, parse_offer_line
 
 log = logging.getLogger(__name__)
 
-EXEC_VERB = "lanpool-exec"  # the agent's grammar (agent/job_shell.py: parse_exec)
+EXEC_VERB = "lanpool-exec"  # the agent's grammar (agent/shell/into_job.py: parse_exec)
 _READ_SIZE = 64 * 1024
 _STATUS_POLL_S = 2.0  # how often an open forward asks whether its job still runs
 
@@ -95,15 +95,15 @@ async def run_command(session: RunnerSession, job_id: str, argv: list[str]) -> i
 
 async def run_shell(session: RunnerSession, job_id: str, argv: list[str] | None = None) -> int:
     """An interactive shell (or `argv`) in the job on our terminal (raw mode, resize, Ctrl-C); its exit code.
-    Through the runner's one-time sshd with the system's `ssh` where both are there (app/shell_sshd.py),
-    else on a TLS connection of its own when the runner offers one (app/shell_direct.py), else on the channel."""
+    Through the runner's one-time sshd with the system's `ssh` where both are there (app/shell/sshd.py),
+    else on a TLS connection of its own when the runner offers one (app/shell/direct.py), else on the channel."""
     fd = sys.stdin.fileno()
     if not os.isatty(fd):
         raise UsageError("ssh needs a terminal; for one command use `app headless exec JOB -- CMD`")
-    from app.shell_direct import shell_direct_wanted
-    from app.shell_sshd import sshd_shell, sshd_wanted
+    from lanpool.app.shell.direct import shell_direct_wanted
+    from lanpool.app.shell.sshd import sshd_shell, sshd_wanted
 
-    if sshd_wanted(session.hello.features):  # OpenSSH end to end (app/shell_sshd.py)
+    if sshd_wanted(session.hello.features):  # OpenSSH end to end (app/shell/sshd.py)
         code = await sshd_shell(session, job_id, argv or [])
         if code is not None:
             return code
@@ -136,8 +136,8 @@ async def _open(
 async def _direct_shell(session: RunnerSession, job_id: str, argv: list[str], fd: int) -> int | None:
     """The shell with its bytes on the runner's offered connection; None when the runner made no
     offer (old or at its limit: the caller opens one on the channel)."""
-    from app.direct_pull import DirectUnavailable
-    from app.shell_direct import Relay, connect
+    from lanpool.app.runners.direct import DirectUnavailable
+    from lanpool.app.shell.direct import Relay, connect
 
     chan, term = await _open(session, job_id, argv, fd, True)
     offer = await term.offer

@@ -1,6 +1,6 @@
 """A job's port on the controller's 127.0.0.1: each local connection opens one direct-tcpip
 channel to the runner's 127.0.0.1:PORT (which the agent allows only for a port the running
-job declared, agent/job_ports.py) and the bytes go through asyncssh's protocol-level forwarder.
+job declared, agent/shell/ports.py) and the bytes go through asyncssh's protocol-level forwarder.
 
 Not asyncssh's forward_local_port: its channels take asyncssh's 32 KiB packets, a Python round
 of packet work per 32 KiB; 64 KiB packets carried 1.3-1.4x as much on loopback (alternating

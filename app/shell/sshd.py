@@ -1,5 +1,5 @@
 """A job's shell through the runner's one-time sshd, with the system's `ssh`: the controller's
-side (protocol/shell_sshd.py says why; agent/shell_sshd.py what the runner does).
+side (protocol/shell_sshd.py says why; agent/shell/sshd.py what the runner does).
 
 The controller makes an ed25519 key for this session only and asks for the sshd on the
 exec channel of the SSH connection whose host key is pinned; the runner's answer on that
@@ -8,7 +8,7 @@ terminal with no user configuration (-F /dev/null), that key only (no ssh-agent)
 key pinned (StrictHostKeyChecking), no forwarding of any kind: OpenSSH end to end, resize
 and Ctrl-C included. The key and the pinned host key live in a 0700 directory removed at
 the end. When the runner offers no sshd, or no session ran in it, the caller goes on with
-a direct shell (app/shell_direct.py).
+a direct shell (app/shell/direct.py).
 """
 
 import asyncio
@@ -24,10 +24,10 @@ from pathlib import Path
 
 import asyncssh
 
-from app.errors import RunnerError
-from app.job_shell import EXEC_VERB, exit_code_of
-from app.runner_client import RunnerSession
-from protocol.shell_sshd import (
+from lanpool.app.errors import RunnerError
+from lanpool.app.runners.client import RunnerSession
+from lanpool.app.shell.into_job import EXEC_VERB, exit_code_of
+from lanpool.protocol.shell_sshd import (
     MAX_OFFER_LINE,
     NO_OFFER_LINE,
     SHELL_SSHD,
@@ -36,7 +36,7 @@ from protocol.shell_sshd import (
     SSHD_UNUSED,
     parse_offer_line,
 )
-from protocol.wire import ENCRYPTION_ALGS
+from lanpool.protocol.wire import ENCRYPTION_ALGS
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ asyncssh's X.509 certificate support imports cryptography.x509: ~25 ms of each S
 start on a 2-core machine (scripts/bench), paid by `run`, `runners` with a live runner,
 the TUI's first connection and the agent. lanpool pins plain keys and never uses X.509
 in SSH (the direct connections' TLS certificate is built with cryptography.x509 itself,
-agent/direct_transfer.py, which still imports as usual), and asyncssh takes a failed
+agent/direct.py, which still imports as usual), and asyncssh takes a failed
 import of its x509 module as "not available" (asyncssh/crypto/__init__.py). A finder
 answers that import with ModuleNotFoundError, so nothing is put in sys.modules.
 """
@@ -27,7 +27,7 @@ class _Finder:
 
     def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None) -> ModuleSpec | None:
         if name in _LEFT_OUT or (name in _LEFT_OUT_FOR and _importer() == _LEFT_OUT_FOR[name]):
-            raise ModuleNotFoundError(f"{name} is left out by lanpool (app/left_out.py)", name=name)
+            raise ModuleNotFoundError(f"{name} is left out by lanpool (app/startup/left_out.py)", name=name)
         return None
 
 

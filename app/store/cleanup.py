@@ -1,11 +1,11 @@
-"""Removing runs and jobs, with every row that points at them (app/retention.py decides what goes)."""
+"""Removing runs and jobs, with every row that points at them (app/runs/retention.py decides what goes)."""
 
 import sqlite3
 from collections.abc import Iterator, Sequence
 
-from app.store.rows import JOB_COLS, RUN_COLS, JobRow, RunRow, Table
-from app.store.transactions import atomic
-from protocol import JobState
+from lanpool.app.store.rows import JOB_COLS, RUN_COLS, JobRow, RunRow, Table
+from lanpool.app.store.transactions import atomic
+from lanpool.protocol import JobState
 
 # SQLite allows 999 parameters in one statement on older builds: ids go in batches.
 _BATCH = 500

@@ -4,10 +4,10 @@ import json
 import time
 from typing import Any
 
-from app.errors import NotFoundError
-from app.store.rows import JOB_COLS, JOB_FIELDS, JobRow, RunRow, Table, escape_like
-from app.store.transactions import atomic
-from protocol import JobState
+from lanpool.app.errors import NotFoundError
+from lanpool.app.store.rows import JOB_COLS, JOB_FIELDS, JobRow, RunRow, Table, escape_like
+from lanpool.app.store.transactions import atomic
+from lanpool.protocol import JobState
 
 # A job_events status that is no job state: a warning about a job (e.g. an output it did
 # not produce). Kept as an event, so the schema stays as it is.

@@ -12,7 +12,7 @@ import sqlite3
 def window_start(conn: sqlite3.Connection, job_id: str, node: int, n_lines: int, streams: tuple[str, ...]) -> int:
     """The seq of the first of the newest `n_lines` lines of one node's log in `streams`
     (0 when the log holds no more than that: its start). Numbered as the log view reads a
-    window (app/overview.py: a chunk's lines are seq, seq + 1, ...). Walks the primary key
+    window (app/views/overview.py: a chunk's lines are seq, seq + 1, ...). Walks the primary key
     backwards and stops there: a million-line log costs as much as a short one."""
     if n_lines <= 0:
         return 1 << 62  # an empty window starts after the newest line

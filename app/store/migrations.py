@@ -8,7 +8,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from app.store.transactions import atomic
+from lanpool.app.store.transactions import atomic
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -84,7 +84,7 @@ def _m002_cache(db: "sqlite_utils.Database") -> None:
 
 def _m003_pool(db: "sqlite_utils.Database") -> None:
     runners = db.table("runners")
-    runners.add_column("state", str)  # LIVE, BUSY, OFFLINE, UNPAIRED, CONFLICT (see app/pool.py)
+    runners.add_column("state", str)  # LIVE, BUSY, OFFLINE, UNPAIRED, CONFLICT (see app/runners/pool.py)
     runners.add_column("paired", int)  # 1 once this controller's key was accepted
     runners.add_column("props", str)  # JSON: resources from Hello / the mDNS TXT record
     runners.add_column("conflict_key", str)  # a different host key advertised under this name
@@ -116,7 +116,7 @@ def _m005_stream_index(db: "sqlite_utils.Database") -> None:
 
 
 def _m006_trust(db: "sqlite_utils.Database") -> None:
-    # Trust is this controller's own record (app/pool.py): a runner gets jobs only after the
+    # Trust is this controller's own record (app/runners/pool.py): a runner gets jobs only after the
     # user paired it, added it by address or named it with `--runner HOST:PORT`. Accepting our
     # key proves nothing, so "paired" (it accepts us) is no longer enough.
     runners = db.table("runners")
@@ -132,7 +132,7 @@ def _m006_trust(db: "sqlite_utils.Database") -> None:
 
 
 def _m007_every_job_has_nodes(db: "sqlite_utils.Database") -> None:
-    # Every job is a gang of N >= 1 nodes (app/remote_job.py): a single-node job has its one
+    # Every job is a gang of N >= 1 nodes (app/jobs/remote.py): a single-node job has its one
     # job_nodes row too. Jobs sent before this had none: node 0 is the jobs row's runner.
     db.execute("""INSERT INTO job_nodes (job_id, node, runner, host, port, status, exit_code, error)
                   SELECT id, 0, runner, host, port, status, exit_code, COALESCE(error, '') FROM jobs

@@ -3,9 +3,9 @@
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from app.store.log_batch import LogBatch
-from app.store.rows import ARTIFACTS_REFUSED, Table
-from app.store.transactions import atomic
+from lanpool.app.store.log_batch import LogBatch
+from lanpool.app.store.rows import ARTIFACTS_REFUSED, Table
+from lanpool.app.store.transactions import atomic
 
 
 class OutputRows(Table):
@@ -122,7 +122,7 @@ class OutputRows(Table):
             self.conn.execute("UPDATE jobs SET artifacts_pulled = 1 WHERE id = ?", (job_id,))
 
     def refuse_artifacts(self, job_id: str) -> None:
-        """The job's artifacts came back and were refused (app/artifact_files.py): none
+        """The job's artifacts came back and were refused (app/transfer/files.py): none
         are listed, and `artifacts_pulled` says so, so nothing asks for them again. The
         reason is recorded with the job's status."""
         with atomic(self.conn):

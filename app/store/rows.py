@@ -4,8 +4,8 @@ import json
 import sqlite3
 from typing import Any
 
-from protocol import JobState
-from protocol.message_base import Record, record
+from lanpool.protocol import JobState
+from lanpool.protocol.message_base import Record, record
 
 ARTIFACTS_REFUSED = -1  # jobs.artifacts_pulled: 0 not yet, 1 pulled, -1 refused
 

@@ -3,9 +3,9 @@
 import time
 from typing import Any
 
-from app.errors import NotFoundError
-from app.store.rows import JOB_COLS, JobRow, Table
-from app.store.transactions import atomic
+from lanpool.app.errors import NotFoundError
+from lanpool.app.store.rows import JOB_COLS, JobRow, Table
+from lanpool.app.store.transactions import atomic
 
 
 class RunnerRows(Table):
@@ -75,7 +75,7 @@ class RunnerRows(Table):
         """Add a runner, or set a known one's address and key (callers check the key first).
 
         Another runner at the same address is left alone: an mDNS advert can put any name
-        anywhere, and must never delete a pinned runner (app/adverts.py)."""
+        anywhere, and must never delete a pinned runner (app/runners/adverts.py)."""
         now = time.time()
         trust = None if trusted is None else int(trusted)
         with atomic(self.conn):

@@ -9,13 +9,13 @@ and jobs), outputs.py (logs and artifacts), cleanup.py (removing runs).
 import sqlite3
 from pathlib import Path
 
-from app.errors import LanpoolError
-from app.store.cleanup import CleanupRows
-from app.store.jobs import JobRows
-from app.store.migrations import migrate
-from app.store.outputs import OutputRows
-from app.store.rows import ARTIFACTS_REFUSED, JobRow, RunRow
-from app.store.runners import RunnerRows
+from lanpool.app.errors import LanpoolError
+from lanpool.app.store.cleanup import CleanupRows
+from lanpool.app.store.jobs import JobRows
+from lanpool.app.store.migrations import migrate
+from lanpool.app.store.outputs import OutputRows
+from lanpool.app.store.rows import ARTIFACTS_REFUSED, JobRow, RunRow
+from lanpool.app.store.runners import RunnerRows
 
 __all__ = ["ARTIFACTS_REFUSED", "JobRow", "RunRow", "Store"]
 

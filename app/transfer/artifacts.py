@@ -3,7 +3,7 @@ jobs that depend on it, copied out for the user.
 
 Node 0's artifacts sit at the top of the job's artifact dir, node K's under
 node-K/ (`nodes: all` artifacts of a multi-node job). Everything a runner sends
-is checked (app/artifact_files.py) before it is kept.
+is checked (app/transfer/files.py) before it is kept.
 """
 
 import asyncio
@@ -11,12 +11,12 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from app.artifact_files import ArtifactsRefused, checked_path, copy_file
-from app.artifact_pull import Final, PullBusy, PullLimits, node_prefix, pull_job, pull_percent
-from app.artifact_ranges import Parallel, pull_streams
-from app.errors import LanpoolError, NotFoundError, RunnerProtocolError, UsageError
-from app.home import ControllerHome
-from app.store import ARTIFACTS_REFUSED, JobRow, Store
+from lanpool.app.errors import LanpoolError, NotFoundError, RunnerProtocolError, UsageError
+from lanpool.app.home import ControllerHome
+from lanpool.app.store import ARTIFACTS_REFUSED, JobRow, Store
+from lanpool.app.transfer.files import ArtifactsRefused, checked_path, copy_file
+from lanpool.app.transfer.pull import Final, PullBusy, PullLimits, node_prefix, pull_job, pull_percent
+from lanpool.app.transfer.ranges import Parallel, pull_streams
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ class Artifacts:
         self.home = home
         self.limits = limits
         # One pull per job at a time in this process (the TUI may follow a job while stopping
-        # it); other processes are kept out by app/artifact_pull.py's lock file.
+        # it); other processes are kept out by app/transfer/pull.py's lock file.
         self._pull_locks: dict[str, asyncio.Lock] = {}
 
     def pull_percent(self, job_id: str) -> int | None:
@@ -47,7 +47,7 @@ class Artifacts:
 
     async def pull(self, job_id: str, finals: list[Final], wait: bool = True) -> str:
         """Stream each node's artifact files into the store (node K > 0 under node-K/) and
-        list them. Whatever a runner sends is checked (app/artifact_pull.py): files the
+        list them. Whatever a runner sends is checked (app/transfer/pull.py): files the
         controller will not take refuse the job's artifacts, recorded in the store; the line
         saying why is returned ("" when they were taken, or there were none). A lost
         connection raises RunnerError and keeps what arrived: the next pull resumes it.

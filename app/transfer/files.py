@@ -1,7 +1,7 @@
 """Artifacts from runners, written to local directories without trusting their paths.
 
 A runner names the files it sends back (JobStatus.artifacts, then the
-GetArtifacts stream, see app/artifact_pull.py); both are untrusted. The controller:
+GetArtifacts stream, see app/transfer/pull.py); both are untrusted. The controller:
 - checks every path: relative, no `..`, no empty or `.` part, no NUL;
 - creates directories one at a time and opens each with O_NOFOLLOW relative to
   its parent, and each file with O_NOFOLLOW: nothing is written through a
@@ -19,8 +19,8 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from app.errors import LanpoolError
-from protocol import ArtifactFile
+from lanpool.app.errors import LanpoolError
+from lanpool.protocol import ArtifactFile
 
 _COPY_BYTES = 1024 * 1024
 # Room left on the controller's disk after the artifacts: a runner declaring

@@ -1,7 +1,7 @@
 """Pulling a finished job's artifact files from its runners into the artifact store.
 
 Each node's runner streams the files it listed (GetArtifacts); the controller
-trusts none of it (see app/artifact_files.py for the path rules):
+trusts none of it (see app/transfer/files.py for the path rules):
 - every path is checked, and must be one the runner declared for that node;
 - every byte must come in order, at the offset the controller expects, within
   the declared size: more is refused, not cut; nothing is decompressed;
@@ -16,7 +16,7 @@ staging dir and its declared total (`<job>.part.json`): the next pull asks for
 each file from the bytes already there. Any process can tell how far a pull is
 (`pull_percent`) from those two; one process pulls a job at a time (a lock
 file), so a second one says so instead of racing it. A large file may come in
-byte ranges over several connections at once (app/artifact_ranges.py), each
+byte ranges over several connections at once (app/transfer/ranges.py), each
 range held to the same rules within its own bounds.
 """
 
@@ -32,15 +32,24 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.artifact_files import DISK_RESERVE_BYTES, ArtifactsRefused, checked_declared, checked_path, make_dirs
-from app.artifact_ranges import Parallel, RangeState, check_sizes, plan_node, pull_ranges, read_done, reset, run_pulls
-from app.errors import LanpoolError, RunnerProtocolError
-from protocol import ArtifactData, ArtifactEnd, ArtifactRange, ArtifactsSent, DirectOffer, Error, JobStatus
-from protocol.message_base import Record, record
-from protocol.messages import AgentMessage
+from lanpool.app.errors import LanpoolError, RunnerProtocolError
+from lanpool.app.transfer.files import DISK_RESERVE_BYTES, ArtifactsRefused, checked_declared, checked_path, make_dirs
+from lanpool.app.transfer.ranges import (
+    Parallel,
+    RangeState,
+    check_sizes,
+    plan_node,
+    pull_ranges,
+    read_done,
+    reset,
+    run_pulls,
+)
+from lanpool.protocol import ArtifactData, ArtifactEnd, ArtifactRange, ArtifactsSent, DirectOffer, Error, JobStatus
+from lanpool.protocol.message_base import Record, record
+from lanpool.protocol.messages import AgentMessage
 
 if TYPE_CHECKING:  # a type only here: `status` reads pull_percent without the SSH stack (issue #17)
-    from app.runner_client import RunnerSession
+    from lanpool.app.runners.client import RunnerSession
 
 log = logging.getLogger(__name__)
 
@@ -159,7 +168,7 @@ async def pull_job(
     """Bring every node's declared artifacts into the job's dir under `store_dir`; returns the
     files (path, size). ArtifactsRefused (staging removed) when the runner's files are not
     taken; RunnerError (staging kept, to resume) when the connection is lost. With
-    `parallel`, large files come in ranges over several connections (app/artifact_ranges.py)."""
+    `parallel`, large files come in ranges over several connections (app/transfer/ranges.py)."""
     per_node = [(node, session, checked_declared(status.artifacts)) for node, session, status in finals]
     every: dict[str, int] = {}
     for node, _session, declared in per_node:
@@ -230,9 +239,14 @@ async def _pull_node(
     ranges: list[ArtifactRange],
 ) -> None:
     """One node's GetArtifacts stream into `staging` (its files under `prefix`): on a
-    connection of its own when the runner offers one (app/direct_pull.py), else on the
+    connection of its own when the runner offers one (app/runners/direct.py), else on the
     SSH channel."""
-    from app.direct_pull import IDLE_TIMEOUT_S, DirectUnavailable, direct_wanted, fetch  # ssl: not for `status`
+    from lanpool.app.runners.direct import (  # ssl: not for `status`
+        IDLE_TIMEOUT_S,
+        DirectUnavailable,
+        direct_wanted,
+        fetch,
+    )
 
     writer = Writer(staging, prefix, declared, {r.path: (r.offset, declared[r.path]) for r in ranges})
     try:

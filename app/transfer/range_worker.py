@@ -1,6 +1,6 @@
-"""One range of one artifact file, pulled by a process of its own (see app/artifact_ranges.py).
+"""One range of one artifact file, pulled by a process of its own (see app/transfer/ranges.py).
 
-Started by the controller with `python -m app.artifact_range_worker`; reads what to pull
+Started by the controller with `python -m lanpool.app.transfer.range_worker`; reads what to pull
 as one JSON object on stdin (nothing secret: the key is read from the controller's key
 file, as the controller reads it), connects with that key and the host key the
 controller's own connection verified, and writes one JSON line on stdout:
@@ -16,12 +16,13 @@ from typing import Any
 
 import asyncssh
 
-from app.artifact_files import ArtifactsRefused
-from app.artifact_pull import Writer
-from app.artifact_ranges import SLOT
-from app.errors import LanpoolError, RunnerProtocolError
-from app.runner_client import RunnerSession
-from protocol import ArtifactRange, Error, event_loop
+from lanpool.app.errors import LanpoolError, RunnerProtocolError
+from lanpool.app.runners.client import RunnerSession
+from lanpool.app.transfer.files import ArtifactsRefused
+from lanpool.app.transfer.pull import Writer
+from lanpool.app.transfer.ranges import SLOT
+from lanpool.protocol import ArtifactRange, Error
+from lanpool.protocol.runtime import event_loop
 
 
 async def pull_range(spec: dict[str, Any]) -> None:

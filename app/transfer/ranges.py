@@ -3,10 +3,10 @@
 One stream is limited by the controller's single event loop (most of it in asyncssh's
 receive path: decrypt, per-packet copies), so a file of at least PARALLEL_MIN_BYTES is
 cut into disjoint ranges, each pulled by a worker process of its own
-(app/artifact_range_worker.py) on its own SSH connection: the controller's key, and
+(app/transfer/range_worker.py) on its own SSH connection: the controller's key, and
 the runner's host key pinned to the one the controller's own connection verified
 (never trust on first use). Each worker takes its range only, in order, through the
-same checks as a whole file (app/artifact_pull.py Writer): a byte outside the range is
+same checks as a whole file (app/transfer/pull.py Writer): a byte outside the range is
 refused, so no two workers ever write the same bytes.
 
 Resume state: ranges fill the staged file out of order, so its size no longer says
@@ -34,14 +34,14 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import app
-from app.artifact_files import ArtifactsRefused, checked_path, make_dirs
-from app.errors import LanpoolError, RunnerError, RunnerProtocolError
-from protocol.message_base import Record, record
-from protocol.transfer_messages import ARTIFACT_RANGES
+import lanpool
+from lanpool.app.errors import LanpoolError, RunnerError, RunnerProtocolError
+from lanpool.app.transfer.files import ArtifactsRefused, checked_path, make_dirs
+from lanpool.protocol.message_base import Record, record
+from lanpool.protocol.transfer_messages import ARTIFACT_RANGES
 
 if TYPE_CHECKING:  # asyncssh only where a pull happens: `status` of stored runs must not load it
-    from app.runner_client import RunnerSession
+    from lanpool.app.runners.client import RunnerSession
 
 log = logging.getLogger(__name__)
 
@@ -283,14 +283,14 @@ async def pull_ranges(
 
 
 async def _spawn(spec: dict[str, object], lock_fd: int) -> asyncio.subprocess.Process:
-    """A worker holding the job's pull lock too (`lock_fd`, see app/artifact_pull.py)."""
+    """A worker holding the job's pull lock too (`lock_fd`, see app/transfer/pull.py)."""
     env = dict(os.environ)  # the worker imports this very package, wherever it is installed
-    root = str(Path(app.__file__).resolve().parent.parent)
+    root = str(Path(lanpool.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "app.artifact_range_worker",
+        "lanpool.app.transfer.range_worker",
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -349,7 +349,7 @@ def plan_node(
         started = set()
     if not usable or parallel is None:
         return started
-    from app.direct_pull import direct_wanted  # ssl: not for `status`
+    from lanpool.app.runners.direct import direct_wanted  # ssl: not for `status`
 
     if direct_wanted(session.hello.features):  # one direct stream outruns several SSH ones: no new ranges
         return started

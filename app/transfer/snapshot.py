@@ -9,7 +9,7 @@ cache key and be uploaded back.
 The snapshot is a manifest: (path, mode, size, sha256) per file, or the target
 of a symlink. Each file is read once per change: hashes are kept by (device,
 inode, size, mtime, ctime) in memory and in the controller's data dir
-(app/hash_cache.py), so planning's cache keys and the upload that follows share
+(app/transfer/hash_cache.py), so planning's cache keys and the upload that follows share
 one pass, and an unchanged file is not read again by the next `run` either.
 """
 
@@ -21,9 +21,9 @@ import stat
 import subprocess
 from pathlib import Path
 
-from app.hash_cache import HashCache, stat_key
-from app.home import ControllerHome
-from protocol.message_base import Record, record
+from lanpool.app.home import ControllerHome
+from lanpool.app.transfer.hash_cache import HashCache, stat_key
+from lanpool.protocol.message_base import Record, record
 
 _SKIP_DIRS = {".git", ".venv", "venv", "__pycache__", "node_modules", ".mypy_cache", ".pytest_cache", ".ruff_cache"}
 _OWN_DIR = ".lanpool"  # lanpool state kept in a project, never part of its code

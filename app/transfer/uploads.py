@@ -1,6 +1,6 @@
 """A job's workspace going up to a runner, by content.
 
-The workspace is the code snapshot (app/snapshot.py) plus the artifacts of the
+The workspace is the code snapshot (app/transfer/snapshot.py) plus the artifacts of the
 jobs it depends on, at their paths (a later entry of a path wins). Each file is
 named by its sha256; the runner says which of those it lacks (HaveBlobs) and
 only those are sent, streamed from disk in parts (PutBlob), so a second run
@@ -18,12 +18,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.errors import LanpoolError, UsageError
-from app.home import ControllerHome
-from app.runner_client import RunnerSession
-from app.snapshot import Manifest, content_hash
-from app.store import JobRow, Store
-from protocol import FileEntry, PutBlob
+from lanpool.app.errors import LanpoolError, UsageError
+from lanpool.app.home import ControllerHome
+from lanpool.app.runners.client import RunnerSession
+from lanpool.app.store import JobRow, Store
+from lanpool.app.transfer.snapshot import Manifest, content_hash
+from lanpool.protocol import FileEntry, PutBlob
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ def main(argv: list[str]) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print("app: error: the TUI needs a terminal: use `app headless ...` from scripts (see --help)", file=sys.stderr)
         return 2
-    from app.errors import LanpoolError
+    from lanpool.app.errors import LanpoolError
 
     LanpoolApp = load_app()
     try:
@@ -57,7 +57,7 @@ def load_app() -> type:
     os.environ.setdefault("TEXTUAL_FPS", str(FRAMES_PER_S))
     gc.disable()
     try:
-        from app.tui.app import LanpoolApp
+        from lanpool.app.tui.app import LanpoolApp
     finally:
         gc.freeze()
         gc.set_threshold(5000, 20, 20)

@@ -13,19 +13,19 @@ from typing import TYPE_CHECKING
 from textual import work
 from textual.widgets import Label, ProgressBar
 
-from app.controller import DEFAULT_PRUNE_AGE, Controller, Removal, Submitted, parse_address, parse_age
-from app.errors import LanpoolError
-from app.formatting import size
-from app.home import ControllerHome
-from app.secret_store import secret_refs
-from app.tui.dialogs.simple import ConfirmDialog, Field, FormDialog
-from app.tui.job_view import JobView
-from app.tui.widgets.tables import RunnersTable, RunsTable
-from protocol import JobState
+from lanpool.app.controller import DEFAULT_PRUNE_AGE, Controller, Removal, Submitted, parse_address, parse_age
+from lanpool.app.errors import LanpoolError
+from lanpool.app.home import ControllerHome
+from lanpool.app.secret_store import secret_refs
+from lanpool.app.tui.dialogs.simple import ConfirmDialog, Field, FormDialog
+from lanpool.app.tui.job_view import JobView
+from lanpool.app.tui.widgets.tables import RunnersTable, RunsTable
+from lanpool.app.views.formatting import size
+from lanpool.protocol import JobState
 
 if TYPE_CHECKING:  # the Run dialog and the workflows (yaml) load when r is first pressed, not before the first frame
-    from app.tui.dialogs.run_dialog import RunDialog, RunRequest
-    from app.workflows import Project
+    from lanpool.app.tui.dialogs.run_dialog import RunDialog, RunRequest
+    from lanpool.app.workflows import Project
 
 
 class Actions(JobView):
@@ -77,7 +77,7 @@ class Actions(JobView):
             return
         with self.suspend():
             # A process of its own: the shell owns the terminal, with no event loop of ours in between.
-            subprocess.run([sys.executable, "-m", "app.cli.main", "headless", "ssh", job_id], check=False)
+            subprocess.run([sys.executable, "-m", "lanpool.app.cli.main", "headless", "ssh", job_id], check=False)
 
     # -- run ------------------------------------------------------------------------------
 
@@ -89,7 +89,7 @@ class Actions(JobView):
         if not self.project.workflows:
             self.notify("the project has no workflows", severity="error")
             return
-        from app.tui.dialogs.run_dialog import RunDialog
+        from lanpool.app.tui.dialogs.run_dialog import RunDialog
 
         runners = self.ctl.pool.names()
         dialog = RunDialog(self.project, runners, self.ctl.variables, secrets=self._secrets_used)

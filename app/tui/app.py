@@ -1,6 +1,6 @@
 """The lanpool TUI: runners, runs, live logs, loss curves and artifacts.
 
-The app owns the Controller and the background feeds (app/live.py); widgets
+The app owns the Controller and the background feeds (app/tui/live.py); widgets
 only show what the app hands them and post messages. Anything that touches
 SSH, zeroconf or files runs in a worker; a failed worker becomes an error
 notification, never a crash.
@@ -23,19 +23,19 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Header, Input, Label, ProgressBar, Select
 
-from app import overview
-from app.controller import Controller
-from app.live import LiveFeeds
-from app.tui.actions import Actions
-from app.tui.base import LOG_WINDOW, RUNS_FIRST, RUNS_LIMIT
-from app.tui.dialogs.simple import HelpScreen
-from app.tui.widgets.artifacts_list import ArtifactsList
-from app.tui.widgets.footer import Footer
-from app.tui.widgets.log_view import LogView
-from app.tui.widgets.metrics_chart import MetricsChart
-from app.tui.widgets.panes import AppScreen, Pane, Tabbed
-from app.tui.widgets.tables import RunnersTable, RunsTable
-from protocol import JobState
+from lanpool.app.controller import Controller
+from lanpool.app.tui.actions import Actions
+from lanpool.app.tui.base import LOG_WINDOW, RUNS_FIRST, RUNS_LIMIT
+from lanpool.app.tui.dialogs.simple import HelpScreen
+from lanpool.app.tui.live import LiveFeeds
+from lanpool.app.tui.widgets.artifacts_list import ArtifactsList
+from lanpool.app.tui.widgets.footer import Footer
+from lanpool.app.tui.widgets.log_view import LogView
+from lanpool.app.tui.widgets.metrics_chart import MetricsChart
+from lanpool.app.tui.widgets.panes import AppScreen, Pane, Tabbed
+from lanpool.app.tui.widgets.tables import RunnersTable, RunsTable
+from lanpool.app.views import overview
+from lanpool.protocol import JobState
 
 __all__ = ["LOG_WINDOW", "LanpoolApp"]
 

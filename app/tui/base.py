@@ -18,14 +18,14 @@ from textual.widget import Widget
 from textual.widgets import Label, TabbedContent
 from textual.worker import Worker, WorkerState
 
-from app.controller import Controller
-from app.errors import LanpoolError
-from app.live import LiveFeeds
-from app.overview import LogLine, MetricsReader
-from app.tui.widgets.tables import RunnersTable, RunsTable
+from lanpool.app.controller import Controller
+from lanpool.app.errors import LanpoolError
+from lanpool.app.tui.live import LiveFeeds
+from lanpool.app.tui.widgets.tables import RunnersTable, RunsTable
+from lanpool.app.views.overview import LogLine, MetricsReader
 
 if TYPE_CHECKING:
-    from app.workflows import Project
+    from lanpool.app.workflows import Project
 
 LOG_WINDOW = 20_000  # lines held by the log view; older ones are paged in from SQLite
 # Lines read from SQLite at a time: a job's tail when it is selected or G reloads it, and each older
@@ -64,7 +64,7 @@ class LanpoolBase(App[None]):
         """Read the project's workflows, once (after the first frame, or when r needs them)."""
         if self.project is not None or self.project_error:
             return
-        from app.workflows import find_project  # with yaml and the workflow parser: after the first frame
+        from lanpool.app.workflows import find_project  # with yaml and the workflow parser: after the first frame
 
         root = self.project_dir or find_project(Path.cwd())
         if root is None:

@@ -15,15 +15,15 @@ from textual import on, work
 from textual.notifications import SeverityLevel
 from textual.widgets import Label, TabbedContent
 
-from app import overview
-from app.formatting import duration, size, status_text
-from app.overview import MetricsReader
-from app.tui.base import LOG_PAGE, LOG_WINDOW, LanpoolBase
-from app.tui.dialogs.simple import Field, FormDialog
-from app.tui.widgets.artifacts_list import ArtifactsList
-from app.tui.widgets.log_view import LogView
-from app.tui.widgets.metrics_chart import MetricsChart
-from protocol import JobState
+from lanpool.app.tui.base import LOG_PAGE, LOG_WINDOW, LanpoolBase
+from lanpool.app.tui.dialogs.simple import Field, FormDialog
+from lanpool.app.tui.widgets.artifacts_list import ArtifactsList
+from lanpool.app.tui.widgets.log_view import LogView
+from lanpool.app.tui.widgets.metrics_chart import MetricsChart
+from lanpool.app.views import overview
+from lanpool.app.views.formatting import duration, size, status_text
+from lanpool.app.views.overview import MetricsReader
+from lanpool.protocol import JobState
 
 
 def set_header(label: Label, text: str) -> None:

@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
-from app.controller import Controller, LogSink
-from app.errors import LanpoolError
+from lanpool.app.controller import Controller, LogSink
+from lanpool.app.errors import LanpoolError
 
-if TYPE_CHECKING:  # app.discovery imports zeroconf, which only browsing needs
-    from app.discovery import Advert, Browser
+if TYPE_CHECKING:  # app.runners.discovery imports zeroconf, which only browsing needs
+    from lanpool.app.runners.discovery import Advert, Browser
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class LiveFeeds:
     async def start(self, discover: bool = True, probe_every_s: float = PROBE_EVERY_S) -> None:
         if discover:
             # zeroconf only when browsing: importing it costs ~100 ms of start-up.
-            from app.discovery import Browser, browse_interfaces
+            from lanpool.app.runners.discovery import Browser, browse_interfaces
 
             interfaces = browse_interfaces() if self._interfaces is None else self._interfaces
             browser = self._browser = Browser(interfaces, self._seen, self._gone)
@@ -90,7 +90,7 @@ class LiveFeeds:
             return
         if time.time() - self._last_sweep < CONFLICT_SWEEP_S:
             return
-        from app.discovery import discover
+        from lanpool.app.runners.discovery import discover
 
         self._last_sweep = started = time.time()
         browse_s = self.ctl.pool.conflict_browse_s

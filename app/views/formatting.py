@@ -6,9 +6,9 @@ them in its tables (app/cli/render.py), the TUI puts them in its widgets.
 
 import time
 
-from app.runner_views import RunnerView
-from app.store import JobRow
-from protocol import JobState
+from lanpool.app.runners.views import RunnerView
+from lanpool.app.store import JobRow
+from lanpool.protocol import JobState
 
 RUNNER_HEADERS = ("NAME", "ADDRESS", "STATE", "GPUS FREE", "JOBS", "EXECUTOR", "SOURCE", "LAST SEEN")
 

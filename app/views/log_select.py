@@ -1,7 +1,7 @@
 """`logs --tail N`, `--since WHEN`, `-t`: a job's log lines chosen and stamped as people read them.
 
 The times are the agent's: it stamps each spool record as the job's output arrives
-(agent/spool.py), the stamp travels with the log chunk and is stored with it. A chunk
+(agent/workspace/spool.py), the stamp travels with the log chunk and is stored with it. A chunk
 holds lines that arrived within a tenth of a second, so each line carries its chunk's
 time. Lines of an older agent or store have no time: `-t` shows a dash, `--since`
 leaves them out (nothing says they are recent).
@@ -13,9 +13,9 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 
-from app.errors import UsageError
-from app.multinode import prefix_node
-from app.store import Store
+from lanpool.app.errors import UsageError
+from lanpool.app.jobs.multinode import prefix_node
+from lanpool.app.store import Store
 
 STREAMS = ("out", "err", "sys")  # "met" lines are metrics: `app headless metrics`
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.multinode import prefix_node
-from app.store import JobRow, Store
-from app.terminal_text import safe_line
-from protocol import JobState
-from protocol.message_base import Record, record
+from lanpool.app.jobs.multinode import prefix_node
+from lanpool.app.store import JobRow, Store
+from lanpool.app.views.terminal_text import safe_line
+from lanpool.protocol import JobState
+from lanpool.protocol.message_base import Record, record
 
 LOG_STREAMS = ("out", "err", "sys")  # "met" is metrics, shown as curves instead
 
@@ -82,7 +82,7 @@ class LogWindow:
 def decode_lines(data: bytes, stream: str, node: int | None, at: float | None = None) -> list[LogLine]:
     """Chunk bytes to display lines; `node` tags them (multi-node jobs), `at` is the chunk's
     time (each line of a chunk carries it, as `logs -t`). Lines are terminal-safe
-    (app/terminal_text.py): whatever shows them never gets a job's escapes."""
+    (app/views/terminal_text.py): whatever shows them never gets a job's escapes."""
     if node is not None:
         data = prefix_node(node, data)
     return [LogLine(safe_line(t), stream, at or None) for t in data.decode("utf-8", "replace").splitlines()]

@@ -1,7 +1,7 @@
 """Runs and jobs as the front ends see them: lookup, listings, logs and metrics.
 
 The Controller owns one `Runs` (`ctl.runs`); `app headless` and the TUI read the
-store only through it (shaped by the read models of app/overview.py). Reads that
+store only through it (shaped by the read models of app/views/overview.py). Reads that
 may take long (a whole log) open their own SQLite connection, so a worker thread
 never shares the event loop's.
 """
@@ -10,10 +10,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app import overview
-from app.home import ControllerHome
-from app.overview import JobLine, LogWindow, MetricsReader
-from app.store import JobRow, RunRow, Store
+from lanpool.app.home import ControllerHome
+from lanpool.app.store import JobRow, RunRow, Store
+from lanpool.app.views import overview
+from lanpool.app.views.overview import JobLine, LogWindow, MetricsReader
 
 T = TypeVar("T")
 
@@ -61,11 +61,11 @@ class Runs:
         """Where node 0's stored log ends: a live follow starts there."""
         return self.store.log_end(job_id)
 
-    # -- read models (app/overview.py) ----------------------------------------------------
+    # -- read models (app/views/overview.py) ----------------------------------------------------
 
     def log_window_start(self, job_id: str, n_lines: int, node: int) -> int:
         """The seq where a window of one node's newest `n_lines` lines starts, from line counts only."""
-        from app.store.log_counts import window_start
+        from lanpool.app.store.log_counts import window_start
 
         return window_start(self.store.conn, job_id, node, n_lines, overview.LOG_STREAMS)
 

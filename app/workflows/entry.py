@@ -10,12 +10,12 @@ from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from app.workflows.dialects import normalize
-from app.workflows.limits import parse_limits
-from app.workflows.model import ArtifactSpec, Dependency, Scalar, Workflow, WorkflowError, render_value
-from app.workflows.resources import check_resources
-from app.workflows.slurm import parse_slurm
-from app.workflows.yaml_lines import LineMap
+from lanpool.app.workflows.dialects import normalize
+from lanpool.app.workflows.limits import parse_limits
+from lanpool.app.workflows.model import ArtifactSpec, Dependency, Scalar, Workflow, WorkflowError, render_value
+from lanpool.app.workflows.resources import check_resources
+from lanpool.app.workflows.slurm import parse_slurm
+from lanpool.app.workflows.yaml_lines import LineMap
 
 WORKFLOW_KEYS = (
     "name",
@@ -285,7 +285,7 @@ def _parse_depends_on(item: LineMap, err: AtKey) -> tuple[list[Dependency], list
     return deps, include
 
 
-MAX_PORTS = 16  # as the runner allows (agent/job_request.py)
+MAX_PORTS = 16  # as the runner allows (agent/jobs/request.py)
 
 
 def _parse_ports(item: LineMap, err: AtKey) -> list[int]:

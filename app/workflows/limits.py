@@ -1,11 +1,11 @@
 """A workflow's time limit and retries (`max_duration: 2h`, `retry: {on: [failure, lost],
-limit: 3, delay: 30s}`), as dstack spells them; the runner keeps both (agent.job_limits)."""
+limit: 3, delay: 30s}`), as dstack spells them; the runner keeps both (agent.jobs.limits)."""
 
 import re
 from collections.abc import Callable
 from typing import Any
 
-from app.workflows.model import WorkflowError
+from lanpool.app.workflows.model import WorkflowError
 
 RETRY_ON = ("failure", "lost")
 RETRY_KEYS = ("on", "limit", "delay")

@@ -4,8 +4,8 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any
 
-from app.errors import UsageError
-from protocol.message_base import Record, record
+from lanpool.app.errors import UsageError
+from lanpool.protocol.message_base import Record, record
 
 Scalar = str | int | float | bool
 
@@ -77,7 +77,7 @@ class Workflow(Record):
     repo_include: list[str] | None = None  # None: the whole snapshot counts
     resume_from: str = ""  # a run name, job id or WORKFLOW:TAG whose checkpoint this job resumes from
     ports: list[int] = field(default_factory=list)  # the job's loopback ports, forwarded while it runs
-    # Kept by the runner (agent.job_limits): 0 = no time limit / no retry.
+    # Kept by the runner (agent.jobs.limits): 0 = no time limit / no retry.
     max_duration_s: float = 0.0
     retry_on: list[str] = field(default_factory=list)
     retry_limit: int = 0

@@ -4,11 +4,11 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import field
 
-from app.workflows.entry import MAX_NODES, check_artifact_path
-from app.workflows.model import Project, Scalar, Workflow, WorkflowError
-from app.workflows.model import render_value as render_value  # the CLI and TUI import it from here
-from app.workflows.resources import normalize_resources
-from app.workflows.substitute import (
+from lanpool.app.workflows.entry import MAX_NODES, check_artifact_path
+from lanpool.app.workflows.model import Project, Scalar, Workflow, WorkflowError
+from lanpool.app.workflows.model import render_value as render_value  # the CLI and TUI import it from here
+from lanpool.app.workflows.resources import normalize_resources
+from lanpool.app.workflows.substitute import (
     UndefinedVariable,
     UnsafeVariable,
     names_referenced,
@@ -16,8 +16,8 @@ from app.workflows.substitute import (
     substitute_text,
     variable_names_used,
 )
-from app.workflows.variable_env import variable_of_env, variables_as_args, variables_env
-from protocol.message_base import Record, record
+from lanpool.app.workflows.variable_env import variable_of_env, variables_as_args, variables_env
+from lanpool.protocol.message_base import Record, record
 
 DEFAULT_PYTHON = "3.11"
 

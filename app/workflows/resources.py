@@ -10,11 +10,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from app.workflows.slurm import SLURM_KEYS, slurm_name_problem
+from lanpool.app.workflows.slurm import SLURM_KEYS, slurm_name_problem
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 _UNIT_MB = {"": 1, "B": 1 / (1024 * 1024), "K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024}
-# The runner refuses more (agent/jobs.py): 1 PiB, 1024 GPUs, 65536 CPUs.
+# The runner refuses more (agent/jobs/manager.py): 1 PiB, 1024 GPUs, 65536 CPUs.
 MAX_SIZE_MB = 2**30
 MAX_COUNT = {"gpu": 1024, "cpu": 65536}
 

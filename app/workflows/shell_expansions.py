@@ -2,8 +2,8 @@
 
 import re
 
-from app.workflows.shell_frames import Frame, ScannerState
-from app.workflows.shell_sinks import mark
+from lanpool.app.workflows.shell_frames import Frame, ScannerState
+from lanpool.app.workflows.shell_sinks import mark
 
 _PARAM = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|[0-9]+|[-@*#?$!0]")
 

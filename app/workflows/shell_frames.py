@@ -8,8 +8,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.workflows.shell_heredocs import Body, HereDoc
-from app.workflows.shell_sinks import Placement, ScriptFacts, reads_name
+from lanpool.app.workflows.shell_heredocs import Body, HereDoc
+from lanpool.app.workflows.shell_sinks import Placement, ScriptFacts, reads_name
 
 UNCLOSED = {"c": "$( or (", "d": '"', "s": "'", "a": "$'", "q": "'", "x": "$(( or ((", "i": "[", "p": "${"}
 

@@ -20,10 +20,10 @@ and expansions, on the state in shell_frames.py.
 
 import re
 
-from app.workflows.shell_expansions import Expansions
-from app.workflows.shell_frames import UNCLOSED, Frame, Scan
-from app.workflows.shell_heredocs import find_bodies, read_delimiter
-from app.workflows.shell_sinks import (
+from lanpool.app.workflows.shell_expansions import Expansions
+from lanpool.app.workflows.shell_frames import UNCLOSED, Frame, Scan
+from lanpool.app.workflows.shell_heredocs import find_bodies, read_delimiter
+from lanpool.app.workflows.shell_sinks import (
     ARITH_TESTS,
     ASSIGN,
     DECLARE,

@@ -30,8 +30,8 @@ from itertools import accumulate
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the shell model is imported where a script holds a reference (start-up time, issue #17)
-    from app.workflows.shell_heredocs import HereDoc
-    from app.workflows.shell_sinks import Placement
+    from lanpool.app.workflows.shell_heredocs import HereDoc
+    from lanpool.app.workflows.shell_sinks import Placement
 
 _VAR = re.compile(
     # ${{ name }}: dstack's names may hold - and . (`${{ batch-size }}`); the shell forms may not
@@ -105,7 +105,7 @@ def substitute_commands(
         # Nothing to place and no copy to trace: the script as written, without reading it as bash
         # does (the shell model's ~10 modules and its scan: ~5 ms of a `run`'s start, issue #17).
         return list(commands)
-    from app.workflows.shell_model import scan
+    from lanpool.app.workflows.shell_model import scan
 
     starts = list(accumulate((len(c) + 1 for c in commands[:-1]), initial=0))
     model = scan(script, _VAR)
@@ -289,7 +289,7 @@ def _check_heredoc(
     """No value may put the delimiter's line into a here-document: bash would end it there."""
     if not placed:
         return
-    from app.workflows.shell_heredocs import line_ending_early
+    from lanpool.app.workflows.shell_heredocs import line_ending_early
 
     start = moved(doc.start)
     at = line_ending_early(doc, result[start : moved(doc.end)])

@@ -10,7 +10,7 @@ a variable: a variable `path` must not break the job's PATH.
 
 from collections.abc import Mapping
 
-from app.workflows.substitute import escape_word
+from lanpool.app.workflows.substitute import escape_word
 
 _KEPT = frozenset(
     {

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from app.workflows.yaml_lines import LineMap
+from lanpool.app.workflows.yaml_lines import LineMap
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class Unreadable(Exception):
 
 
 def cache_dir() -> Path:
-    from app.home import ControllerHome  # the data dir, as the controller finds it
+    from lanpool.app.home import ControllerHome  # the data dir, as the controller finds it
 
     return ControllerHome.default().root / "cache" / "yaml"
 

@@ -7,7 +7,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from app.workflows.model import WorkflowError
+from lanpool.app.workflows.model import WorkflowError
 
 
 class LineMap(dict[Any, Any]):
@@ -41,7 +41,7 @@ def _line_loader() -> Any:
 
 def read_yaml(path: Path) -> Any:
     """The file's YAML (every mapping a LineMap); WorkflowError, with the line, when it cannot be read."""
-    from app.workflows import yaml_cache
+    from lanpool.app.workflows import yaml_cache
 
     try:
         text = path.read_text()

@@ -10,9 +10,9 @@ into the spool, then frames) stored a 1M-line flood at ~183k lines/s on uvloop a
 ~264-287k on asyncio's loop (scripts/bench, quiet 2-core VM, 2026-11-23), and its pulls
 gained nothing measurable. Two differences of uvloop's that lanpool's code now
 allows for: it runs a child's preexec_fn before it moves the child's stdio into place
-(agent/job_shell.py takes the PTY through the slave's own descriptor), and it starts
+(agent/shell/into_job.py takes the PTY through the slave's own descriptor), and it starts
 reading an accepted connection after connection_made, so pause_reading there does not
-hold early bytes back (app/port_forward.py keeps them until the channel opens).
+hold early bytes back (app/shell/ports.py keeps them until the channel opens).
 LANPOOL_EVENT_LOOP=asyncio turns uvloop off everywhere, =uvloop on everywhere (the agent
 too; a comparison, or a problem to tell apart); tests/test_job_shell.py and tests/test_port_forward.py run on both loops.
 """

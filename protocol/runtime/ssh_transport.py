@@ -1,6 +1,6 @@
 """asyncssh's transport as lanpool's connections use it: one change, installed once per process
-by the modules every SSH connection of a controller or an agent goes through (app/runner_client.py,
-agent/ssh_server.py). asyncssh is imported only by install(): protocol/ stays importable without it.
+by the modules every SSH connection of a controller or an agent goes through (app/runners/client.py,
+agent/ssh/server.py). asyncssh is imported only by install(): protocol/ stays importable without it.
 
 asyncssh sends an empty SSH_MSG_IGNORE packet before every packet it encrypts
 (asyncssh/connection.py send_packet): the old countermeasure to the chosen-plaintext attack on

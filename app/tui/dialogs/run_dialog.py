@@ -8,7 +8,7 @@ so does which secrets the run refers to and whether each is set (`secrets`:
 names and set/missing only, never a value).
 
 The env field is `run --env`: KEY=VALUE words, split as a shell would (quote a
-value with spaces), checked by the same rules (app/env_overrides.py).
+value with spaces), checked by the same rules (app/runs/env_overrides.py).
 """
 
 import shlex
@@ -26,11 +26,11 @@ from textual.screen import ModalScreen
 from textual.widget import Widget
 from textual.widgets import Button, Checkbox, Input, Label, Select, Static
 
-from app.env_overrides import parse_env_args
-from app.errors import LanpoolError, UsageError
-from app.workflows import Project
-from app.workflows.model import Scalar
-from app.workflows.resolve import coerce_override, render_value
+from lanpool.app.errors import LanpoolError, UsageError
+from lanpool.app.runs.env_overrides import parse_env_args
+from lanpool.app.workflows import Project
+from lanpool.app.workflows.model import Scalar
+from lanpool.app.workflows.resolve import coerce_override, render_value
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from rich.text import Text
 from textual.widgets import DataTable
 
-from app.formatting import size
+from lanpool.app.views.formatting import size
 
 
 class ArtifactsList(DataTable[Text]):

@@ -23,9 +23,9 @@ from textual.scroll_view import ScrollView
 from textual.scrollbar import ScrollBar
 from textual.strip import Strip
 
-from app.overview import LogLine
-from app.terminal_text import safe_line
-from app.tui.widgets.scrollbars import memo_scrollbar
+from lanpool.app.tui.widgets.scrollbars import memo_scrollbar
+from lanpool.app.views.overview import LogLine
+from lanpool.app.views.terminal_text import safe_line
 
 _NODE_TAG = re.compile(r"^\[node \d+\] ")
 STAMP_WIDTH = 13  # "14:03:07.125 "

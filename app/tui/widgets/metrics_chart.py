@@ -23,7 +23,7 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import Label, SelectionList
 
-from app.tui.widgets.panes import memo_lines
+from lanpool.app.tui.widgets.panes import memo_lines
 
 if TYPE_CHECKING:  # imported when first shown (above)
     from textual_plotext import PlotextPlot

@@ -25,9 +25,9 @@ from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable
 
-from app.formatting import ago, duration, gpu_util_text, runner_cells
-from app.overview import JobLine
-from app.runner_views import RunnerView
+from lanpool.app.runners.views import RunnerView
+from lanpool.app.views.formatting import ago, duration, gpu_util_text, runner_cells
+from lanpool.app.views.overview import JobLine
 
 Cell = str | Text
 Row = tuple[str, list[Cell]]  # (key, cells in COLUMNS order)

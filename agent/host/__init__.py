@@ -1,0 +1,1 @@
+"""This machine: its GPUs (and who holds each), their telemetry, and the resources it offers to jobs."""

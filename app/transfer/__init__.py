@@ -1,0 +1,1 @@
+"""Bytes between the controller and runners: the code snapshot going up by content, artifacts coming back checked and resumable."""
