@@ -232,7 +232,7 @@ class Agent:
 
     def _on_jobs_changed(self) -> None:
         # Coalesced: a submit changes the jobs two or three times within milliseconds, on the
-        # job's way to its first line; one TXT update shortly after them (issue #17).
+        # job's way to its first line; one TXT update shortly after them.
         if self._advertiser is not None and self._txt_due is None:
             self._txt_due = asyncio.get_running_loop().call_later(TXT_DELAY_S, self._update_txt)
 

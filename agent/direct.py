@@ -1,5 +1,5 @@
-"""Artifact bytes on a connection of their own: TLS from a C library instead of SSH packets
-handled in Python (issue #13).
+"""Bulk bytes on a connection of their own beside SSH (artifacts, log bursts, terminals): TLS
+from a C library instead of SSH packets handled in Python.
 
 Over the SSH channel a 1 GiB pull was held to ~0.6x `scp` by asyncssh's per-packet work on
 both sides; the same frames over a TLS socket, written and read by a thread each, move at
@@ -14,7 +14,8 @@ token. Both secrets travel inside the authenticated SSH connection, so
 The certificate is self-signed and made anew at each agent start (an EC key in the agent's
 data dir, 0600); nothing else about it is checked, since its digest came over SSH.
 
-A listener lives at most OFFER_TTL_S and serves one transfer; MAX_TRANSFERS bounds those at
+Log bursts (agent/ssh/log_direct.py) and direct shells (agent/shell/direct.py) are offered the
+same way. A listener lives at most OFFER_TTL_S and serves one transfer; MAX_TRANSFERS bounds those at
 once per agent (past it, the request is streamed on its channel as before).
 """
 

@@ -21,7 +21,7 @@ from lanpool.app.runners.pool import DEFAULT_PORT, Pool, RunnerState, parse_addr
 from lanpool.app.store import ARTIFACTS_REFUSED, JobRow, Store
 from lanpool.protocol import JobState
 
-# Start-up time (issue #17): `status` and `logs` of stored runs need only the store. What talks
+# Start-up time: `status` and `logs` of stored runs need only the store. What talks
 # to runners (asyncssh, cryptography) and reads workflows (yaml) is imported on first use: the
 # jobs and artifacts below are built when a verb first asks for them, the pool connects lazily.
 if TYPE_CHECKING:

@@ -50,3 +50,7 @@ class RunnerProtocolError(RunnerError):
 
 class NotFoundError(LanpoolError):
     exit_code = ExitCode.NOT_FOUND
+
+
+class ArtifactsRefused(LanpoolError):
+    """A runner's artifacts that the controller will not write: the reason is one line."""

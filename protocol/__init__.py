@@ -109,7 +109,7 @@ __all__ = [
 ]
 
 # Where each public name lives. A verb that reads the store needs JobState, not the message
-# dataclasses and their validation (~35 ms of imports, issue #17): a name is imported on first use.
+# dataclasses and their validation (~35 ms of imports): a name is imported on first use.
 _WHERE = {
     "AGENT_MESSAGES": "lanpool.protocol.messages",
     "CLIENT_MESSAGES": "lanpool.protocol.messages",

@@ -5,7 +5,7 @@ checkers, tools and `dataclasses.fields()/replace()/asdict()`, whose methods are
 here instead of compiled per class. On Python 3.11 `dataclass` compiles each generated method
 with its own `exec`: `__init__`, the frozen `__setattr__`/`__delattr__`, `__eq__`, `__hash__`
 and `__repr__` cost ~0.4 ms a class, and ~40 classes made ~17 ms of every `app headless
-runners` (issue #17). `record` lets `dataclass` collect the fields (it compiles nothing with
+runners`. `record` lets `dataclass` collect the fields (it compiles nothing with
 init, eq, repr and frozen off), then gives the class a shared `__init__` built from them and
 the shared frozen `__setattr__`/`__delattr__`.
 

@@ -3,7 +3,7 @@
 The pairing messages live in protocol/pairing_messages.py, the transfer ones (blobs up,
 artifacts down) in protocol/transfer_messages.py; both registries are here.
 
-Rules that keep old and new peers talking (see STYLE.md 5):
+Rules that keep old and new peers talking:
 - new fields get defaults, so an older peer's message still decodes;
 - unknown fields are ignored, unknown tags raise UNKNOWN_MESSAGE;
 - types are checked here, before anything acts on a message.

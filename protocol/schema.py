@@ -32,7 +32,7 @@ _SCALARS = (str, bytes, int, float, bool)
 
 def _plan(cls: type) -> tuple[tuple[str, bool, Check], ...]:
     """Each field's (name, required, checker), worked out once per message type: reading the
-    annotations and bounds for every message cost more than checking its values (issue #17)."""
+    annotations and bounds for every message cost more than checking its values."""
     plan = _PLANS.get(cls)
     if plan is None:
         hints = typing.get_type_hints(cls)
@@ -161,7 +161,7 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "ports": _Bound(lo=1, hi=65535),
     "exit_code": _Bound(lo=-(2**31), hi=2**32 - 1),  # negative: killed by a signal
     "grace_s": _Bound(lo=0, hi=30 * 24 * 3600),
-    # Runner-side queue, time limits and retries (issue #15): bounded so that no absurd value
+    # Runner-side queue, time limits and retries: bounded so that no absurd value
     # (a limit of 10**18 seconds, a million retries) reaches a runner's timers.
     "position": _COUNT,
     "reason": _Bound(max_len=1024, text=True),

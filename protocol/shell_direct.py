@@ -1,4 +1,4 @@
-"""A job's shell on a TLS connection of its own (issue #16): the offer, as a line on the exec channel.
+"""A job's shell on a TLS connection of its own: the offer, as a line on the exec channel.
 
 The exec request `lanpool-exec JOB_ID --direct [-- ARGV]` (with a PTY) asks for it; the
 agent answers with one line on the channel's stdout before anything else:

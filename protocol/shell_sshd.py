@@ -1,4 +1,4 @@
-"""A job's shell through a one-time OpenSSH server (issue #16): the request and the offer, on the exec channel.
+"""A job's shell through a one-time OpenSSH server: the request and the offer, on the exec channel.
 
 Why: every keystroke through lanpool's own relays costs Python's work per record on both
 sides (~40 us over OpenSSH on this class of machine: docs/bench/bench-shell.md), while an

@@ -5,6 +5,8 @@ SUBSYSTEM = "lanpool"  # the SSH subsystem that carries lanpool's frames
 GANG_SUBSYSTEM = "lanpool-gang"
 GANG_USER_PREFIX = "gang-"  # the SSH username of a gang member: gang-<gang id>, password = the gang token
 DEFAULT_PORT = 7422
+# The one grammar of an exec request into a job: `lanpool-exec JOB_ID [FLAGS] [-- ARGV]` (agent/shell/into_job.py).
+EXEC_VERB = "lanpool-exec"
 # aes128-gcm first: it streamed 2-2.4x faster than chacha20 (SSH's default) on the
 # developers' 2-core machines, and made SFTP ~45% faster.
 ENCRYPTION_ALGS = ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com", "aes128-ctr"]

@@ -47,7 +47,7 @@ from tests import harness  # noqa: E402
 
 PY = harness.venv_python()
 APP = list(harness.venv_app())
-RATIO_TARGET = 0.99  # lanpool samples/s over by-hand samples/s, at least (issue #17)
+RATIO_TARGET = 0.99  # lanpool samples/s over by-hand samples/s, at least
 BLOCK, BATCH = 128, 32  # the recipe's defaults (4 layers x 128 dims): tokens a step per node = 4096
 
 
@@ -261,7 +261,7 @@ class Bench:
 
     def processes_started(self, job_id: str) -> float:
         """When the later of the two nodes' processes started (each agent's journal): what lanpool
-        adds before the trainers run, without their own start-up's noise (#17)."""
+        adds before the trainers run, without their own start-up's noise."""
         times = []
         for k in range(len(self.agents)):
             record = json.loads((self.tmp / f"agent{k}" / "jobs" / job_id / "job.json").read_text())

@@ -46,7 +46,7 @@ from bench_lan import RUN_IP, LanLink, in_controller, in_runner  # noqa: E402
 from lanpool.app.home import ControllerHome  # noqa: E402
 from lanpool.app.keys import load_or_create_client_key  # noqa: E402
 from lanpool.app.runners.client import RunnerSession  # noqa: E402
-from lanpool.app.shell.into_job import exec_command  # noqa: E402
+from lanpool.app.shell.channel import exec_command  # noqa: E402
 from lanpool.app.shell.ports import forward_local  # noqa: E402
 from lanpool.protocol import ENCRYPTION_ALGS, SubmitJob  # noqa: E402
 from tests import harness  # noqa: E402

@@ -51,7 +51,7 @@ from tests import harness  # noqa: E402
 PY = harness.venv_python()
 APP = list(harness.venv_app())
 PROBE = str(REPO / "scripts" / "bench_tui_probe.py")
-# Issue #17's targets: start < 0.7 s (10k runs, 1M lines), key -> frame p95 < 50 ms while
+# The targets: start < 0.7 s (10k runs, 1M lines), key -> frame p95 < 50 ms while
 # following 10k lines/s, back to the Runs tab < 50 ms, and no full GC as the latency maximum.
 STARTUP_TARGET_S = 0.7
 KEY_TARGET_S = 0.050
@@ -764,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
             row(
                 "back to the Runs tab (median)", pick(r, "startup.full.runs_tab_s.median"), target="< 0.05 s", unit="s"
             ),
-            # "The periodic full GC no longer the latency maximum" (#17): the longest collection while
+            # "The periodic full GC no longer the latency maximum": the longest collection while
             # following over the longest key -> frame then; below 1, a key waited longer for something else.
             row(
                 "longest GC pause while following, vs the longest key -> frame",

@@ -204,7 +204,7 @@ def test_a_ranged_file_gone_from_staging_starts_over_not_refused(hostile, ctl, s
 def test_the_agent_serves_only_ranges_inside_a_listed_file(offset, length, ok):
     from types import SimpleNamespace
 
-    from lanpool.agent.jobs.request import JobError
+    from lanpool.agent.errors import JobError
     from lanpool.agent.ssh.session import ChannelSession
     from lanpool.protocol import ArtifactRange, GetArtifacts
 

@@ -17,9 +17,8 @@ from pathlib import Path
 import pytest
 
 from lanpool.app.controller import Controller
-from lanpool.app.errors import LanpoolError
+from lanpool.app.errors import ArtifactsRefused, LanpoolError
 from lanpool.app.store import ARTIFACTS_REFUSED
-from lanpool.app.transfer.files import ArtifactsRefused
 from lanpool.app.transfer.pull import _pull_lock, staging_dir
 from lanpool.protocol import ArtifactData, ArtifactEnd, ArtifactsSent, Error, ErrorCode, JobState
 from tests.hostile_runner import BASHRC, Script, hostile, seed_job

@@ -1,4 +1,4 @@
-"""Variables always reach the job (issue #14): lanpool's options before the workflow
+"""Variables always reach the job: lanpool's options before the workflow
 name, the workflow's variables after it; any variable name works, an override is
 never dropped or taken for an option, a spelling that could mean two things is an
 error naming both, nothing is matched by prefix. Through the real CLI, on a real agent."""
@@ -188,7 +188,7 @@ def test_a_hyphenated_variable_reaches_the_job(agent, cli, make_project):
     project = make_project(HYPHENS, files={".lanpool/variables.yaml": "variables:\n  h:\n    batch-size: 64\n"})
     try:
         load_workflows(project)
-    except WorkflowError as exc:  # hyphens arrive with the dialects of issue #14 (app/workflows)
+    except WorkflowError as exc:  # hyphens arrive with the dialects (app/workflows)
         pytest.skip(f"this tree's loader refuses hyphenated variable names: {exc}")
     res = cli("headless", "run", "--runner", agent.address, "h", "--batch-size", "32", cwd=project)
     assert res.returncode == 0, res.stderr

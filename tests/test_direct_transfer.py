@@ -25,9 +25,8 @@ import pytest
 import lanpool.app.runners.direct as direct_pull
 from lanpool.agent.direct import DirectSender, _write_identity
 from lanpool.app.controller import Controller
-from lanpool.app.errors import RunnerError, RunnerProtocolError
+from lanpool.app.errors import ArtifactsRefused, RunnerError, RunnerProtocolError
 from lanpool.app.runners.direct import DirectUnavailable, fetch
-from lanpool.app.transfer.files import ArtifactsRefused
 from lanpool.app.transfer.pull import Writer
 from lanpool.protocol import ArtifactData, ArtifactEnd, ArtifactsSent, DirectOffer, JobState, encode_message
 from lanpool.protocol.framing import MAX_FRAME_BYTES

@@ -1,4 +1,4 @@
-"""The short path of `run` (issue #17): the attach channel opened beside the submit, and the
+"""The short path of `run`: the attach channel opened beside the submit, and the
 command line of `run`/`plan` parsed by their parser alone, the same as by the whole one."""
 
 import asyncio

@@ -10,11 +10,12 @@ import sys
 
 import pytest
 
+from lanpool.agent.errors import JobError
 from lanpool.agent.executors import ExecutorChoice, ExecutorError, ProcessExecutor
 from lanpool.agent.host.gpus import GpuAllocator, GpuError, detect_gpus, gpu_env
 from lanpool.agent.jobs.journal import JobRecord
 from lanpool.agent.jobs.recovery import spooled_bytes
-from lanpool.agent.jobs.request import JobError, parse_resources
+from lanpool.agent.jobs.request import parse_resources
 from lanpool.agent.workspace.spool import LogSpool
 from lanpool.app.errors import RunnerError
 from lanpool.protocol import JobState
@@ -188,7 +189,7 @@ def test_gpus_are_shared_out_between_running_process_jobs(tmp_path, controller_h
         for job_id in ("a", "b"):
             submit(agent, job_id, hold, "", resources={"gpu": 1})
             wait_for_line(agent, job_id, "gpus=")
-        # No GPU free now: the job waits in the runner's queue (issue #15), then gets the first one freed.
+        # No GPU free now: the job waits in the runner's queue, then gets the first one freed.
         queued = submit(agent, "c", ['echo "gpus=$CUDA_VISIBLE_DEVICES"'], "", resources={"gpu": 1})
         assert queued.state == "QUEUED" and queued.reason == "waiting for 1 GPU: 0 of 2 free", queued
         submit(agent, "none", ['echo "gpus=[$CUDA_VISIBLE_DEVICES]"'], "", resources={"gpu": 0})

@@ -127,3 +127,27 @@ def test_a_broken_results_file_is_one_line_and_overwrites_nothing(tmp_path, cont
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "bench-broken.json" in done.stderr and "Traceback" not in done.stderr
     assert out.read_text() == "the last good report\n"
+
+
+def _layout_entries() -> set[str]:
+    """The files docs/layout.md names: each table row's first cell, under its `## folder/` heading."""
+    entries, folder = set(), ""
+    for line in (DOCS / "layout.md").read_text().splitlines():
+        if heading := re.match(r"^#{2,3} (\S+)/$", line):
+            folder = heading.group(1)
+        elif folder and (row := re.match(r"^\| `([^`]+)` \|", line)):
+            entries.add(f"{folder}/{row.group(1)}")
+    return entries
+
+
+def test_the_layout_names_every_module():
+    """docs/layout.md is where a newcomer looks a module up: every one is there, and nothing else."""
+    named = _layout_entries()
+    modules = {
+        p.relative_to(REPO).as_posix()
+        for package in ("protocol", "agent", "app", "training")
+        for p in (REPO / package).rglob("*.py")
+        if p.name != "__init__.py"
+    }
+    assert modules - named == set(), "not in docs/layout.md"
+    assert {n for n in named if not (REPO / n).is_file()} == set(), "named in docs/layout.md, not in the tree"

@@ -1,4 +1,4 @@
-"""A gang's node 0 answers with its MASTER_PORT before its workspace is staged (#17):
+"""A gang's node 0 answers with its MASTER_PORT before its workspace is staged:
 the other nodes are sent sooner, but the job itself starts only once its files are
 whole, a staging failure still fails it, and a stop while it stages is kept.
 

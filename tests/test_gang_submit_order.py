@@ -1,4 +1,4 @@
-"""The controller's side of a gang's submit (app/jobs/submit.py, #17): node 0 is sent as
+"""The controller's side of a gang's submit (app/jobs/submit.py): node 0 is sent as
 soon as its own blobs are up (not once every node's are), the others after node 0's
 answer with its MASTER_PORT; a node whose upload fails after node 0 was sent stops
 node 0 (none may run alone). A real SQLite store; the runners are stand-ins that

@@ -25,7 +25,7 @@ from lanpool.protocol import JobState
 REPO = Path(__file__).resolve().parents[1]
 
 # What a verb may load beyond the standard library. The Controller builds what talks to runners
-# (asyncssh, cryptography) and reads workflows (yaml) on first use (issue #17), so the verbs
+# (asyncssh, cryptography) and reads workflows (yaml) on first use, so the verbs
 # that read the store start without them; `run` loads the workflow loader when it starts.
 _LIGHT = {"cython_runtime", "msgpack", "platformdirs"}
 _ALL = _LIGHT | {"asyncssh", "cryptography", "ifaddr", "typing_extensions", "yaml"}
@@ -111,7 +111,7 @@ RUNNING_BUDGET = {"status": 41, "logs": 41, "runners": 39}
     "args", [["status"], ["status", "--json"], ["logs", "quick-fox-1"], ["runners", "--wait", "0"]]
 )
 def test_reading_the_store_does_not_need_the_ssh_stack(args, tmp_path):
-    """The target of issue #17: `status` and `logs` of stored runs (no runner to ask), and
+    """The start-up target: `status` and `logs` of stored runs (no runner to ask), and
     `runners` with none known, never import asyncssh, cryptography or yaml."""
     _stored_job(tmp_path, 1)
     got = _probe(RUN_VERB, *args, home=tmp_path)
@@ -166,7 +166,7 @@ def test_a_status_that_asks_a_runner_does_load_it(tmp_path):
 def test_a_status_whose_runner_is_off_does_not_load_the_ssh_stack(tmp_path):
     """A runner where nothing listens is known to be unreachable from the TCP connect that
     comes before the SSH stack's import (app/runners/reach.py): `status` says it is offline
-    without importing asyncssh (issue #17), and the job is left as it was."""
+    without importing asyncssh, and the job is left as it was."""
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]  # a port nothing listens on, once closed
     _running_job_on(tmp_path, port)

@@ -1,4 +1,4 @@
-"""Each process job in its own Python environment (issue #14): layered on the runner's base
+"""Each process job in its own Python environment: layered on the runner's base
 interpreter, requirements installed into a cached layer with pip's output in the job's log,
 `version:` matched to an interpreter of the runner or refused at submit, and the agent's
 own environment never written by a job. Offline: the packages are wheels made here."""

@@ -1,4 +1,4 @@
-"""log_chunks as a rowid table (migration 9, issue #17): a store made with the old WITHOUT ROWID
+"""log_chunks as a rowid table (migration 9): a store made with the old WITHOUT ROWID
 table keeps every row and every reader's answer, a chunk sent twice is still stored once, and
 no reader of a log scans the table."""
 

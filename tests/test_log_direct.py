@@ -1,4 +1,4 @@
-"""A job's log burst on a TLS connection of its own (agent/workspace/log_direct.py, app/runners/log_direct.py).
+"""A job's log burst on a TLS connection of its own (agent/ssh/log_direct.py, app/runners/log_direct.py).
 
 Against a real agent and the real controller: a flood comes direct, every line stored once
 and in order; LANPOOL_DIRECT_TRANSFERS=0 keeps it on the channel; a LAN peer that connects

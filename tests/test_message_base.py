@@ -139,7 +139,7 @@ def test_record_is_frozen_and_only_for_records() -> None:
 
 
 def test_record_compiles_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The point of it (issue #17): no `exec` per class, where `dataclass` runs one per method."""
+    """The point of it: no `exec` per class, where `dataclass` runs one per method."""
     compiled: list[str] = []
 
     def counted(source: str, *args: Any) -> None:

@@ -197,7 +197,7 @@ def test_queue_until_room_and_reject_what_never_fits(tmp_path, controller_home, 
         assert queued, "the second GPU job must be QUEUED, with the reason"
         out, err = waiting.communicate(timeout=60)
         assert waiting.returncode == 0, err
-        # It waited in the runner's own queue (issue #15), which said why.
+        # It waited in the runner's own queue, which said why.
         assert "on runner pool-q" in err and out.strip() == "CUDA=0", err
     finally:
         a.stop()

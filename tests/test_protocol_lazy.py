@@ -1,4 +1,4 @@
-"""protocol/__init__ imports each public name on first use (issue #17: start-up time).
+"""protocol/__init__ imports each public name on first use (start-up time).
 
 A verb that reads the store asks for JobState only; the message classes and their
 validation load when something first names them, and every public name still resolves.

@@ -1,4 +1,4 @@
-"""Detached DAGs (issue #15): a runner holds a run's whole chain, starts each step when the
+"""Detached DAGs: a runner holds a run's whole chain, starts each step when the
 steps it waits for are DONE, stages their artifacts itself, and fails dependents of a
 failed step. Real agents, real SSH; "no controller alive" = the CLI process has exited."""
 

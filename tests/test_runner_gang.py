@@ -1,4 +1,4 @@
-"""Detached gangs (issue #15): the members of a multi-node job wait in their runners' queues
+"""Detached gangs: the members of a multi-node job wait in their runners' queues
 and start together, coordinated by node 0's agent (agent/gang/hub.py), with no controller alive;
 two gangs over the same runners both finish; a failing member stops the others. Attacks: a
 wrong token, a gang connection asking for anything but its barrier, a wrong node-0 host key.

@@ -1,4 +1,4 @@
-"""A detached gang's member whose agent restarts after Go (issue #15): a container member,
+"""A detached gang's member whose agent restarts after Go: a container member,
 which outlives its agent, is re-adopted and re-joins node 0's agent, and the gang goes on;
 a process member, which its agent stops on the way out, fails the gang on every node with a
 reason naming the node and the restart - never a gang left running with a node missing.

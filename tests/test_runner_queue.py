@@ -1,4 +1,4 @@
-"""The runner's own queue (issue #15): jobs that fit the runner but not what is free now
+"""The runner's own queue: jobs that fit the runner but not what is free now
 wait there, journalled, and start when room frees, with no controller alive; stop on a
 queued job; max_duration and retry kept by the runner. Real agents, real SSH."""
 

@@ -1,4 +1,4 @@
-"""protocol/schema.py checks each message type by a plan built once (issue #17): the plan's
+"""protocol/schema.py checks each message type by a plan built once: the plan's
 fast paths must accept and refuse exactly what the full `_check` walk does, with the same words."""
 
 import dataclasses

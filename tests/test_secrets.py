@@ -1,4 +1,4 @@
-"""Env and secrets (issue #16): `run --env/--env-file`, `secrets set|list|rm`, `${{ secrets.NAME }}`.
+"""Env and secrets: `run --env/--env-file`, `secrets set|list|rm`, `${{ secrets.NAME }}`.
 
 Real CLI, real agent on loopback, real SQLite. The secret's value must reach the
 job and nowhere else: not the controller's SQLite (grepped as bytes, WAL included),

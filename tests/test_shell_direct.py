@@ -14,8 +14,8 @@ import pytest
 
 from lanpool.agent.direct import DirectSender, _write_identity
 from lanpool.app.runners.direct import DirectUnavailable
+from lanpool.app.shell.channel import exec_command
 from lanpool.app.shell.direct import connect
-from lanpool.app.shell.into_job import exec_command
 from lanpool.protocol import DirectOffer
 from lanpool.protocol.shell_direct import parse_offer_line
 from tests.harness import start_agent
@@ -83,7 +83,7 @@ def test_a_refused_port_falls_back_to_the_channel(agent, monkeypatch, tmp_path):
     closed.close()  # nothing listens there: the connection is refused
     client = tmp_path / "client.py"
     client.write_text(
-        "import dataclasses, app.shell.direct as sd\n"
+        "import dataclasses, lanpool.app.shell.direct as sd\n"
         "real = sd.connect\n"
         f"sd.connect = lambda host, offer: real(host, dataclasses.replace(offer, port={port}))\n" + CLIENT
     )

@@ -1,4 +1,4 @@
-"""`app headless status` reads a few queries whatever the number of runs (issue #17): what it
+"""`app headless status` reads a few queries whatever the number of runs: what it
 shows stays what docs/cli.md says (runs newest first, `-n` of them, every job of each; `--json`
 with each job's warnings and artifacts), and a pull under way is still shown."""
 

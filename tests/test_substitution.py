@@ -726,7 +726,7 @@ _SHELL_MODEL_PROBE = textwrap.dedent(
 
 
 def test_a_script_without_references_is_kept_as_written_without_the_shell_model():
-    """The start-up shortcut (issue #17): commands that name no variable come back as written,
+    """The start-up shortcut: commands that name no variable come back as written,
     without importing the shell model; a script with a reference, or an env copy to trace
     through arithmetic, is still read as bash reads it (the attack: the checks still run)."""
     repo = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Cancelling a detached gang queued behind a busy runner from the TUI (issue #15): `s` on
+"""Cancelling a detached gang queued behind a busy runner from the TUI: `s` on
 its row stops every member in its runners' queues. Pilot against real agents on loopback,
 real SQLite; the helpers are test_tui's."""
 

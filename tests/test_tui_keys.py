@@ -103,7 +103,7 @@ def test_unchanged_rows_are_not_touched(screen_app, monkeypatch):
 
 
 def test_back_to_the_runs_tab_renders_no_cell_again(screen_app, monkeypatch):
-    """Going back to Runs shows the table from its render caches (issue #17: 110-330 ms, and
+    """Going back to Runs shows the table from its render caches (110-330 ms, and
     more with 10k runs, went into re-rendering every visible cell after each tab switch)."""
 
     async def body(pilot):
@@ -279,7 +279,7 @@ async def _logs_and_back_to_metrics(pilot, times: int) -> None:
 
 def test_back_to_metrics_builds_no_chart_again(screen_app, monkeypatch):
     """Switching back to Metrics with no new points shows the charts as built (plotext draws its
-    whole canvas in Python: issue #17's key -> frame); new options or points build them again."""
+    whole canvas in Python: the key -> frame); new options or points build them again."""
     built = []
     render = PlotextPlot.render
     monkeypatch.setattr(PlotextPlot, "render", lambda self: (built.append(1), render(self))[1])
@@ -361,7 +361,7 @@ def _count_renders(table, monkeypatch) -> list:
 def test_the_rest_of_the_list_added_while_on_another_tab_renders_no_shown_row_again(screen_app, monkeypatch):
     """The first frame's rows are drawn in columns sized for the whole list, so the rest, added
     just after (while the user may be on another tab already), leaves them drawn: going back to
-    Runs re-renders none of them (issue #17: 110 ms instead of 50 ms in scripts/bench-tui)."""
+    Runs re-renders none of them (110 ms instead of 50 ms in scripts/bench-tui)."""
     rows = [_row(i, "a-much-longer-run-name-77 (v12)" if i == 15 else "") for i in range(20)]
 
     async def body(pilot):
@@ -406,7 +406,7 @@ def test_a_wider_row_or_another_width_renders_the_shown_rows_again(screen_app, m
 def test_a_table_fitted_to_a_narrow_terminal_gets_only_its_first_rows_first(screen_app, monkeypatch):
     """The Runs table starts with every column; a terminal too narrow for them builds it anew
     with fewer, and that build too adds only the first rows: the rest come with the next call
-    (it had added the whole list, 500 rows, before the first frame: issue #17's start-up)."""
+    (it had added the whole list, 500 rows, before the first frame: the start-up)."""
     rows = [_row(i) for i in range(20)]
 
     async def body(pilot):

@@ -1,5 +1,5 @@
 """The TUI is a front end: it reaches the store, planning and runners only through
-the controller (issue #12). Read from the source, so that it holds for code paths
+the controller. Read from the source, so that it holds for code paths
 no other test drives."""
 
 import ast

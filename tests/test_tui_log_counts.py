@@ -1,5 +1,5 @@
 """g after a long follow: where the log view's window starts, from the stored line counts
-(app/store/log_counts.py) instead of decoding the window again (issue #17)."""
+(app/store/log_counts.py) instead of decoding the window again."""
 
 import random
 

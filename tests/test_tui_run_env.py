@@ -1,5 +1,5 @@
 """The TUI's Run dialog with env overrides and secrets, and cancelling a job queued on
-its runner (issues #15 and #16). Pilot against real agents on loopback, real SQLite.
+its runner. Pilot against real agents on loopback, real SQLite.
 The helpers and the shared agent are test_tui's."""
 
 import json
@@ -143,7 +143,7 @@ async def test_secrets_are_shown_set_or_missing_never_their_value(agent, make_pr
         assert SECRET not in screen_texts(app)
 
 
-# -- cancel a job queued on its runner (issue #15) --------------------------------------------
+# -- cancel a job queued on its runner --------------------------------------------
 
 QUEUE_WORKFLOWS = """
 workflows:

@@ -1,4 +1,4 @@
-"""The TUI's start-up (issue #17): what its first frame imports, what loads after it, and the
+"""The TUI's start-up: what its first frame imports, what loads after it, and the
 pinned host keys read as text (without the SSH stack) as strictly as asyncssh reads them."""
 
 import base64

@@ -5,6 +5,9 @@ installed with --no-deps into a fresh venv; its dependencies come from the venv 
 the tests through a path entry (no download). A .pth line only extends sys.path, so an
 editable install of a checkout living there is not imported: the wheel's own `app` is.
 The commands then run from a directory outside the repository, PYTHONPATH unset.
+
+The wheel claims one import name, `lanpool`: a project's own `app` or `training` package
+(Flask's and many ML repositories' convention) installed beside it stays theirs.
 """
 
 import json
@@ -13,6 +16,7 @@ import subprocess
 import sys
 import sysconfig
 import time
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -127,3 +131,45 @@ def test_the_installed_agent_serves_a_job_from_a_project_outside_the_repository(
         agent.terminate()
         agent.wait(timeout=30)
         log.close()
+
+
+def test_the_wheel_claims_one_import_name(installed):
+    (wheel,) = (installed.parent.parent / "dist").glob("lanpool-*.whl")
+    tops = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"lanpool"}, tops
+    assert {f"lanpool/{pkg}/__init__.py" for pkg in ("app", "agent", "protocol", "training")} <= set(
+        zipfile.ZipFile(wheel).namelist()
+    )  # files, not the checkout's links
+
+
+def test_a_project_with_its_own_app_and_training_packages_keeps_both(installed, tmp_path):
+    """Their `app` and `training`, installed in the same venv and in the directory they work in,
+    are what `import app` and `import training` give them; `app` stays lanpool's command."""
+    from lanpool import __version__
+
+    theirs = tmp_path / "theirs"
+    for pkg in ("app", "training"):
+        (theirs / pkg).mkdir(parents=True)
+        (theirs / pkg / "__init__.py").write_text(f"OWNER = 'theirs-{pkg}'\n")
+    (theirs / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "theirs"\nversion = "1.0"\n[tool.setuptools]\npackages = ["app", "training"]\n'
+    )
+    dist = tmp_path / "dist"
+
+    def run(*cmd: str | Path) -> None:
+        done = subprocess.run([str(c) for c in cmd], cwd=tmp_path, capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", dist, theirs)
+    (wheel,) = dist.glob("theirs-*.whl")
+    run(installed / "python", "-m", "pip", "install", "-q", "--no-deps", "--no-index", wheel)
+    env = _env(tmp_path / "home")
+    code = "import app, training, lanpool.app.cli.main as ours; print(app.OWNER, training.OWNER, ours.__name__)"
+    for cwd in (tmp_path, theirs):  # installed; and their own folders first on the path
+        done = subprocess.run(
+            [installed / "python", "-c", code], env=env, cwd=cwd, capture_output=True, text=True, timeout=120
+        )
+        assert (done.returncode, done.stdout.split()) == (0, ["theirs-app", "theirs-training", "lanpool.app.cli.main"])
+        done = _app(installed, "--version", env=env, cwd=cwd)
+        assert (done.returncode, done.stdout.strip()) == (0, f"lanpool {__version__}"), done.stderr

@@ -415,7 +415,7 @@ def test_a_misspelt_resume_from_is_suggested(tmp_path: Path):
 
 def test_workflow_records_compare_hash_and_print_as_dataclass_made_them():
     """app/workflows/model.py's records take eq, hash and repr from protocol.message_base.Record
-    (start-up time, issue #17): the same as `dataclass` generates, field(compare=False) and
+    (start-up time): the same as `dataclass` generates, field(compare=False) and
     field(repr=False) included."""
     import dataclasses
 

@@ -1,4 +1,4 @@
-"""A process job's stdout and stderr: pipes read in few, large reads (issue #17).
+"""A process job's stdout and stderr: pipes read in few, large reads.
 
 asyncio's subprocess pipes hand over what each wake-up finds: a job printing through
 Python's 8 KiB stdout buffer gave ~23,000 reads of ~4 KiB for 100 MB, each one a syscall,

@@ -66,7 +66,7 @@ def node_script(working_dir: Path, commands_file: Path) -> str:
 
     Lightning sees SLURM_NTASKS and takes over (demanding --ntasks-per-node =
     devices): those variables go, and MASTER_ADDR/NODE_RANK say what the LAN
-    contract says (DESIGN.md). MASTER_ADDR is the allocation's first host.
+    contract says (docs/multi-node.md). MASTER_ADDR is the allocation's first host.
     """
     return f"""\
 #!/bin/bash

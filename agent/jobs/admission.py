@@ -7,13 +7,14 @@ is the one secret of the request a restarted agent still needs (agent.gang.token
 
 import time
 
+from lanpool.agent.errors import JobError
 from lanpool.agent.executors import Executor, ExecutorChoice, ExecutorError
 from lanpool.agent.jobs.dag import check_after, key_hash
 from lanpool.agent.jobs.job import Job, masked_env
 from lanpool.agent.jobs.journal import JobRecord
 from lanpool.agent.jobs.limits import check_limits
 from lanpool.agent.jobs.queue import Amount, gang_fields, never_fits
-from lanpool.agent.jobs.request import JobError, check_job_id, check_request, parse_resources
+from lanpool.agent.jobs.request import check_job_id, check_request, parse_resources
 from lanpool.protocol import ErrorCode, JobState, SubmitJob
 
 

@@ -24,11 +24,12 @@ import os
 from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 
+from lanpool.agent.errors import JobError
 from lanpool.agent.jobs.job import Job
-from lanpool.agent.jobs.request import JobError, check_job_id
+from lanpool.agent.jobs.request import check_job_id
 from lanpool.agent.workspace.artifacts import ArtifactChanged, resolve_listed
 from lanpool.agent.workspace.files import NotARegularFile, open_regular
-from lanpool.agent.workspace.staging import _DIR_FLAGS, _NEW_FILE, _copy_fd, _dir_fd
+from lanpool.agent.workspace.staging import DIR_FLAGS, NEW_FILE, copy_fd, parent_dir_fd
 from lanpool.protocol import ErrorCode, JobState, SubmitJob
 
 MAX_AFTER = 64  # dependencies of one step: a DAG of a workflow file, not a generated graph
@@ -110,10 +111,10 @@ def _copy_one(source: Path, rel: str, workspace: Path) -> None:
     except (ArtifactChanged, NotARegularFile, OSError) as exc:
         raise JobError(ErrorCode.BAD_REQUEST, f"dependency artifact {rel!r} cannot be read: {exc}") from None
     try:
-        root_fd = os.open(workspace, _DIR_FLAGS)
+        root_fd = os.open(workspace, DIR_FLAGS)
         dirs: dict[str, int] = {"": root_fd}
         try:
-            dir_fd = _dir_fd(dirs, rel)
+            dir_fd = parent_dir_fd(dirs, rel)
             name = PurePosixPath(rel).name
             try:  # the snapshot's file (or link) of that path gives way, as a later upload entry would
                 os.unlink(name, dir_fd=dir_fd)
@@ -123,10 +124,10 @@ def _copy_one(source: Path, rel: str, workspace: Path) -> None:
                 if exc.errno not in (errno.EISDIR, errno.EPERM):
                     raise
                 raise JobError(ErrorCode.BAD_REQUEST, f"{rel!r} is a directory in the step's workspace") from None
-            dst = os.open(name, _NEW_FILE, 0o644, dir_fd=dir_fd)
+            dst = os.open(name, NEW_FILE, 0o644, dir_fd=dir_fd)
             try:
                 os.fchmod(dst, os.fstat(src).st_mode & 0o755)
-                _copy_fd(src, dst, os.fstat(src).st_size)
+                copy_fd(src, dst, os.fstat(src).st_size)
             finally:
                 os.close(dst)
         finally:

@@ -10,8 +10,8 @@ resumes from.
 import os
 from pathlib import Path
 
+from lanpool.agent.errors import JobError
 from lanpool.agent.jobs.journal import JobRecord
-from lanpool.agent.jobs.request import JobError
 from lanpool.protocol import ErrorCode, JobState, SubmitJob
 
 RETRY_ON = ("failure", "lost")

@@ -21,6 +21,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
+from lanpool.agent.errors import JobError
 from lanpool.agent.executors import Executor, ExecutorChoice, ExecutorError
 from lanpool.agent.gang.line import gang_line
 from lanpool.agent.gang.token import forget_token, keep_token
@@ -34,7 +35,6 @@ from lanpool.agent.jobs.job import Job, masked_env
 from lanpool.agent.jobs.launch import launch_of, read_request, save_request
 from lanpool.agent.jobs.queue import Amount, Waiting, capacity_of, holds, in_use, need_of, plan, replace_files
 from lanpool.agent.jobs.recovery import adoption_of, read_journal, remove_leftovers
-from lanpool.agent.jobs.request import JobError
 from lanpool.agent.jobs.supervision import Supervisor
 from lanpool.agent.workspace.blobs import BlobCache
 from lanpool.agent.workspace.spool import LogSpool
@@ -173,7 +173,7 @@ class JobManager:
         if req.pick_master_port:
             # Node 0 of a gang answers with its port before its workspace is even staged: the other
             # nodes are sent only after this answer, and the gang's rendezvous waits for its last
-            # node's start (#17). A staging failure then fails node 0, hence the gang, in follow.
+            # node's start. A staging failure then fails node 0, hence the gang, in follow.
             record.master_port = free_port()
             record.save(job_dir)
             self._spawn(self._stage(job, req, workspace))

@@ -21,9 +21,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from lanpool.agent.errors import JobError
 from lanpool.agent.host.resources import detect_machine
 from lanpool.agent.jobs.journal import JobRecord
-from lanpool.agent.jobs.request import JobError
 from lanpool.protocol import ErrorCode, JobState, SubmitJob
 from lanpool.protocol.resources import MAX_CPUS, MAX_GPUS, MAX_MEMORY_MB
 

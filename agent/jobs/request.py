@@ -8,6 +8,7 @@ the job starts.
 import re
 from collections.abc import Mapping
 
+from lanpool.agent.errors import JobError
 from lanpool.agent.workspace.artifacts import check_artifact_path
 from lanpool.protocol import ErrorCode, SubmitJob
 from lanpool.protocol.errors import clip
@@ -16,15 +17,6 @@ from lanpool.protocol.resources import Resources, ResourcesError
 _JOB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 PULL_POLICIES = ("never", "missing", "always")
 MAX_PORTS = 16  # a job's declared ports (SubmitJob.ports)
-
-
-class JobError(Exception):
-    """A request about a job that cannot be honoured; carries a protocol error code."""
-
-    def __init__(self, code: ErrorCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
 
 
 def check_job_id(job_id: str) -> None:

@@ -17,6 +17,7 @@ import asyncssh
 import docker.errors
 
 from lanpool.agent.jobs.job import Job
+from lanpool.agent.shell.relay import relay, watch_channel
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +48,6 @@ async def exec_in_container_direct(
 ) -> int:
     """A terminal in the container on the controller's direct connection (agent/shell/direct.py):
     the exec's socket and `conn` relayed both ways by one thread, resizes from the channel."""
-    from lanpool.agent.shell.direct import relay, watch_channel
-
     api, exec_id, sock = await _start(job, argv, process.term_type or "xterm")
     await _resize(api, exec_id, *process.term_size[:2])
     out = relay(conn, sock.fileno())

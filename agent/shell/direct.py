@@ -1,5 +1,5 @@
-"""A job's shell on a TLS connection of its own: each keystroke and its echo cross two plain
-a plain thread on each side instead of asyncssh's per-packet work (issue #16; scripts/bench-shell).
+"""A job's shell on a TLS connection of its own: each keystroke and its echo are relayed by a
+plain thread on each side instead of going through asyncssh's per-packet work (scripts/bench-shell).
 
 The SSH exec request stays the only door (agent/ssh/server.py authorizes it, agent/shell/into_job.py
 checks the job runs and logs the session): asked `--direct` with a PTY, the agent offers on that
@@ -12,27 +12,23 @@ is the byte 0x03, which the job's terminal turns into SIGINT as on any terminal.
 """
 
 import asyncio
-import contextlib
 import logging
 import os
 import pty
 import ssl
-import threading
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import asyncssh
 
 from lanpool.agent.direct import DirectSender, OneConnection
 from lanpool.agent.jobs.job import Job
-from lanpool.agent.shell.into_job import _set_size, _supervise, _take_terminal, job_environment
+from lanpool.agent.shell.process_job import job_environment, set_size, supervise, take_terminal
+from lanpool.agent.shell.relay import in_thread, relay, watch_channel
 from lanpool.protocol.runtime import tls_relay
 from lanpool.protocol.shell_direct import NO_OFFER_LINE, offer_line
 
 log = logging.getLogger(__name__)
 
-_READ_SIZE = 64 * 1024
-T = TypeVar("T")
 _JOIN_S = 2.0  # after the session, how long a relay thread may take to see its socket shut
 
 
@@ -71,7 +67,7 @@ async def _accept(process: asyncssh.SSHServerProcess[bytes], once: OneConnection
     """The offered connection, or None when none came or the channel closed first."""
     loop = asyncio.get_running_loop()
     accepted: asyncio.Future[ssl.SSLSocket | None] = loop.create_future()
-    _thread("accept", once.accept, accepted)
+    in_thread("accept", once.accept, accepted)
     closed = asyncio.ensure_future(process.channel.wait_closed())
     try:
         waits: list[asyncio.Future[Any]] = [accepted, closed]
@@ -87,54 +83,6 @@ async def _accept(process: asyncssh.SSHServerProcess[bytes], once: OneConnection
     return conn
 
 
-def _thread(name: str, work: Callable[[], T], done: "asyncio.Future[T]") -> None:
-    """`work` on a thread of its own (not the loop's executor: these block for a whole session);
-    its result into `done`."""
-    loop = asyncio.get_running_loop()
-
-    def run() -> None:
-        result: T | None = None
-        try:
-            result = work()
-        finally:
-            with contextlib.suppress(RuntimeError):  # the loop is gone (the agent stopping)
-                loop.call_soon_threadsafe(_settle, done, result)
-
-    threading.Thread(target=run, name=f"shell-{name}", daemon=True).start()
-
-
-def _settle(done: "asyncio.Future[T]", result: T | None) -> None:
-    if not done.done():
-        done.set_result(result)  # type: ignore[arg-type]  # None only when `work` raised
-
-
-def relay(conn: ssl.SSLSocket, fd: int) -> "asyncio.Future[None]":
-    """The job's terminal (`fd`: the PTY master, or docker exec's socket) <-> `conn`, both ways on
-    one thread (protocol/runtime/tls_relay.py says why one); done once the job's side has ended and all
-    it wrote is sent, or the connection went."""
-    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-    os.set_blocking(fd, False)
-    _thread("relay", lambda: tls_relay.relay(conn, fd, fd, end_with_local=True), done)
-    return done
-
-
-async def watch_channel(process: asyncssh.SSHServerProcess[bytes], resize: Callable[[int, int], object]) -> None:
-    """The channel now carries only window changes (and its close): apply them; return when it closes."""
-    while True:
-        try:
-            data = await process.stdin.read(_READ_SIZE)
-        except asyncssh.TerminalSizeChanged as exc:
-            result = resize(exc.width, exc.height)
-            if asyncio.iscoroutine(result):
-                await result
-            continue
-        except (asyncssh.BreakReceived, asyncssh.SignalReceived):
-            continue
-        if not data:
-            await process.channel.wait_closed()
-            return
-
-
 def _shut(conn: ssl.SSLSocket) -> None:
     tls_relay.shut(conn)  # wakes the relay thread waiting on it
     conn.close()
@@ -147,7 +95,7 @@ async def _in_process_job(
     env["TERM"] = process.term_type or "xterm"
     master, slave = pty.openpty()
     width, height, _pw, _ph = process.term_size
-    _set_size(master, width, height)
+    set_size(master, width, height)
     try:
         proc = await asyncio.create_subprocess_exec(
             *(list(argv) or ["bash", "-i"]),
@@ -156,7 +104,7 @@ async def _in_process_job(
             stdin=slave,
             stdout=slave,
             stderr=slave,
-            preexec_fn=_take_terminal(slave),
+            preexec_fn=take_terminal(slave),
         )
     except BaseException:
         os.close(master)
@@ -164,9 +112,9 @@ async def _in_process_job(
     finally:
         os.close(slave)
     out = relay(conn, master)
-    watcher = asyncio.create_task(watch_channel(process, lambda w, h: _set_size(master, w, h)))
+    watcher = asyncio.create_task(watch_channel(process, lambda w, h: set_size(master, w, h)))
     try:
-        return await _supervise(job, proc, watcher, [asyncio.ensure_future(out)])
+        return await supervise(job, proc, watcher, [asyncio.ensure_future(out)])
     finally:
         _shut(conn)
         # The thread gone before the master is closed: its number could be reused under it.

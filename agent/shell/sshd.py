@@ -38,6 +38,7 @@ from pathlib import Path
 import asyncssh
 
 from lanpool.agent.jobs.job import Job
+from lanpool.agent.shell.process_job import job_environment
 from lanpool.protocol.errors import clip
 from lanpool.protocol.shell_sshd import NO_OFFER_LINE, SSHD_ENV, SSHD_RAN, SSHD_UNUSED, offer_line
 
@@ -215,8 +216,6 @@ def _write(path: Path, text: str) -> None:
 def _prepare(workdir: Path, job: Job, argv: tuple[str, ...], client_key_b64: str) -> tuple[Path, str]:
     """The session's files in `workdir`; the path of its command script and the base64 of the
     session's host key (what the offer names)."""
-    from lanpool.agent.shell.into_job import job_environment
-
     host_key = asyncssh.generate_private_key("ssh-ed25519")
     _write(workdir / "host_key", host_key.export_private_key().decode())
     _write(workdir / "authorized_keys", f"restrict,pty ssh-ed25519 {client_key_b64} lanpool-controller\n")

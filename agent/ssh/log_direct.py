@@ -1,4 +1,4 @@
-"""A burst of a job's log on a TLS connection of its own (issue #17; agent/direct.py
+"""A burst of a job's log on a TLS connection of its own (agent/direct.py
 has the connection, its token and certificate).
 
 A log flood on the SSH channel is held by asyncssh's per-packet Python work on both sides

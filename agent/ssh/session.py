@@ -10,14 +10,14 @@ import asyncssh
 
 from lanpool import __version__
 from lanpool.agent.direct import DirectSender
+from lanpool.agent.errors import JobError
 from lanpool.agent.jobs.job import Job
 from lanpool.agent.jobs.manager import JobManager
-from lanpool.agent.jobs.request import JobError
 from lanpool.agent.shell.sshd import sshd_offered
+from lanpool.agent.ssh.log_direct import Burst, chunk_frames, send_burst
 from lanpool.agent.ssh.pairing import PairingRefused, PairingResponder
 from lanpool.agent.workspace.artifacts import Wanted, artifact_stream
 from lanpool.agent.workspace.blobs import BlobCache, BlobPart
-from lanpool.agent.workspace.log_direct import Burst, chunk_frames, send_burst
 from lanpool.protocol import (
     PROTOCOL_VERSION,
     Attach,
@@ -247,7 +247,7 @@ class ChannelSession:
 
     async def _stream(self, job: Job, cursor: int, follow: bool, direct: bool = False) -> None:
         """Send the log from `cursor`, following until the job ends, then its status. `direct`:
-        a flood may go on a connection of its own (agent/workspace/log_direct.py)."""
+        a flood may go on a connection of its own (agent/ssh/log_direct.py)."""
         job_id = job.record.job_id
         burst = Burst() if direct and self._direct is not None else None
         try:

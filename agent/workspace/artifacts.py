@@ -3,7 +3,7 @@
 The workspace is the job's, so every name in it is untrusted: links are
 followed only while they stay inside the workspace when the list is made, and
 each file is read from a descriptor opened by `open_regular` (no link, FIFO or
-device; see workspace_files.py), so a file swapped for a link or a FIFO after
+device; see agent/workspace/files.py), so a file swapped for a link or a FIFO after
 the list was made is refused, not followed or waited on. Nothing is copied:
 the list (path, size) is what a controller may ask for (GetArtifacts), and
 each file is read from the workspace when it is asked for.

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lanpool.agent.jobs.request import JobError
+from lanpool.agent.errors import JobError
 from lanpool.protocol import ErrorCode
 
 log = logging.getLogger(__name__)

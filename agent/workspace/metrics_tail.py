@@ -3,7 +3,7 @@ log spool as the "met" stream, so metrics travel, replay and are stored exactly
 like log lines: same sequence numbers, same re-attach, nothing lost.
 
 The file is the job's, so it is untrusted: it is opened through
-`open_regular` (no link, FIFO or device is ever read; see workspace_files.py),
+`open_regular` (no link, FIFO or device is ever read; see agent/workspace/files.py),
 and the caller reads it in a thread, never on the event loop.
 """
 

@@ -36,7 +36,7 @@ class SpoolRecord:
     data: bytes  # whole lines, each ending in b"\n"
     at: float = 0.0  # when the first line arrived (0: unknown, a spool of an older agent)
     # The lines in `data`. `read` knows it from the records' headers: counting the newlines of
-    # every record again was ~3% of the agent's CPU in a log flood (issue #17).
+    # every record again was ~3% of the agent's CPU in a log flood.
     n_lines: int = -1
 
     def __post_init__(self) -> None:
@@ -139,7 +139,7 @@ class LogSpool:
         stream that arrived within MERGE_S of each other come back as one.
         """
         # Safe in another thread than the one appending (a direct log transfer reads in its own,
-        # agent/workspace/log_direct.py): append writes a record's bytes, then its seq, its offset, and
+        # agent/ssh/log_direct.py): append writes a record's bytes, then its seq, its offset, and
         # next_seq last. So with next_seq taken first, the first `count` offsets and seqs name
         # records wholly in the file, and they hold every line before that next_seq.
         end = self.next_seq

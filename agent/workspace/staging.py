@@ -14,15 +14,15 @@ import errno
 import os
 from pathlib import Path, PurePosixPath
 
-from lanpool.agent.jobs.request import JobError
+from lanpool.agent.errors import JobError
 from lanpool.agent.workspace.blobs import BlobCache, is_sha256
 from lanpool.agent.workspace.files import remove_entry
 from lanpool.protocol import ErrorCode, FileEntry, SubmitJob
 from lanpool.protocol.errors import clip
 
 MAX_FILES = 200_000
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 async def stage_workspace(blobs: BlobCache, req: SubmitJob, workspace: Path) -> Path:
@@ -71,18 +71,18 @@ def checked_entries(files: list[FileEntry]) -> list[FileEntry]:
 
 def build_workspace(blobs: BlobCache, entries: list[FileEntry], workspace: Path) -> None:
     """Write every file, then every link (see the module docstring)."""
-    root_fd = os.open(workspace, _DIR_FLAGS)
+    root_fd = os.open(workspace, DIR_FLAGS)
     try:
         dirs: dict[str, int] = {"": root_fd}
         try:
             for entry in entries:
                 if not entry.link:
-                    _copy_blob(blobs, entry, _dir_fd(dirs, entry.path))
+                    _copy_blob(blobs, entry, parent_dir_fd(dirs, entry.path))
             links = [e for e in entries if e.link]
             for entry in links:
                 name = PurePosixPath(entry.path).name
                 try:
-                    os.symlink(entry.link, name, dir_fd=_dir_fd(dirs, entry.path))
+                    os.symlink(entry.link, name, dir_fd=parent_dir_fd(dirs, entry.path))
                 except FileExistsError:
                     raise _bad(f"{clip(repr(entry.path))} is listed twice") from None
         finally:
@@ -99,20 +99,20 @@ def build_workspace(blobs: BlobCache, entries: list[FileEntry], workspace: Path)
         raise _bad(f"link {clip(repr(leaving[0]))} leads out of the workspace")
 
 
-def _dir_fd(dirs: dict[str, int], path: str) -> int:
+def parent_dir_fd(dirs: dict[str, int], path: str) -> int:
     """The open directory holding `path`, made (mode 0755) and entered without following links."""
     parent = str(PurePosixPath(path).parent)
     parent = "" if parent == "." else parent
     if parent in dirs:
         return dirs[parent]
-    above = _dir_fd(dirs, parent)
+    above = parent_dir_fd(dirs, parent)
     name = PurePosixPath(parent).name
     try:
         os.mkdir(name, 0o755, dir_fd=above)
     except FileExistsError:
         pass
     try:
-        fd = os.open(name, _DIR_FLAGS, dir_fd=above)
+        fd = os.open(name, DIR_FLAGS, dir_fd=above)
     except OSError as exc:
         if exc.errno in (errno.ELOOP, errno.ENOTDIR):
             raise _bad(f"{clip(repr(path))} lies under {clip(repr(parent))}, which is not a directory") from None
@@ -134,12 +134,12 @@ def _copy_blob(blobs: BlobCache, entry: FileEntry, dir_fd: int) -> None:
         if size != entry.size:
             raise _bad(f"{clip(repr(entry.path))}: listed as {entry.size} bytes, its blob holds {size}")
         try:
-            dst = os.open(name, _NEW_FILE, entry.mode & 0o755, dir_fd=dir_fd)
+            dst = os.open(name, NEW_FILE, entry.mode & 0o755, dir_fd=dir_fd)
         except FileExistsError:
             raise _bad(f"{clip(repr(entry.path))} is listed twice") from None
         try:
             os.fchmod(dst, entry.mode & 0o755)  # the umask may have cleared some bits
-            _copy_fd(src, dst, size)
+            copy_fd(src, dst, size)
         finally:
             os.close(dst)
         os.utime(src)  # a use: LRU keeps blobs that jobs are built from
@@ -147,7 +147,7 @@ def _copy_blob(blobs: BlobCache, entry: FileEntry, dir_fd: int) -> None:
         os.close(src)
 
 
-def _copy_fd(src: int, dst: int, size: int) -> None:
+def copy_fd(src: int, dst: int, size: int) -> None:
     done = 0
     try:
         while done < size:  # in the kernel (reflinks on file systems that have them)

@@ -42,7 +42,7 @@ _GPU_METRIC = re.compile(r"gpu\d+_(util|mem_mb|power_w)")  # what the runner sam
 
 async def _status_once(ctl: Controller, args: argparse.Namespace) -> int:
     # A handful of queries whatever the number of runs (`-n 10000` too): runs, their jobs, and
-    # the jobs' warnings and artifacts, each read once (issue #17).
+    # the jobs' warnings and artifacts, each read once.
     runs = ctl.runs.recent(args.limit)
     jobs = ctl.runs.jobs_of_recent(args.limit)
     if not args.no_refresh:
@@ -157,7 +157,7 @@ def _check_node(ctl: Controller, job: JobRow, node: int) -> None:
 def _partial_pulls(ctl: Controller) -> set[str]:
     """Jobs with a pull's state in the artifact store (`JOB.part`, `JOB.part.json`, ...: a pull
     under way or left to resume). Only those are asked how far they are, so a `status` of
-    finished jobs never imports the artifact stack (~50 ms, issue #17)."""
+    finished jobs never imports the artifact stack (~50 ms)."""
     try:
         return {name.split(".", 1)[0] for name in os.listdir(ctl.home.artifacts) if "." in name}
     except OSError:
@@ -219,7 +219,7 @@ async def metrics(ctl: Controller, args: argparse.Namespace) -> int:
         return ExitCode.OK
     if not points:
         print(
-            "no metrics yet (jobs log them through training.metrics.LanpoolMetrics, or Lightning's CSVLogger or TensorBoardLogger)"
+            "no metrics yet (jobs log them through lanpool.training.metrics.LanpoolMetrics, or Lightning's CSVLogger or TensorBoardLogger)"
         )
         return ExitCode.OK
     latest: dict[str, dict[str, Any]] = {}

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from lanpool import __version__
 from lanpool.app.errors import ExitCode, UsageError
 
-if TYPE_CHECKING:  # read only by `run` and `plan`: imported there (start-up of the other verbs, #17)
+if TYPE_CHECKING:  # read only by `run` and `plan`: imported there (start-up of the other verbs)
     from lanpool.app.cli.workflow_args import Options
 
 # Every verb builds the whole parser: what its option types need (the controller, the workflow
@@ -58,7 +58,7 @@ def age_seconds(text: str) -> float:
 def build_parser(only: str | None = None) -> _Parser:
     """The whole command line; with `only` ("run" or "plan"), that verb alone: what parsing
     a `run` needs, without building the other verbs (argparse's gettext look-ups for every
-    help text were ~10 ms of each `run`, issue #17)."""
+    help text were ~10 ms of each `run`)."""
     parser = _Parser(prog="app headless", description="lanpool without the TUI: for scripts and CI.")
     parser.add_argument("-V", "--version", action="version", version=f"lanpool {__version__}")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=_Parser)

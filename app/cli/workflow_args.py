@@ -17,7 +17,7 @@ from lanpool.app.errors import UsageError
 from lanpool.protocol.message_base import Record, record
 
 
-@dataclass(eq=False)  # never compared: no __eq__ compiled at import (#17)
+@dataclass(eq=False)  # never compared: no __eq__ compiled at import
 class Tail:
     """What the words after the workflow name meant."""
 

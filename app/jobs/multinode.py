@@ -3,7 +3,7 @@ torch.distributed / Lightning, and `[node K]` tags on its log lines.
 
 Env on every node: MASTER_ADDR (node 0's address as this controller reaches
 it), MASTER_PORT (a free port picked by node 0's agent), NODE_RANK, and the
-LANPOOL_* names of DESIGN.md. LOCAL_RANK, WORLD_SIZE and TORCHELASTIC_RUN_ID are
+LANPOOL_* names that docs/multi-node.md lists. LOCAL_RANK, WORLD_SIZE and TORCHELASTIC_RUN_ID are
 never set: Lightning hangs on them or ignores them.
 """
 

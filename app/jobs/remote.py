@@ -41,7 +41,7 @@ from lanpool.app.store import JobRow, Store
 from lanpool.protocol import JobState
 from lanpool.protocol.message_base import Record, record
 
-if TYPE_CHECKING:  # `status`/`logs` of stored jobs use RemoteJob without the SSH stack (issue #17)
+if TYPE_CHECKING:  # `status`/`logs` of stored jobs use RemoteJob without the SSH stack
     from lanpool.app.runners.client import RunnerSession
     from lanpool.app.store.log_batch import LogBatch
     from lanpool.app.transfer.artifacts import Artifacts
@@ -65,7 +65,7 @@ class JobServices(Record):
 
     store: Store
     # Built on first call: the artifact stack costs ~50 ms of imports that `logs` and `status`
-    # of stored jobs never use (issue #17); only a job's end pulls artifacts.
+    # of stored jobs never use; only a job's end pulls artifacts.
     artifacts: Callable[[], Artifacts]
     connect: Connect
     runner_seen: Callable[[str, bool], None]  # (runner, answers): LIVE again or OFFLINE

@@ -136,7 +136,7 @@ async def submit_job(
             noted(0, *await send(0, sessions[0]))
         else:  # node 0 first: the others learn its MASTER_PORT
             # Every node's blobs go up at once; node 0 is sent as soon as its own are there, the
-            # others once theirs are and node 0 answered (#17: nothing waits for what it need not).
+            # others once theirs are and node 0 answered (nothing waits for what it need not).
             uploads = [asyncio.ensure_future(upload(s, launch.files, say)) for s in sessions]
             try:
                 await uploads[0]

@@ -260,7 +260,7 @@ class RunnerSession:
 
     def open_channel_soon(self) -> None:
         """Start opening the channel the next attach will use, now: beside a submit, whose
-        runner opens it while the job starts (a round trip less to a run's first line, issue #17)."""
+        runner opens it while the job starts (a round trip less to a run's first line)."""
         if self._spare is None:
             self._spare = asyncio.create_task(self.open_channel())
 

@@ -1,5 +1,7 @@
-"""Artifact bytes on a connection of their own: the controller's side (see
-agent/direct.py for why, and what the runner does).
+"""A runner's direct connection, the controller's side: the TLS handshake and bounded frame
+reads that artifacts, log bursts (app/runners/log_direct.py) and direct shells
+(app/shell/direct.py) share, and the artifact stream read on it (see agent/direct.py for
+why, and what the runner does).
 
 The runner's DirectOffer came over the SSH connection, whose host key is pinned, so it is
 the runner's word: the controller connects to the port it names on the runner's address,
@@ -20,8 +22,7 @@ import ssl
 import struct
 from collections.abc import Callable, Sequence
 
-from lanpool.app.errors import LanpoolError, RunnerError, RunnerProtocolError
-from lanpool.app.transfer.files import ArtifactsRefused
+from lanpool.app.errors import ArtifactsRefused, LanpoolError, RunnerError, RunnerProtocolError
 from lanpool.protocol import (
     ArtifactData,
     ArtifactEnd,

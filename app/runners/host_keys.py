@@ -30,7 +30,7 @@ def host_key_or_none(text: object) -> str | None:
     else), with base64 in its one canonical spelling. That is all asyncssh's import checks
     for this type (any 32 bytes are an ed25519 public key to it and to OpenSSL), and it
     needs no SSH stack: the TUI checks every stored runner's key before its first frame,
-    and importing asyncssh for it took ~0.25 s of a 1 s start (issue #17). asyncssh reads
+    and importing asyncssh for it took ~0.25 s of a 1 s start. asyncssh reads
     the key again when a connection is made."""
     if not isinstance(text, str) or not text or len(text) > MAX_KEY_TEXT:
         return None

@@ -1,4 +1,4 @@
-"""A burst of a job's log on a connection of its own: the controller's side (agent/workspace/log_direct.py
+"""A burst of a job's log on a connection of its own: the controller's side (agent/ssh/log_direct.py
 says when a runner offers one and why; app/runners/direct.py checks its certificate and sends
 its token).
 

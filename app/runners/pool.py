@@ -78,7 +78,7 @@ class Pool:
         self.kept: RunSessions | None = None  # while a run is placed: its probes' sessions (app/runners/sessions.py)
 
     # asyncssh (with cryptography) is imported by what talks to runners, not at the top:
-    # `status` and `logs` of stored runs never need it (start-up time, issue #17).
+    # `status` and `logs` of stored runs never need it (start-up time).
     @property
     def client_key(self) -> "asyncssh.SSHKey":
         if self._key is None:

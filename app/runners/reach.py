@@ -1,4 +1,4 @@
-"""The TCP connection to a runner, opened before the SSH stack is imported (issue #17).
+"""The TCP connection to a runner, opened before the SSH stack is imported.
 
 `status` refreshing a job whose runner is switched off, and `runners` checking the known
 ones, used to import asyncssh and cryptography (~0.2 s of a short command) only to learn

@@ -68,7 +68,7 @@ class RunRequest(Record):
     queue_timeout: float | None = None
 
 
-@dataclass(eq=False)  # never compared: no __eq__ compiled at import (#17)
+@dataclass(eq=False)  # never compared: no __eq__ compiled at import
 class RunLoop:
     """The Controller's services a run uses; `run` is Controller.run's body."""
 
@@ -118,7 +118,7 @@ class RunLoop:
         chain: tuple[list[RunnerSession], list[str]] | None = None  # a detached DAG's one runner
         run_key = secrets.token_hex(16)  # lets this run's steps, and only them, wait for each other there
         # The snapshot is read while the runner is reached (a thread, and git in a child process,
-        # beside the SSH handshake: ~5 ms of every `run`, issue #17). Used only if a runner comes
+        # beside the SSH handshake: ~5 ms of every `run`). Used only if a runner comes
         # at once; a run that waits for one reads the files again once it has one (below).
         early = _EarlySnapshot(project.root)
         try:

@@ -1,9 +1,11 @@
 """Into a running job from the controller: a command, an interactive shell, its declared ports.
 
-All three go over the SSH connection lanpool already has with the job's runner:
-an exec request in the agent's one grammar (`lanpool-exec JOB_ID [-- ARGV]`,
-agent/shell/into_job.py) and direct-tcpip to 127.0.0.1:PORT, which the agent allows
-only for a port the running job declared (agent/shell/ports.py).
+All go over the SSH connection lanpool already has with the job's runner (host key pinned).
+A command is an exec request on a channel of it (app/shell/channel.py). A shell takes the
+first way the runner offers: OpenSSH end to end through a one-time sshd (app/shell/sshd.py),
+its bytes on a TLS connection of their own (app/shell/direct.py), else the channel itself.
+A port is direct-tcpip to 127.0.0.1:PORT, which the agent allows only for a port the running
+job declared (agent/shell/ports.py).
 """
 
 import asyncio
@@ -11,8 +13,6 @@ import contextlib
 import json
 import logging
 import os
-import select
-import shlex
 import signal
 import sys
 import termios
@@ -26,15 +26,22 @@ import asyncssh
 from lanpool.app.errors import LanpoolError, RunnerError, UsageError
 from lanpool.app.jobs.remote import JobServices, RemoteJob
 from lanpool.app.runners.client import RunnerSession
+from lanpool.app.shell.channel import (
+    READ_SIZE,
+    attach,
+    channel_status,
+    exec_command,
+    exit_code_of,
+    open_terminal,
+    reason,
+)
 from lanpool.app.shell.ports import PortForward, forward_local
+from lanpool.app.shell.sshd import sshd_shell, sshd_wanted
 from lanpool.app.store import JobRow
-from lanpool.protocol import DirectOffer, JobState
-from lanpool.protocol.shell_direct import DIRECT_FLAG, MAX_OFFER_LINE, NO_OFFER_LINE, OFFER_PREFIX, parse_offer_line
+from lanpool.protocol import JobState
 
 log = logging.getLogger(__name__)
 
-EXEC_VERB = "lanpool-exec"  # the agent's grammar (agent/shell/into_job.py: parse_exec)
-_READ_SIZE = 64 * 1024
 _STATUS_POLL_S = 2.0  # how often an open forward asks whether its job still runs
 
 
@@ -46,10 +53,6 @@ class JobTarget:
     host: str
     port: int
     ports: list[int] = field(default_factory=list)  # what the job declared (its spec)
-
-
-def exec_command(job_id: str, argv: list[str], direct: bool = False) -> str:
-    return shlex.join([EXEC_VERB, job_id, *([DIRECT_FLAG] if direct else []), *(["--", *argv] if argv else [])])
 
 
 def running_target(jobs: JobServices, candidates: list[JobRow], ref: str, node: int | None) -> JobTarget:
@@ -82,7 +85,7 @@ async def run_command(session: RunnerSession, job_id: str, argv: list[str]) -> i
             exec_command(job_id, argv), encoding=None, stdin=asyncssh.DEVNULL if stdin_tty else asyncssh.PIPE
         )
     except (OSError, asyncssh.Error) as exc:
-        raise RunnerError(f"{session.where} refused to run in job {job_id}: {_reason(exc)}") from None
+        raise RunnerError(f"{session.where} refused to run in job {job_id}: {reason(exc)}") from None
     feed = None if stdin_tty else asyncio.create_task(_feed_stdin(proc))
     try:
         await asyncio.gather(_copy(proc.stdout, sys.stdout.buffer), _copy(proc.stderr, sys.stderr.buffer))
@@ -101,7 +104,6 @@ async def run_shell(session: RunnerSession, job_id: str, argv: list[str] | None 
     if not os.isatty(fd):
         raise UsageError("ssh needs a terminal; for one command use `app headless exec JOB -- CMD`")
     from lanpool.app.shell.direct import shell_direct_wanted
-    from lanpool.app.shell.sshd import sshd_shell, sshd_wanted
 
     if sshd_wanted(session.hello.features):  # OpenSSH end to end (app/shell/sshd.py)
         code = await sshd_shell(session, job_id, argv or [])
@@ -114,37 +116,18 @@ async def run_shell(session: RunnerSession, job_id: str, argv: list[str] | None 
     return await _channel_shell(session, job_id, argv or [], fd)
 
 
-async def _open(
-    session: RunnerSession, job_id: str, argv: list[str], fd: int, direct: bool
-) -> tuple[asyncssh.SSHClientChannel[bytes], "_TerminalSession"]:
-    loop = asyncio.get_running_loop()
-    term = _TerminalSession(loop, direct)
-    cols, rows = os.get_terminal_size(fd)
-    try:
-        chan, _ = await session.conn.create_session(
-            lambda: term,
-            exec_command(job_id, argv, direct),
-            encoding=None,
-            term_type=os.environ.get("TERM", "xterm-256color"),
-            term_size=(cols, rows),
-        )
-    except (OSError, asyncssh.Error) as exc:
-        raise RunnerError(f"{session.where} refused a shell in job {job_id}: {_reason(exc)}") from None
-    return chan, term
-
-
 async def _direct_shell(session: RunnerSession, job_id: str, argv: list[str], fd: int) -> int | None:
     """The shell with its bytes on the runner's offered connection; None when the runner made no
     offer (old or at its limit: the caller opens one on the channel)."""
     from lanpool.app.runners.direct import DirectUnavailable
     from lanpool.app.shell.direct import Relay, connect
 
-    chan, term = await _open(session, job_id, argv, fd, True)
+    chan, term = await open_terminal(session, job_id, argv, fd, True)
     offer = await term.offer
     if offer is None:  # what came is the job's own output, or the refusal (already shown)
         if term.closed.done():
-            return _status(chan)
-        return await _attach(chan, term, fd)
+            return channel_status(chan)
+        return await attach(chan, term, fd)
     try:
         conn = await asyncio.to_thread(connect, session.peer_host, offer)
     except DirectUnavailable as exc:
@@ -176,108 +159,12 @@ async def _direct_shell(session: RunnerSession, job_id: str, argv: list[str], fd
         loop.remove_signal_handler(signal.SIGWINCH)
         await asyncio.to_thread(relay.close, 2.0)
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-    return _status(chan)
+    return channel_status(chan)
 
 
 async def _channel_shell(session: RunnerSession, job_id: str, argv: list[str], fd: int) -> int:
-    chan, term = await _open(session, job_id, argv, fd, False)
-    return await _attach(chan, term, fd)
-
-
-async def _attach(chan: asyncssh.SSHClientChannel[bytes], term: "_TerminalSession", fd: int) -> int:
-    """Our terminal on the channel until it closes; the exit status."""
-    loop = asyncio.get_running_loop()
-    saved = termios.tcgetattr(fd)
-
-    # Each keystroke goes from the terminal to the channel in one callback (no stream, no task).
-    def typed() -> None:
-        data = os.read(fd, _READ_SIZE)
-        if data:
-            chan.write(data)
-        else:
-            loop.remove_reader(fd)
-            chan.write_eof()
-
-    def resized() -> None:
-        with contextlib.suppress(OSError):
-            chan.change_terminal_size(*os.get_terminal_size(fd))
-
-    tty.setraw(fd)
-    loop.add_reader(fd, typed)
-    loop.add_signal_handler(signal.SIGWINCH, resized)
-    try:
-        await term.closed
-    finally:
-        loop.remove_reader(fd)
-        loop.remove_signal_handler(signal.SIGWINCH)
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-    return _status(chan)
-
-
-def _status(chan: asyncssh.SSHClientChannel[bytes]) -> int:
-    status = chan.get_exit_status()
-    return status if status is not None and status >= 0 else 255  # a signal or no status: as ssh reports it
-
-
-class _TerminalSession(asyncssh.SSHClientSession[bytes]):
-    """The job's output written straight to our terminal as each packet arrives: an echo costs
-    one callback, not a stream reader's wake-up of a copying task (scripts/bench-shell). Asked
-    for a direct shell, the first line may be the runner's offer (protocol/shell_direct.py)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, expect_offer: bool = False) -> None:
-        self.closed: asyncio.Future[None] = loop.create_future()
-        self.offer: asyncio.Future[DirectOffer | None] = loop.create_future()
-        self._head: bytes | None = b"" if expect_offer else None
-        if not expect_offer:
-            self.offer.set_result(None)
-
-    def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
-        if datatype == asyncssh.EXTENDED_DATA_STDERR:
-            write_all(2, data)
-            return
-        if self._head is not None:
-            data = self._take_head(data)
-        if data:
-            write_all(1, data)
-
-    def _take_head(self, data: bytes) -> bytes:
-        """Whatever of `data` is not the offer line; settles `offer` once the line is known."""
-        assert self._head is not None
-        head = self._head + data
-        line, newline, rest = head.partition(b"\n")
-        prefix = OFFER_PREFIX[: len(line)]
-        if not line.startswith(prefix) or len(line) > MAX_OFFER_LINE:
-            offer = None  # not an offer: the shell runs on the channel, this is its output
-        elif not newline:
-            self._head = head
-            return b""
-        else:
-            offer = parse_offer_line(line + newline, "")
-            # The runner could not listen: the shell runs on the channel, after this line.
-            head = rest if offer is not None or line + newline == NO_OFFER_LINE else head
-        self._head = None
-        self.offer.set_result(offer)
-        return head
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self._head:
-            write_all(1, self._head)
-            self._head = None
-        if not self.offer.done():
-            self.offer.set_result(None)
-        if not self.closed.done():
-            self.closed.set_result(None)
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """All of `data` to a terminal. Blocking on purpose: a slow terminal holds the job's output back
-    (the channel's window fills, so the runner stops sending) rather than piling it up here."""
-    view = memoryview(data)
-    while view:
-        try:
-            view = view[os.write(fd, view) :]
-        except BlockingIOError:  # a terminal someone set non-blocking
-            select.select([], [fd], [])
+    chan, term = await open_terminal(session, job_id, argv, fd, False)
+    return await attach(chan, term, fd)
 
 
 async def forward_ports(session: RunnerSession, ports: list[int]) -> dict[int, PortForward]:
@@ -289,7 +176,7 @@ async def forward_ports(session: RunnerSession, ports: list[int]) -> dict[int, P
         except OSError as exc:
             for listener in listeners.values():
                 listener.close()
-            raise RunnerError(f"cannot listen on 127.0.0.1 for port {port}: {_reason(exc)}") from None
+            raise RunnerError(f"cannot listen on 127.0.0.1 for port {port}: {reason(exc)}") from None
     return listeners
 
 
@@ -313,23 +200,13 @@ async def hold_forwards(
 
 
 async def _feed_stdin(proc: asyncssh.SSHClientProcess[bytes]) -> None:
-    while data := await asyncio.to_thread(os.read, sys.stdin.fileno(), _READ_SIZE):
+    while data := await asyncio.to_thread(os.read, sys.stdin.fileno(), READ_SIZE):
         proc.stdin.write(data)
         await proc.stdin.drain()
     proc.stdin.write_eof()
 
 
 async def _copy(reader: asyncssh.SSHReader[bytes], out: BinaryIO) -> None:
-    while data := await reader.read(_READ_SIZE):
+    while data := await reader.read(READ_SIZE):
         out.write(data)
         out.flush()
-
-
-def exit_code_of(proc: asyncssh.SSHClientProcess[bytes]) -> int:
-    if proc.exit_status is not None and proc.exit_status >= 0:
-        return proc.exit_status
-    return 255  # ended by a signal or without a status: as ssh reports it
-
-
-def _reason(exc: BaseException) -> str:
-    return str(getattr(exc, "reason", None) or exc)

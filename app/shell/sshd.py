@@ -26,7 +26,7 @@ import asyncssh
 
 from lanpool.app.errors import RunnerError
 from lanpool.app.runners.client import RunnerSession
-from lanpool.app.shell.into_job import EXEC_VERB, exit_code_of
+from lanpool.app.shell.channel import exit_code_of
 from lanpool.protocol.shell_sshd import (
     MAX_OFFER_LINE,
     NO_OFFER_LINE,
@@ -36,7 +36,7 @@ from lanpool.protocol.shell_sshd import (
     SSHD_UNUSED,
     parse_offer_line,
 )
-from lanpool.protocol.wire import ENCRYPTION_ALGS
+from lanpool.protocol.wire import ENCRYPTION_ALGS, EXEC_VERB
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Big module trees imported with the cyclic GC paused, then frozen (issue #17).
+"""Big module trees imported with the cyclic GC paused, then frozen.
 
 What an import allocates (classes, functions, module dicts) is never garbage, yet the
 GC walks it: importing the SSH stack set off ~45 collections, ~8-15 ms of a short CLI call

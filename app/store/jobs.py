@@ -206,7 +206,7 @@ class JobRows(Table):
         rows = self.conn.execute(f"SELECT name, workflow, project_dir, created_at, tag FROM runs {_NEWEST}", (limit,))
         return [RunRow(*r) for r in rows]
 
-    # `status` of any number of runs asks three queries, not three per job (issue #17).
+    # `status` of any number of runs asks three queries, not three per job.
     def jobs_of_recent(self, limit: int) -> dict[str, list[JobRow]]:
         """The jobs of the `limit` newest runs, by run name, each run's in submission order."""
         out: dict[str, list[JobRow]] = {}

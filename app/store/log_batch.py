@@ -2,7 +2,7 @@
 
 A fast job's log arrives as hundreds of SSH batches a second; committing each one
 made the commits (and the WAL checkpoints they trigger) most of the controller's
-time (issue #17: 132 commits for a 1M-line flood). Rows wait here at most
+time (132 commits for a 1M-line flood). Rows wait here at most
 `EVERY_S` seconds or `MAX_BYTES` bytes, so memory stays flat whatever the rate.
 
 Nothing is lost by waiting: the runner keeps every line in its spool, and a follow

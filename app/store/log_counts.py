@@ -3,7 +3,7 @@
 The TUI's log view keeps the newest lines while it follows a job and drops the oldest;
 paging back from there (g) needs the seq of the view's first line. Reading the window
 again to learn it decoded ~20,000 lines on the event loop after a long follow; the
-chunks' `n_lines` say it without reading their text (issue #17).
+chunks' `n_lines` say it without reading their text.
 """
 
 import sqlite3

@@ -146,7 +146,7 @@ def _m008_log_times(db: "sqlite_utils.Database") -> None:
 
 
 def _m009_log_chunks_rowid(db: "sqlite_utils.Database") -> None:
-    # log_chunks as a rowid table (issue #17). WITHOUT ROWID kept each ~30 KB chunk inside the
+    # log_chunks as a rowid table. WITHOUT ROWID kept each ~30 KB chunk inside the
     # primary key's b-tree, whose cells hold ~1 KB before spilling, so every insert moved key
     # pages and overflow chains around: ~2x the insert time of a rowid table, whose rows are
     # appended and found through a small index. The UNIQUE key is the old primary key:
@@ -179,7 +179,7 @@ def _m009_log_chunks_rowid(db: "sqlite_utils.Database") -> None:
 
 
 def _m010_runs_by_time(db: "sqlite_utils.Database") -> None:
-    # `status` shows the newest runs: read from an index, not a sort of every run (issue #17).
+    # `status` shows the newest runs: read from an index, not a sort of every run.
     db.execute("CREATE INDEX IF NOT EXISTS idx_runs_created_at ON runs (created_at)")
 
 
@@ -200,7 +200,7 @@ MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
 def _sqlite_utils() -> ModuleType:
     """sqlite_utils, imported only when there is something to migrate (the first command on a
     new home), and without numpy and pandas: it imports them when installed (~0.2 s) only to map
-    their scalar types to columns, which these migrations never use (issue #17)."""
+    their scalar types to columns, which these migrations never use."""
     import sys
 
     if "sqlite_utils" in sys.modules:

@@ -11,10 +11,10 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from lanpool.app.errors import LanpoolError, NotFoundError, RunnerProtocolError, UsageError
+from lanpool.app.errors import ArtifactsRefused, LanpoolError, NotFoundError, RunnerProtocolError, UsageError
 from lanpool.app.home import ControllerHome
 from lanpool.app.store import ARTIFACTS_REFUSED, JobRow, Store
-from lanpool.app.transfer.files import ArtifactsRefused, checked_path, copy_file
+from lanpool.app.transfer.files import checked_path, copy_file
 from lanpool.app.transfer.pull import Final, PullBusy, PullLimits, node_prefix, pull_job, pull_percent
 from lanpool.app.transfer.ranges import Parallel, pull_streams
 

@@ -19,17 +19,13 @@ import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from lanpool.app.errors import LanpoolError
+from lanpool.app.errors import ArtifactsRefused
 from lanpool.protocol import ArtifactFile
 
 _COPY_BYTES = 1024 * 1024
 # Room left on the controller's disk after the artifacts: a runner declaring
 # more than fits is refused before anything is pulled.
 DISK_RESERVE_BYTES = 256 * 1024 * 1024
-
-
-class ArtifactsRefused(LanpoolError):
-    """A runner's artifacts that the controller will not write: the reason is one line."""
 
 
 def checked_path(path: str) -> list[str]:

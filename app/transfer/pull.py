@@ -32,8 +32,8 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from lanpool.app.errors import LanpoolError, RunnerProtocolError
-from lanpool.app.transfer.files import DISK_RESERVE_BYTES, ArtifactsRefused, checked_declared, checked_path, make_dirs
+from lanpool.app.errors import ArtifactsRefused, LanpoolError, RunnerProtocolError
+from lanpool.app.transfer.files import DISK_RESERVE_BYTES, checked_declared, checked_path, make_dirs
 from lanpool.app.transfer.ranges import (
     Parallel,
     RangeState,
@@ -48,7 +48,7 @@ from lanpool.protocol import ArtifactData, ArtifactEnd, ArtifactRange, Artifacts
 from lanpool.protocol.message_base import Record, record
 from lanpool.protocol.messages import AgentMessage
 
-if TYPE_CHECKING:  # a type only here: `status` reads pull_percent without the SSH stack (issue #17)
+if TYPE_CHECKING:  # a type only here: `status` reads pull_percent without the SSH stack
     from lanpool.app.runners.client import RunnerSession
 
 log = logging.getLogger(__name__)

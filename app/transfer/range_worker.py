@@ -16,9 +16,8 @@ from typing import Any
 
 import asyncssh
 
-from lanpool.app.errors import LanpoolError, RunnerProtocolError
+from lanpool.app.errors import ArtifactsRefused, LanpoolError, RunnerProtocolError
 from lanpool.app.runners.client import RunnerSession
-from lanpool.app.transfer.files import ArtifactsRefused
 from lanpool.app.transfer.pull import Writer
 from lanpool.app.transfer.ranges import SLOT
 from lanpool.protocol import ArtifactRange, Error

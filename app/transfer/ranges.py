@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import lanpool
-from lanpool.app.errors import LanpoolError, RunnerError, RunnerProtocolError
-from lanpool.app.transfer.files import ArtifactsRefused, checked_path, make_dirs
+from lanpool.app.errors import ArtifactsRefused, LanpoolError, RunnerError, RunnerProtocolError
+from lanpool.app.transfer.files import checked_path, make_dirs
 from lanpool.protocol.message_base import Record, record
 from lanpool.protocol.transfer_messages import ARTIFACT_RANGES
 

@@ -15,8 +15,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from lanpool.app.workflows.line_map import LineMap
 from lanpool.app.workflows.model import WorkflowError
-from lanpool.app.workflows.yaml_lines import LineMap
 
 log = logging.getLogger(__name__)
 

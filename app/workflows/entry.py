@@ -12,10 +12,10 @@ from typing import Any
 
 from lanpool.app.workflows.dialects import normalize
 from lanpool.app.workflows.limits import parse_limits
+from lanpool.app.workflows.line_map import LineMap
 from lanpool.app.workflows.model import ArtifactSpec, Dependency, Scalar, Workflow, WorkflowError, render_value
 from lanpool.app.workflows.resources import check_resources
 from lanpool.app.workflows.slurm import parse_slurm
-from lanpool.app.workflows.yaml_lines import LineMap
 
 WORKFLOW_KEYS = (
     "name",
@@ -51,7 +51,7 @@ AtKey = Callable[[str, str], WorkflowError]
 
 
 def close_matches(word: str, possibilities: Iterable[str], n: int = 1) -> list[str]:
-    """difflib's "did you mean", imported on the first misspelling: not on every `run`'s start (issue #17)."""
+    """difflib's "did you mean", imported on the first misspelling: not on every `run`'s start."""
     import difflib
 
     return difflib.get_close_matches(word, possibilities, n=n)

@@ -5,9 +5,10 @@ from pathlib import Path
 
 from lanpool.app.workflows.dialects import log_notes
 from lanpool.app.workflows.entry import MAX_NODES, close_matches, parse_workflow
+from lanpool.app.workflows.line_map import LineMap
 from lanpool.app.workflows.model import Project, Scalar, Workflow, WorkflowError
 from lanpool.app.workflows.substitute import variable_names_used
-from lanpool.app.workflows.yaml_lines import LineMap, read_yaml
+from lanpool.app.workflows.yaml_lines import read_yaml
 
 __all__ = ["MAX_NODES", "find_project", "load_workflows"]  # MAX_NODES: the CLI's --nodes check reads it here
 

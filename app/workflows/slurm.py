@@ -10,8 +10,8 @@ or a leading '-' (it would read as an sbatch option).
 import re
 from collections.abc import Callable
 
+from lanpool.app.workflows.line_map import LineMap
 from lanpool.app.workflows.model import WorkflowError
-from lanpool.app.workflows.yaml_lines import LineMap
 
 SLURM_KEYS = ("partition", "account", "qos", "constraint")
 _NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")

@@ -29,7 +29,7 @@ from collections.abc import Callable, Collection, Mapping
 from itertools import accumulate
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the shell model is imported where a script holds a reference (start-up time, issue #17)
+if TYPE_CHECKING:  # the shell model is imported where a script holds a reference (start-up time)
     from lanpool.app.workflows.shell_heredocs import HereDoc
     from lanpool.app.workflows.shell_sinks import Placement
 
@@ -103,7 +103,7 @@ def substitute_commands(
     script = "\n".join(commands)
     if not env_copies and _VAR.search(script) is None:
         # Nothing to place and no copy to trace: the script as written, without reading it as bash
-        # does (the shell model's ~10 modules and its scan: ~5 ms of a `run`'s start, issue #17).
+        # does (the shell model's ~10 modules and its scan: ~5 ms of a `run`'s start).
         return list(commands)
     from lanpool.app.workflows.shell_model import scan
 

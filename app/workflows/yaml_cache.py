@@ -1,5 +1,5 @@
 """Workflow files as read before, kept by their content's hash: a `run` whose files did not
-change neither imports yaml nor parses them (~15 ms of each `run`'s start, issue #17).
+change neither imports yaml nor parses them (~15 ms of each `run`'s start).
 
 An entry is JSON in the controller's data dir (cache/yaml/SHA256.json) holding the
 values app/workflows/yaml_lines.py read from exactly that text: mappings with their
@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from lanpool.app.workflows.yaml_lines import LineMap
+from lanpool.app.workflows.line_map import LineMap
 
 log = logging.getLogger(__name__)
 

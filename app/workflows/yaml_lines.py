@@ -7,18 +7,9 @@ import functools
 from pathlib import Path
 from typing import Any
 
+from lanpool.app.workflows import yaml_cache
+from lanpool.app.workflows.line_map import LineMap
 from lanpool.app.workflows.model import WorkflowError
-
-
-class LineMap(dict[Any, Any]):
-    """A YAML mapping that remembers where it and each of its keys were written."""
-
-    line: int = 1
-    key_lines: dict[Any, int]
-    scalar_text: dict[Any, Any]  # each scalar value as written: `3.10` would otherwise read as the float 3.1
-
-    def line_of(self, key: str) -> int:
-        return self.key_lines.get(key, self.line)
 
 
 @functools.cache
@@ -41,8 +32,6 @@ def _line_loader() -> Any:
 
 def read_yaml(path: Path) -> Any:
     """The file's YAML (every mapping a LineMap); WorkflowError, with the line, when it cannot be read."""
-    from lanpool.app.workflows import yaml_cache
-
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:

@@ -8,7 +8,7 @@ CBC mode's IVs chained across packets. An AEAD cipher (AES-GCM, chacha20-poly130
 every lanpool connection negotiates first, protocol/wire.py ENCRYPTION_ALGS) has no chained IV
 and OpenSSH sends no such packets with it; asyncssh's double the packets each side encrypts,
 decrypts and parses in Python. In a log flood on the controller that was half of its ~9,600
-packets for 1M lines (cProfile: ~25% of its CPU in asyncssh's per-packet code, issue #17).
+packets for 1M lines (cProfile: ~25% of its CPU in asyncssh's per-packet code).
 install() leaves those packets out when the connection's send encryption is AEAD; with any other
 cipher (CTR, CBC) asyncssh sends them as before.
 """

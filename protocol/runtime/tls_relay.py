@@ -1,4 +1,4 @@
-"""A terminal's bytes both ways over one TLS socket, on ONE thread (the direct shell, issue #16).
+"""A terminal's bytes both ways over one TLS socket, on ONE thread (the direct shell).
 
 OpenSSL does not let one SSL object be used by two threads at once: a read on one thread
 while another writes may corrupt its state (CPython releases the GIL inside SSL_read and
