@@ -10,13 +10,14 @@ import socket
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import platformdirs
 
 from lanpool.agent.errors import AgentError
 from lanpool.agent.executors import MODES
 from lanpool.agent.home import AgentHome
+from lanpool.agent.jobs.admission import DEFAULT_MAX_QUEUED
 from lanpool.agent.jobs.journal import JobRecord
 from lanpool.agent.jobs.manager import DEFAULT_GRACE_S
 from lanpool.agent.retention import collect, parse_size
@@ -38,12 +39,13 @@ class _NoAbbrevParser(argparse.ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
 
+    def error(self, message: str) -> NoReturn:  # one line, exit 2, as `app headless` says usage errors
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
 
 def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
     # allow_abbrev=False everywhere: a prefix (`--na`) must not silently pick an option.
-    parser = argparse.ArgumentParser(
-        prog=prog, description="Run and manage a lanpool runner agent.", allow_abbrev=False
-    )
+    parser = _NoAbbrevParser(prog=prog, description="Run and manage a lanpool runner agent.")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB", parser_class=_NoAbbrevParser)
 
     serve = sub.add_parser("serve", help="run the agent (SSH server) in the foreground")
@@ -59,7 +61,10 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
         help="keys, jobs and logs (default: $LANPOOL_AGENT_HOME or the user data dir)",
     )
     serve.add_argument(
-        "--grace", type=float, default=DEFAULT_GRACE_S, help="seconds between SIGTERM and SIGKILL on stop (default 10)"
+        "--grace",
+        type=_number(0, 24 * 3600, "seconds", low_ok=True),
+        default=DEFAULT_GRACE_S,
+        help="seconds between SIGTERM and SIGKILL on stop (default 10)",
     )
     serve.add_argument(
         "--executor",
@@ -86,7 +91,19 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
     )
     serve.add_argument("--no-mdns", action="store_true", help="do not announce on the LAN (add by address instead)")
     serve.add_argument(
-        "--pairing-ttl", type=float, default=15.0, metavar="MIN", help="minutes a pairing code stays valid (default 15)"
+        "--pairing-ttl",
+        type=_number(0, 7 * 24 * 60, "minutes"),
+        default=15.0,
+        metavar="MIN",
+        help="minutes a pairing code stays valid (default 15)",
+    )
+    serve.add_argument(
+        "--max-queued-per-controller",
+        type=_number(1, 1_000_000, "jobs", integer=True, low_ok=True),
+        default=DEFAULT_MAX_QUEUED,
+        metavar="N",
+        help=f"jobs of one controller that may wait in this runner's queue (default {DEFAULT_MAX_QUEUED}); "
+        "past it a submit is refused with the reason",
     )
     serve.add_argument(
         "--blob-cache-size",
@@ -137,13 +154,25 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
 
     pair = sub.add_parser("pair", help="make a new pairing code (to add another controller)")
     pair.add_argument("--data-dir", type=Path, default=None)
-    pair.add_argument("--ttl", type=float, default=15.0, metavar="MIN", help="minutes it stays valid (default 15)")
+    pair.add_argument(
+        "--ttl",
+        type=_number(0, 7 * 24 * 60, "minutes"),
+        default=15.0,
+        metavar="MIN",
+        help="minutes it stays valid (default 15)",
+    )
 
     gc = sub.add_parser(
         "gc", help="remove leftover job containers, and finished jobs' files and cached blobs beyond a budget"
     )
     gc.add_argument("--data-dir", type=Path, default=None)
-    gc.add_argument("--keep-days", type=float, default=None, metavar="N", help="remove jobs finished over N days ago")
+    gc.add_argument(
+        "--keep-days",
+        type=_number(0, 100_000, "days", low_ok=True),
+        default=None,
+        metavar="N",
+        help="remove jobs finished over N days ago",
+    )
     gc.add_argument(
         "--max-size",
         default=None,
@@ -226,10 +255,32 @@ async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
         slurm=slurm,
         direct_transfers=not args.no_direct_transfers,
         direct_ports=_port_range(args.direct_ports) if args.direct_ports else None,
+        max_queued_per_owner=args.max_queued_per_controller,
     )
     # Which loop it runs on (protocol/runtime/event_loop.py): asyncio's unless LANPOOL_EVENT_LOOP=uvloop.
     log.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
     await serve(agent)
+
+
+def _number(low: float, high: float, unit: str, *, integer: bool = False, low_ok: bool = False) -> Any:
+    """An argparse type: a finite number of `unit` in (low, high] (or [low, high] when `low_ok`),
+    so that a mistyped option (`--pairing-ttl -1`, `nan`) is one line, not a broken agent."""
+
+    def parse(text: str) -> float:
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {unit}") from None
+        if not (low <= value if low_ok else low < value) or not value <= high:  # nan fails both
+            bound = "at least" if low_ok else "more than"
+            raise argparse.ArgumentTypeError(f"{text} {unit}: give {bound} {_plain(low)} and at most {_plain(high)}")
+        return value
+
+    return parse
+
+
+def _plain(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def _port_range(text: str) -> range:

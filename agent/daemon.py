@@ -28,7 +28,9 @@ from lanpool.agent.home import AgentHome
 from lanpool.agent.host.gpu_telemetry import telemetry
 from lanpool.agent.host.gpus import GpuAllocator, detect_gpus
 from lanpool.agent.host.resources import detect_resources
+from lanpool.agent.jobs.admission import DEFAULT_MAX_QUEUED
 from lanpool.agent.jobs.manager import DEFAULT_GRACE_S, JobManager
+from lanpool.agent.jobs.owner import Owner
 from lanpool.agent.jobs.queue import Amount
 from lanpool.agent.python.interpreters import Pythons
 from lanpool.agent.python.job_envs import JobPythons
@@ -104,8 +106,10 @@ class Agent:
         slurm: SlurmOptions | None = None,
         direct_transfers: bool = True,
         direct_ports: range | None = None,
+        max_queued_per_owner: int = DEFAULT_MAX_QUEUED,
     ) -> None:
         self.home = home
+        self.max_queued_per_owner = max_queued_per_owner
         # Artifacts on a TLS connection of their own, offered over SSH (agent/direct.py).
         self.direct = DirectSender(home.root, direct_ports) if direct_transfers else None
         self.slurm = slurm
@@ -126,6 +130,7 @@ class Agent:
         self.pairing_grants: Grants = weakref.WeakKeyDictionary()
         # Gang-only connections (agent.gang.hub), with the gang each authenticated for.
         self.gang_grants: weakref.WeakKeyDictionary[SSHConnection, str] = weakref.WeakKeyDictionary()
+        self.owners: weakref.WeakKeyDictionary[SSHConnection, Owner] = weakref.WeakKeyDictionary()
         self.gang: GangHub | None = None
         # One pairing attempt per connection, whatever the channel.
         self._pairing_exchanges: weakref.WeakKeyDictionary[SSHConnection, PairingResponder] = (
@@ -169,6 +174,7 @@ class Agent:
         self.gang = GangHub(self.manager)
         if self.blob_cache_size is not None:
             self.manager.blobs.budget = self.blob_cache_size
+        self.manager.max_queued = self.max_queued_per_owner
         self.manager.blobs.create()
         pythons = executors.process.pythons.pythons if isinstance(executors.process, ProcessExecutor) else None
         self.resources = detect_resources(gpus, executors.kind, pythons.versions() if pythons else "")
@@ -251,11 +257,11 @@ class Agent:
         """A session channel that agent.ssh.server let open: an exec into a job, or the
         subsystem (only pairing, for a pairing-only connection)."""
         # asyncssh hands the session itself (a LanpoolSession) to the process factory.
+        conn = process.channel.get_connection()
         request = process.shell_request if isinstance(process, LanpoolSession) else None
         if request is not None and self.manager is not None:
-            await serve_exec(process, self.manager, request, self.direct)
+            await serve_exec(process, self.manager, request, self.owners.get(conn), self.direct)
             return
-        conn = process.channel.get_connection()
         gang_id = self.gang_grants.get(conn)
         if gang_id is not None and process.subsystem == GANG_SUBSYSTEM and self.gang is not None:
             await self.gang.serve(process, gang_id)  # a gang-only connection: its barrier, nothing else
@@ -273,7 +279,13 @@ class Agent:
                 )
                 self._pairing_exchanges[conn] = exchange
         assert self.manager is not None, "channels are served only after start()"
-        await ChannelSession(process, self.manager, self.name, self.resources_now, exchange, self.direct).run()
+        owner = self.owners.get(conn)
+        if owner is None and grant is None:  # LanpoolSession lets only controllers and pairing connections here
+            process.exit(1)
+            return
+        await ChannelSession(
+            process, self.manager, self.name, self.resources_now, exchange, self.direct, owner=owner
+        ).run()
 
     async def close(self, grace_s: float) -> None:
         if self._txt_due is not None:

@@ -48,6 +48,10 @@ class RunnerProtocolError(RunnerError):
     connection this is not retried: asking again gets the same answer."""
 
 
+class BlobsMissing(RunnerError):
+    """The runner no longer has (or found damaged) a blob the submit names: send it again, then submit again."""
+
+
 class NotFoundError(LanpoolError):
     exit_code = ExitCode.NOT_FOUND
 

@@ -59,8 +59,10 @@ class ControllerHome(Record):
         if self.root.exists() and not self.root.is_dir():
             raise UsageError(f"{where} is a file, not a directory: {fix}")
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            self.artifacts.mkdir(exist_ok=True)
+            # Its logs, env values and artifacts are the user's alone: 0700 when made here (a
+            # directory that exists keeps its mode: it may be one the user chose and shares).
+            self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.artifacts.mkdir(mode=0o700, exist_ok=True)
             with tempfile.TemporaryFile(dir=self.root, prefix=".write-probe-"):
                 pass
         except OSError as exc:

@@ -15,6 +15,9 @@ class ErrorCode(StrEnum):
     JOB_EXISTS = "job_exists"
     NOT_PAIRED = "not_paired"  # a pairing-only connection asked for something else
     BAD_REQUEST = "bad_request"  # valid message the agent cannot act on
+    # A blob the submit names is gone from the runner's cache, or no longer holds what its hash
+    # names: send it again (HaveBlobs now lists it), then submit again.
+    MISSING_BLOBS = "missing_blobs"
     INTERNAL = "internal"
 
 

@@ -298,3 +298,23 @@ def test_case_inside_command_substitution_runs_a_hostile_value_as_text(agent, cl
     assert res.returncode == 0, res.stderr
     assert res.stdout == "a; touch pwned\n"
     assert not list(agent.data_dir.rglob("pwned")), "the value ran as a command"
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("serve", "--pairing-ttl", "-1"), "-1 minutes: give more than 0"),
+        (("serve", "--pairing-ttl", "nan"), "nan minutes: give more than 0"),
+        (("serve", "--grace", "-3"), "-3 seconds: give at least 0"),
+        (("serve", "--max-queued-per-controller", "0"), "0 jobs: give at least 1"),
+        (("serve", "--max-queued-per-controller", "lots"), "'lots' is not a number of jobs"),
+        (("pair", "--ttl", "0"), "0 minutes: give more than 0"),
+        (("gc", "--keep-days", "-1"), "-1 days: give at least 0"),
+    ],
+)
+def test_agent_option_values_are_checked_in_one_line(tmp_path, args, fragment):
+    """A value that would make a broken agent (a pairing code expired before it is shown, a
+    stop with a negative grace, a queue of none) is refused before anything starts."""
+    res = _app(tmp_path / "home", "agent", *args, "--data-dir", str(tmp_path / "agent"))
+    _one_line_error(res, 2, fragment)
+    assert not (tmp_path / "agent" / "agent.json").exists()

@@ -22,6 +22,7 @@ from lanpool.protocol import (
     BlobStored,
     ClientHello,
     Error,
+    ErrorCode,
     FileEntry,
     HaveBlobs,
     Hello,
@@ -147,7 +148,6 @@ BAD_FILES = {
         "leads out of the workspace",
     ),
     "file through a link": ([FileEntry("d", link="/tmp"), FileEntry("d/x.txt", "S", 5)], "as a file and as a dir"),
-    "blob not uploaded": ([FileEntry("f.txt", "0" * 64, 5)], "is not on this runner"),
     "size lie": ([FileEntry("f.txt", "S", 999)], "its blob holds 5"),
 }
 
@@ -169,6 +169,40 @@ def test_submit_files_cannot_leave_the_workspace(agent, tmp_path, case):
     for dirpath, dirnames, filenames in os.walk(ws):  # whatever stayed resolves inside
         for name in dirnames + filenames:
             assert (Path(dirpath) / name).resolve().is_relative_to(root)
+
+
+async def _refused_submit(agent, job_id: str, files: list[FileEntry]) -> Error:
+    conn, chan = await _channel(agent)
+    async with conn:
+        chan.send(SubmitJob(job_id, "r", "w", ["cat f.txt"], files=files))
+        reply = await chan.recv()
+        assert isinstance(reply, Error), reply
+        return reply
+
+
+def test_a_blob_not_on_the_runner_is_asked_for_again_and_no_job_is_left(agent):
+    reply = asyncio.run(_refused_submit(agent, "nb-1", [FileEntry("f.txt", "0" * 64, 5)]))
+    assert reply.code == ErrorCode.MISSING_BLOBS and "is not on this runner (send it again)" in reply.message
+    assert not (agent.data_dir / "jobs" / "nb-1").exists()  # as if never sent: the controller submits again
+
+
+@pytest.mark.parametrize("damage", ["same size", "shorter"])
+def test_a_blob_damaged_in_the_cache_is_never_staged(agent, damage):
+    """What job code that reached the cache could do (`../../../blobs/SHA` from a workspace):
+    the next job naming that file gets the right bytes or none, never the written ones."""
+    data = b"echo the right bytes\n"
+    sha = _sha(data)
+    status = asyncio.run(_submit(agent, "ok-1", [FileEntry("f.txt", sha, len(data))], {sha: data}))
+    assert status.state != "FAILED", status
+    blob = _blobs(agent) / sha
+    blob.write_bytes(b"echo POISONED bytes!\n"[: len(data)] if damage == "same size" else data[:-3])
+    reply = asyncio.run(_refused_submit(agent, "ok-2", [FileEntry("f.txt", sha, len(data))]))
+    assert reply.code == ErrorCode.MISSING_BLOBS and "damaged here, removed" in reply.message
+    assert not blob.exists() and not (agent.data_dir / "jobs" / "ok-2").exists()
+    # Sent again, it is staged as it should be.
+    status = asyncio.run(_submit(agent, "ok-3", [FileEntry("f.txt", sha, len(data))], {sha: data}))
+    assert status.state != "FAILED", status
+    assert (agent.data_dir / "jobs" / "ok-3" / "workspace" / "f.txt").read_bytes() == data
 
 
 def test_good_files_and_links_are_staged(agent):

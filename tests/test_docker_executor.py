@@ -159,7 +159,7 @@ def test_container_settings_host_network_labels_user(docker_agent, docker_client
     wait_for_line(docker_agent, "cfg1", "ready")
     [container] = containers_of(docker_client, "cfg1")
     host = container.attrs["HostConfig"]
-    assert host["NetworkMode"] == "host" and host["Init"] is True
+    assert host["NetworkMode"] == "host" and host["Init"] is True and host["CapDrop"] == ["MKNOD"]
     assert host["Memory"] == 64 * 2**20 and host["MemorySwap"] == 64 * 2**20
     assert host["ShmSize"] == 256 * 2**20 and host["NanoCpus"] == 10**9
     assert host["LogConfig"]["Type"] == "json-file"
@@ -176,6 +176,14 @@ def test_container_settings_host_network_labels_user(docker_agent, docker_client
     assert container.attrs["Config"]["Cmd"][:2] == ["sh", "-c"]
     _stop_now = asyncio.run(_stop(docker_agent, "cfg1", grace_s=0))
     assert _stop_now.state in (JobState.RUNNING, JobState.STOPPED)
+
+
+def test_a_container_job_makes_no_device_node_on_the_host(docker_agent, busybox_image):
+    """The workspace is a bind mount: a node made there would be a device file on the host."""
+    submit(docker_agent, "mknod1", ["mknod /workspace/disk b 8 0 && echo MADE || echo REFUSED"], busybox_image)
+    chunks, final = follow(docker_agent, "mknod1")
+    assert final.state == JobState.DONE and _lines(chunks, "out") == ["REFUSED"]
+    assert not (docker_agent.data_dir / "jobs" / "mknod1" / "workspace" / "disk").exists()
 
 
 def test_exit_codes_and_out_of_memory(docker_agent, busybox_image):
@@ -543,7 +551,8 @@ def test_containers_run_as_the_agents_user(docker_client, busybox_image, tmp_pat
                 workflow="w",
                 image=busybox_image,
                 commands=["id -u", "id -g", "echo $HOME", "touch $HOME/ok"],
-            )
+            ),
+            None,
         )
         await asyncio.wait_for(manager.wait_terminal(job), 30)
         return job

@@ -176,10 +176,11 @@ def test_stop_while_the_image_is_being_pulled(registry, docker_client, monkeypat
         job = await manager.submit(
             SubmitJob(
                 job_id="slow1", run_name="r", workflow="w", commands=["echo never"], image=image, artifacts=["out"]
-            )
+            ),
+            None,
         )
         assert job.record.state == JobState.SUBMITTED
-        manager.stop("slow1", abort=False, grace_s=5)
+        manager.stop("slow1", abort=False, grace_s=5, owner=None)
         await asyncio.wait_for(manager.wait_terminal(job), 10)
         return job
 

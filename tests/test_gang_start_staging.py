@@ -69,7 +69,7 @@ async def _ended(manager: JobManager, job_id: str) -> Job:
 def test_node0_answers_before_staging_and_starts_only_once_staged(held_staging):
     async def scenario(root: Path) -> None:
         manager = await _manager(root)
-        job = await asyncio.wait_for(manager.submit(_node0("gang0")), 5)  # answered: staging still held
+        job = await asyncio.wait_for(manager.submit(_node0("gang0"), None), 5)  # answered: staging still held
         assert job.record.master_port > 0 and job.record.state == JobState.QUEUED
         # The attack: the queue is pumped meanwhile (another job ending does that); the job must not start early.
         manager._pump()
@@ -88,7 +88,7 @@ def test_node0_answers_before_staging_and_starts_only_once_staged(held_staging):
 def test_node0_whose_staging_fails_after_answering_ends_failed(held_staging):
     async def scenario(root: Path) -> None:
         manager = await _manager(root)
-        job = await manager.submit(_node0("gang0", working_dir="no-such-dir"))
+        job = await manager.submit(_node0("gang0", working_dir="no-such-dir"), None)
         assert job.record.master_port > 0 and not job.record.terminal  # answered before the failure
         held_staging.set()
         ended = await _ended(manager, "gang0")
@@ -105,7 +105,7 @@ def test_a_job_that_is_no_gang_node0_still_answers_once_staged(held_staging):
     async def scenario(root: Path) -> None:
         manager = await _manager(root)
         held_staging.set()
-        job = await manager.submit(_node0("single", working_dir="no-such-dir", pick=False))
+        job = await manager.submit(_node0("single", working_dir="no-such-dir", pick=False), None)
         assert job.record.state == JobState.FAILED and job.record.master_port == 0
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -115,8 +115,10 @@ def test_a_job_that_is_no_gang_node0_still_answers_once_staged(held_staging):
 def test_node0_stopped_while_staging_never_starts(held_staging):
     async def scenario(root: Path) -> None:
         manager = await _manager(root)
-        await manager.submit(_node0("gang0"))
-        manager.stop("gang0", abort=True, grace_s=None)  # the controller aborting a gang whose node 1 failed
+        await manager.submit(_node0("gang0"), None)
+        manager.stop(
+            "gang0", abort=True, grace_s=None, owner=None
+        )  # the controller aborting a gang whose node 1 failed
         job = await _ended(manager, "gang0")
         assert job.record.state == JobState.ABORTED
         held_staging.set()
@@ -133,7 +135,7 @@ def test_a_plain_job_is_not_started_by_a_pump_while_it_stages(held_staging):
     # the queue while this one's files are still being placed.
     async def scenario(root: Path) -> None:
         manager = await _manager(root)
-        submitting = asyncio.ensure_future(manager.submit(_node0("single", pick=False)))
+        submitting = asyncio.ensure_future(manager.submit(_node0("single", pick=False), None))
         await asyncio.sleep(0.3)
         job = manager.jobs["single"]
         manager._pump()

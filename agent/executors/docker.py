@@ -175,6 +175,8 @@ class DockerExecutor:
             ],
             "network_mode": "host",  # multi-node DDP reaches its peers as on the host
             "init": True,  # PID 1 that forwards signals: `sh` as PID 1 ignores SIGTERM
+            # No device nodes: one made in /workspace (a bind mount) would be a device file on the host.
+            "cap_drop": ["MKNOD"],
             "environment": env,
             "user": self.user,
             "labels": {LABEL_JOB: launch.job_id, LABEL_RUN: launch.run_name, LABEL_AGENT: self.agent_label},

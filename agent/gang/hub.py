@@ -379,4 +379,4 @@ def _spec(job: Job) -> GangSpec | None:
 def _stop(manager: JobManager, job: Job, reason: str) -> None:
     if not job.record.terminal:
         job.system_line(f"lanpool: stopping: {reason}")
-        manager.stop(job.record.job_id, abort=False, grace_s=None)
+        manager.stop(job.record.job_id, abort=False, grace_s=None, owner=None)

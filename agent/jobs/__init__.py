@@ -1,1 +1,1 @@
-"""The runner's jobs from submit to end: the manager, each job's record and request, admission, the durable queue and journal, launch, supervision, limits, env, DAG steps, recovery after a restart."""
+"""The runner's jobs from submit to end: the manager, each job's record, owner and request, admission, the durable queue and journal, launch, supervision, limits, env, DAG steps, recovery after a restart."""

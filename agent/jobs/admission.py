@@ -13,22 +13,41 @@ from lanpool.agent.jobs.dag import check_after, key_hash
 from lanpool.agent.jobs.job import Job, masked_env
 from lanpool.agent.jobs.journal import JobRecord
 from lanpool.agent.jobs.limits import check_limits
+from lanpool.agent.jobs.owner import Owner
 from lanpool.agent.jobs.queue import Amount, gang_fields, never_fits
 from lanpool.agent.jobs.request import check_job_id, check_request, parse_resources
 from lanpool.protocol import ErrorCode, JobState, SubmitJob
 
+DEFAULT_MAX_QUEUED = 100  # jobs of one controller waiting in this runner's queue (`--max-queued-per-controller`)
+
 
 def admit(
-    req: SubmitJob, jobs: dict[str, Job], executors: ExecutorChoice, capacity: Amount
+    req: SubmitJob,
+    jobs: dict[str, Job],
+    executors: ExecutorChoice,
+    capacity: Amount,
+    owner: Owner | None,
+    max_queued: int = DEFAULT_MAX_QUEUED,
 ) -> tuple[JobRecord, Executor, str]:
-    """The QUEUED record of a new job, its executor and a note about that choice (or "");
-    JobError when the request is malformed, names a job that exists, or can never fit this runner."""
+    """The QUEUED record of a new job of `owner`, its executor and a note about that choice (or "");
+    JobError when the request is malformed, names a job that exists, can never fit this runner,
+    or would put more than `max_queued` of its controller's jobs in the queue."""
     check_job_id(req.job_id)
     if req.job_id in jobs:
         raise JobError(ErrorCode.JOB_EXISTS, f"job {req.job_id!r} already exists on this runner")
     check_request(req)
+    if owner is not None:  # one controller cannot fill a shared runner's queue (and journal) for everyone
+        queued = sum(
+            1 for j in jobs.values() if j.record.state == JobState.QUEUED and j.record.owner == owner.fingerprint
+        )
+        if queued >= max_queued:
+            raise JobError(
+                ErrorCode.BAD_REQUEST,
+                f"{queued} of your jobs already wait in this runner's queue (at most {max_queued}, its "
+                "`--max-queued-per-controller`): submit again once some have started, or stop some",
+            )
     check_limits(req)
-    check_after(req, jobs)
+    check_after(req, jobs, owner)
     gang = gang_fields(req)
     try:
         executor, note = executors.choose(req.image, req.executor, req.python)
@@ -46,6 +65,8 @@ def admit(
         commands=list(req.commands),
         env=masked_env(dict(req.env), req.masked),  # the real values only in memory and the job's env
         artifacts=list(req.artifacts),
+        owner=owner.fingerprint if owner else "",
+        owner_label=owner.label if owner else "",
         working_dir=req.working_dir,
         submitted_at=time.time(),
         state=JobState.QUEUED,

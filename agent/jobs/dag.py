@@ -26,6 +26,7 @@ from pathlib import Path, PurePosixPath
 
 from lanpool.agent.errors import JobError
 from lanpool.agent.jobs.job import Job
+from lanpool.agent.jobs.owner import Owner, owns
 from lanpool.agent.jobs.request import check_job_id
 from lanpool.agent.workspace.artifacts import ArtifactChanged, resolve_listed
 from lanpool.agent.workspace.files import NotARegularFile, open_regular
@@ -39,8 +40,8 @@ def key_hash(run_key: str) -> str:
     return hashlib.sha256(run_key.encode()).hexdigest() if run_key else ""
 
 
-def check_after(req: SubmitJob, jobs: Mapping[str, Job]) -> None:
-    """Refuse a step whose dependencies are not jobs of the same run on this runner."""
+def check_after(req: SubmitJob, jobs: Mapping[str, Job], owner: Owner | None) -> None:
+    """Refuse a step whose dependencies are not jobs of the same run (and owner) on this runner."""
     if not req.after:
         return
     if len(req.after) > MAX_AFTER:
@@ -55,7 +56,7 @@ def check_after(req: SubmitJob, jobs: Mapping[str, Job]) -> None:
     for dep_id in req.after:
         check_job_id(dep_id)
         dep = jobs.get(dep_id)
-        if dep is None:
+        if dep is None or not owns(owner, dep.record):  # another controller's job does not exist to this one
             raise JobError(
                 ErrorCode.BAD_REQUEST,
                 f"no job {dep_id} on this runner: a step's dependencies are submitted to the same runner first",

@@ -17,6 +17,9 @@ class JobRecord:
     commands: list[str]
     env: dict[str, str]
     artifacts: list[str]
+    # The controller key that submitted it (agent.jobs.owner): its fingerprint and label.
+    owner: str = ""
+    owner_label: str = ""
     working_dir: str = ""
     state: str = JobState.SUBMITTED
     exit_code: int | None = None

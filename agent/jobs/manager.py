@@ -15,6 +15,7 @@ journal at start-up, submit, the queue and what its jobs hold, stop and exit.
 import asyncio
 import logging
 import math
+import shutil
 import tarfile
 import time
 from collections.abc import Callable, Coroutine
@@ -27,18 +28,19 @@ from lanpool.agent.gang.line import gang_line
 from lanpool.agent.gang.token import forget_token, keep_token
 from lanpool.agent.home import AgentHome
 from lanpool.agent.host.gpus import GpuAllocator, GpuError
-from lanpool.agent.jobs.admission import admit
+from lanpool.agent.jobs.admission import DEFAULT_MAX_QUEUED, admit
 from lanpool.agent.jobs.dag import blocked, stage_dependencies
 from lanpool.agent.jobs.end import settle
 from lanpool.agent.jobs.env import free_port
 from lanpool.agent.jobs.job import Job, masked_env
 from lanpool.agent.jobs.launch import launch_of, read_request, save_request
+from lanpool.agent.jobs.owner import Owner, owns
 from lanpool.agent.jobs.queue import Amount, Waiting, capacity_of, holds, in_use, need_of, plan, replace_files
 from lanpool.agent.jobs.recovery import adoption_of, read_journal, remove_leftovers
 from lanpool.agent.jobs.supervision import Supervisor
 from lanpool.agent.workspace.blobs import BlobCache
 from lanpool.agent.workspace.spool import LogSpool
-from lanpool.agent.workspace.staging import stage_workspace
+from lanpool.agent.workspace.staging import check_room, stage_workspace
 from lanpool.protocol import ErrorCode, JobState, SubmitJob
 from lanpool.protocol.errors import ProtocolError
 
@@ -73,6 +75,7 @@ class JobManager:
         self._wake: asyncio.TimerHandle | None = None  # the pump after a retry's delay
         self._closing = False  # the agent is exiting: nothing more starts (the journal keeps the queue)
         self.jobs: dict[str, Job] = {}
+        self.max_queued = DEFAULT_MAX_QUEUED  # of one controller's jobs (agent.jobs.admission)
         self._tasks: set[asyncio.Task[None]] = set()  # strong refs to background tasks
         self._staging: set[str] = set()  # submitted jobs whose workspace is still being built
         # Called when a job starts or ends (what the runner has free changed).
@@ -146,14 +149,17 @@ class JobManager:
 
     # -- requests --------------------------------------------------------------
 
-    def get(self, job_id: str) -> Job:
+    def get(self, job_id: str, owner: Owner | None) -> Job:
+        """The job, if `owner` may see it (None: the runner itself); else, as for an id never
+        seen, UNKNOWN_JOB (agent.jobs.owner)."""
         job = self.jobs.get(job_id)
-        if job is None:
+        if job is None or not owns(owner, job.record):
             raise JobError(ErrorCode.UNKNOWN_JOB, f"no job {job_id!r} on this runner")
         return job
 
-    async def submit(self, req: SubmitJob) -> Job:
-        record, executor, note = admit(req, self.jobs, self.executors, self.capacity)
+    async def submit(self, req: SubmitJob, owner: Owner | None) -> Job:
+        record, executor, note = admit(req, self.jobs, self.executors, self.capacity, owner, self.max_queued)
+        check_room(req.files, self.home.jobs)
         job_dir = self.home.job_dir(req.job_id)
         workspace = job_dir / "workspace"
         workspace.mkdir(parents=True)
@@ -176,25 +182,43 @@ class JobManager:
             # node's start. A staging failure then fails node 0, hence the gang, in follow.
             record.master_port = free_port()
             record.save(job_dir)
-            self._spawn(self._stage(job, req, workspace))
+            self._spawn(self._stage_behind(job, req, workspace))
             return job
-        await self._stage(job, req, workspace)
+        refused = await self._stage(job, req, workspace)
+        if refused is not None:  # blobs to send again: as if the request never came (the controller resends)
+            self._forget(job)
+            raise refused
         if job.starting is not None and not req.detached:
             await asyncio.wait([job.starting], timeout=START_WAIT_S)
         return job
 
-    async def _stage(self, job: Job, req: SubmitJob, workspace: Path) -> None:
-        """The workspace from the request's files, then the queue (the job fails if they cannot be placed)."""
+    async def _stage(self, job: Job, req: SubmitJob, workspace: Path) -> JobError | None:
+        """The workspace from the request's files, then the queue (the job fails if they cannot be
+        placed). A blob gone or damaged (MISSING_BLOBS) is returned instead, for a submit that is
+        still answering its controller: it sends the blob again; a staging in the background
+        (a gang's node 0) fails the job with it."""
         try:
             await stage_workspace(self.blobs, req, workspace)
         except (JobError, OSError, tarfile.TarError) as exc:
             message = exc.message if isinstance(exc, JobError) else f"could not start the job: {exc}"
             self._staging.discard(req.job_id)
+            if isinstance(exc, JobError) and exc.code == ErrorCode.MISSING_BLOBS and not req.pick_master_port:
+                return exc
             if not job.record.terminal:  # not stopped meanwhile
                 self._finish(job, JobState.FAILED, None, message)
-            return
+            return None
         self._staging.discard(req.job_id)
         self._pump()
+        return None
+
+    async def _stage_behind(self, job: Job, req: SubmitJob, workspace: Path) -> None:
+        await self._stage(job, req, workspace)  # its submit was answered: a failure is the job's
+
+    def _forget(self, job: Job) -> None:
+        """A job refused before it was ever queued: nothing of it is kept (no dir, no journal entry)."""
+        self.jobs.pop(job.record.job_id, None)
+        shutil.rmtree(job.dir, ignore_errors=True)
+        self._changed()
 
     # -- the queue -------------------------------------------------------------
 
@@ -342,8 +366,8 @@ class JobManager:
             job.system_line(f"lanpool: {copied} artifact file(s) of {', '.join(job.record.after)} staged")
         await self.supervisor.start(job, executor, await launch_of(job, executor, req))
 
-    def stop(self, job_id: str, abort: bool, grace_s: float | None) -> Job:
-        job = self.get(job_id)
+    def stop(self, job_id: str, abort: bool, grace_s: float | None, owner: Owner | None) -> Job:
+        job = self.get(job_id, owner)
         if job.record.terminal:
             return job
         job.record.stop_requested = True
@@ -376,7 +400,7 @@ class JobManager:
         kept = [j for j in running if j.executor is not None and j.executor.outlives_agent]
         stopped = [j for j in running if j.executor is None or not j.executor.outlives_agent]
         for job in stopped:
-            self.stop(job.record.job_id, abort=False, grace_s=grace_s)
+            self.stop(job.record.job_id, abort=False, grace_s=grace_s, owner=None)
         if stopped:
             await asyncio.wait([asyncio.ensure_future(j.wait_terminal()) for j in stopped], timeout=grace_s + 10)
         for job in kept:

@@ -21,6 +21,7 @@ import asyncssh
 from lanpool.agent.errors import JobError
 from lanpool.agent.jobs.job import Job
 from lanpool.agent.jobs.manager import JobManager
+from lanpool.agent.jobs.owner import Owner, owns
 from lanpool.agent.jobs.request import check_job_id
 from lanpool.agent.shell.process_job import exec_in_process_job
 from lanpool.protocol.shell_direct import DIRECT_FLAG
@@ -81,9 +82,9 @@ def exec_command(job_id: str, argv: list[str]) -> str:
     return shlex.join([EXEC_VERB, job_id, *(["--", *argv] if argv else [])])
 
 
-def running_job(manager: JobManager, job_id: str) -> Job | None:
+def running_job(manager: JobManager, job_id: str, owner: Owner | None) -> Job | None:
     job = manager.jobs.get(job_id)
-    if job is None or job.record.terminal or job.execution is None:
+    if job is None or not owns(owner, job.record) or job.record.terminal or job.execution is None:
         return None
     return job
 
@@ -92,14 +93,17 @@ async def serve_exec(
     process: asyncssh.SSHServerProcess[bytes],
     manager: JobManager,
     request: ShellRequest,
+    owner: Owner | None,
     direct: "DirectSender | None" = None,
 ) -> None:
-    """Run the request in its job, relaying the channel (or, asked `--direct` with a PTY and
-    `direct` given, a TLS connection of its own: agent/shell/direct.py); the channel's exit
-    status is the command's."""
-    job = running_job(manager, request.job_id)
+    """Run the request in its job, if `owner` submitted it, relaying the channel (or, asked
+    `--direct` with a PTY and `direct` given, a TLS connection of its own: agent/shell/direct.py);
+    the channel's exit status is the command's. Another controller's job does not exist here."""
+    job = running_job(manager, request.job_id, owner)
     if job is None:
         known = manager.jobs.get(request.job_id)
+        if known is not None and not owns(owner, known.record):
+            known = None
         why = f"ended ({known.record.state})" if known and known.record.terminal else "is not running"
         if known is None:
             why = "does not exist"

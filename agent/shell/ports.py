@@ -1,8 +1,9 @@
 """A running job's declared ports, forwarded to an authorized controller (SSH direct-tcpip).
 
 The only destinations allowed are this machine's loopback at a port that a
-RUNNING job declared (SubmitJob.ports): no other host, no undeclared port, no
-job that ended. A forward is cut when its job ends.
+RUNNING job of the asking controller declared (SubmitJob.ports): no other host, no
+undeclared port, no job that ended, no other controller's job. A forward is cut when
+its job ends.
 
 The bytes go through asyncssh's protocol-level forwarder (no task, no stream
 copy per chunk), with backpressure both ways; the controller picks the packet
@@ -18,6 +19,7 @@ import asyncssh
 
 from lanpool.agent.jobs.job import Job
 from lanpool.agent.jobs.manager import JobManager
+from lanpool.agent.jobs.owner import Owner, owns
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +36,13 @@ Forward = tuple[asyncssh.SSHTCPChannel[bytes], Awaitable[asyncssh.SSHTCPSession[
 _watchers: set["asyncio.Task[None]"] = set()  # strong references: each cuts one forward when its job ends
 
 
-def declaring_job(manager: JobManager, dest_host: str, dest_port: int) -> Job | None:
-    """The running job that declared `dest_port`, when the destination is loopback; else None."""
+def declaring_job(manager: JobManager, dest_host: str, dest_port: int, owner: Owner | None) -> Job | None:
+    """The running job of `owner` that declared `dest_port`, when the destination is loopback; else None."""
     if dest_host not in LOOPBACK:
         return None
     for job in manager.jobs.values():
-        if not job.record.terminal and job.execution is not None and dest_port in job.record.ports:
+        running = not job.record.terminal and job.execution is not None
+        if running and dest_port in job.record.ports and owns(owner, job.record):
             return job
     return None
 
@@ -53,9 +56,7 @@ def forward_to(conn: asyncssh.SSHServerConnection, job: Job, port: int) -> Forwa
 async def _connect(chan: asyncssh.SSHTCPChannel[bytes], job: Job, port: int) -> asyncssh.SSHTCPSession[bytes]:
     loop = asyncio.get_running_loop()
     try:
-        _transport, upstream = await asyncio.wait_for(
-            loop.create_connection(asyncssh.SSHForwarder, "127.0.0.1", port), _CONNECT_S
-        )
+        _transport, upstream = await asyncio.wait_for(loop.create_connection(_JobSide, "127.0.0.1", port), _CONNECT_S)
     except (OSError, TimeoutError) as exc:
         log.info("job %s: nothing answers on its port %d: %s", job.record.job_id, port, exc)
         # The open fails: the controller's client sees its connection refused, as with ssh -L.
@@ -67,7 +68,59 @@ async def _connect(chan: asyncssh.SSHTCPChannel[bytes], job: Job, port: int) -> 
     watcher.add_done_callback(_watchers.discard)
     # It pairs itself with upstream: bytes go both ways, with backpressure. asyncssh's own
     # forward_connection hands it over as a session the same way (it is one, untyped as such).
-    return cast(asyncssh.SSHTCPSession[bytes], asyncssh.SSHForwarder(upstream))
+    return cast(asyncssh.SSHTCPSession[bytes], _ChannelSide(upstream))
+
+
+class _JobSide(asyncssh.SSHForwarder):
+    """The job's socket. What it sends before the controller's channel is open (a server that
+    speaks first: SSH, SMTP; or one that answers and closes at once) waits here and goes on
+    in order once the channel is open; asyncssh's forwarder would drop it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._held: list[bytes | None] = []  # None: its EOF
+        self._ready = False
+        self._gone = False
+
+    def data_received(self, data: bytes, datatype: int | None = None) -> None:
+        if self._ready:
+            super().data_received(data, datatype)
+        else:
+            self._held.append(data)
+
+    def eof_received(self) -> bool:
+        if self._ready:
+            return super().eof_received()
+        self._held.append(None)
+        return True  # kept open: the channel is told once it is there
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._ready:
+            super().connection_lost(exc)
+        else:
+            self._gone = True
+
+    def channel_open(self, channel_side: asyncssh.SSHForwarder) -> None:
+        self._ready = True
+        for data in self._held:
+            if data is None:
+                channel_side.write_eof()
+            else:
+                channel_side.write(data)
+        self._held = []
+        if self._gone:
+            self.close()  # and the channel, after what was written on it
+
+
+class _ChannelSide(asyncssh.SSHForwarder):
+    """The controller's channel, which releases what the job's side held once it is open."""
+
+    def __init__(self, job_side: _JobSide) -> None:
+        super().__init__(job_side)
+        self._job_side = job_side
+
+    def session_started(self) -> None:
+        self._job_side.channel_open(self)
 
 
 async def _cut_at_end(chan: asyncssh.SSHTCPChannel[bytes], job: Job) -> None:

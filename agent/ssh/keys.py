@@ -1,12 +1,18 @@
-"""Host key and authorized controller keys of an agent."""
+"""Host key and authorized controller keys of an agent, and which controller a proven key is."""
 
+import logging
 import os
 from pathlib import Path
 
 import asyncssh
 
 from lanpool.agent.errors import AgentError
+from lanpool.agent.jobs.owner import Owner
 from lanpool.protocol import key_text
+
+log = logging.getLogger(__name__)
+
+MAX_LABEL = 64  # characters of a controller's label kept with its jobs
 
 
 def load_or_create_host_key(path: Path) -> asyncssh.SSHKey:
@@ -54,3 +60,28 @@ def add_authorized_key(authorized_keys: Path, text: str, comment: str = "") -> b
         fh.write(line + "\n")
     os.chmod(authorized_keys, 0o600)
     return True
+
+
+def authorized_owner(authorized_keys: Path, key: asyncssh.SSHKey, peer_addr: str) -> Owner | None:
+    """The controller `key` is, when authorized_keys lets it in from `peer_addr` (its `from=`
+    options honoured); None otherwise. Read on every call, so `app agent authorize` needs no
+    restart. The label is the key's comment there: the name it paired with."""
+    try:
+        text = authorized_keys.read_text()
+        allowed = asyncssh.import_authorized_keys(text)
+    except (OSError, ValueError) as exc:  # no file yet, or no key in it
+        log.debug("no authorized controller keys: %s", exc)
+        return None
+    if allowed.validate(key, peer_addr, peer_addr) is None:
+        return None
+    mine = key_text(key.export_public_key().decode())
+    label = ""
+    for line in text.splitlines():
+        words = line.split()
+        for i in range(len(words) - 1):  # the key may follow options (`from="...",restrict ssh-ed25519 AAAA...`)
+            if f"{words[i]} {words[i + 1]}" == mine:
+                label = " ".join(words[i + 2 :])[:MAX_LABEL]
+                break
+        if label:
+            break
+    return Owner(key.get_fingerprint("sha256"), label)

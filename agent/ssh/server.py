@@ -1,8 +1,9 @@
 """The agent's SSH surface: who may connect, and what a connection may open.
 
-Public-key auth only: the normal user needs a key in authorized_keys;
-PAIRING_USER is accepted with any key while a pairing code is active, and such a
-connection is pairing-only (agent/ssh/pairing.py). Session channels carry the
+Public-key auth only: the normal user needs a key in authorized_keys, and the
+connection is then that controller's (its Owner: it reaches its own jobs only,
+agent/jobs/owner.py); PAIRING_USER is accepted with any key while a pairing code is
+active, and such a connection is pairing-only (agent/ssh/pairing.py). Session channels carry the
 lanpool subsystem, or for an authorized controller an exec into a RUNNING job
 (agent/shell/into_job.py); direct-tcpip reaches a port a running job declared
 (agent/shell/ports.py). Everything else (shell, SFTP/scp, agent/X11/remote
@@ -25,8 +26,10 @@ from asyncssh.misc import TermModes, TermSize
 from lanpool.agent.gang.hub import GangHub
 from lanpool.agent.home import AgentHome
 from lanpool.agent.jobs.manager import JobManager
+from lanpool.agent.jobs.owner import Owner
 from lanpool.agent.shell.into_job import ShellRequest, parse_exec
 from lanpool.agent.shell.ports import Forward, declaring_job, forward_to
+from lanpool.agent.ssh.keys import authorized_owner
 from lanpool.agent.ssh.pairing import Pairing, PairingGrant, PairingState
 from lanpool.protocol import ENCRYPTION_ALGS, GANG_SUBSYSTEM, GANG_USER_PREFIX, SUBSYSTEM, key_text
 from lanpool.protocol.pairing import PAIRING_USER
@@ -48,6 +51,8 @@ class AgentSide(Protocol):
     manager: JobManager | None
     # Pairing-only connections, with the key and code each authenticated with.
     pairing_grants: Grants
+    # Controllers' connections, with the controller each authenticated as (what owns jobs).
+    owners: weakref.WeakKeyDictionary[SSHConnection, Owner]
     # Gang-only connections (agent.gang.hub): user gang-<id>, password = the gang's token.
     gang_grants: weakref.WeakKeyDictionary[SSHConnection, str]
     gang: GangHub | None
@@ -98,7 +103,7 @@ class LanpoolSession(asyncssh.SSHServerProcess[bytes]):
         self.shell_request: ShellRequest | None = None
 
     def _authorized(self) -> bool:
-        return self._peer_conn not in self._agent.pairing_grants and self._peer_conn not in self._agent.gang_grants
+        return self._peer_conn in self._agent.owners
 
     def shell_requested(self) -> bool:
         log.warning("refused a shell request from %s", peer_name(self._peer_conn))
@@ -146,6 +151,7 @@ class AgentSSHServer(asyncssh.SSHServer):
         self._offered: tuple[str, PairingState] | None = None  # last pairing key accepted, with its code
         self._expiry: asyncio.TimerHandle | None = None
         self._gang_user = False  # the username is gang-<id>: password (the gang token) only
+        self._owner: Owner | None = None  # the controller whose key was last found authorized
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self._conn = conn
@@ -169,23 +175,23 @@ class AgentSSHServer(asyncssh.SSHServer):
             # which is how the key the client proves is known.
             self._conn.set_authorized_keys(None)
             return True
-        # Re-read on every connection, so `app agent authorize` needs no restart.
-        keys = self._agent.home.authorized_keys
+        # No authorized_keys handed to asyncssh either: every key comes to validate_public_key,
+        # which is how this server knows which controller proved itself (its jobs' owner).
+        self._owner = None
         self._conn.set_authorized_keys(None)
-        if keys.exists():
-            try:
-                self._conn.set_authorized_keys(str(keys))
-            except (OSError, ValueError) as exc:
-                log.error("cannot read %s: %s", keys, exc)
         return True
 
     def public_key_auth_supported(self) -> bool:
         return True
 
     def validate_public_key(self, username: str, key: asyncssh.SSHKey) -> bool:
-        # Reached for keys not in authorized_keys, and for every key of PAIRING_USER.
-        if username != PAIRING_USER:
+        # asyncssh calls this for a key offered, and again for the signed request right before
+        # checking its signature: the last key recorded before auth_completed is the proven one.
+        if self._gang_user:
             return False
+        if username != PAIRING_USER:
+            self._owner = authorized_owner(self._agent.home.authorized_keys, key, self._peer)
+            return self._owner is not None
         state = self._agent.pairing.current()
         if state is None:
             log.info("pairing connection from %s refused: no pairing code is active", self._peer)
@@ -218,7 +224,10 @@ class AgentSSHServer(asyncssh.SSHServer):
             log.info("gang-only connection from %s for gang %s", self._peer, username[len(GANG_USER_PREFIX) :])
             return
         if username != PAIRING_USER:
-            log.info("controller authenticated from %s", self._peer)
+            assert self._owner is not None
+            self._agent.owners[self._conn] = self._owner
+            label = f" ({self._owner.label})" if self._owner.label else ""
+            log.info("controller %s%s authenticated from %s", self._owner.fingerprint, label, self._peer)
             return
         assert self._offered is not None
         key, state = self._offered
@@ -242,8 +251,9 @@ class AgentSSHServer(asyncssh.SSHServer):
         assert self._conn is not None
         manager = self._agent.manager
         job = None
-        if self._conn not in self._agent.pairing_grants and self._conn not in self._agent.gang_grants and manager:
-            job = declaring_job(manager, dest_host, dest_port)
+        owner = self._agent.owners.get(self._conn)
+        if owner is not None and manager:
+            job = declaring_job(manager, dest_host, dest_port, owner)
         if job is None:
             log.warning(
                 "refused port forwarding (direct-tcpip) to %s:%d from %s: not a port a running job declared",

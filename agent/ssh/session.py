@@ -13,6 +13,7 @@ from lanpool.agent.direct import DirectSender
 from lanpool.agent.errors import JobError
 from lanpool.agent.jobs.job import Job
 from lanpool.agent.jobs.manager import JobManager
+from lanpool.agent.jobs.owner import Owner
 from lanpool.agent.shell.sshd import sshd_offered
 from lanpool.agent.ssh.log_direct import Burst, chunk_frames, send_burst
 from lanpool.agent.ssh.pairing import PairingRefused, PairingResponder
@@ -74,16 +75,20 @@ class ChannelSession:
         resources: Callable[[], dict[str, Any]],
         pairing: PairingResponder | None = None,
         direct: DirectSender | None = None,
+        *,
+        owner: Owner | None,
     ) -> None:
         """`pairing` is set on pairing-only connections: they may run the pairing
         exchange (and say hello, and ping), nothing else. `direct`: artifacts may go on a
-        connection of their own (agent/direct.py)."""
+        connection of their own (agent/direct.py). `owner`: the controller the connection
+        authenticated as; its requests reach its own jobs only (agent/jobs/owner.py)."""
         self._proc = process
         self._manager = manager
         self._name = name
         self._resources = resources
         self._pairing = pairing
         self._direct = direct
+        self._owner = owner
         self._streams: set[asyncio.Task[None]] = set()
         self._write_lock = asyncio.Lock()
         self._blobs: BlobCache = manager.blobs
@@ -174,23 +179,23 @@ class ChannelSession:
         elif isinstance(msg, PutBlob):
             await self._put_blob(msg)
         elif isinstance(msg, SubmitJob):
-            job = await self._manager.submit(msg)
+            job = await self._manager.submit(msg, self._owner)
             self._blobs.unpin(self._offered)  # staged: the workspace holds copies now
             self._offered = set()
             await self._send(JobAccepted(msg.job_id, str(job.dir / "workspace"), job.record.master_port))
             await self._send(job.status())
         elif isinstance(msg, StopJob):
-            job = self._manager.stop(msg.job_id, msg.abort, msg.grace_s)
+            job = self._manager.stop(msg.job_id, msg.abort, msg.grace_s, self._owner)
             await self._send(job.status())
         elif isinstance(msg, GetStatus):
-            await self._send(self._manager.get(msg.job_id).status())
+            await self._send(self._manager.get(msg.job_id, self._owner).status())
         elif isinstance(msg, Attach):
-            job = self._manager.get(msg.job_id)
+            job = self._manager.get(msg.job_id, self._owner)
             task = asyncio.create_task(self._stream(job, msg.from_seq, msg.follow, msg.direct))
             self._streams.add(task)
             task.add_done_callback(self._streams.discard)
         elif isinstance(msg, GetArtifacts):
-            job = self._manager.get(msg.job_id)
+            job = self._manager.get(msg.job_id, self._owner)
             wanted = self._artifact_ranges(job, msg)
             if msg.direct and self._direct is not None:
                 offer = self._offer_direct(job, wanted)

@@ -162,6 +162,12 @@ class BlobCache:
         self.drop(part)
         return JobError(ErrorCode.BAD_REQUEST, f"blob {part.sha256[:12]}: {problem}: refused")
 
+    def discard(self, sha256: str) -> None:
+        """Remove a stored blob that no longer holds what its name says (a job wrote to it):
+        never staged again; the next HaveBlobs lists it, so it is sent again."""
+        with contextlib.suppress(OSError):
+            self.path(sha256).unlink()
+
     def drop(self, part: BlobPart) -> None:
         """Forget an incomplete blob (refused, or its channel closed)."""
         if part.fd >= 0:

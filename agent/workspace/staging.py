@@ -7,15 +7,23 @@ links, files are created fresh (O_EXCL|O_NOFOLLOW) with only mode & 0o755, and
 symlinks come last, each required to resolve inside the workspace once all
 exist (so a chain of links, each fine alone, cannot lead out either). Files are
 copies, not hard links: a job may change its files, never the cache's.
+
+Each file's bytes are hashed as they are copied: a blob that no longer holds what its
+sha256 names (job code that reached the cache and wrote to it, a disk that went bad) is
+removed from the cache and the submit refused with MISSING_BLOBS, so the controller sends
+it again; damaged bytes are never run.
 """
 
 import asyncio
 import errno
+import hashlib
 import os
+import shutil
+import threading
 from pathlib import Path, PurePosixPath
 
 from lanpool.agent.errors import JobError
-from lanpool.agent.workspace.blobs import BlobCache, is_sha256
+from lanpool.agent.workspace.blobs import DISK_MARGIN, BlobCache, is_sha256
 from lanpool.agent.workspace.files import remove_entry
 from lanpool.protocol import ErrorCode, FileEntry, SubmitJob
 from lanpool.protocol.errors import clip
@@ -37,6 +45,18 @@ async def stage_workspace(blobs: BlobCache, req: SubmitJob, workspace: Path) -> 
     if not working_dir.is_relative_to(workspace.resolve()) or not working_dir.is_dir():
         raise JobError(ErrorCode.BAD_REQUEST, f"working_dir {req.working_dir!r} is not a directory in the workspace")
     return working_dir
+
+
+def check_room(files: list[FileEntry], where: Path) -> None:
+    """Refuse a workspace that would not fit on the disk holding `where`, less DISK_MARGIN: every
+    path counts, even of one blob named many times (each is a copy). Before anything is written."""
+    need = sum(entry.size for entry in files if not entry.link and entry.size > 0)
+    free = shutil.disk_usage(where).free - DISK_MARGIN
+    if need > free:
+        raise _bad(
+            f"the workspace needs {need / 2**20:.0f} MiB and the runner's disk has {max(free, 0) / 2**20:.0f} MiB "
+            f"to spare ({DISK_MARGIN // 2**20} MiB are kept free): free space there, or send less"
+        )
 
 
 def _bad(problem: str) -> JobError:
@@ -75,9 +95,9 @@ def build_workspace(blobs: BlobCache, entries: list[FileEntry], workspace: Path)
     try:
         dirs: dict[str, int] = {"": root_fd}
         try:
-            for entry in entries:
-                if not entry.link:
-                    _copy_blob(blobs, entry, parent_dir_fd(dirs, entry.path))
+            # Directories first, in order (made and entered one by one); then the files, copied and
+            # hashed by a few threads: hashing is as slow as copying, and both leave the GIL.
+            _copy_all(blobs, [(e, parent_dir_fd(dirs, e.path)) for e in entries if not e.link])
             links = [e for e in entries if e.link]
             for entry in links:
                 name = PurePosixPath(entry.path).name
@@ -121,30 +141,96 @@ def parent_dir_fd(dirs: dict[str, int], path: str) -> int:
     return fd
 
 
+COPY_THREADS = min(4, os.cpu_count() or 1)
+
+
+def _copy_all(blobs: BlobCache, targets: list[tuple[FileEntry, int]]) -> None:
+    """Each (entry, its directory's fd) copied by COPY_THREADS threads taking the next in turn;
+    the first error stops them all and is raised."""
+    pending = iter(targets)
+    lock = threading.Lock()
+    errors: list[BaseException] = []
+
+    def work() -> None:
+        while not errors:
+            with lock:
+                target = next(pending, None)
+            if target is None:
+                return
+            try:
+                _copy_blob(blobs, *target)
+            except BaseException as exc:  # handed to the caller's thread below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=work, name=f"stage-{k}") for k in range(min(COPY_THREADS, len(targets)))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
 def _copy_blob(blobs: BlobCache, entry: FileEntry, dir_fd: int) -> None:
     name = PurePosixPath(entry.path).name
     try:
         src = os.open(blobs.path(entry.sha256), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise _bad(
-            f"{clip(repr(entry.path))}: blob {entry.sha256[:12]} is not on this runner (send it first)"
-        ) from None
+        raise _missing(entry, "is not on this runner") from None
     try:
         size = os.fstat(src).st_size
         if size != entry.size:
-            raise _bad(f"{clip(repr(entry.path))}: listed as {entry.size} bytes, its blob holds {size}")
+            if _hash_of(src) == entry.sha256:  # the blob is right: the request lies about its size
+                raise _bad(f"{clip(repr(entry.path))}: listed as {entry.size} bytes, its blob holds {size}")
+            blobs.discard(entry.sha256)
+            raise _missing(entry, "no longer holds what its hash names: damaged here, removed")
         try:
             dst = os.open(name, NEW_FILE, entry.mode & 0o755, dir_fd=dir_fd)
         except FileExistsError:
             raise _bad(f"{clip(repr(entry.path))} is listed twice") from None
         try:
             os.fchmod(dst, entry.mode & 0o755)  # the umask may have cleared some bits
-            copy_fd(src, dst, size)
+            digest = copy_hashing(src, dst)
         finally:
             os.close(dst)
+        if digest != entry.sha256:
+            os.unlink(name, dir_fd=dir_fd)
+            blobs.discard(entry.sha256)
+            raise _missing(entry, "no longer holds what its hash names: damaged here, removed")
         os.utime(src)  # a use: LRU keeps blobs that jobs are built from
     finally:
         os.close(src)
+
+
+def _missing(entry: FileEntry, why: str) -> JobError:
+    return JobError(
+        ErrorCode.MISSING_BLOBS, f"{clip(repr(entry.path))}: blob {entry.sha256[:12]} {why} (send it again)"
+    )
+
+
+_COPY_BLOCK = 1 << 20
+
+
+def _hash_of(fd: int) -> str:
+    hasher = hashlib.sha256()
+    while block := os.read(fd, _COPY_BLOCK):
+        hasher.update(block)
+    return hasher.hexdigest()
+
+
+def copy_hashing(src: int, dst: int) -> str:
+    """Copy `src` to its end into `dst`; the sha256 of what was copied. One pass in user space:
+    the bytes hashed are the bytes written (a copy in the kernel, then a read to hash it,
+    would check what the file held a moment later)."""
+    hasher = hashlib.sha256()
+    buf = bytearray(_COPY_BLOCK)
+    view = memoryview(buf)
+    while n := os.readv(src, [buf]):
+        chunk = view[:n]
+        hasher.update(chunk)
+        while chunk:
+            chunk = chunk[os.write(dst, chunk) :]
+    return hasher.hexdigest()
 
 
 def copy_fd(src: int, dst: int, size: int) -> None:

@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 import asyncssh
 
-from lanpool.app.errors import LanpoolError, RunnerError, RunnerProtocolError
+from lanpool.app.errors import BlobsMissing, LanpoolError, RunnerError, RunnerProtocolError
 from lanpool.app.jobs.multinode import node_env
 from lanpool.app.jobs.remote import JobServices, Launch, NodeAt, RemoteJob, Say
 from lanpool.app.runners.client import RunnerSession
@@ -81,35 +81,41 @@ async def submit_job(
             await upload(session, launch.files, say)
         if not detached:  # the log is followed next: its channel opens while the runner starts the job
             session.open_channel_soon()
-        accepted, status = await session.submit_accepted(
-            SubmitJob(
-                job_id=job_id,
-                run_name=launch.run_name,
-                workflow=job.workflow,
-                commands=job.commands,
-                env=env,
-                artifacts=(job.artifacts if node == 0 else []) + job.artifacts_all_nodes,
-                files=launch.files.entries,
-                working_dir=job.working_dir,
-                image=job.image,
-                pull=job.pull,
-                resources=resources,
-                executor=job.executor,
-                pick_master_port=(node == 0 and gang.size > 1 and not gang_specs),
-                python=job.python,
-                requirements=job.requirements,
-                ports=job.ports,
-                masked=masked_values(launch.secrets.values()),
-                max_duration_s=job.max_duration_s,
-                retry_on=job.retry_on,
-                retry_limit=job.retry_limit,
-                retry_delay_s=job.retry_delay_s,
-                after=list(after or []),
-                run_key=run_key,
-                gang=gang_specs[node] if gang_specs else None,
-                detached=detached,
-            )
+        request = SubmitJob(
+            job_id=job_id,
+            run_name=launch.run_name,
+            workflow=job.workflow,
+            commands=job.commands,
+            env=env,
+            artifacts=(job.artifacts if node == 0 else []) + job.artifacts_all_nodes,
+            files=launch.files.entries,
+            working_dir=job.working_dir,
+            image=job.image,
+            pull=job.pull,
+            resources=resources,
+            executor=job.executor,
+            pick_master_port=(node == 0 and gang.size > 1 and not gang_specs),
+            python=job.python,
+            requirements=job.requirements,
+            ports=job.ports,
+            masked=masked_values(launch.secrets.values()),
+            max_duration_s=job.max_duration_s,
+            retry_on=job.retry_on,
+            retry_limit=job.retry_limit,
+            retry_delay_s=job.retry_delay_s,
+            after=list(after or []),
+            run_key=run_key,
+            gang=gang_specs[node] if gang_specs else None,
+            detached=detached,
         )
+        try:
+            accepted, status = await session.submit_accepted(request)
+        except BlobsMissing as exc:
+            # A blob was evicted, or found damaged and removed, since the runner said it had it:
+            # the runner kept nothing of the job; its HaveBlobs now lists what to send again.
+            say(f"{exc.message.removesuffix(' (send it again)')}: sending it again")
+            await upload(session, launch.files, say)
+            accepted, status = await session.submit_accepted(request)
         if accepted.job_id != job_id or status.job_id != job_id:
             raise RunnerProtocolError(
                 f"runner {runners[node]['name']} answered for job {status.job_id!r} when sent job {job_id}"

@@ -15,6 +15,7 @@ import asyncssh
 
 from lanpool import __version__
 from lanpool.app.errors import (
+    BlobsMissing,
     HostKeyMismatch,
     LanpoolError,
     NotFoundError,
@@ -488,6 +489,8 @@ def _clip(text: str, limit: int = 300) -> str:
 def _error_from(err: Error, where: str) -> Exception:
     if err.code == ErrorCode.UNKNOWN_JOB:
         return NotFoundError(f"{where}: {err.message}")
+    if err.code == ErrorCode.MISSING_BLOBS:
+        return BlobsMissing(f"{where}: {err.message}")
     return RunnerError(f"{where}: {err.message}")
 
 

@@ -6,6 +6,8 @@ connection with its tables' methods grouped by area: runners.py, jobs.py (runs
 and jobs), outputs.py (logs and artifacts), cleanup.py (removing runs).
 """
 
+import contextlib
+import os
 import sqlite3
 from pathlib import Path
 
@@ -25,6 +27,7 @@ WAL_CHECKPOINT_PAGES = 16384  # 64 MiB of 4 KiB pages (see __init__)
 class Store(RunnerRows, JobRows, OutputRows, CleanupRows):
     def __init__(self, path: Path | str) -> None:
         try:
+            _private(path)
             conn = sqlite3.connect(str(path), timeout=10, isolation_level=None, check_same_thread=False)
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable across app crashes
@@ -42,3 +45,24 @@ class Store(RunnerRows, JobRows, OutputRows, CleanupRows):
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _private(path: Path | str) -> None:
+    """The database file readable by its user only (it holds logs and `--env` values), before
+    SQLite opens it: SQLite makes its -wal and -shm files with the database file's mode. A file
+    an older lanpool made 0644 is tightened; ":memory:" and other URIs are left alone."""
+    if str(path) == ":memory:" or str(path).startswith("file:"):
+        return
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return  # sqlite3.connect says why, in the caller's words
+    try:
+        info = os.fstat(fd)
+        if info.st_mode & 0o077 and info.st_uid == os.getuid():
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    for extra in ("-wal", "-shm"):
+        with contextlib.suppress(OSError):
+            os.chmod(f"{path}{extra}", 0o600)
