@@ -8,7 +8,8 @@ for a direct transfer there (GetArtifacts(direct=True)), and gets a DirectOffer 
 a port this runner listens on once, the SHA-256 of its TLS certificate, and a one-time
 token. Both secrets travel inside the authenticated SSH connection, so
 - a LAN peer that connects to the port first is sent nothing: it has no token (it is
-  closed, and the runner keeps waiting for the real controller, a few tries at most);
+  closed, and the runner keeps waiting for the real controller until the offer's time is over;
+  a silent connection holds no other up);
 - the controller sends the token to no one else: it checks the certificate first
   (see app/runners/direct.py).
 The certificate is self-signed and made anew at each agent start (an EC key in the agent's
@@ -42,7 +43,10 @@ log = logging.getLogger(__name__)
 OFFER_TTL_S = 15.0  # a controller that has not connected by then has fallen back to the channel
 HANDSHAKE_S = 5.0  # TLS handshake and token, per connection
 SEND_TIMEOUT_S = 60.0  # a controller that stops reading is dropped (it resumes from its offset)
-MAX_TRIES = 8  # connections without the token before the offer is withdrawn
+# Connections checked at once (TLS handshake and token, each on a thread of its own, so that a
+# silent one holds no other up); more are closed unread, until one brings the token or the
+# offer's time is over: connections without the token no longer use the offer up.
+MAX_PENDING = 8
 MAX_TRANSFERS = 8  # direct transfers and direct shells at once
 
 Frames = Callable[[], Generator[bytes | bytearray, None, None]]
@@ -116,11 +120,11 @@ class DirectSender:
     def _listen(self, host: str) -> socket.socket:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         if self._ports is None:
-            return socket.create_server((host, 0), family=family, backlog=MAX_TRIES)
+            return socket.create_server((host, 0), family=family, backlog=MAX_PENDING)
         error: OSError | None = None
         for port in random.sample(self._ports, len(self._ports)):
             try:
-                return socket.create_server((host, port), family=family, backlog=MAX_TRIES)
+                return socket.create_server((host, port), family=family, backlog=MAX_PENDING)
             except OSError as exc:  # taken (another transfer, another program): the next
                 error = exc
         raise OSError(f"no free port in {self._ports.start}-{self._ports.stop - 1}: {error}")
@@ -162,8 +166,8 @@ class OneConnection:
 
     def accept(self, ttl_s: float = OFFER_TTL_S) -> ssl.SSLSocket | None:
         """The connection that brought the token (Nagle off: a keystroke is one small write), or
-        None when none came within `ttl_s`, MAX_TRIES came without it, or close() was called.
-        The listener is closed either way: one connection per offer."""
+        None when none came within `ttl_s`, or close() was called. The listener is closed
+        either way: one connection per offer."""
         try:
             return self._accept(ttl_s)
         finally:
@@ -171,31 +175,68 @@ class OneConnection:
 
     def _accept(self, ttl_s: float) -> ssl.SSLSocket | None:
         deadline = time.monotonic() + ttl_s
-        for _ in range(MAX_TRIES):
+        lock = threading.Lock()
+        taken: ssl.SSLSocket | None = None
+        over = False  # the offer's time is over, or it was taken or withdrawn: later connections are closed
+        pending = 0
+
+        def check(raw: socket.socket, peer: str) -> None:
+            nonlocal taken, pending
+            try:
+                conn = self._handshake(raw, peer)
+                with lock:
+                    if conn is not None and taken is None and not over:
+                        taken = conn
+                        # Wakes the accept() below: the offer is taken.
+                        with contextlib.suppress(OSError):
+                            self._listener.shutdown(socket.SHUT_RDWR)
+                    elif conn is not None:  # came after the winner, or after the offer's time
+                        conn.close()
+            finally:
+                with lock:
+                    pending -= 1
+
+        while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
             try:
                 self._listener.settimeout(left)
-                raw, peer = self._listener.accept()
-            except OSError:  # timed out, or closed by close()
+                raw, addr = self._listener.accept()
+            except OSError:  # timed out, taken (shut above), or closed by close()
                 break
-            raw.settimeout(HANDSHAKE_S)
-            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            try:
-                conn = self._context.wrap_socket(raw, server_side=True)
-                got = _recv_exact(conn, DIRECT_TOKEN_BYTES)
-            except (OSError, ssl.SSLError) as exc:
-                log.warning("%s: a connection from %s failed: %s", self._what, peer[0], exc)
+            with lock:
+                full = pending >= MAX_PENDING
+                if not full:
+                    pending += 1
+            if full:
+                log.warning("%s: a connection from %s closed unread: %d being checked", self._what, addr[0], pending)
                 raw.close()
                 continue
-            if got is None or not hmac.compare_digest(got, self._token):
-                log.warning("%s: a connection from %s without its token; closed", self._what, peer[0])
-                conn.close()
-                continue
-            return conn
+            threading.Thread(target=check, args=(raw, addr[0]), name="direct-accept", daemon=True).start()
+        with lock:
+            over = True  # a check that ends later finds the offer gone and closes its connection
+            if taken is not None:
+                return taken
         log.info("%s: no controller came; withdrawn", self._what)
         return None
+
+    def _handshake(self, raw: socket.socket, peer: str) -> ssl.SSLSocket | None:
+        """The TLS connection, once it brought the token; None (closed) otherwise."""
+        raw.settimeout(HANDSHAKE_S)
+        raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            conn = self._context.wrap_socket(raw, server_side=True)
+            got = _recv_exact(conn, DIRECT_TOKEN_BYTES)
+        except (OSError, ssl.SSLError) as exc:
+            log.warning("%s: a connection from %s failed: %s", self._what, peer, exc)
+            raw.close()
+            return None
+        if got is None or not hmac.compare_digest(got, self._token):
+            log.warning("%s: a connection from %s without its token; closed", self._what, peer)
+            conn.close()
+            return None
+        return conn
 
     def close(self) -> None:
         """Withdraw the offer (an accept() under way returns None)."""

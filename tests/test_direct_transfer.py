@@ -12,12 +12,14 @@ store, a frame past the bound, a stream cut short).
 """
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import socket
 import ssl
 import struct
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -150,6 +152,29 @@ def test_a_peer_without_the_token_gets_nothing_and_the_transfer_goes_on(tmp_path
         got = _collect(offer)
         assert [type(m) for m in got] == [ArtifactData, ArtifactsSent] and got[0].data == secret
     finally:
+        sender.close()
+
+
+def test_connections_without_the_token_do_not_use_the_offer_up(tmp_path):
+    """A LAN peer (or a scanner) that connects first, many times, some silent: the real
+    controller, coming last, still gets its transfer. Each connection is checked on its own,
+    so a silent one holds no other up."""
+    sender, offer = _offer(tmp_path, _frames(ArtifactsSent("job-1")))
+    silent = [socket.create_connection(("127.0.0.1", offer.port), timeout=10) for _ in range(3)]
+    try:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        for _ in range(12):  # more than the 8 tries an offer used to allow
+            with context.wrap_socket(socket.create_connection(("127.0.0.1", offer.port), timeout=10)) as peer:
+                peer.sendall(b"x" * len(offer.token))
+                with contextlib.suppress(OSError, ssl.SSLError):
+                    assert peer.recv(65536) == b""
+        started = time.monotonic()
+        assert [type(m) for m in _collect(offer)] == [ArtifactsSent]
+        assert time.monotonic() - started < 10  # not behind the silent ones (3 x 5 s of handshake time)
+    finally:
+        for s in silent:
+            s.close()
         sender.close()
 
 

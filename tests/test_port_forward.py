@@ -15,18 +15,32 @@ from tests.runner_jobs import open_session
 from tests.test_docker_executor import _stop, wait_for_line
 from tests.test_job_shell import _connect, _free_port, loop_name  # noqa: F401 (a fixture)
 
+# A job's server: echoes every byte back (so the test checks both directions), several
+# connections at once. It runs inside the job: a forward reaches only a port that a process of
+# the job listens on (agent/shell/listeners.py).
+ECHO = """
+import asyncio, sys
+async def echo(reader, writer):
+    while data := await reader.read(1 << 20):
+        writer.write(data)
+        await writer.drain()
+    writer.close()
+async def main():
+    server = await asyncio.start_server(echo, "127.0.0.1", int(sys.argv[1]))
+    print("ready", flush=True)
+    await server.serve_forever()
+asyncio.run(main())
+"""
 
-async def _hash_server() -> tuple[asyncio.Server, int]:
-    """A job's server: echoes every byte back (so the test checks both directions)."""
 
-    async def echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while data := await reader.read(1 << 20):
-            writer.write(data)
-            await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(echo, "127.0.0.1", 0)
-    return server, server.sockets[0].getsockname()[1]
+def _echo_job(job_id: str, port: int, declared: list[int]) -> SubmitJob:
+    return SubmitJob(
+        job_id=job_id,
+        run_name="r",
+        workflow="w",
+        commands=[f"cat > echo.py <<'EOF'\n{ECHO}\nEOF", f"python3 echo.py {port} &", "sleep 60"],
+        ports=declared,
+    )
 
 
 async def _round_trip(port: int, payload: bytes) -> bytes:
@@ -51,14 +65,11 @@ def test_a_forward_carries_bytes_both_ways_and_is_cut_with_its_job(loop_name, ag
     # Both loops, both ends: under uvloop the local side's first bytes (and an EOF) come before
     # its channel is open, and were lost until app/shell/ports.py kept them.
     async def check() -> None:
-        server, port = await _hash_server()
+        port = _free_port()
         idle = _free_port()  # declared, but nothing listens there
         async with await open_session(agent) as session:
-            await session.submit(
-                SubmitJob(
-                    job_id="fwd", run_name="r", workflow="w", commands=["echo ready", "sleep 60"], ports=[port, idle]
-                )
-            )
+            # Its third declared port is the agent's own SSH server's: something else listens there.
+            await session.submit(_echo_job("fwd", port, [port, idle, agent.port]))
         await asyncio.to_thread(wait_for_line, agent, "fwd", "ready")
         async with _connect(agent) as conn:
             forward = await forward_local(conn, port)
@@ -74,9 +85,15 @@ def test_a_forward_carries_bytes_both_ways_and_is_cut_with_its_job(loop_name, ag
             writer.close()
             assert await _round_trip(forward.get_port(), b"still here") == b"still here"
 
-            # An undeclared port: refused by the agent, so the local connection only closes.
+            # A declared port that no process of the job listens on (the agent's own SSH server
+            # holds it): refused by the agent, so the local connection only closes.
             refused = await forward_local(conn, agent.port)
             reader, writer = await asyncio.open_connection("127.0.0.1", refused.get_port())
+            assert await asyncio.wait_for(reader.read(), 15) == b""
+            writer.close()
+            # An undeclared port: refused too.
+            undeclared = await forward_local(conn, _free_port())
+            reader, writer = await asyncio.open_connection("127.0.0.1", undeclared.get_port())
             assert await asyncio.wait_for(reader.read(), 15) == b""
             writer.close()
 
@@ -87,11 +104,11 @@ def test_a_forward_carries_bytes_both_ways_and_is_cut_with_its_job(loop_name, ag
             await _stop(agent, "fwd", abort=True, grace_s=0)
             assert await asyncio.wait_for(reader.read(), 20) == b""
             writer.close()
-            for f in (forward, nobody, refused):
+            for f in (forward, nobody, refused, undeclared):
                 f.close()
-        server.close()
 
     event_loop.run(check())
     log = agent.log_path.read_text()
     assert f"event loop: {loop_name}" in log
     assert "nothing answers on its port" in log and "refused port forwarding (direct-tcpip)" in log
+    assert f"job fwd declared port {agent.port}, but none of its processes listens there: refused" in log

@@ -1,9 +1,10 @@
 """A running job's declared ports, forwarded to an authorized controller (SSH direct-tcpip).
 
 The only destinations allowed are this machine's loopback at a port that a
-RUNNING job of the asking controller declared (SubmitJob.ports): no other host, no
-undeclared port, no job that ended, no other controller's job. A forward is cut when
-its job ends.
+RUNNING job of the asking controller declared (SubmitJob.ports) and that a process of
+that job listens on (agent/shell/listeners.py): no other host, no undeclared port, no
+job that ended, no other controller's job, no other server that happens to hold the
+port. A forward is cut when its job ends.
 
 The bytes go through asyncssh's protocol-level forwarder (no task, no stream
 copy per chunk), with backpressure both ways; the controller picks the packet
@@ -20,6 +21,7 @@ import asyncssh
 from lanpool.agent.jobs.job import Job
 from lanpool.agent.jobs.manager import JobManager
 from lanpool.agent.jobs.owner import Owner, owns
+from lanpool.agent.shell.listeners import job_listens
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,15 @@ def forward_to(conn: asyncssh.SSHServerConnection, job: Job, port: int) -> Forwa
 
 async def _connect(chan: asyncssh.SSHTCPChannel[bytes], job: Job, port: int) -> asyncssh.SSHTCPSession[bytes]:
     loop = asyncio.get_running_loop()
+    theirs = await asyncio.to_thread(job_listens, job.record.job_id, port)  # reads /proc: off the loop
+    if theirs is False:
+        log.warning(
+            "job %s declared port %d, but none of its processes listens there: refused", job.record.job_id, port
+        )
+        raise asyncssh.ChannelOpenError(
+            asyncssh.OPEN_ADMINISTRATIVELY_PROHIBITED,
+            f"no process of job {job.record.job_id} listens on port {port}",
+        )
     try:
         _transport, upstream = await asyncio.wait_for(loop.create_connection(_JobSide, "127.0.0.1", port), _CONNECT_S)
     except (OSError, TimeoutError) as exc:
