@@ -62,26 +62,36 @@ def add_authorized_key(authorized_keys: Path, text: str, comment: str = "") -> b
     return True
 
 
-def authorized_owner(authorized_keys: Path, key: asyncssh.SSHKey, peer_addr: str) -> Owner | None:
-    """The controller `key` is, when authorized_keys lets it in from `peer_addr` (its `from=`
-    options honoured); None otherwise. Read on every call, so `app agent authorize` needs no
-    restart. The label is the key's comment there: the name it paired with."""
-    try:
-        text = authorized_keys.read_text()
-        allowed = asyncssh.import_authorized_keys(text)
-    except (OSError, ValueError) as exc:  # no file yet, or no key in it
-        log.debug("no authorized controller keys: %s", exc)
-        return None
-    if allowed.validate(key, peer_addr, peer_addr) is None:
-        return None
-    mine = key_text(key.export_public_key().decode())
-    label = ""
-    for line in text.splitlines():
-        words = line.split()
-        for i in range(len(words) - 1):  # the key may follow options (`from="...",restrict ssh-ed25519 AAAA...`)
-            if f"{words[i]} {words[i + 1]}" == mine:
-                label = " ".join(words[i + 2 :])[:MAX_LABEL]
-                break
-        if label:
-            break
-    return Owner(key.get_fingerprint("sha256"), label)
+class ControllerKeys:
+    """authorized_keys as read when a connection begins authenticating (so `app agent
+    authorize` needs no restart): which controller a proven key is, and its label (the
+    key's comment there: the name it paired with)."""
+
+    def __init__(self, allowed: asyncssh.SSHAuthorizedKeys | None, labels: dict[str, str]) -> None:
+        self._allowed = allowed
+        self._labels = labels
+
+    @classmethod
+    def read(cls, authorized_keys: Path) -> "ControllerKeys":
+        try:
+            text = authorized_keys.read_text()
+            allowed = asyncssh.import_authorized_keys(text)
+        except (OSError, ValueError) as exc:  # no file yet, or no key in it
+            log.debug("no authorized controller keys: %s", exc)
+            return cls(None, {})
+        labels: dict[str, str] = {}
+        for line in text.splitlines():
+            words = line.split()
+            for i in range(len(words) - 1):  # the key may follow options (`from="...",restrict ssh-ed25519 AAAA...`)
+                if words[i].startswith(("ssh-", "ecdsa-", "sk-")):
+                    labels.setdefault(f"{words[i]} {words[i + 1]}", " ".join(words[i + 2 :])[:MAX_LABEL])
+                    break
+        return cls(allowed, labels)
+
+    def owner(self, key: asyncssh.SSHKey, peer_addr: str) -> Owner | None:
+        """The controller `key` is, when authorized_keys lets it in from `peer_addr` (its
+        `from=` options honoured); None otherwise."""
+        if self._allowed is None or self._allowed.validate(key, peer_addr, peer_addr) is None:
+            return None
+        label = self._labels.get(key_text(key.export_public_key().decode()), "")
+        return Owner(key.get_fingerprint("sha256"), label)

@@ -29,7 +29,7 @@ from lanpool.agent.jobs.manager import JobManager
 from lanpool.agent.jobs.owner import Owner
 from lanpool.agent.shell.into_job import ShellRequest, parse_exec
 from lanpool.agent.shell.ports import Forward, declaring_job, forward_to
-from lanpool.agent.ssh.keys import authorized_owner
+from lanpool.agent.ssh.keys import ControllerKeys
 from lanpool.agent.ssh.pairing import Pairing, PairingGrant, PairingState
 from lanpool.protocol import ENCRYPTION_ALGS, GANG_SUBSYSTEM, GANG_USER_PREFIX, SUBSYSTEM, key_text
 from lanpool.protocol.pairing import PAIRING_USER
@@ -152,6 +152,7 @@ class AgentSSHServer(asyncssh.SSHServer):
         self._expiry: asyncio.TimerHandle | None = None
         self._gang_user = False  # the username is gang-<id>: password (the gang token) only
         self._owner: Owner | None = None  # the controller whose key was last found authorized
+        self._controllers: ControllerKeys | None = None  # authorized_keys, read as auth begins
 
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self._conn = conn
@@ -179,6 +180,7 @@ class AgentSSHServer(asyncssh.SSHServer):
         # which is how this server knows which controller proved itself (its jobs' owner).
         self._owner = None
         self._conn.set_authorized_keys(None)
+        self._controllers = ControllerKeys.read(self._agent.home.authorized_keys)  # once a connection, as asyncssh did
         return True
 
     def public_key_auth_supported(self) -> bool:
@@ -190,7 +192,7 @@ class AgentSSHServer(asyncssh.SSHServer):
         if self._gang_user:
             return False
         if username != PAIRING_USER:
-            self._owner = authorized_owner(self._agent.home.authorized_keys, key, self._peer)
+            self._owner = self._controllers.owner(key, self._peer) if self._controllers else None
             return self._owner is not None
         state = self._agent.pairing.current()
         if state is None:
