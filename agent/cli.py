@@ -16,8 +16,10 @@ import platformdirs
 
 from lanpool.agent.errors import AgentError
 from lanpool.agent.executors import MODES
+from lanpool.agent.executors.sandbox import DEFAULT_JOB_USER
+from lanpool.agent.executors.sandbox import MODES as SANDBOX_MODES
 from lanpool.agent.home import AgentHome
-from lanpool.agent.jobs.admission import DEFAULT_MAX_QUEUED
+from lanpool.agent.jobs.admission import DEFAULT_MAX_QUEUED, DEFAULT_STAGED_SHARE
 from lanpool.agent.jobs.journal import JobRecord
 from lanpool.agent.jobs.manager import DEFAULT_GRACE_S
 from lanpool.agent.retention import collect, parse_size
@@ -106,6 +108,14 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
         "past it a submit is refused with the reason",
     )
     serve.add_argument(
+        "--max-staged-per-controller",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="bytes (e.g. 50G) the workspaces of one controller's unfinished jobs may take on this runner "
+        f"(default: {DEFAULT_STAGED_SHARE:.0%}% of the disk holding them); past it a submit is refused with the reason",
+    )
+    serve.add_argument(
         "--blob-cache-size",
         default=None,
         metavar="SIZE",
@@ -117,6 +127,21 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
         metavar="PATH",
         help="the interpreter process jobs' environments are layered on: its packages (torch, "
         "Lightning) are theirs (default: the agent's own); python3.X on PATH and pyenv's serve `version:`",
+    )
+    serve.add_argument(
+        "--job-sandbox",
+        choices=SANDBOX_MODES,
+        default="auto",
+        help="process jobs in a bubblewrap sandbox: they see the system read-only, their own workspace, /tmp "
+        "and /proc, nothing of the data dir (auto, the default: when bwrap runs here; bwrap: refuse to start "
+        "without it; off)",
+    )
+    serve.add_argument(
+        "--job-user",
+        default=None,
+        metavar="USER",
+        help=f"an agent running as root runs sandboxed process jobs as this unprivileged user "
+        f"(default {DEFAULT_JOB_USER}; a dedicated one is better: useradd --system lanpool-job)",
     )
     serve.add_argument(
         "--slurm-dir",
@@ -178,6 +203,12 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
         default=None,
         metavar="SIZE",
         help="keep finished jobs and cached blobs within SIZE (e.g. 50G), oldest removed first",
+    )
+    gc.add_argument(
+        "--queued",
+        action="store_true",
+        help="also cancel every queued job and free its files (staged workspace); only with the agent "
+        "stopped (default: they are counted and kept)",
     )
     gc.add_argument("--json", action="store_true")
     return parser
@@ -256,6 +287,9 @@ async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
         direct_transfers=not args.no_direct_transfers,
         direct_ports=_port_range(args.direct_ports) if args.direct_ports else None,
         max_queued_per_owner=args.max_queued_per_controller,
+        max_staged_per_owner=args.max_staged_per_controller,
+        job_sandbox=args.job_sandbox,
+        job_user=args.job_user,
     )
     # Which loop it runs on (protocol/runtime/event_loop.py): asyncio's unless LANPOOL_EVENT_LOOP=uvloop.
     log.info("event loop: %s", type(asyncio.get_running_loop()).__module__.split(".")[0])
@@ -277,6 +311,17 @@ def _number(low: float, high: float, unit: str, *, integer: bool = False, low_ok
         return value
 
     return parse
+
+
+def _size(text: str) -> int:
+    """An argparse type: a size (agent/retention.py parse_size) of at least one byte, in one line when not."""
+    try:
+        value = parse_size(text)
+    except AgentError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: give a size of at least 1 byte, such as 500M or 50G")
+    return value
 
 
 def _plain(x: float) -> str:
@@ -355,12 +400,20 @@ def _gc(home: AgentHome, args: argparse.Namespace) -> None:
     max_size = parse_size(args.max_size) if args.max_size is not None else None
     if args.keep_days is not None and args.keep_days < 0:
         raise AgentError("--keep-days must be 0 or more")
-    containers = _gc_containers(home, quiet=args.json)
-    # A live agent may be about to use a blob or serve a finished job's artifacts: keep the last hour's.
-    report = collect(home, args.keep_days, max_size, recent_s=_LIVE_GRACE_S if _running_info(home) else 0)
+    lock = _stopped_agent_lock(home) if args.queued else None
+    try:
+        containers = _gc_containers(home, quiet=args.json)
+        # A live agent may be about to use a blob or serve a finished job's artifacts: keep the last hour's.
+        recent_s = _LIVE_GRACE_S if _running_info(home) else 0
+        report = collect(home, args.keep_days, max_size, recent_s=recent_s, queued=args.queued)
+    finally:
+        if lock is not None:
+            os.close(lock)
     if args.json:
         print(json.dumps({"containers_removed": containers, **dataclasses.asdict(report)}, indent=2))
         return
+    for job_id in report.queued_cancelled:
+        print(f"cancelled queued job {job_id}: its files freed")
     for job_id in report.jobs_removed:
         print(f"removed job {job_id}")
     print(
@@ -373,6 +426,30 @@ def _gc(home: AgentHome, args: argparse.Namespace) -> None:
             f"kept {report.kept_recent} job(s)/blob(s) used in the last hour: the agent is running "
             "(stop it for gc to take them too)"
         )
+    if report.queued_kept:
+        print(
+            f"kept {report.queued_kept} queued job(s) holding {_mb(report.queued_bytes)}: `--queued`, with the "
+            "agent stopped, cancels them and frees their files"
+        )
+
+
+def _stopped_agent_lock(home: AgentHome) -> int | None:
+    """The data dir's lock, exclusive (AgentHome.lock): an agent running on it, or starting, holds it
+    shared, and must not find a queued job's files gone under it. AgentError while one does;
+    None when there is no data dir (nothing queued either)."""
+    if not home.root.is_dir():
+        return None
+    info = _running_info(home)
+    fd = home.lock(exclusive=True)
+    if fd is None or info is not None:
+        if fd is not None:
+            os.close(fd)
+        pid = f" (pid {info['pid']})" if info else ""
+        raise AgentError(
+            f"--queued: the agent on {home.root} is running{pid}: stop it first, or have the jobs' "
+            "controllers stop them (`app headless stop`)"
+        )
+    return fd
 
 
 def _mb(n: int) -> str:

@@ -11,9 +11,11 @@ import asyncio
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import time
 import weakref
+from pathlib import Path
 
 import asyncssh
 from asyncssh.connection import SSHConnection
@@ -22,13 +24,14 @@ from lanpool import __version__
 from lanpool.agent.direct import DirectSender
 from lanpool.agent.errors import AgentError
 from lanpool.agent.executors import ExecutorChoice, ExecutorError, ProcessExecutor
+from lanpool.agent.executors.sandbox import SandboxError, probe
 from lanpool.agent.executors.slurm_cli import SlurmOptions, cluster_resources
 from lanpool.agent.gang.hub import GangHub
 from lanpool.agent.home import AgentHome
 from lanpool.agent.host.gpu_telemetry import telemetry
 from lanpool.agent.host.gpus import GpuAllocator, detect_gpus
 from lanpool.agent.host.resources import detect_resources
-from lanpool.agent.jobs.admission import DEFAULT_MAX_QUEUED
+from lanpool.agent.jobs.admission import DEFAULT_MAX_QUEUED, DEFAULT_STAGED_SHARE
 from lanpool.agent.jobs.manager import DEFAULT_GRACE_S, JobManager
 from lanpool.agent.jobs.owner import Owner
 from lanpool.agent.jobs.queue import Amount
@@ -56,6 +59,8 @@ def build_executors(
     job_python: str | None = None,
     slurm: SlurmOptions | None = None,
     grace_s: float = DEFAULT_GRACE_S,
+    job_sandbox: str = "auto",
+    job_user: str | None = None,
 ) -> ExecutorChoice:
     """The executors of `--executor MODE`: Docker when asked and an engine answers now; process
     jobs in environments on `job_python` (`--job-python`, default the agent's own interpreter);
@@ -79,7 +84,18 @@ def build_executors(
                 raise AgentError(f"--executor docker: {exc}") from None
             log.warning("%s; jobs run as plain processes", exc)
     pythons = JobPythons(Pythons.discover(job_python), home.pyenvs)
-    return ExecutorChoice(mode, ProcessExecutor(pythons), docker)
+    # Process jobs see the interpreters and the requirements layers, read-only, and nothing
+    # else of the data dir (agent.executors.sandbox).
+    readable = [home.pyenvs]
+    for interp in pythons.pythons.all:
+        real = Path(os.path.realpath(interp.path))
+        readable += [Path(interp.bin_dir).parent, real.parent.parent, *map(Path, interp.site_dirs)]
+    try:
+        sandbox, isolation = probe(job_sandbox, [home.root, home.jobs], readable, job_user)
+    except SandboxError as exc:
+        raise AgentError(f"--job-sandbox {job_sandbox}: {exc}") from None
+    pythons.sandbox = sandbox
+    return ExecutorChoice(mode, ProcessExecutor(pythons, sandbox, isolation), docker)
 
 
 def _engine_may_exist() -> bool:
@@ -107,8 +123,14 @@ class Agent:
         direct_transfers: bool = True,
         direct_ports: range | None = None,
         max_queued_per_owner: int = DEFAULT_MAX_QUEUED,
+        job_sandbox: str = "auto",
+        job_user: str | None = None,
+        max_staged_per_owner: int | None = None,
     ) -> None:
         self.home = home
+        self.max_staged_per_owner = max_staged_per_owner  # None: DEFAULT_STAGED_SHARE of the jobs' disk
+        self.job_sandbox = job_sandbox
+        self.job_user = job_user
         self.max_queued_per_owner = max_queued_per_owner
         # Artifacts on a TLS connection of their own, offered over SSH (agent/direct.py).
         self.direct = DirectSender(home.root, direct_ports) if direct_transfers else None
@@ -142,9 +164,16 @@ class Agent:
         self._host_key_text = ""
         self._tasks: set[asyncio.Task[None]] = set()
         self._txt_due: asyncio.TimerHandle | None = None  # the coalesced TXT update (_on_jobs_changed)
+        self._lock_fd: int | None = None  # the data dir's lock, held shared while it runs (AgentHome.lock)
 
     async def start(self) -> None:
         self.home.create()
+        try:  # before the journal is read: an `app agent gc --queued` under way finishes first
+            self._lock_fd = await asyncio.to_thread(self.home.lock, False)
+        except OSError as exc:
+            log.warning(
+                "cannot lock %s (%s): `app agent gc --queued` will not see this agent", self.home.lock_file, exc
+            )
         host_key = load_or_create_host_key(self.home.host_key)
         if not self.home.authorized_keys.exists():
             self.home.authorized_keys.touch(mode=0o600)
@@ -156,6 +185,8 @@ class Agent:
             self.job_python,
             self.slurm,
             self.grace_s,
+            self.job_sandbox,
+            self.job_user,
         )
         cluster: dict[str, int | str] = {}
         if self.executor_mode == "slurm":  # the cluster's, not this login node's
@@ -175,9 +206,14 @@ class Agent:
         if self.blob_cache_size is not None:
             self.manager.blobs.budget = self.blob_cache_size
         self.manager.max_queued = self.max_queued_per_owner
+        self.manager.max_staged = self.max_staged_per_owner
+        if self.manager.max_staged is None:
+            self.manager.max_staged = int(shutil.disk_usage(self.home.jobs).total * DEFAULT_STAGED_SHARE)
         self.manager.blobs.create()
         pythons = executors.process.pythons.pythons if isinstance(executors.process, ProcessExecutor) else None
         self.resources = detect_resources(gpus, executors.kind, pythons.versions() if pythons else "")
+        if isinstance(executors.process, ProcessExecutor):  # what keeps process jobs off the runner's files
+            self.resources["isolation"] = executors.process.isolation
         self.resources.update(cluster)
         await self.manager.load_journal()
         # One-time sshd directories an agent killed earlier left behind; after the checks above,
@@ -188,19 +224,30 @@ class Agent:
         self.port = self._server.sockets[0].getsockname()[1]
         # "type base64" only: the comment is not part of the key and would break comparisons.
         self._host_key_text = key_text(host_key.export_public_key().decode())
-        if not self.home.authorized_keys.read_text().strip() and not self.pairing.active:
-            self.pairing.issue()
-        self.home.write_info(
-            {
-                "pid": os.getpid(),
-                "name": self.name,
-                "host": self.host,
-                "port": self.port,
-                "version": __version__,
-                "host_key": self._host_key_text,
-                "mdns": self.mdns_addresses,
-            }
-        )
+        # A full disk (a job filled it) must not keep the agent from serving its jobs: what it
+        # cannot write here is said in one line, and the rest of the agent starts.
+        try:
+            if not self.home.authorized_keys.read_text().strip() and not self.pairing.active:
+                self.pairing.issue()
+        except OSError as exc:
+            log.warning("cannot write a pairing code (%s): `app agent pair` makes one", exc.strerror or exc)
+        info = {
+            "pid": os.getpid(),
+            "name": self.name,
+            "host": self.host,
+            "port": self.port,
+            "version": __version__,
+            "host_key": self._host_key_text,
+            "mdns": self.mdns_addresses,
+        }
+        try:
+            self.home.write_info(info)
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # a half-written copy holds space a full disk needs
+                self.home.info_file.with_name(self.home.info_file.name + ".tmp").unlink(missing_ok=True)
+            log.warning(
+                "cannot write %s (%s): `app agent status` does not see this agent", self.home.info_file, exc.strerror
+            )
         if self.mdns_addresses:
             self._advertiser = Advertiser(self.name, self.port, self.mdns_addresses)
             try:
@@ -300,6 +347,9 @@ class Agent:
         if self.manager is not None:
             await self.manager.shutdown(grace_s)
         self.home.info_file.unlink(missing_ok=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
 
 
 async def serve(agent: Agent) -> None:
@@ -310,6 +360,7 @@ async def serve(agent: Agent) -> None:
         f"jobs with an image run as {'containers' if agent.resources['executor'] == 'docker' else 'processes'})",
         flush=True,
     )
+    print(f"process jobs: isolation {agent.resources.get('isolation', 'none')}", flush=True)
     if agent.mdns_error:
         print(f"mDNS: off, the announcement failed ({agent.mdns_error}): add this runner by address", flush=True)
     else:

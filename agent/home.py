@@ -5,11 +5,15 @@ data_dir/
   host_key.pub
   authorized_keys     controller keys allowed in
   agent.json          pid, name, address of the running agent
+  agent.lock          held (shared) by a running agent, (exclusive) by `app agent gc --queued`
   jobs/<id>/          job.json (journal), log.spool, workspace/
   blobs/<sha256>      content-addressed file cache: workspaces are built from it
   pyenvs/<key>/       installed `requirements:` layers jobs' Python environments share
+  secrets/<id>.json   an unfinished job's secrets (0600, the dir 0700): kept for a restart
 """
 
+import contextlib
+import fcntl
 import json
 import os
 from dataclasses import dataclass
@@ -36,6 +40,10 @@ class AgentHome:
         return self.root / "agent.json"
 
     @property
+    def lock_file(self) -> Path:
+        return self.root / "agent.lock"
+
+    @property
     def jobs(self) -> Path:
         return self.jobs_root or self.root / "jobs"
 
@@ -52,6 +60,11 @@ class AgentHome:
     def pyenvs(self) -> Path:
         return self.root / "pyenvs"
 
+    @property
+    def secrets(self) -> Path:
+        """Unfinished jobs' secrets (agent.jobs.kept_secrets): beside jobs/, never in a job's dir."""
+        return self.root / "secrets"
+
     def job_dir(self, job_id: str) -> Path:
         return self.jobs / job_id
 
@@ -62,6 +75,28 @@ class AgentHome:
 
     def write_info(self, info: dict[str, Any]) -> None:
         write_json_atomic(self.info_file, info)
+
+    def lock(self, exclusive: bool) -> int | None:
+        """The data dir's lock, taken: an fd to keep open while it is held (closing it lets go).
+
+        A running agent holds it shared, from before it reads the journal to its exit; what
+        changes an unfinished job's files behind it (`app agent gc --queued`) holds it exclusive.
+        Exclusive: None when an agent holds it. Shared: waits for such a change to end."""
+        fd = os.open(self.lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            if exclusive:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    return None
+            else:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+            raise
+        return fd
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

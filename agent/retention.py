@@ -9,6 +9,12 @@ touched, nor are its files. While the agent runs, gc cannot see what it is
 about to use (a blob a controller was just told is there, a finished job whose
 artifacts a controller has yet to pull), so it keeps what was used or finished
 in the last `recent_s` (an hour, from agent/cli.py) and says so.
+
+Queued jobs' files (their staged workspaces) are counted and kept, unless asked
+(`--queued`): then each queued job is cancelled (STOPPED, saying why, in its journal
+and log) and every file of it but those two goes. Only with no agent running: the
+caller holds the data dir's lock exclusive (AgentHome.lock), which a running
+agent holds shared, so an agent never starts a job whose files are going.
 """
 
 import contextlib
@@ -23,7 +29,10 @@ from pathlib import Path
 from lanpool.agent.errors import AgentError
 from lanpool.agent.home import AgentHome
 from lanpool.agent.jobs.journal import JobRecord
+from lanpool.agent.jobs.kept_secrets import SecretKeeper
 from lanpool.agent.workspace.blobs import BlobCache
+from lanpool.agent.workspace.spool import LogSpool
+from lanpool.protocol import JobState
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +69,9 @@ class GcReport:
     kept_unfinished: int = 0
     kept_recent: int = 0  # used or finished too recently to remove while the agent runs
     bytes_kept: int = 0
+    queued_kept: int = 0  # queued jobs, their files kept (no --queued)
+    queued_bytes: int = 0  # what their files take
+    queued_cancelled: list[str] = field(default_factory=list)  # --queued: cancelled, their files freed
 
 
 def finished_jobs(home: AgentHome) -> tuple[list[tuple[float, str, Path]], list[Path]]:
@@ -105,11 +117,74 @@ def requirement_layers(home: AgentHome, unfinished: list[Path]) -> list[tuple[fl
     return out
 
 
+def queued_jobs(home: AgentHome) -> list[tuple[JobRecord, Path]]:
+    """(record, dir) of the jobs waiting in the queue, in job-id order."""
+    out = []
+    for job_dir in sorted(home.jobs.iterdir()) if home.jobs.is_dir() else []:
+        try:
+            record = JobRecord.load(job_dir)
+        except (OSError, ValueError, TypeError, KeyError):
+            continue  # not a journal this agent can read: not ours to judge
+        if record.state == JobState.QUEUED:
+            out.append((record, job_dir))
+    return out
+
+
+CANCELLED_BY_GC = "cancelled while queued: its files were freed on the runner (`app agent gc --queued`)"
+_KEPT_OF_CANCELLED = {"job.json", "log.spool"}  # what its controller still reads: why it ended, its log
+
+
+def cancel_queued(home: AgentHome, record: JobRecord, job_dir: Path, now: float) -> int | None:
+    """Cancel a queued job and free its files (the agent is stopped: the caller holds the lock);
+    the bytes freed, or None when its journal could not say so (then nothing is removed: the
+    next agent would start it without its files)."""
+    record.state = JobState.STOPPED
+    record.stop_requested = True
+    record.error = CANCELLED_BY_GC
+    record.finished_at = now
+    if not record.save(job_dir):
+        return None
+    with contextlib.suppress(OSError):  # its log says why too; a full disk may refuse that line
+        spool = LogSpool(job_dir / "log.spool")
+        try:
+            spool.append("sys", f"lanpool: {CANCELLED_BY_GC}\n".encode())
+        finally:
+            spool.close()
+    SecretKeeper(home.secrets).forget(record.job_id)
+    freed = 0
+    for entry in job_dir.iterdir():
+        if entry.name in _KEPT_OF_CANCELLED:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            freed += tree_size(entry)
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                freed += entry.lstat().st_size
+                entry.unlink()
+    return freed
+
+
 def collect(
-    home: AgentHome, keep_days: float | None, max_size: int | None, now: float | None = None, recent_s: float = 0
+    home: AgentHome,
+    keep_days: float | None,
+    max_size: int | None,
+    now: float | None = None,
+    recent_s: float = 0,
+    queued: bool = False,
 ) -> GcReport:
+    """What gc removes (see the module docstring). `queued`: queued jobs are cancelled and their
+    files freed; only while the caller holds the data dir's lock exclusive (AgentHome.lock)."""
     now = time.time() if now is None else now
     report = GcReport()
+    for record, job_dir in queued_jobs(home):
+        freed = cancel_queued(home, record, job_dir, now) if queued else None
+        if freed is None:
+            report.queued_kept += 1
+            report.queued_bytes += tree_size(job_dir)
+        else:
+            report.queued_cancelled.append(record.job_id)
+            report.bytes_freed += freed
     jobs, unfinished = finished_jobs(home)
     report.kept_unfinished = len(unfinished)
     blobs = BlobCache(home.blobs)

@@ -37,6 +37,15 @@ from lanpool.protocol.transfer_messages import (
 #    artifacts come back as streamed files (GetArtifacts/ArtifactData/ArtifactEnd/ArtifactsSent).
 PROTOCOL_VERSION = 3
 
+# A JobStatus carries at most this many of the job's artifact files to a controller whose
+# ClientHello names ARTIFACT_PAGES, with `artifacts_total` saying how many there are; the
+# controller asks for the rest a page at a time (GetStatus.artifacts_from). A status of 150k
+# files (4 MiB) took the agent 1.3 s to build and encode, on its event loop; a page of 5,000
+# takes ~65 ms, in a thread (docs/bench/bench-artifact-status.json). Older controllers still
+# get the whole list (in a thread too).
+STATUS_ARTIFACTS = 5000
+ARTIFACT_PAGES = "artifact-pages"
+
 
 @record
 class ArtifactFile(Message):
@@ -113,6 +122,9 @@ class JobStatus(Message):
     reason: str = ""
     attempt: int = 0
     retry_limit: int = 0
+    # How many artifact files the job has when `artifacts` is one page of them, from the file
+    # GetStatus.artifacts_from named (STATUS_ARTIFACTS at most); 0: `artifacts` is all of them.
+    artifacts_total: int = 0
 
     def __post_init__(self) -> None:
         if self.state not in JobState.__members__:
@@ -147,6 +159,7 @@ class ClientHello(Message):
     TAG: ClassVar[str] = "client_hello"
     protocol_version: int
     client_version: str
+    features: list[str] = field(default_factory=list)  # what an agent may send beyond the version: ARTIFACT_PAGES
 
 
 @record
@@ -240,6 +253,7 @@ class GetStatus(Message):
 
     TAG: ClassVar[str] = "get_status"
     job_id: str
+    artifacts_from: int = 0  # the first artifact file of the page wanted (JobStatus.artifacts_total)
 
 
 @record

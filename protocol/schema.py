@@ -148,6 +148,8 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "seq": _COUNT,
     "from_seq": _COUNT,
     "log_lines": _COUNT,
+    "artifacts_total": _COUNT,  # JobStatus's, and GetStatus's page start
+    "artifacts_from": _COUNT,
     "size": _COUNT,
     "offset": _COUNT,
     "length": _COUNT,

@@ -298,6 +298,7 @@ class Bench:
         else:
             self.env["PYTHONUNBUFFERED"] = "1"
         self.agent: harness.AgentProc | None = None
+        self.plain: harness.AgentProc | None = None
         self.bare: subprocess.Popen | None = None
         self.runner = ""
         self.last_echo: Timed | None = None  # a finished job, for `logs` in cold_start
@@ -332,6 +333,18 @@ class Bench:
             new_session=True,
         )
         self.runner = self.agent.address
+        # The same agent without the job sandbox: the isolation's cost to a job's start, in the same run.
+        self.plain = harness.start_agent(
+            self.tmp / "agent-plain",
+            self.home,
+            env=self.env,
+            app=APP,
+            verbose=False,
+            name="bench-plain",
+            grace=3,
+            new_session=True,
+            extra_args=["--job-sandbox", "off"],
+        )
 
         (self.tmp / "bare_server.py").write_text(BARE_SERVER)
         (self.tmp / "bare_client.py").write_text(BARE_CLIENT)
@@ -364,8 +377,9 @@ class Bench:
     def stop(self) -> None:
         for proc in list(_RUNNING):
             _kill(proc)
-        if self.agent is not None:
-            self.agent.stop(15)
+        for agent in (self.agent, self.plain):
+            if agent is not None:
+                agent.stop(15)
         if self.bare is not None and self.bare.poll() is None:
             self.bare.kill()
             self.bare.wait()
@@ -376,8 +390,9 @@ class Bench:
 
     # -- commands --
 
-    def lanpool_run(self, workflow: str, **kw) -> Timed:
-        return timed([*APP, "headless", "run", workflow, "--runner", self.runner], env=self.env, cwd=self.project, **kw)
+    def lanpool_run(self, workflow: str, runner: str = "", **kw) -> Timed:
+        argv = [*APP, "headless", "run", workflow, "--runner", runner or self.runner]
+        return timed(argv, env=self.env, cwd=self.project, **kw)
 
     def bare_run(self, mode: str, command: str, **kw) -> Timed:
         return timed(
@@ -394,12 +409,16 @@ class Bench:
         say(f"dispatch: warm-up, then {k} x (lanpool run echo, bare asyncssh exec) interleaved")
         self.last_echo = check(self.lanpool_run("echo", marker=MARKER), "lanpool warm-up run")  # pins the host key
         check(self.bare_run("cat", ECHO_CMD, marker=MARKER), "bare warm-up run")
+        assert self.plain is not None
+        check(self.lanpool_run("echo", self.plain.address, marker=MARKER), "unsandboxed warm-up run")
         lp: list[Timed] = []
         bare: list[Timed] = []
+        plain: list[Timed] = []
         for _ in range(k):
             lp.append(check(self.lanpool_run("echo", marker=MARKER), "app headless run echo"))
             bare.append(check(self.bare_run("cat", ECHO_CMD, marker=MARKER), "bare client"))
-        for t, what in [(x, "lanpool") for x in lp] + [(x, "bare") for x in bare]:
+            plain.append(check(self.lanpool_run("echo", self.plain.address, marker=MARKER), "unsandboxed run"))
+        for t, what in [(x, "lanpool") for x in lp] + [(x, "bare") for x in bare] + [(x, "plain") for x in plain]:
             if t.first_s is None:
                 raise BenchError(f"{what}: no stdout line with {MARKER!r}")
 
@@ -413,7 +432,11 @@ class Bench:
                 "cpu_s": {"median": med([t.cpu_s for t in ts])},  # steadier than wall time on a loaded machine
             }
 
-        res = {"lanpool": stats(lp), "bare": stats(bare)}
+        res = {"lanpool": stats(lp), "bare": stats(bare), "lanpool_unsandboxed": stats(plain)}
+        res["isolation"] = self.agent.log_path.read_text().partition("process jobs: isolation ")[2].split("\n")[0]
+        res["sandbox_first_line_ms_median"] = 1000 * (
+            res["lanpool"]["first_line_s"]["median"] - res["lanpool_unsandboxed"]["first_line_s"]["median"]
+        )
         res["ratio_first_line_median"] = (
             res["lanpool"]["first_line_s"]["median"] / res["bare"]["first_line_s"]["median"]
         )
@@ -753,7 +776,10 @@ def report(res: dict, out) -> None:
         p("1. dispatch of `echo hello-bench` (whole subprocess: spawn -> first line / exit)")
         p(f"   {'':28} {'first line':>22}   {'exit':>22}")
         p(f"   {'':28} {'median':>10} {'min':>11}   {'median':>10} {'min':>11}")
-        for name, label in (("lanpool", "app headless run echo"), ("bare", "bare asyncssh exec")):
+        rows = [("lanpool", "app headless run echo"), ("lanpool_unsandboxed", "  same, --job-sandbox off")]
+        for name, label in [*rows, ("bare", "bare asyncssh exec")]:
+            if name not in d:  # a record from before the sandbox
+                continue
             x = d[name]
             p(
                 f"   {label:28} {ms(x['first_line_s']['median'])} {ms(x['first_line_s']['min'])}   "
@@ -766,6 +792,11 @@ def report(res: dict, out) -> None:
             f"exit {d['ratio_exit_median']:.2f}x (min {d['ratio_exit_min']:.2f}x); target first line <= {DISPATCH_TARGET}x: "
             f"{verdict}"
         )
+        if "sandbox_first_line_ms_median" in d:
+            p(
+                f"   the job sandbox ({d['isolation'] or 'none'}) adds {d['sandbox_first_line_ms_median']:.0f} ms "
+                "to the first line (median, against --job-sandbox off in the same run)"
+            )
         ph = d.get("lanpool_phases_median_s")
         if ph:
             p(
@@ -916,6 +947,13 @@ def main(argv: list[str] | None = None) -> int:
                 unit="s",
             ),
             picked(r, "same, to exit", "dispatch.lanpool.exit_s.median", "dispatch.bare.exit_s.median", unit="s"),
+            picked(
+                r,
+                "`run` of echo to its first line, process job sandboxed vs `--job-sandbox off` (median)",
+                "dispatch.lanpool.first_line_s.median",
+                "dispatch.lanpool_unsandboxed.first_line_s.median",
+                unit="s",
+            ),
             *(
                 picked(v, f"cold start of `{k}`", "median_s", target="<= 0.2 s", unit="s")
                 for k, v in (pick(r, "cold_start") or {}).items()

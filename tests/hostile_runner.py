@@ -15,7 +15,9 @@ artifact files it streams back (GetArtifacts), and the misbehaviours to add:
   asked) and the files the status declares (any paths, any sizes);
 - `artifact_frames`: hand-made messages sent instead of the honest stream;
 - `cut_after`: the channel closes after this many artifact bytes (a drop);
-- `ignore_length` / `overlap`: a ranged request gets more than its range.
+- `ignore_length` / `overlap`: a ranged request gets more than its range;
+- `page` / `total_lie`: the final status lists `declared` a page at a time, each page
+  saying `total_lie` files in all (JobStatus.artifacts_total) when it is set.
 Jobs submitted by a controller get `default_script` (with their own id).
 """
 
@@ -80,6 +82,8 @@ class Script:
     slow_s: float = 0.0  # a pause after each artifact part (a slow link)
     ignore_length: bool = False  # a ranged request gets the file to its end
     overlap: int = 0  # a request from offset N gets bytes from N - overlap
+    page: int = 0  # the final status lists `declared` this many at a time (0: all at once)
+    total_lie: int | None = None  # the artifacts_total each page says instead of the truth
 
 
 @dataclass
@@ -89,6 +93,7 @@ class Counters:
     downloads: int = 0
     artifact_requests: list = field(default_factory=list)  # each GetArtifacts' [(path, offset)]
     artifact_bytes: int = 0  # artifact data sent
+    status_pages: list = field(default_factory=list)  # each GetStatus' artifacts_from, past the first page
 
 
 class _Server(asyncssh.SSHServer):
@@ -205,9 +210,13 @@ class HostileRunner:
         self.scripts[script.job_id] = script
         return script
 
-    def _status(self, script: Script, state: str | None = None) -> bytes:
+    def _status(self, script: Script, state: str | None = None, start: int = 0) -> bytes:
         if script.raw_status is not None and state is None:
             return encode_frame({"t": "job_status", "job_id": script.job_id, **script.raw_status})
+        declared = [ArtifactFile(p, s) for p, s in script.declared]
+        total = len(declared) if script.page else 0
+        if script.page:
+            declared = declared[start : start + script.page]
         return encode_message(
             JobStatus(
                 job_id=script.status_job_id or script.job_id,
@@ -216,7 +225,8 @@ class HostileRunner:
                 started_at=1.0,
                 finished_at=2.0 if state is None else None,
                 log_lines=script.log.count(b"\n"),
-                artifacts=[ArtifactFile(p, s) for p, s in script.declared] if state is None else [],
+                artifacts=declared if state is None else [],
+                artifacts_total=(total if script.total_lie is None else script.total_lie) if state is None else 0,
             )
         )
 
@@ -304,6 +314,9 @@ class HostileRunner:
                 frames.insert(0, encode_message(LogChunk(job_id, 0, script.stream, script.log)))
             frames.append(self._status(script))
             write(b"".join(frames))
+        elif isinstance(msg, GetStatus) and msg.artifacts_from:
+            self.counters.status_pages.append(msg.artifacts_from)
+            write(self._status(script, start=msg.artifacts_from))
         elif isinstance(msg, (GetStatus, StopJob)):
             write(self._status(script))
 

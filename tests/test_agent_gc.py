@@ -1,6 +1,9 @@
 """`app agent gc`: finished jobs and cached blobs within a budget, oldest first; a job
-that has not finished keeps every file."""
+that has not finished keeps every file, and a queued one's are freed only when asked
+(`--queued`), with the agent stopped."""
 
+import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -9,8 +12,11 @@ from pathlib import Path
 
 from lanpool.agent.home import AgentHome
 from lanpool.agent.jobs.journal import JobRecord
-from lanpool.agent.retention import collect, parse_size
-from tests.harness import APP_MODULE, lanpool_env
+from lanpool.agent.jobs.kept_secrets import KeptSecrets, SecretKeeper
+from lanpool.agent.retention import CANCELLED_BY_GC, collect, parse_size
+from lanpool.protocol import FileEntry, PutBlob, SubmitJob
+from tests.harness import APP_MODULE, lanpool_env, start_agent
+from tests.runner_jobs import ALL_CPUS, open_session, wait_state
 
 
 def _job(home: AgentHome, job_id: str, state: str, finished_ago: float | None, size: int) -> Path:
@@ -123,3 +129,67 @@ def test_requirements_layers_go_least_recently_used_first_never_one_in_use(tmp_p
     os.utime(fresh / ".lanpool-ready", (time.time() - 2000, time.time() - 2000))
     report = collect(home, 0.01, None)  # --keep-days 0.01: layers unused for ~15 minutes go, unless in use
     assert report.pyenvs_removed == 1 and not fresh.exists() and in_use.exists()
+
+
+def test_queued_jobs_files_are_counted_and_kept_unless_asked(tmp_path):
+    home = _home(tmp_path)
+    queued = _job(home, "waits", "QUEUED", None, 30_000)
+    SecretKeeper(home.secrets).keep("waits", KeptSecrets(["s3cret"], {"TOKEN": "s3cret"}))
+    report = collect(home, None, 0)
+    assert report.queued_kept == 1 and report.queued_bytes >= 30_000 and report.queued_cancelled == []
+    assert (queued / "workspace" / "data.bin").exists()
+    report = collect(home, None, None, queued=True)
+    assert report.queued_cancelled == ["waits"] and report.bytes_freed >= 30_000 and report.queued_kept == 0
+    assert sorted(p.name for p in queued.iterdir()) == ["job.json", "log.spool"]  # why it ended, its log
+    record = JobRecord.load(queued)
+    assert record.state == "STOPPED" and record.error == CANCELLED_BY_GC and record.finished_at
+    assert CANCELLED_BY_GC.encode() in (queued / "log.spool").read_bytes()
+    assert SecretKeeper(home.secrets).read("waits") is None
+
+
+def test_gc_frees_queued_jobs_only_with_the_agent_stopped(tmp_path, controller_home):
+    """Attack: `gc --queued` under a running agent would take a queued job's workspace from under
+    it. Refused, even when the agent could not write agent.json (a full disk): the agent holds the
+    data dir's lock. Stopped, the job is cancelled and its files go; the next agent says why."""
+    blob = b"q" * 100_000
+    sha = hashlib.sha256(blob).hexdigest()
+    agent = start_agent(tmp_path / "agent", controller_home, extra_env=ALL_CPUS)
+    gc = [*APP_MODULE, "agent", "gc", "--data-dir", str(agent.data_dir)]
+    env = lanpool_env(controller_home)
+    workspace = agent.data_dir / "jobs" / "waits" / "workspace"
+    try:
+
+        async def queue() -> None:
+            async with await open_session(agent) as s:
+                await s.put_blobs(iter([PutBlob(sha, 0, len(blob), blob)]), 1)
+                await s.submit(SubmitJob("holds-all", "r", "w", ["sleep 60"], resources={"cpu": 2}, detached=True))
+                await wait_state(s, "holds-all", {"RUNNING"})
+                files = [FileEntry("data.bin", sha, len(blob))]
+                job = SubmitJob("waits", "r", "w", ["true"], files=files, resources={"cpu": 1}, detached=True)
+                assert (await s.submit(job)).state == "QUEUED"
+
+        asyncio.run(queue())
+        kept = subprocess.run([*gc, "--json"], env=env, capture_output=True, text=True, timeout=60)
+        assert kept.returncode == 0, kept.stderr
+        assert json.loads(kept.stdout)["queued_kept"] == 1 and json.loads(kept.stdout)["queued_bytes"] >= len(blob)
+        (agent.data_dir / "agent.json").unlink()  # as on a full disk: only the lock says it runs
+        for _ in range(2):
+            refused = subprocess.run([*gc, "--queued"], env=env, capture_output=True, text=True, timeout=60)
+            assert refused.returncode == 1 and refused.stderr.count("\n") == 1, refused.stderr
+            assert "is running" in refused.stderr and (workspace / "data.bin").exists()
+    finally:
+        agent.stop()
+    done = subprocess.run([*gc, "--queued"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "cancelled queued job waits: its files freed" in done.stdout, done.stderr
+    assert not workspace.exists()
+    again = start_agent(agent.data_dir, controller_home, extra_env=ALL_CPUS)
+    try:
+
+        async def status():
+            async with await open_session(again) as s:
+                return await s.status("waits")
+
+        status = asyncio.run(status())
+        assert status.state == "STOPPED" and status.error == CANCELLED_BY_GC
+    finally:
+        again.stop()

@@ -171,7 +171,8 @@ def test_a_masked_secret_in_the_output_does_not_shift_where_a_restarted_agent_re
     finally:
         agent.stop()
         remove_agent_containers(docker_client, data_dir)
-    # After the restart the agent no longer holds the secret (the controller masks what follows).
     numbers = [int(line.split()[1]) for line in _lines(everything, "out")]
     assert numbers == list(range(1, 20001)), "lines lost or repeated around the restart"
+    # The restarted agent masks too: it read the job's secrets back (agent.jobs.kept_secrets).
+    assert all(line.endswith(" ***") for line in _lines(everything, "out"))
     assert final.state == JobState.DONE

@@ -69,6 +69,10 @@ LAYER_EXCEPTIONS = {
     ("lanpool.agent.jobs.manager", "lanpool.agent.gang.line"): "the queue puts gang members in the gangs' order",
     ("lanpool.agent.jobs.manager", "lanpool.agent.gang.token"): "a member's token is kept in its job's dir",
     ("lanpool.agent.python.job_envs", "lanpool.agent.executors.base"): "it reports in the process executor's terms",
+    (
+        "lanpool.agent.python.job_envs",
+        "lanpool.agent.executors.sandbox",
+    ): "a requirements build runs in the job's sandbox",
 }
 
 

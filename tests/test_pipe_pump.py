@@ -15,7 +15,7 @@ def _pumped(chunks: list[bytes]) -> list[tuple[str, bytes]]:
     r, w = open_pipe()
 
     async def main() -> None:
-        task = asyncio.create_task(pump(r, "out", lambda stream, data: got.append((stream, data))))
+        task = asyncio.create_task(pump(r, "out", lambda stream, data, cut=False: got.append((stream, data))))
         for chunk in chunks:
             view = memoryview(chunk)
             while view:  # the pipe may fill: write as it drains
@@ -82,16 +82,16 @@ def test_whole_lines_matches_a_plain_split_for_any_read_boundaries():
         assert [d for d, cut in out if not cut][0].startswith(b"L0:")
 
 
-def test_a_process_job_delivers_every_line_once_through_a_real_agent(agent, tmp_path):
+def test_a_process_job_delivers_every_line_once_through_a_real_agent(agent):
     """A job printing 200,000 lines as fast as Python can, a 100 KB line on stderr, then one more line."""
     from tests.test_docker_executor import run
 
-    script = tmp_path / "flood.py"
-    script.write_text(
+    # In the job's env, not a file: a sandboxed job sees no path outside its workspace but the system's.
+    flood = (
         "import sys\nw = sys.stdout.write\n[w(f'{i:09d}\\n') for i in range(200000)]\nsys.stdout.flush()\n"
         "sys.stderr.write('e' * 100000 + '\\n')\nsys.stderr.flush()\nprint('the end')\n"
     )
-    chunks, status = run(agent, "pp1", [f"python {script}"], "")
+    chunks, status = run(agent, "pp1", ['python -c "$FLOOD"'], "", env={"FLOOD": flood})
     assert status.state == "DONE", status
     out = b"".join(c.data for c in chunks if c.stream == "out").decode().splitlines()
     assert out == [f"{i:09d}" for i in range(200000)] + ["the end"]

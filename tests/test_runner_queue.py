@@ -99,28 +99,6 @@ def test_the_queue_and_its_order_survive_an_agent_restart(tmp_path, controller_h
     across_restart(tmp_path / "agent", controller_home, submit, after_restart)
 
 
-def test_a_queued_jobs_secrets_are_never_on_disk_and_do_not_survive_a_restart(tmp_path, controller_home):
-    """A queued job's request is kept beside it for a restart, but with its secrets as ***:
-    after a restart it cannot start as asked, so it fails with one line instead of running
-    with *** for a token."""
-    data = tmp_path / "agent"
-    token = "s3cr3t-token-value"
-
-    async def submit(a):
-        async with await open_session(a) as s:
-            await s.submit(_job("busy", "sleep 30"))
-            job = _job("secret", "echo $TOKEN", env={"TOKEN": token}, masked=[token])
-            assert (await s.submit(job)).state == "QUEUED"
-        assert not [p for p in data.rglob("*") if p.is_file() and token.encode() in p.read_bytes()]
-
-    async def after_restart(b):
-        async with await open_session(b) as s:
-            end = await wait_state(s, "secret", {"FAILED"})
-            assert "secrets are not kept on the runner across an agent restart" in end.error
-
-    across_restart(data, controller_home, submit, after_restart)
-
-
 def test_max_duration_stops_the_job_and_says_why(runner):
     async def go():
         async with await open_session(runner) as s:

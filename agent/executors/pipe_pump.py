@@ -13,10 +13,13 @@ of output at 200 MB/s; where the pipe stays 64 KiB, only reads under 32 KiB wait
 import asyncio
 import contextlib
 import fcntl
+import logging
 import os
 
 from lanpool.agent.executors.base import OutputSink
 from lanpool.agent.executors.line_cutter import whole_lines
+
+log = logging.getLogger(__name__)
 
 PIPE_BYTES = 1 << 20
 GATHER_S = 0.005
@@ -48,9 +51,23 @@ async def pump(fd: int, stream: str, sink: OutputSink) -> None:
     loop = asyncio.get_running_loop()
     half = capacity(fd) // 2
     partial = b""
+    broken = False
 
     def deliver(lines: bytes, cut: bool) -> None:
-        sink(stream, lines + b"\n" if cut else lines)
+        # A sink that raises (a bug: the job's own handles a full disk, agent.jobs.job) must not end
+        # the pump: the job would block on a full pipe, or die of SIGPIPE, with no word of why.
+        # Said once in the agent's log; the pipe is drained to its end, the rest dropped.
+        nonlocal broken
+        if broken:
+            return
+        try:
+            if cut:  # flagged (OutputSink): the job's log holds back at a cut what may begin a secret
+                sink(stream, lines + b"\n", True)
+            else:
+                sink(stream, lines)
+        except Exception:
+            broken = True
+            log.exception("a job's %s could not be delivered; the rest of it is dropped", stream)
 
     try:
         while True:
@@ -63,7 +80,7 @@ async def pump(fd: int, stream: str, sink: OutputSink) -> None:
             if len(data) < half:
                 await asyncio.sleep(GATHER_S)
         if partial:
-            sink(stream, partial + b"\n")
+            deliver(partial, True)
     finally:
         os.close(fd)
 

@@ -2,11 +2,14 @@
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
+from pathlib import Path
 
 from lanpool.agent.executors.base import Adoption, ExecutorError, Handle, Launch, Outcome, OutputSink
 from lanpool.agent.executors.pipe_pump import open_pipe, pump
+from lanpool.agent.executors.sandbox import Sandbox, SandboxError
 from lanpool.agent.python.interpreters import Pythons
 from lanpool.agent.python.job_envs import JobPythons
 
@@ -14,6 +17,21 @@ from lanpool.agent.python.job_envs import JobPythons
 # long before they are killed (unless a stop is under way: then the stop's own
 # grace period and SIGKILL decide).
 _DRAIN_TIMEOUT_S = 5.0
+
+# What a process job takes from the agent's own environment (docs/runners.md, "A process
+# job's environment"): where programs and libraries are, the locale, and the runner's own
+# settings for pip, CUDA and NCCL. Not the rest: the agent's may hold its operator's tokens.
+_KEPT = ("PATH", "LANG", "LANGUAGE", "TZ", "LD_LIBRARY_PATH", "HOME", "USER", "LOGNAME", "TERM")
+_KEPT_PREFIXES = ("LC_", "PIP_", "CUDA_", "NCCL_", "GLOO_", "NVIDIA_", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
+
+
+def base_environment(agent_env: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables a process job starts from (before its Python env, lanpool's and its own)."""
+    source = os.environ if agent_env is None else agent_env
+    env = {k: v for k, v in source.items() if k in _KEPT or k.upper().startswith(_KEPT_PREFIXES)}
+    env.setdefault("PATH", os.defpath)
+    env.setdefault("LANG", "C.UTF-8")
+    return env
 
 
 class ProcessExecutor:
@@ -24,18 +42,24 @@ class ProcessExecutor:
     # a stop gives that up (a cancelled spawn kills the just-started bash).
     cancellable_start = True
 
-    def __init__(self, pythons: JobPythons | None = None) -> None:
-        """`pythons` None: the agent's own interpreter as the base, requirements uncached."""
+    def __init__(
+        self, pythons: JobPythons | None = None, sandbox: Sandbox | None = None, isolation: str = "none"
+    ) -> None:
+        """`pythons` None: the agent's own interpreter as the base, requirements uncached.
+        `sandbox` None: jobs run unsandboxed, as the agent's user (agent.executors.sandbox);
+        `isolation` says so for `runners` ("bwrap as nobody", "none (why)")."""
         self.pythons = pythons or JobPythons(Pythons.discover(), None)
+        self.sandbox = sandbox
+        self.isolation = isolation
 
     async def start(self, launch: Launch, sink: OutputSink) -> "ProcessExecution":
-        env = dict(os.environ)
-        env.pop("PYTHONHOME", None)
+        env = base_environment()
+        pyenv = launch.workspace.parent / "pyenv"
         # The job's own env (jobs/<id>/pyenv) on a base that has torch and lightning: `python`
         # and `pip` in the commands are its, so a `pip install` never writes the agent's.
         env.update(
             await self.pythons.prepare(
-                launch.workspace.parent / "pyenv",
+                pyenv,
                 launch.workspace,
                 launch.working_dir,
                 launch.python,
@@ -45,28 +69,72 @@ class ProcessExecutor:
         )
         env.update(launch.env)
         # set -e: a failing command ends the job with its exit code, as in dstack.
-        script = "set -e\n" + "\n".join(launch.commands) + "\n"
+        argv = ["bash", "-c", "set -e\n" + "\n".join(launch.commands) + "\n"]
+        status_r = status_w = -1
+        if self.sandbox is not None:
+            status_r, status_w = os.pipe()
+            try:
+                argv = await self._sandboxed(argv, launch, pyenv, env, status_w)
+            except BaseException:
+                os.close(status_r)
+                os.close(status_w)
+                raise
         (out_r, out_w), (err_r, err_w) = open_pipe(), open_pipe()
         try:
             proc = await asyncio.create_subprocess_exec(
-                "bash",
-                "-c",
-                script,
+                *argv,
                 cwd=launch.working_dir,
                 env=env,
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=out_w,
                 stderr=err_w,
                 start_new_session=True,  # own process group: signals reach the whole tree
+                pass_fds=(status_w,) if status_w >= 0 else (),
             )
         except BaseException:
-            os.close(out_r)
-            os.close(err_r)
+            for fd in (out_r, err_r, status_r):
+                if fd >= 0:
+                    os.close(fd)
             raise
         finally:  # the child has its copies: the job's end closes the pipes (EOF to the pumps)
             os.close(out_w)
             os.close(err_w)
-        return ProcessExecution(proc, sink, out_r, err_r)
+            if status_w >= 0:
+                os.close(status_w)
+        pid = proc.pid
+        if status_r >= 0:
+            # The sandbox's PID 1 leads the job's process group (bwrap --new-session): signals go there.
+            pid = await asyncio.to_thread(_sandbox_pid, status_r) or proc.pid
+        return ProcessExecution(proc, sink, out_r, err_r, pid, status_r)
+
+    async def _sandboxed(
+        self, argv: list[str], launch: Launch, pyenv: Path, env: dict[str, str], status_fd: int
+    ) -> list[str]:
+        """`argv` inside the job's sandbox; the job's own home and /tmp beside its workspace."""
+        assert self.sandbox is not None
+        job_dir = launch.workspace.parent
+        home, tmp = job_dir / "home", job_dir / "tmp"
+        try:
+            home.mkdir(exist_ok=True)
+            tmp.mkdir(exist_ok=True)
+            await asyncio.to_thread(self.sandbox.give, [launch.workspace, pyenv, home, tmp])
+        except OSError as exc:
+            raise ExecutorError(f"could not prepare the job's sandbox: {exc}") from None
+        env.update(HOME=str(home.resolve()), TMPDIR="/tmp")
+        if self.sandbox.user is not None:
+            env.update(USER=self.sandbox.user.name, LOGNAME=self.sandbox.user.name)
+        binds = [launch.workspace.resolve(), pyenv.resolve(), home.resolve()]
+        return self.sandbox.command(argv, binds, tmp.resolve(), launch.working_dir.resolve(), status_fd=status_fd)
+
+    def enter(self, pid: int, argv: list[str], cwd: Path) -> list[str]:
+        """argv that runs `argv` where the job whose main process is `pid` runs (the exec door):
+        inside its sandbox, as its user; `argv` itself without one. ExecutorError once it is gone."""
+        if self.sandbox is None:
+            return argv
+        try:
+            return self.sandbox.enter(pid, argv, cwd)
+        except SandboxError as exc:
+            raise ExecutorError(str(exc)) from None
 
     async def adopt(self, job: Adoption, sink: OutputSink) -> "ProcessExecution":
         """Never: the job's pipes died with the agent. Its process group is killed rather than left running unseen."""
@@ -79,11 +147,37 @@ class ProcessExecutor:
         return []  # a process leaves nothing behind but its workspace, which is the job's
 
 
+def _sandbox_pid(fd: int) -> int:
+    """The sandbox's PID 1 from bwrap's first status line (0 if bwrap ended before one: its error is
+    in the job's log). The pipe stays open: bwrap writes the exit code to it later."""
+    data = b""
+    while b"\n" not in data:
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return 0
+        data += chunk
+    try:
+        return int(json.loads(data.split(b"\n", 1)[0]).get("child-pid", 0))
+    except (ValueError, TypeError, AttributeError):
+        return 0
+
+
 class ProcessExecution:
-    def __init__(self, proc: asyncio.subprocess.Process, sink: OutputSink, out_fd: int, err_fd: int) -> None:
-        """`out_fd`, `err_fd`: the read ends of the job's stdout and stderr (pipe_pump.open_pipe), closed by their pumps."""
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        sink: OutputSink,
+        out_fd: int,
+        err_fd: int,
+        pid: int = 0,
+        status_fd: int = -1,
+    ) -> None:
+        """`out_fd`, `err_fd`: the read ends of the job's stdout and stderr (pipe_pump.open_pipe), closed by their pumps.
+        `pid`: the leader of the job's process group (default: `proc`'s; a sandbox's PID 1);
+        `status_fd`: bwrap's status pipe, closed once the job has ended."""
         self._proc = proc
-        self.pid = proc.pid
+        self.pid = pid or proc.pid
+        self._status_fd = status_fd
         self._pumps = [
             asyncio.create_task(pump(out_fd, "out", sink)),
             asyncio.create_task(pump(err_fd, "err", sink)),
@@ -109,6 +203,9 @@ class ProcessExecution:
             for task in pending:
                 task.cancel()
         self._killpg(signal.SIGKILL)  # stragglers that closed their pipes
+        if self._status_fd >= 0:
+            os.close(self._status_fd)
+            self._status_fd = -1
         return Outcome(128 - code if code < 0 else code)
 
     def send_signal(self, sig: int) -> None:

@@ -16,9 +16,17 @@ from lanpool.agent.jobs.limits import check_limits
 from lanpool.agent.jobs.owner import Owner
 from lanpool.agent.jobs.queue import Amount, gang_fields, never_fits
 from lanpool.agent.jobs.request import check_job_id, check_request, parse_resources
-from lanpool.protocol import ErrorCode, JobState, SubmitJob
+from lanpool.protocol import ErrorCode, FileEntry, JobState, SubmitJob
 
 DEFAULT_MAX_QUEUED = 100  # jobs of one controller waiting in this runner's queue (`--max-queued-per-controller`)
+# Of the disk holding the jobs: what one controller's unfinished jobs may have staged there
+# (`--max-staged-per-controller`, default), so that another still finds room.
+DEFAULT_STAGED_SHARE = 0.5
+
+
+def staged_size(files: list[FileEntry]) -> int:
+    """Bytes a workspace of `files` takes once staged: every path a copy, links nothing."""
+    return sum(entry.size for entry in files if not entry.link and entry.size > 0)
 
 
 def admit(
@@ -28,10 +36,12 @@ def admit(
     capacity: Amount,
     owner: Owner | None,
     max_queued: int = DEFAULT_MAX_QUEUED,
+    max_staged: int | None = None,
 ) -> tuple[JobRecord, Executor, str]:
     """The QUEUED record of a new job of `owner`, its executor and a note about that choice (or "");
     JobError when the request is malformed, names a job that exists, can never fit this runner,
-    or would put more than `max_queued` of its controller's jobs in the queue."""
+    would put more than `max_queued` of its controller's jobs in the queue, or more than
+    `max_staged` bytes in the workspaces of its controller's unfinished jobs."""
     check_job_id(req.job_id)
     if req.job_id in jobs:
         raise JobError(ErrorCode.JOB_EXISTS, f"job {req.job_id!r} already exists on this runner")
@@ -45,6 +55,20 @@ def admit(
                 ErrorCode.BAD_REQUEST,
                 f"{queued} of your jobs already wait in this runner's queue (at most {max_queued}, its "
                 "`--max-queued-per-controller`): submit again once some have started, or stop some",
+            )
+    staged = staged_size(req.files)
+    if owner is not None and max_staged is not None:  # nor fill its disk with workspaces waiting to run
+        held = sum(
+            j.record.staged_bytes
+            for j in jobs.values()
+            if not j.record.terminal and j.record.owner == owner.fingerprint
+        )
+        if held + staged > max_staged:
+            raise JobError(
+                ErrorCode.BAD_REQUEST,
+                f"this job stages {_size(staged)} and your unfinished jobs here already hold {_size(held)}: at "
+                f"most {_size(max_staged)} per controller (this runner's `--max-staged-per-controller`): submit "
+                "again once some have ended, stop some, or send less",
             )
     check_limits(req)
     check_after(req, jobs, owner)
@@ -83,6 +107,11 @@ def admit(
         retry_delay_s=req.retry_delay_s,
         after=list(req.after),
         run_key_hash=key_hash(req.run_key),
+        staged_bytes=staged,
         **gang,
     )
     return record, executor, note
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"

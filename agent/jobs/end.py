@@ -41,6 +41,8 @@ def ended_state(job: Job, outcome: Outcome) -> tuple[JobState, str]:
     if outcome.oom_error():
         error = outcome.oom_error()
         job.system_line(f"lanpool: {error}")
+    if job.write_failed and state in (JobState.DONE, JobState.FAILED):  # its log lost output: not a success
+        state, error = JobState.FAILED, job.write_failed
     return state, error
 
 
@@ -59,6 +61,7 @@ async def list_job_artifacts(job: Job) -> None:
 def settle(job: Job, state: JobState, code: int | None, error: str) -> None:
     """Write the run's end into the job's record and log: its final state, or, when its
     retry policy takes this end, its return to the queue."""
+    job.flush_output()  # its output is over: what masking held back at a cut (agent.jobs.masking)
     record = job.record
     error = clip(error, _ERROR_CHARS)  # may quote a tar member's name or a peer's value: bounded
     if retries(record, state):
@@ -91,5 +94,6 @@ def _requeue(job: Job, state: JobState, error: str) -> None:
     record.exit_code, record.pid, record.container_id, record.started_at = None, None, "", None
     record.gpus = []
     record.save(job.dir)
+    job.write_failed = ""  # the next run's log starts afresh (when the disk has room again)
     job.metrics = None  # the old tail stops (its offset is journalled); the next start brings its own
     log.info("job %s %s: retry %d of %d", record.job_id, state, record.attempt, record.retry_limit)

@@ -2,22 +2,20 @@
 
 import asyncio
 import dataclasses
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lanpool.agent.executors import Execution, Executor, OutputSink
+from lanpool.agent.executors.line_cutter import MAX_LINE
 from lanpool.agent.jobs.journal import JobRecord
+from lanpool.agent.jobs.masking import held_tail, mask_secrets
 from lanpool.agent.workspace.metrics_tail import MetricsTail
 from lanpool.agent.workspace.spool import LogSpool
 from lanpool.protocol import JobState, JobStatus, SubmitJob
 
-
-def mask_secrets(data: bytes, masks: list[bytes]) -> bytes:
-    """`data` with each secret text (longest first, as the controller sends them) as ***."""
-    for secret in masks:
-        if secret and secret in data:
-            data = data.replace(secret, b"***")
-    return data
+log = logging.getLogger(__name__)
 
 
 def masked_env(env: dict[str, str], masked: list[str]) -> dict[str, str]:
@@ -37,21 +35,29 @@ class Job:
     metrics_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Replaced after each set(): waiters take the current one, then re-check.
     changed: asyncio.Event = field(default_factory=asyncio.Event)
-    # The job's secrets (SubmitJob.masked), written *** in its spool. Kept in memory only: a
-    # container re-adopted after a restart is masked by the controller alone.
+    # The job's secrets (SubmitJob.masked), written *** in its spool; kept across a restart in
+    # the agent's secrets/ (agent.jobs.kept_secrets), so a re-adopted job is masked here too.
     masks: list[bytes] = field(default_factory=list)
     # The request as it came, secrets and all (request.json on disk has *** for them).
     request: SubmitJob | None = None
+    # Per stream, the end of a cut piece that may begin a secret (agent.jobs.masking.held_tail):
+    # spooled in front of the stream's next piece, or when the run ends (flush_output).
+    held: dict[str, bytes] = field(default_factory=dict)
     # While QUEUED: its place in the runner's queue and why it waits (agent.jobs.queue; not journalled).
     position: int = 0
     reason: str = ""
+    # Why the spool refused the job's own output (a full disk), "" while it takes it: the job is
+    # failed with it (agent.jobs.end.ended_state), by `on_write_failure` (agent.jobs.supervision)
+    # once it runs. Its output is dropped meanwhile, never held: the agent must not fill memory.
+    write_failed: str = ""
+    on_write_failure: Callable[[], None] | None = None
 
     def notify(self) -> None:
         self.changed.set()
         self.changed = asyncio.Event()
 
-    def status(self) -> JobStatus:
-        status = self.record.to_status(self.spool.next_seq)
+    def status(self, artifacts_from: int = 0, artifacts_max: int | None = None) -> JobStatus:
+        status = self.record.to_status(self.spool.next_seq, artifacts_from, artifacts_max)
         if self.record.state == JobState.QUEUED:
             return dataclasses.replace(status, position=self.position, reason=self.reason)
         # started (or re-adopted), but waiting in Slurm's queue
@@ -70,19 +76,69 @@ class Job:
         while not self.record.terminal:
             await self.changed.wait()
 
-    def output(self, stream: str, data: bytes) -> None:
+    def output(self, stream: str, data: bytes, cut: bool = False) -> None:
+        """Spool what the job printed; `cut`: the executor added the final newline (OutputSink)."""
         if self.record.terminal:  # a late line (from a pull thread) after the spool was closed
             return
+        if self.write_failed and stream != "sys":  # its log already lost a piece: the job is being failed
+            return
+        if self.masks and stream in ("out", "err"):
+            data = self.held.pop(stream, b"") + data
+            # Cut at the length limit (not a last line without newline): a secret may go on in
+            # the next piece, so what may begin one waits for it.
+            if cut and len(data) > MAX_LINE:
+                body = data[:-1]  # without the newline the executor added
+                hold = held_tail(body, self.masks)
+                if hold:
+                    self.held[stream] = body[len(body) - hold :]
+                    if hold == len(body):
+                        return
+                    data = body[: len(body) - hold] + b"\n"
+        self._spool(stream, data, cut)
+
+    def flush_output(self) -> None:
+        """The run's output is over: what was held back at a cut goes to the spool, as a cut line."""
+        held, self.held = self.held, {}
+        for stream, data in held.items():
+            self._spool(stream, data + b"\n", cut=True)
+
+    def _spool(self, stream: str, data: bytes, cut: bool) -> None:
         masked = mask_secrets(data, self.masks)
+        record = self.record
+        # A re-adopted container resumes after the bytes it printed, told from the spool's
+        # size: a cut's added newline and what masking changed are noted (JobRecord.log_cuts,
+        # log_masked) before the record is written; the previous one's record was written, so it counts for sure.
+        # A process job is never resumed: no journal write per cut of its long lines.
+        noted = False
+        if cut and (self.executor is None or self.executor.outlives_agent):
+            record.settle_last_cut(self.spool.size)
+            record.last_cut = [stream, self.spool.size]
+            noted = True
         if len(masked) != len(data) and stream in ("out", "err"):
-            # A re-adopted container resumes after the bytes it printed, told from the
-            # spool's size: note how masking changed it (as a cut is noted) before the record.
-            record = self.record
             record.settle_last_mask(self.spool.size)
             record.last_mask = [stream, self.spool.size, len(masked) - len(data)]
+            noted = True
+        if noted:
             record.save(self.dir)
-        self.spool.append(stream, masked)
+        try:
+            self.spool.append(stream, masked)
+        except OSError as exc:  # a full disk: whatever the job does, the agent goes on
+            self._cannot_write(stream, exc)
+            return
         self.notify()
+
+    def _cannot_write(self, stream: str, exc: OSError) -> None:
+        """The spool refused a piece (left whole without it: LogSpool.append). An agent's line is
+        only lost; the job's own output cannot be kept, so the job fails, saying why."""
+        why = (exc.strerror or str(exc) or type(exc).__name__).lower()
+        if stream == "sys" or self.write_failed:
+            log.warning("job %s: a line of its log was lost: %s", self.record.job_id, why)
+            return
+        self.write_failed = f"{why} while writing its log"
+        log.warning("job %s: %s: it is stopped and fails", self.record.job_id, self.write_failed)
+        self.notify()
+        if self.on_write_failure is not None:
+            self.on_write_failure()
 
     def system_line(self, text: str) -> None:
         """One of the agent's own lines in the job's log ("sys")."""
@@ -92,13 +148,6 @@ class Job:
         """Where the executor delivers the job's output."""
 
         def sink(stream: str, data: bytes, cut: bool = False) -> None:
-            record = self.record
-            if cut and not record.terminal:
-                # Noted before the record is written (see JobRecord.log_cuts);
-                # the previous one's record was written, so it counts for sure.
-                record.settle_last_cut(self.spool.size)
-                record.last_cut = [stream, self.spool.size]
-                record.save(self.dir)
-            self.output(stream, data)
+            self.output(stream, data, cut)
 
         return sink

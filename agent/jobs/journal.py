@@ -1,12 +1,18 @@
 """The job journal: each job's state on disk, so jobs outlive connections and restarts."""
 
+import contextlib
+import errno
 import json
+import logging
+import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lanpool.agent.home import write_json_atomic
 from lanpool.protocol import ArtifactFile, JobState, JobStatus
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -41,6 +47,9 @@ class JobRecord:
     memory_mb: int = 0
     ports: list[int] = field(default_factory=list)  # declared: forwarded to authorized controllers while it runs
     gpu_count: int = 0  # GPUs asked for (`gpus` holds the indices once it runs)
+    # Bytes its submit staged into the workspace: counted against its controller's
+    # --max-staged-per-controller while it has not ended (agent.jobs.admission).
+    staged_bytes: int = 0
     # Spool records whose last newline the executor added (a cut line), so
     # that after a restart the bytes a container printed are told exactly
     # from the spool: a count per stream, and the latest one as [stream, spool
@@ -94,8 +103,22 @@ class JobRecord:
     def terminal(self) -> bool:
         return JobState(self.state).is_terminal()
 
-    def save(self, job_dir: Path) -> None:
-        write_json_atomic(job_dir / "job.json", asdict(self))
+    def save(self, job_dir: Path) -> bool:
+        """Write the record; False (said in the agent's log) when the disk refused it. A journal
+        that cannot be written must not take the agent, or the job's end, down with it: the
+        record in memory stays the truth, and the next save that finds room catches up."""
+        path = job_dir / "job.json"
+        data = asdict(self)
+        try:
+            write_json_atomic(path, data)
+            return True
+        except OSError as exc:
+            with contextlib.suppress(OSError):  # a half-written copy holds space a full disk needs
+                path.with_name(path.name + ".tmp").unlink(missing_ok=True)
+            if exc.errno in (errno.ENOSPC, errno.EDQUOT) and _rewrite_in_place(path, data):
+                return True
+            log.warning("job %s: its journal could not be written: %s", self.job_id, exc.strerror or exc)
+            return False
 
     @classmethod
     def load(cls, job_dir: Path) -> "JobRecord":
@@ -103,7 +126,9 @@ class JobRecord:
         known = cls.__dataclass_fields__
         return cls(**{k: v for k, v in data.items() if k in known})
 
-    def to_status(self, log_lines: int) -> JobStatus:
+    def to_status(self, log_lines: int, artifacts_from: int = 0, artifacts_max: int | None = None) -> JobStatus:
+        """The status, with the artifact files from `artifacts_from` (`artifacts_max` of them at most)."""
+        artifacts, total = artifact_page(self.artifact_files, artifacts_from, artifacts_max)
         return JobStatus(
             job_id=self.job_id,
             state=str(self.state),
@@ -113,7 +138,38 @@ class JobRecord:
             finished_at=self.finished_at,
             error=self.error,
             log_lines=log_lines,
-            artifacts=[ArtifactFile(**f) for f in self.artifact_files],
+            artifacts=artifacts,
             attempt=self.attempt,
             retry_limit=self.retry_limit,
+            artifacts_total=total,
         )
+
+
+def _rewrite_in_place(path: Path, data: dict[str, Any]) -> bool:
+    """On a full disk, overwrite the record where it lies, when it fits in the blocks the file
+    already has: that takes no new space (a new copy, to rename over it, would), so a job's end
+    is recorded even when a job filled the disk. Never when it would not fit: it could tear."""
+    body = json.dumps(data, indent=1, sort_keys=True).encode()  # as write_json_atomic writes it
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        if len(body) > os.fstat(fd).st_blocks * 512:
+            return False
+        os.pwrite(fd, body, 0)
+        os.ftruncate(fd, len(body))
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def artifact_page(
+    files: list[dict[str, Any]], start: int = 0, limit: int | None = None
+) -> tuple[list[ArtifactFile], int]:
+    """The listed files from `start` (`limit` at most) and JobStatus.artifacts_total for them:
+    how many there are in all, or 0 when the page is the whole list."""
+    page = files[start:] if limit is None else files[start : start + limit]
+    return [ArtifactFile(**f) for f in page], 0 if len(page) == len(files) else len(files)

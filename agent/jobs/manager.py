@@ -13,6 +13,7 @@ journal at start-up, submit, the queue and what its jobs hold, stop and exit.
 """
 
 import asyncio
+import dataclasses
 import logging
 import math
 import shutil
@@ -33,6 +34,7 @@ from lanpool.agent.jobs.dag import blocked, stage_dependencies
 from lanpool.agent.jobs.end import settle
 from lanpool.agent.jobs.env import free_port
 from lanpool.agent.jobs.job import Job, masked_env
+from lanpool.agent.jobs.kept_secrets import KeptSecrets, SecretKeeper
 from lanpool.agent.jobs.launch import launch_of, read_request, save_request
 from lanpool.agent.jobs.owner import Owner, owns
 from lanpool.agent.jobs.queue import Amount, Waiting, capacity_of, holds, in_use, need_of, plan, replace_files
@@ -64,6 +66,7 @@ class JobManager:
     ) -> None:
         self.home = home
         self.blobs = BlobCache(home.blobs)  # workspaces are built from it; channels fill it
+        self.secrets = SecretKeeper(home.secrets)  # unfinished jobs' secrets, for a restart
         if not isinstance(executors, ExecutorChoice):
             executors = ExecutorChoice("process", executors)
         self.executors = executors
@@ -76,6 +79,7 @@ class JobManager:
         self._closing = False  # the agent is exiting: nothing more starts (the journal keeps the queue)
         self.jobs: dict[str, Job] = {}
         self.max_queued = DEFAULT_MAX_QUEUED  # of one controller's jobs (agent.jobs.admission)
+        self.max_staged: int | None = None  # bytes one controller's unfinished jobs staged (None: no bound)
         self._tasks: set[asyncio.Task[None]] = set()  # strong refs to background tasks
         self._staging: set[str] = set()  # submitted jobs whose workspace is still being built
         # Called when a job starts or ends (what the runner has free changed).
@@ -126,10 +130,21 @@ class JobManager:
         """
         for job in read_journal(self.home):
             self.jobs[job.record.job_id] = job
+        self._reload_secrets()
         for job in [j for j in self.jobs.values() if holds(j.record)]:
             await self._adopt(job)
         await remove_leftovers(self.executors, {i for i, j in self.jobs.items() if not j.record.terminal})
         self._pump()  # the queue, in its journalled order
+
+    def _reload_secrets(self) -> None:
+        """Unfinished jobs mask their secrets again (a re-adopted container's next lines too);
+        what a crash left of ended jobs' goes."""
+        unfinished = {i for i, j in self.jobs.items() if not j.record.terminal}
+        self.secrets.keep_only(unfinished)
+        for job_id in unfinished:
+            kept = self.secrets.read(job_id)
+            if kept is not None:
+                self.jobs[job_id].masks = [m.encode() for m in kept.masked]
 
     async def _adopt(self, job: Job) -> None:
         record = job.record
@@ -158,7 +173,9 @@ class JobManager:
         return job
 
     async def submit(self, req: SubmitJob, owner: Owner | None) -> Job:
-        record, executor, note = admit(req, self.jobs, self.executors, self.capacity, owner, self.max_queued)
+        record, executor, note = admit(
+            req, self.jobs, self.executors, self.capacity, owner, self.max_queued, self.max_staged
+        )
         check_room(req.files, self.home.jobs)
         job_dir = self.home.job_dir(req.job_id)
         workspace = job_dir / "workspace"
@@ -166,9 +183,16 @@ class JobManager:
         job = Job(record, job_dir, LogSpool(job_dir / "log.spool"), executor=executor)
         job.masks = [m.encode() for m in req.masked]
         # The request (its files are staged below) is what starts the job later, maybe after a
-        # restart; its secrets stay in memory (job.request), the saved copy has *** for them.
+        # restart; the saved copy has *** for its secrets, kept apart for a restart (agent.jobs.kept_secrets).
         job.request = req
-        save_request(job_dir, replace_files(req, env=masked_env(dict(req.env), req.masked)))
+        env = masked_env(dict(req.env), req.masked)
+        save_request(job_dir, replace_files(req, env=env))
+        if req.masked:
+            secret_env = {k: v for k, v in req.env.items() if env[k] != v}
+            try:
+                self.secrets.keep(req.job_id, KeptSecrets(list(req.masked), secret_env))
+            except OSError as exc:  # a full disk: it runs as asked, only a restart before its end fails it
+                log.warning("job %s: its secrets could not be kept for a restart: %s", req.job_id, exc)
         if req.gang is not None and req.gang.gang_rank:  # a member's token, for a restart (agent.gang.token)
             keep_token(job_dir, req.gang.gang_token)
         self.jobs[req.job_id] = job
@@ -218,6 +242,7 @@ class JobManager:
         """A job refused before it was ever queued: nothing of it is kept (no dir, no journal entry)."""
         self.jobs.pop(job.record.job_id, None)
         shutil.rmtree(job.dir, ignore_errors=True)
+        self.secrets.forget(job.record.job_id)
         self._changed()
 
     # -- the queue -------------------------------------------------------------
@@ -276,6 +301,7 @@ class JobManager:
                 if fail:
                     job.record.retry_on = []  # a retry cannot bring the dependency back
                     settle(job, JobState.FAILED, None, reason)  # no _finish: it held nothing, and we pump
+                    self.secrets.forget(job.record.job_id)
                     job.notify()
                     failed = True
                 elif reason:
@@ -335,9 +361,7 @@ class JobManager:
         """Take the job out of the queue: its GPUs (already held by a gang member), then its start."""
         record = job.record
         try:
-            req = job.request or read_request(job.dir)
-            if job.request is None and req.masked:
-                raise ValueError("its secrets are not kept on the runner across an agent restart: run it again")
+            req = job.request or self._request_after_restart(job)
             executor = job.executor or self.executors.for_journal(record.executor)
             gpus = record.gpus if held else self.gpus.allocate(record.job_id, need_of(record).gpus)
         except (OSError, ValueError, ProtocolError, ExecutorError, GpuError) as exc:
@@ -354,6 +378,16 @@ class JobManager:
         job.notify()
         self._changed()
         job.starting = self._spawn(self._begin(job, executor, req))
+
+    def _request_after_restart(self, job: Job) -> SubmitJob:
+        """The request as saved (*** for its secrets), its secrets put back from where they were kept."""
+        req = read_request(job.dir)
+        if not req.masked:
+            return req
+        kept = self.secrets.read(job.record.job_id)
+        if kept is None or len(kept.masked) != len(req.masked):
+            raise ValueError("its secrets were not kept on this runner: run it again")
+        return dataclasses.replace(req, env={**req.env, **kept.env}, masked=list(kept.masked))
 
     async def _begin(self, job: Job, executor: Executor, req: SubmitJob) -> None:
         if job.record.after:  # a DAG step: its dependencies' artifacts, from their workspaces
@@ -415,8 +449,9 @@ class JobManager:
         """The job's run ended (or never began): its record settled (agent.jobs.end), what it
         held freed, and the queue's next job started now."""
         settle(job, state, code, error)
-        if job.record.terminal:  # not a retry, which needs it again
+        if job.record.terminal:  # not a retry, which needs them again
             forget_token(job.dir)
+            self.secrets.forget(job.record.job_id)
         self.gpus.release(job.record.job_id)
         if self.gang_held == job.record.job_id:
             self.gang_held = ""

@@ -148,7 +148,7 @@ def capacity_of(capacity: Amount | None) -> tuple[float, int]:
 def replace_files(req: SubmitJob, env: dict[str, str] | None = None) -> SubmitJob:
     """The request without its file list (staged at submit, never needed again), with `env`
     instead of its own when given (secrets written ***); the secrets themselves become ***
-    (how many there were is kept: such a request cannot start after a restart)."""
+    (how many there were is kept: after a restart they come back from agent.jobs.kept_secrets)."""
     masked = ["***"] * len(req.masked) if env is not None else req.masked
     # The run key is kept as its hash in the record only (agent.jobs.dag): never needed to start.
     # A gang's token likewise: node 0 keeps its hash, a member needs it only until its gang starts (agent.gang.hub).

@@ -23,8 +23,17 @@ def read_journal(home: AgentHome) -> list[Job]:
     for job_dir in sorted(home.jobs.iterdir()):
         if not (job_dir / "job.json").exists():
             continue
-        record = JobRecord.load(job_dir)
-        jobs.append(Job(record, job_dir, LogSpool(job_dir / "log.spool", writable=not record.terminal)))
+        try:
+            record = JobRecord.load(job_dir)
+        except (OSError, ValueError, TypeError) as exc:  # one bad entry must not keep the agent from starting
+            log.warning("job %s: its journal cannot be read (%s); left as it is", job_dir.name, exc)
+            continue
+        try:
+            spool = LogSpool(job_dir / "log.spool", writable=not record.terminal)
+        except OSError as exc:  # a new spool's first bytes on a full disk: its later lines fail the job
+            log.warning("job %s: its log cannot be written (%s)", job_dir.name, exc.strerror or exc)
+            spool = LogSpool(job_dir / "log.spool", writable=False)
+        jobs.append(Job(record, job_dir, spool))
     return jobs
 
 

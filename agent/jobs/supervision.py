@@ -77,6 +77,9 @@ class Supervisor:
             if not adopted:
                 job.system_line(f"lanpool: SIGTERM, SIGKILL after {self.grace_s:g}s")
             self.terminate(job, self.grace_s)
+        job.on_write_failure = lambda: self._cannot_log(job, execution)
+        if job.write_failed:  # its log was refused while it started (a pip install's output)
+            self._cannot_log(job, execution)
         self._spawn(self._monitor(job))
         log.info("job %s %s (%s)", record.job_id, "re-adopted" if adopted else "started", handle)
 
@@ -85,6 +88,13 @@ class Supervisor:
         assert job.execution is not None
         job.execution.send_signal(signal.SIGTERM)
         self._spawn(self._kill_after(job, grace))
+
+    def _cannot_log(self, job: Job, execution: Execution) -> None:
+        """Its log cannot take its output (a full disk): stopped, so that it neither runs on unseen
+        nor keeps filling the disk; it then fails with why (agent.jobs.end.ended_state)."""
+        if job.execution is execution and not job.record.terminal:
+            job.system_line(f"lanpool: {job.write_failed}; SIGTERM, SIGKILL after {self.grace_s:g}s")
+            self.terminate(job, self.grace_s)
 
     async def _kill_after(self, job: Job, grace: float) -> None:
         try:

@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from lanpool.agent.executors.base import ExecutorError, OutputSink
+from lanpool.agent.executors.sandbox import Sandbox
 from lanpool.agent.python.interpreters import Interpreter, Pythons, PythonsError
 from lanpool.agent.python.venv import VenvShape
 
@@ -43,6 +44,9 @@ class JobPythons:
         """`cache_dir` None: requirements install into each job's env, uncached."""
         self.pythons = pythons
         self.cache_dir = cache_dir
+        # Set by the agent once probed: `pip install -r` of a job's requirements runs job code
+        # (setup.py, build backends), so it runs sandboxed as the job does, writing only its layer.
+        self.sandbox: Sandbox | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._shapes: dict[str, VenvShape] = {}  # interpreter path -> what venv wrote for it
 
@@ -97,19 +101,35 @@ class JobPythons:
             _say(sink, f"requirements {requirements}: installing into python {interp.version} env {key}")
             started = time.monotonic()
             command = [str(target / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
-            code = await _run(
-                f"pip install -r {requirements}",
-                [*command, "--no-input", "-r", str(req_file)],
-                working_dir,
-                {"VIRTUAL_ENV": str(target)},
-                sink,
-            )
+            argv = [*command, "--no-input", "-r", str(req_file)]
+            if self.sandbox is not None:
+                argv = await self._sandboxed(argv, target, env_dir.parent, working_dir)
+            code = await _run(f"pip install -r {requirements}", argv, working_dir, {"VIRTUAL_ENV": str(target)}, sink)
+            if self.sandbox is not None:
+                await asyncio.to_thread(_own, target)  # the layer is the agent's again: no job user writes it later
             if code != 0:
                 shutil.rmtree(target, ignore_errors=True)
                 raise ExecutorError(f"pip install -r {requirements} failed (exit {code}); its output is in the log")
             (target / _DONE).write_text(requirements + "\n")
             _say(sink, f"requirements {requirements}: installed in {time.monotonic() - started:.1f}s, cached")
         return target
+
+    async def _sandboxed(self, argv: list[str], target: Path, job_dir: Path, working_dir: Path) -> list[str]:
+        """`argv` in the job's sandbox: the layer being built writable, the workspace read-only."""
+        assert self.sandbox is not None
+        tmp = job_dir / "tmp"
+        tmp.mkdir(exist_ok=True)
+        await asyncio.to_thread(self.sandbox.give, [target, tmp])
+        workspace = (job_dir / "workspace").resolve()
+        return self.sandbox.command(argv, [target.resolve()], tmp.resolve(), working_dir.resolve(), [workspace])
+
+
+def _own(tree: Path) -> None:
+    uid, gid = os.geteuid(), os.getegid()
+    os.lchown(tree, uid, gid)
+    for root, dirs, files in os.walk(tree):
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), uid, gid)
 
 
 def _requirements_file(workspace: Path, working_dir: Path, requirements: str) -> Path:

@@ -22,7 +22,7 @@ import asyncssh
 
 from lanpool.agent.direct import DirectSender, OneConnection
 from lanpool.agent.jobs.job import Job
-from lanpool.agent.shell.process_job import job_environment, set_size, supervise, take_terminal
+from lanpool.agent.shell.process_job import inside, job_environment, set_size, supervise, take_terminal
 from lanpool.agent.shell.relay import in_thread, relay, watch_channel
 from lanpool.protocol.runtime import tls_relay
 from lanpool.protocol.shell_direct import NO_OFFER_LINE, offer_line
@@ -98,7 +98,7 @@ async def _in_process_job(
     set_size(master, width, height)
     try:
         proc = await asyncio.create_subprocess_exec(
-            *(list(argv) or ["bash", "-i"]),
+            *inside(job, list(argv) or ["bash", "-i"], cwd),
             cwd=cwd,
             env=env,
             stdin=slave,

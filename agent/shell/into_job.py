@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import asyncssh
 
 from lanpool.agent.errors import JobError
+from lanpool.agent.executors import ExecutorError
 from lanpool.agent.jobs.job import Job
 from lanpool.agent.jobs.manager import JobManager
 from lanpool.agent.jobs.owner import Owner, owns
@@ -125,7 +126,7 @@ async def serve_exec(
             code = await exec_in_container(process, job, request.argv)
         elif code is None:
             code = await exec_in_process_job(process, job, request.argv)
-    except (OSError, RuntimeError, subprocess.SubprocessError) as exc:  # not the whole connection
+    except (OSError, RuntimeError, subprocess.SubprocessError, ExecutorError) as exc:  # not the whole connection
         log.warning("exec into job %s failed: %s", request.job_id, exc)
         process.stderr.write(f"lanpool: cannot run in job {request.job_id}: {exc}\n".encode())
         code = NOT_RUNNING_EXIT
@@ -144,7 +145,7 @@ async def _serve_sshd(
     listen = direct.listen_plain if direct is not None else None
     try:
         outcome = await serve_sshd(process, job, request.argv, request.sshd_key, listen)
-    except (OSError, RuntimeError, ValueError, asyncssh.Error) as exc:
+    except (OSError, RuntimeError, ValueError, asyncssh.Error, ExecutorError) as exc:
         log.warning("sshd shell in job %s failed: %s", request.job_id, exc)
         outcome = SSHD_UNUSED
     with contextlib.suppress(OSError, asyncssh.Error):

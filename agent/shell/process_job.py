@@ -19,6 +19,7 @@ from pathlib import Path
 
 import asyncssh
 
+from lanpool.agent.executors.process import ProcessExecutor
 from lanpool.agent.jobs.job import Job
 
 _READ_SIZE = 64 * 1024
@@ -38,16 +39,25 @@ def job_environment(job: Job) -> tuple[dict[str, str], Path]:
         return env, job.dir / "workspace" / job.record.working_dir
 
 
+def inside(job: Job, command: list[str], cwd: Path) -> list[str]:
+    """`command` as it runs where the job runs: in its sandbox, as its user (agent.executors.sandbox),
+    or as it is for an unsandboxed job. ExecutorError once the job's sandbox is gone."""
+    executor = job.executor
+    if isinstance(executor, ProcessExecutor) and job.record.pid:
+        return executor.enter(job.record.pid, command, cwd)
+    return command
+
+
 async def exec_in_process_job(process: asyncssh.SSHServerProcess[bytes], job: Job, argv: tuple[str, ...]) -> int:
     env, cwd = job_environment(job)
     term = process.term_type
     if term:
         env["TERM"] = term
     if term:
-        command = list(argv) or ["bash", "-i"]
+        command = inside(job, list(argv) or ["bash", "-i"], cwd)
         return await _run_on_pty(process, job, command, env, cwd)
     proc = await asyncio.create_subprocess_exec(
-        *(argv or ["bash"]),
+        *inside(job, list(argv) or ["bash"], cwd),
         cwd=cwd,
         env=env,
         stdin=asyncio.subprocess.PIPE,

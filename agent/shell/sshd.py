@@ -12,9 +12,14 @@ agent makes, in a private directory (0700, in /dev/shm where there is one, remov
   may hold secrets, is on disk only until the session starts, and its absence tells the agent
   the session ran), enters the job's working directory and runs the shell with the job's
   environment, as the job's own process has it.
-Then one listener in the direct transfers' ports takes ONE connection from the address the
-SSH connection came from (others are closed and logged), handed to `sshd -i` on its stdin and
-stdout. The channel closing or the job ending stops that sshd; its log lines go to the agent's log.
+Then one listener in the direct transfers' ports takes connections from the address the SSH
+connection came from (others are closed and logged), each handed to an `sshd -i` of its own on its
+stdin and stdout, until one logs in with the session's key (sshd's "Accepted publickey" line with
+that key's fingerprint): then the listener closes and the other connections are cut. A wrong key,
+or a connection that says nothing, does not use the offer up (the controller's `ssh` may come
+after it), and what it may cost is bounded: MAX_TRIES connections, MAX_PENDING logging in at
+once, each for LOGIN_GRACE_S (sshd's LoginGraceTime), new ones for ACCEPT_S. The channel closing
+or the job ending stops every sshd of the offer; their log lines go to the agent's log.
 """
 
 import asyncio
@@ -34,18 +39,24 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import asyncssh
 
 from lanpool.agent.jobs.job import Job
-from lanpool.agent.shell.process_job import job_environment
+from lanpool.agent.shell.process_job import inside, job_environment
 from lanpool.protocol.errors import clip
 from lanpool.protocol.shell_sshd import NO_OFFER_LINE, SSHD_ENV, SSHD_RAN, SSHD_UNUSED, offer_line
 
 log = logging.getLogger(__name__)
 
-ACCEPT_S = 15.0  # how long the offer waits for the controller's ssh
+ACCEPT_S = 15.0  # how long the offer takes new connections for the controller's ssh
+LOGIN_GRACE_S = 15  # how long one connection may take to log in (sshd's LoginGraceTime)
 MAX_STRANGERS = 8  # connections from other addresses before the offer is withdrawn
+# Connections from the controller's address that may try to log in, in all and at once: enough
+# for the controller's ssh after a few that failed (a wrong key, a port scan), and no more sshds.
+MAX_TRIES = 8
+MAX_PENDING = 4
 _STOP_S = 5.0
 _LOG_LINES = 200  # of one sshd's stderr, into the agent's log
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}\$?")
@@ -55,6 +66,12 @@ _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 _SAFE_PATH = re.compile(r"[A-Za-z0-9_./-]+")
 _DIR_PREFIX = "lanpool-sshd-"
 _STALE_DIR = re.compile(re.escape(_DIR_PREFIX) + r"([0-9]{1,10})-[A-Za-z0-9_]+")
+# sshd's line for a login (-e: on stderr, with no prefix; OpenSSH 9.8+ may name sshd-session).
+# Anchored at the start: sshd escapes what a client sends (a user name with a newline in it)
+# before it logs, so no client can start a line; the fingerprint must be the session's key.
+_ACCEPTED = re.compile(
+    r"(?:sshd(?:-session)?(?:\[[0-9]+\])?: )?Accepted publickey for \S+ from \S+ port [0-9]+ ssh2: ED25519 (SHA256:\S+)"
+)
 
 
 def sshd_binary() -> str | None:
@@ -143,13 +160,9 @@ async def serve_sshd(
         script, host_b64 = _prepare(workdir, job, argv, client_key_b64)
         port = listener.getsockname()[1]
         process.stdout.write(offer_line(port, pwd.getpwuid(os.getuid()).pw_name, host_b64))
-        conn = await _accept(process, listener, str(peername[0]), what)
-        listener.close()
-        if conn is None:
-            return SSHD_UNUSED
-        log.info("%s: %s connected; the session runs in a one-time sshd", what, peername[0])
-        await _run_sshd(process, job, conn, workdir / "sshd_config", what)
-        ran = not script.exists()
+        fingerprint = asyncssh.import_public_key(f"ssh-ed25519 {client_key_b64}").get_fingerprint("sha256")
+        await _serve(process, job, listener, str(peername[0]), _Sshd(workdir / "sshd_config", fingerprint, what))
+        ran = not script.exists()  # the forced command's first act: no client can fake it
         log.info("%s: ended (%s)", what, "a session ran" if ran else "no session ran")
         return SSHD_RAN if ran else SSHD_UNUSED
     finally:
@@ -221,7 +234,7 @@ def _prepare(workdir: Path, job: Job, argv: tuple[str, ...], client_key_b64: str
     _write(workdir / "authorized_keys", f"restrict,pty ssh-ed25519 {client_key_b64} lanpool-controller\n")
     env, cwd = job_environment(job)
     script = workdir / "session.sh"
-    _write(script, _session_script(env, cwd, argv))
+    _write(script, _session_script(env, cwd, tuple(inside(job, list(argv) or ["bash", "-i"], cwd))))
     me = pwd.getpwuid(os.getuid()).pw_name
     _write(
         workdir / "sshd_config",
@@ -251,7 +264,7 @@ def _prepare(workdir: Path, job: Job, argv: tuple[str, ...], client_key_b64: str
                 "PrintLastLog no",
                 "MaxAuthTries 2",
                 "MaxSessions 1",
-                "LoginGraceTime 15",
+                f"LoginGraceTime {LOGIN_GRACE_S}",
                 "ClientAliveInterval 15",
                 "ClientAliveCountMax 3",
                 "PidFile none",
@@ -302,76 +315,171 @@ def _same_host(a: str, b: str) -> bool:
     return x == y
 
 
-async def _accept(
-    process: asyncssh.SSHServerProcess[bytes], listener: socket.socket, peer: str, what: str
-) -> socket.socket | None:
-    """The controller's connection: the first from the SSH connection's address, within ACCEPT_S,
-    while the controller waits for it; None otherwise. Connections from elsewhere are closed unread."""
-    loop = asyncio.get_running_loop()
-    listener.setblocking(False)
-    closed = asyncio.ensure_future(_client_done(process))
-    deadline = loop.time() + ACCEPT_S
-    strangers = 0
-    try:
-        while strangers < MAX_STRANGERS:
-            accepting = asyncio.ensure_future(loop.sock_accept(listener))
-            done, _ = await asyncio.wait(
-                [accepting, closed], timeout=max(0.0, deadline - loop.time()), return_when=asyncio.FIRST_COMPLETED
-            )
-            if accepting not in done:
-                accepting.cancel()
-                log.info("%s: %s", what, "the controller gave up first" if closed in done else "no connection came")
-                return None
-            conn, address = accepting.result()
-            if _same_host(address[0], peer):
-                return conn
-            strangers += 1
-            log.warning("%s: a connection from %s, not the controller's %s; closed", what, address[0], peer)
-            conn.close()
-        log.warning("%s: %d connections from elsewhere; the offer is withdrawn", what, strangers)
-        return None
-    finally:
-        closed.cancel()
+class _Sshd:
+    """What every `sshd -i` of one offer is started with, and how its login is told."""
+
+    def __init__(self, config: Path, fingerprint: str, what: str) -> None:
+        self.config = config
+        self.fingerprint = fingerprint  # of the session's key, as sshd logs it
+        self.what = what
 
 
-async def _run_sshd(
-    process: asyncssh.SSHServerProcess[bytes], job: Job, conn: socket.socket, config: Path, what: str
+class _Login:
+    """One connection from the controller's address, in an `sshd -i` of its own: `accepted` is done
+    once sshd logged it in with the session's key, `ended` once that sshd exited."""
+
+    def __init__(self, sshd: asyncio.subprocess.Process, how: _Sshd) -> None:
+        assert sshd.stderr is not None
+        self.sshd = sshd
+        self.accepted: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.ended = asyncio.ensure_future(sshd.wait())
+        self.logging = asyncio.ensure_future(_log_lines(sshd.stderr, how, self.accepted))
+
+    @classmethod
+    async def start(cls, conn: socket.socket, how: _Sshd) -> "_Login":
+        binary = sshd_binary()
+        assert binary is not None  # unusable_because() checked it
+        conn.setblocking(True)
+        try:
+            sshd = await asyncio.create_subprocess_exec(
+                binary, "-i", "-e", "-f", str(how.config), stdin=conn.fileno(), stdout=conn.fileno(),
+                stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent(),
+            )  # fmt: skip
+        finally:
+            conn.close()  # the child has its own copy
+        return cls(sshd, how)
+
+    async def stop(self) -> None:
+        """Hang the session up (sshd does on SIGTERM), by force after _STOP_S."""
+        with contextlib.suppress(ProcessLookupError):
+            self.sshd.terminate()
+        try:
+            await asyncio.wait_for(asyncio.shield(self.ended), _STOP_S)
+        except TimeoutError:
+            self.kill()
+            await self.ended
+
+    def kill(self) -> None:
+        """Its sshd and whatever it started gone (a session of its own: the pid is the group)."""
+        if self.sshd.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.sshd.pid, signal.SIGKILL)
+
+    def drop(self) -> None:
+        self.kill()
+        self.ended.cancel()
+        self.logging.cancel()
+
+
+async def _serve(
+    process: asyncssh.SSHServerProcess[bytes], job: Job, listener: socket.socket, peer: str, how: _Sshd
 ) -> None:
-    """`sshd -i` on the connection until it ends, the controller is done or the job ends."""
-    binary = sshd_binary()
-    assert binary is not None  # unusable_because() checked it
-    conn.setblocking(True)
-    try:
-        sshd = await asyncio.create_subprocess_exec(
-            binary, "-i", "-e", "-f", str(config), stdin=conn.fileno(), stdout=conn.fileno(),
-            stderr=asyncio.subprocess.PIPE, start_new_session=True, preexec_fn=_die_with_parent(),
-        )  # fmt: skip
-    finally:
-        conn.close()  # the child has its own copy
-    assert sshd.stderr is not None
-    logging_task = asyncio.ensure_future(_log_lines(sshd.stderr, what))
-    waiting = asyncio.ensure_future(sshd.wait())
+    """The offer, from its listener to the end of its session: the first connection that logs in
+    (_first_login) is served until its sshd ends, the controller is done or the job ends; every
+    other connection's sshd is killed once one logged in, or when the offer ends without one."""
     closed = asyncio.ensure_future(_client_done(process))
     ended = asyncio.ensure_future(job.wait_terminal())
+    logins: list[_Login] = []
     try:
-        await asyncio.wait([waiting, closed, ended], return_when=asyncio.FIRST_COMPLETED)
-        if not waiting.done():
-            log.info("%s: %s; stopping its sshd", what, "the job ended" if ended.done() else "the controller is done")
-            with contextlib.suppress(ProcessLookupError):
-                sshd.terminate()  # sshd hangs the session up
-            try:
-                await asyncio.wait_for(asyncio.shield(waiting), _STOP_S)
-            except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(sshd.pid, signal.SIGKILL)
-                await waiting
-        await asyncio.wait([logging_task], timeout=1.0)
+        login = await _first_login(listener, peer, how, logins, closed, ended)
+        listener.close()
+        for other in logins:
+            if other is not login:
+                other.kill()  # before a login, so no session of ours
+        if login is None:
+            return
+        log.info("%s: %s logged in; the session runs in a one-time sshd", how.what, peer)
+        await asyncio.wait([login.ended, closed, ended], return_when=asyncio.FIRST_COMPLETED)
+        if not login.ended.done():
+            log.info(
+                "%s: %s; stopping its sshd", how.what, "the job ended" if ended.done() else "the controller is done"
+            )
+            await login.stop()
+        await asyncio.wait([login.logging], timeout=1.0)
     finally:
-        for task in (closed, ended, logging_task):
-            task.cancel()
-        if sshd.returncode is None:  # cancelled (the agent stopping): no session outlives its agent
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(sshd.pid, signal.SIGKILL)
+        closed.cancel()
+        ended.cancel()
+        for each in logins:  # cancelled (the agent stopping) too: no session outlives its agent
+            each.drop()
+
+
+async def _first_login(
+    listener: socket.socket,
+    peer: str,
+    how: _Sshd,
+    logins: list[_Login],
+    closed: asyncio.Future[None],
+    ended: asyncio.Future[None],
+) -> _Login | None:
+    """Connections from the SSH connection's address, each into an sshd of its own (appended to
+    `logins`), until one logs in with the session's key: that one. None when the controller is
+    done or the job ends first, or when no connection is pending and none may come any more
+    (ACCEPT_S passed, MAX_TRIES taken, MAX_STRANGERS closed). Connections from elsewhere, and
+    those over MAX_PENDING, are closed unread."""
+    loop = asyncio.get_running_loop()
+    listener.setblocking(False)
+    deadline = loop.time() + ACCEPT_S
+    strangers = tries = 0
+    accepting: asyncio.Future[tuple[socket.socket, Any]] | None = None
+    try:
+        while True:
+            taking = tries < MAX_TRIES and strangers < MAX_STRANGERS and loop.time() < deadline
+            if taking and accepting is None:
+                accepting = asyncio.ensure_future(loop.sock_accept(listener))
+            elif not taking and accepting is not None:
+                accepting.cancel()
+                accepting = None
+            if accepting is None and not logins:
+                _log_no_login(how.what, tries, strangers)
+                return None
+            waits: set[asyncio.Future[Any]] = {closed, ended, *(w for x in logins for w in (x.accepted, x.ended))}
+            if accepting is not None:
+                waits.add(accepting)
+            timeout = max(0.0, deadline - loop.time()) if accepting is not None else None
+            done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if closed in done or ended in done:
+                log.info("%s: %s", how.what, "the controller gave up first" if closed.done() else "the job ended")
+                return None
+            for login in list(logins):
+                if login.ended.done() and not login.accepted.done():
+                    await asyncio.wait([login.logging], timeout=1.0)  # its last lines: did it log in?
+                    if not login.accepted.done():
+                        logins.remove(login)
+                        login.drop()
+                if login.accepted.done():
+                    return login
+            if accepting is None or accepting not in done:
+                continue
+            conn, address = accepting.result()
+            accepting = None
+            if not _same_host(address[0], peer):
+                strangers += 1
+                log.warning("%s: a connection from %s, not the controller's %s; closed", how.what, address[0], peer)
+                conn.close()
+                continue
+            tries += 1
+            if len(logins) >= MAX_PENDING:
+                log.warning("%s: a connection from %s while %d are logging in; closed", how.what, peer, len(logins))
+                conn.close()
+                continue
+            log.info(
+                "%s: %s connected (%d of %d); it may log in to the one-time sshd", how.what, peer, tries, MAX_TRIES
+            )
+            logins.append(await _Login.start(conn, how))
+    finally:
+        if accepting is not None:
+            accepting.cancel()
+            if accepting.done() and not accepting.cancelled() and accepting.exception() is None:
+                accepting.result()[0].close()  # taken just as the offer ended
+
+
+def _log_no_login(what: str, tries: int, strangers: int) -> None:
+    if strangers >= MAX_STRANGERS:
+        log.warning("%s: %d connections from elsewhere; the offer is withdrawn", what, strangers)
+    elif tries >= MAX_TRIES:
+        log.warning("%s: %d connections, none logged in; the offer is withdrawn", what, tries)
+    else:
+        log.info("%s: %s", what, "no connection logged in" if tries else "no connection came")
 
 
 def _die_with_parent() -> Callable[[], object] | None:
@@ -386,13 +494,17 @@ def _die_with_parent() -> Callable[[], object] | None:
     return functools.partial(prctl, _PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-async def _log_lines(stream: asyncio.StreamReader, what: str) -> None:
-    """sshd's own lines (who logged in, why one was refused) into the agent's log, bounded."""
+async def _log_lines(stream: asyncio.StreamReader, how: _Sshd, accepted: asyncio.Future[None]) -> None:
+    """sshd's own lines (who logged in, why one was refused) into the agent's log, bounded;
+    `accepted` done at its line for a login with the session's key."""
     logged = 0
     try:
         while line := await stream.readline():
+            text = line.decode(errors="replace").strip()
+            if not accepted.done() and (m := _ACCEPTED.fullmatch(text)) and m.group(1) == how.fingerprint:
+                accepted.set_result(None)
             if logged < _LOG_LINES:
-                log.info("%s: sshd: %s", what, clip(line.decode(errors="replace").strip(), 300))
+                log.info("%s: sshd: %s", how.what, clip(text, 300))
                 logged += 1
     except ValueError:  # a line over the reader's limit: what sshd says is not worth more
         return

@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Callable, Generator
 from typing import Any, cast
@@ -12,6 +13,7 @@ from lanpool import __version__
 from lanpool.agent.direct import DirectSender
 from lanpool.agent.errors import JobError
 from lanpool.agent.jobs.job import Job
+from lanpool.agent.jobs.journal import artifact_page
 from lanpool.agent.jobs.manager import JobManager
 from lanpool.agent.jobs.owner import Owner
 from lanpool.agent.shell.sshd import sshd_offered
@@ -46,7 +48,7 @@ from lanpool.protocol import (
     encode_message,
 )
 from lanpool.protocol.errors import clip
-from lanpool.protocol.messages import AgentMessage, ClientMessage
+from lanpool.protocol.messages import ARTIFACT_PAGES, STATUS_ARTIFACTS, AgentMessage, ClientMessage, JobStatus
 from lanpool.protocol.shell_direct import SHELL_DIRECT
 from lanpool.protocol.shell_sshd import SHELL_SSHD
 from lanpool.protocol.transfer_messages import ARTIFACT_DIRECT, ARTIFACT_RANGES, LOG_DIRECT
@@ -62,6 +64,8 @@ CHUNK_BYTES = 256 * 1024
 COALESCE_S = 0.005
 _READ_SIZE = 256 * 1024
 _ERROR_CHARS = 1000  # of an Error reply's message
+# A status listing more artifact files than this is made into its frame in a thread.
+_INLINE_ARTIFACTS = 256
 
 
 class ChannelSession:
@@ -96,6 +100,7 @@ class ChannelSession:
         # Blobs this channel was told are here, or sent: kept from eviction until it submits or closes.
         self._offered: set[str] = set()
         self.blobs_stored = 0  # blobs this channel received whole (tests count uploads with it)
+        self._pages = False  # the controller reads a long artifact list a page at a time (ClientHello)
 
     async def run(self) -> None:
         reader = FrameReader()
@@ -164,6 +169,7 @@ class ChannelSession:
         if isinstance(msg, (PairStart, PairConfirm)):
             await self._pair(msg)
         elif isinstance(msg, ClientHello):
+            self._pages = ARTIFACT_PAGES in msg.features
             if msg.protocol_version != PROTOCOL_VERSION:
                 await self._send(
                     Error(
@@ -183,12 +189,12 @@ class ChannelSession:
             self._blobs.unpin(self._offered)  # staged: the workspace holds copies now
             self._offered = set()
             await self._send(JobAccepted(msg.job_id, str(job.dir / "workspace"), job.record.master_port))
-            await self._send(job.status())
+            await self._send_status(job)
         elif isinstance(msg, StopJob):
             job = self._manager.stop(msg.job_id, msg.abort, msg.grace_s, self._owner)
-            await self._send(job.status())
+            await self._send_status(job)
         elif isinstance(msg, GetStatus):
-            await self._send(self._manager.get(msg.job_id, self._owner).status())
+            await self._send_status(self._manager.get(msg.job_id, self._owner), msg.artifacts_from)
         elif isinstance(msg, Attach):
             job = self._manager.get(msg.job_id, self._owner)
             task = asyncio.create_task(self._stream(job, msg.from_seq, msg.follow, msg.direct))
@@ -270,7 +276,7 @@ class ChannelSession:
                         await asyncio.sleep(COALESCE_S)
                     continue
                 if job.record.terminal or not follow:
-                    await self._send(job.status())
+                    await self._send_status(job)
                     return
                 await changed.wait()
         except (OSError, asyncssh.Error, ConnectionError):
@@ -346,6 +352,21 @@ class ChannelSession:
 
                 ahead.add_done_callback(close)
 
+    async def _send_status(self, job: Job, artifacts_from: int = 0) -> None:
+        """The job's status: its artifact list a page long (STATUS_ARTIFACTS) to a controller that
+        reads pages, whole to one that does not. A long list is made into the frame in a thread:
+        on the loop, a status of 150k files stalled every other connection of this agent for
+        over a second (scripts/bench-artifact-status)."""
+        limit = STATUS_ARTIFACTS if self._pages else None
+        files = job.record.artifact_files
+        if len(files) <= _INLINE_ARTIFACTS:
+            await self._send(job.status(artifacts_from, limit))
+            return
+        # The rest of the status is taken here, where the record changes; the list is replaced
+        # whole when the job ends, never changed in place, so the thread reads the one taken here.
+        head = job.status(artifacts_from, 0)
+        await self._write(await asyncio.to_thread(_status_frame, head, files, artifacts_from, limit))
+
     async def _send(self, msg: AgentMessage) -> None:
         await self._write(encode_message(msg))
 
@@ -353,6 +374,12 @@ class ChannelSession:
         async with self._write_lock:  # frames from concurrent streams must not interleave
             self._proc.stdout.write(data)
             await self._proc.stdout.drain()
+
+
+def _status_frame(head: JobStatus, files: list[dict[str, Any]], start: int, limit: int | None) -> bytes:
+    """`head` with its page of `files` (journal.artifact_page), as a frame (in a thread)."""
+    artifacts, total = artifact_page(files, start, limit)
+    return encode_message(dataclasses.replace(head, artifacts=artifacts, artifacts_total=total))
 
 
 def _internal_error(msg: ClientMessage, exc: BaseException) -> Error:

@@ -10,6 +10,8 @@ time has none and is read (and appended to) in that older layout, its times 0.
 """
 
 import bisect
+import contextlib
+import errno
 import os
 import struct
 import threading
@@ -124,7 +126,7 @@ class LogSpool:
         fields: tuple[int | float, ...] = (seq, n, _STREAM_IDS[stream], len(lines))
         if self._header is _HEADER:
             fields += (time.time(),)
-        os.write(self._fd, self._header.pack(*fields) + lines)
+        _write_whole(self._fd, self._header.pack(*fields) + lines, self.size)
         # In this order: read() in another thread relies on it (bytes, seq, offset, next_seq).
         self._seqs.append(seq)
         self._offsets.append(self.size)
@@ -174,6 +176,23 @@ class LogSpool:
         if self._fd >= 0:
             os.close(self._fd)
             self._fd = -1
+
+
+def _write_whole(fd: int, record: bytes, size: int) -> None:
+    """Append `record` whole or not at all: a disk that fills mid-record (a short write, then
+    ENOSPC) has the torn part cut off again, so the file stays whole records, a later append
+    (once there is room) starts where a reader expects one, and the bytes are free again."""
+    view = memoryview(record)
+    try:
+        while view:
+            n = os.write(fd, view)
+            if n == 0:  # a regular file that takes nothing: full, whatever errno did not say
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view = view[n:]
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.ftruncate(fd, size)
+        raise
 
 
 def _drop_lines(data: bytes, count: int) -> bytes:

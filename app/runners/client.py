@@ -56,7 +56,7 @@ from lanpool.protocol import (
     decode_agent_message,
     encode_message,
 )
-from lanpool.protocol.messages import AgentMessage, ClientMessage
+from lanpool.protocol.messages import ARTIFACT_PAGES, AgentMessage, ClientMessage
 from lanpool.protocol.pairing import PAIRING_USER, ControllerPake, PairingFailed, sanitize_label
 from lanpool.protocol.runtime.ssh_transport import install as install_ssh_transport
 from lanpool.protocol.transfer_messages import LOG_DIRECT
@@ -105,7 +105,7 @@ class Channel:
                 f"{self._where} speaks lanpool protocol {msg.protocol_version}, this controller {PROTOCOL_VERSION}: "
                 "install the same lanpool version on both"
             )
-        await self.send(ClientHello(PROTOCOL_VERSION, __version__))
+        await self.send(ClientHello(PROTOCOL_VERSION, __version__, [ARTIFACT_PAGES]))
         return msg
 
     async def send(self, msg: ClientMessage) -> None:
@@ -312,8 +312,10 @@ class RunnerSession:
     async def stop(self, job_id: str, abort: bool, grace_s: float | None) -> JobStatus:
         return await self._request(StopJob(job_id, abort, grace_s), JobStatus)
 
-    async def status(self, job_id: str) -> JobStatus:
-        return await self._request(GetStatus(job_id), JobStatus)
+    async def status(self, job_id: str, artifacts_from: int = 0) -> JobStatus:
+        """The job's status; a long artifact list comes a page at a time, this one from file
+        `artifacts_from` (app/transfer/pull.py reads the rest)."""
+        return await self._request(GetStatus(job_id, artifacts_from), JobStatus)
 
     async def attach(self, job_id: str, from_seq: int, follow: bool = True) -> AsyncIterator[list[AgentMessage]]:
         """Batches of LogChunk messages; the last batch ends with the job's JobStatus. A

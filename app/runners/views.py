@@ -105,6 +105,7 @@ class RunnerView(Record):
             "gpu_name": self.props.get("gpu_name", ""),
             "gpu_util": self.gpu_util,
             "executor": self.props.get("executor", ""),
+            "isolation": self.props.get("isolation", ""),
             "running_jobs": self.running,
             "last_seen": self.last_seen,
         }

@@ -22,6 +22,7 @@ range held to the same rules within its own bounds.
 
 import asyncio
 import contextlib
+import dataclasses
 import fcntl
 import json
 import logging
@@ -70,16 +71,19 @@ class PullLimits(Record):
     max_bytes: int = DEFAULT_MAX_BYTES
     max_files: int = DEFAULT_MAX_FILES
 
+    def check_count(self, count: int) -> None:
+        if count > self.max_files:
+            raise ArtifactsRefused(
+                f"the runner declares {count} artifact files, more than the limit of {self.max_files} "
+                f"per job (raise it with {MAX_FILES_ENV})"
+            )
+
     @classmethod
     def from_env(cls) -> "PullLimits":
         return cls(_env_int(MAX_BYTES_ENV, DEFAULT_MAX_BYTES), _env_int(MAX_FILES_ENV, DEFAULT_MAX_FILES))
 
     def check(self, declared: dict[str, int]) -> None:
-        if len(declared) > self.max_files:
-            raise ArtifactsRefused(
-                f"the runner declares {len(declared)} artifact files, more than the limit of {self.max_files} "
-                f"per job (raise it with {MAX_FILES_ENV})"
-            )
+        self.check_count(len(declared))
         total = sum(declared.values())
         if total > self.max_bytes:
             raise ArtifactsRefused(
@@ -169,6 +173,8 @@ async def pull_job(
     files (path, size). ArtifactsRefused (staging removed) when the runner's files are not
     taken; RunnerError (staging kept, to resume) when the connection is lost. With
     `parallel`, large files come in ranges over several connections (app/transfer/ranges.py)."""
+    limits.check_count(sum(status.artifacts_total or len(status.artifacts) for _node, _session, status in finals))
+    finals = [(node, session, await whole_list(session, job_id, status)) for node, session, status in finals]
     per_node = [(node, session, checked_declared(status.artifacts)) for node, session, status in finals]
     every: dict[str, int] = {}
     for node, _session, declared in per_node:
@@ -228,6 +234,29 @@ async def pull_job(
                 _meta(store_dir, job_id).unlink(missing_ok=True)
                 state.remove()
     return sorted(every.items())
+
+
+async def whole_list(session: "RunnerSession", job_id: str, status: JobStatus) -> JobStatus:
+    """`status` with every artifact file its runner listed: a long list comes a page at a time
+    (JobStatus.artifacts_total, protocol/messages.py STATUS_ARTIFACTS), the rest asked for here.
+    The caller checks the count against its limits first; each page must bring files, so a
+    runner that says more than it sends is refused after at most that many requests."""
+    total = status.artifacts_total
+    if not total:
+        return status
+    files = list(status.artifacts)
+    log.info("%s: job %s lists %d artifact files; reading them a page at a time", session.where, job_id, total)
+    while len(files) < total:
+        page = await session.status(job_id, len(files))
+        if page.artifacts_total != total or not page.artifacts:
+            raise ArtifactsRefused(
+                f"{session.where} listed {total} artifact files, then {page.artifacts_total} "
+                f"with {len(page.artifacts)} from file {len(files)}"
+            )
+        files += page.artifacts
+    if len(files) != total:
+        raise ArtifactsRefused(f"{session.where} listed {total} artifact files and sent {len(files)}")
+    return dataclasses.replace(status, artifacts=files, artifacts_total=0)
 
 
 async def _pull_node(

@@ -64,6 +64,16 @@ def gpu_util_text(v: RunnerView) -> str:
     return " ".join("?" if u is None else f"{u}%" for u in v.gpu_util) or "-"
 
 
+def executor_text(props: dict[str, str]) -> str:
+    """ "process, sandboxed": what runs jobs there and whether process jobs are kept off the
+    runner's files (agent.executors.sandbox); "-" when the runner says nothing."""
+    executor = props.get("executor", "") or "-"
+    isolation = props.get("isolation", "")
+    if not isolation:  # an older agent
+        return executor
+    return f"{executor}, {'sandboxed' if isolation.startswith('bwrap') else 'unsandboxed'}"
+
+
 def runner_cells(v: RunnerView, now: float | None = None) -> list[str]:
     """One runner's row, in RUNNER_HEADERS order."""
     gpu_name = v.props.get("gpu_name", "")
@@ -73,7 +83,7 @@ def runner_cells(v: RunnerView, now: float | None = None) -> list[str]:
         v.state,
         f"{v.gpus_free}/{v.gpus}" + (f" {gpu_name}" if gpu_name else ""),
         str(v.running),
-        v.props.get("executor", "-") or "-",
+        executor_text(v.props),
         v.source,
         ago(v.last_seen, now),
     ]
