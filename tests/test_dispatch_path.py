@@ -8,7 +8,7 @@ import pytest
 from lanpool.app.cli import parser as cli_parser
 from lanpool.app.errors import RunnerError
 from lanpool.protocol import SubmitJob
-from tests.runner_jobs import job_log, open_session, runner  # noqa: F401  (runner: a fixture)
+from tests.runner_jobs import job_log, open_session, runner, wait_state  # noqa: F401  (runner: a fixture)
 
 
 def test_the_attach_takes_the_channel_opened_beside_the_submit(runner):  # noqa: F811
@@ -19,6 +19,8 @@ def test_the_attach_takes_the_channel_opened_beside_the_submit(runner):  # noqa:
             spare = s._spare
             await s.submit(SubmitJob("spare1", "r", "w", ["echo via-the-spare"]))
             assert spare is not None and s._spare is spare
+            await wait_state(s, "spare1", {"DONE"})  # its line is in the log (a sandbox takes a moment to start)
+            assert s._spare is spare  # a status does not take it
             assert "via-the-spare" in await job_log(s, "spare1")
             assert s._spare is None  # taken by that attach
             assert "via-the-spare" in await job_log(s, "spare1")  # the next opens its own

@@ -96,6 +96,8 @@ def _pids_of_node(rank: int, agents) -> list[int]:
             continue
         if not cwd.startswith(roots):
             continue
+        if cmd.startswith(b"bwrap\0"):  # the job's sandbox, not the trainer (it carries the job's commands)
+            continue
         if b"training.autoencoder" in cmd and f"LANPOOL_NODE_RANK={rank}".encode() in env:
             found.append(int(pid))
     return found

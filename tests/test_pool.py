@@ -150,13 +150,17 @@ workflows:
 
 def test_gpus_free_follow_jobs_in_the_advertisement(tmp_path, controller_home, cli, make_project):
     a = start_agent(tmp_path / "a", controller_home, name="pool-g", extra_env={"LANPOOL_FAKE_GPUS": "0,1"})
-    release = tmp_path / "release"
+
+    def release() -> None:  # a file in the job's workspace: a sandboxed job sees no other path of the host's
+        for workspace in (tmp_path / "a" / "jobs").glob("*/workspace"):
+            (workspace / "release").touch()
+
     try:
         # The job holds its GPU until the test releases it: `run -d` returns once the runner
         # accepted the job (it may not have started yet), and a busy machine may be slow.
         project = make_project(
             "workflows:\n  - name: hold\n    resources: {gpu: 1}\n"
-            f'    commands: ["while [ ! -e {release} ]; do sleep 0.2; done"]\n'
+            '    commands: ["while [ ! -e release ]; do sleep 0.2; done"]\n'
         )
         cli("headless", "run", "hold", "--runner", a.address, "-d", cwd=project, check=True)
 
@@ -167,12 +171,12 @@ def test_gpus_free_follow_jobs_in_the_advertisement(tmp_path, controller_home, c
         deadline = time.time() + 30
         while free() != "1":
             assert time.time() < deadline, "the TXT record never showed the job's GPU taken"
-        release.touch()
+        release()
         deadline = time.time() + 30
         while free() != "2":
             assert time.time() < deadline, "the TXT record never showed the GPU free again"
     finally:
-        release.touch()
+        release()
         a.stop()
 
 

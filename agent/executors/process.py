@@ -212,6 +212,11 @@ class ProcessExecution:
         if sig == signal.SIGTERM:
             self._stopping = True
         self._killpg(sig)
+        if sig == signal.SIGKILL and self.pid != self._proc.pid:
+            # bwrap outside the sandbox's group ends once its PID 1 is gone, unless it was stopped
+            # itself (SIGSTOP): then nothing else would end the job's wait.
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
 
     async def detach(self) -> None:
         pass  # nothing to let go of: a process job is stopped before the agent exits
