@@ -232,7 +232,8 @@ def test_a_requirements_build_runs_sandboxed_too(sandboxed, cli, make_project):
         "        raise SystemExit(f'BLOCKED {exc.strerror}')\n"
     )
     project = make_project(
-        "workflows:\n  - name: evil\n    provider: python\n    script: main.py\n    requirements: requirements.txt\n",
+        "workflows:\n  - name: evil\n    provider: python\n    script: main.py\n    requirements: requirements.txt\n"
+        "    executor: process\n",  # the python provider names an image: where Docker runs, a container
         files={
             "main.py": "print('never')\n",
             "requirements.txt": "--no-index\n./evilpkg\n",
