@@ -9,6 +9,7 @@ import hashlib
 import shutil
 import subprocess
 
+import asyncssh
 import pytest
 
 from lanpool.app.errors import LanpoolError
@@ -28,15 +29,20 @@ def _job(job_id: str, cpu: float = 1) -> SubmitJob:
     )
 
 
+def _second_controller(tmp_path, agent) -> asyncssh.SSHKey:
+    """A second controller paired with the runner: a home and a key of its own."""
+    home = tmp_path / "other-controller"
+    env = lanpool_env(home)
+    authorize_key(controller_key(env), agent.data_dir, env)
+    return load_or_create_client_key(ControllerHome(home).key)
+
+
 def test_one_controller_cannot_fill_the_queue(tmp_path, controller_home):
     agent = start_agent(
         tmp_path / "agent", controller_home, extra_env=ALL_CPUS, extra_args=["--max-queued-per-controller", "2"]
     )
     try:
-        other_home = tmp_path / "other-controller"
-        env = lanpool_env(other_home)
-        authorize_key(controller_key(env), agent.data_dir, env)
-        other = load_or_create_client_key(ControllerHome(other_home).key)
+        other = _second_controller(tmp_path, agent)
 
         async def go() -> str:
             async with (
@@ -107,10 +113,7 @@ def test_one_controller_cannot_fill_the_disk_with_staged_workspaces(tmp_path, co
     blob = b"s" * (4 << 20)
     sha = hashlib.sha256(blob).hexdigest()
     try:
-        other_home = tmp_path / "other-controller"
-        env = lanpool_env(other_home)
-        authorize_key(controller_key(env), agent.data_dir, env)
-        other = load_or_create_client_key(ControllerHome(other_home).key)
+        other = _second_controller(tmp_path, agent)
 
         async def go() -> str:
             async with (

@@ -125,12 +125,8 @@ class Sandbox:
         """Make `paths` (trees the agent wrote) the job user's; nothing to do without a user switch."""
         if self.user is None:
             return
-        uid, gid = self.user.uid, self.user.gid
         for top in paths:
-            os.lchown(top, uid, gid)
-            for root, dirs, files in os.walk(top):
-                for name in dirs + files:
-                    os.lchown(os.path.join(root, name), uid, gid)
+            chown_tree(top, self.user.uid, self.user.gid)
 
     def _drop(self) -> list[str]:
         if self.user is None:
@@ -155,6 +151,14 @@ class Sandbox:
                 if top is not None:
                     masks.add(top)
         return [m for m in masks if not any(m != o and m.is_relative_to(o) for o in masks)]
+
+
+def chown_tree(top: Path, uid: int, gid: int) -> None:
+    """`top` and everything under it owned by uid:gid (links themselves, never what they point at)."""
+    os.lchown(top, uid, gid)
+    for root, dirs, files in os.walk(top):
+        for name in dirs + files:
+            os.lchown(os.path.join(root, name), uid, gid)
 
 
 def probe(mode: str, data_dirs: list[Path], readable: list[Path], job_user: str | None) -> tuple[Sandbox | None, str]:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from lanpool.agent.executors.base import ExecutorError, OutputSink
-from lanpool.agent.executors.sandbox import Sandbox
+from lanpool.agent.executors.sandbox import Sandbox, chown_tree
 from lanpool.agent.python.interpreters import Interpreter, Pythons, PythonsError
 from lanpool.agent.python.venv import VenvShape
 
@@ -106,7 +106,9 @@ class JobPythons:
                 argv = await self._sandboxed(argv, target, env_dir.parent, working_dir)
             code = await _run(f"pip install -r {requirements}", argv, working_dir, {"VIRTUAL_ENV": str(target)}, sink)
             if self.sandbox is not None:
-                await asyncio.to_thread(_own, target)  # the layer is the agent's again: no job user writes it later
+                await asyncio.to_thread(
+                    chown_tree, target, os.geteuid(), os.getegid()
+                )  # the layer is the agent's again: no job user writes it later
             if code != 0:
                 shutil.rmtree(target, ignore_errors=True)
                 raise ExecutorError(f"pip install -r {requirements} failed (exit {code}); its output is in the log")
@@ -122,14 +124,6 @@ class JobPythons:
         await asyncio.to_thread(self.sandbox.give, [target, tmp])
         workspace = (job_dir / "workspace").resolve()
         return self.sandbox.command(argv, [target.resolve()], tmp.resolve(), working_dir.resolve(), [workspace])
-
-
-def _own(tree: Path) -> None:
-    uid, gid = os.geteuid(), os.getegid()
-    os.lchown(tree, uid, gid)
-    for root, dirs, files in os.walk(tree):
-        for name in dirs + files:
-            os.lchown(os.path.join(root, name), uid, gid)
 
 
 def _requirements_file(workspace: Path, working_dir: Path, requirements: str) -> Path:
