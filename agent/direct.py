@@ -1,5 +1,5 @@
-"""Bulk bytes on a connection of their own beside SSH (artifacts, log bursts, terminals): TLS
-from a C library instead of SSH packets handled in Python.
+"""Artifacts on a connection of their own beside SSH: TLS from a C library instead of SSH
+packets handled in Python.
 
 Over the SSH channel a 1 GiB pull was held to ~0.6x `scp` by asyncssh's per-packet work on
 both sides; the same frames over a TLS socket, written and read by a thread each, move at
@@ -15,9 +15,9 @@ token. Both secrets travel inside the authenticated SSH connection, so
 The certificate is self-signed and made anew at each agent start (an EC key in the agent's
 data dir, 0600); nothing else about it is checked, since its digest came over SSH.
 
-Log bursts (agent/ssh/log_direct.py) and direct shells (agent/shell/direct.py) are offered the
-same way. A listener lives at most OFFER_TTL_S and serves one transfer; MAX_TRANSFERS bounds those at
-once per agent (past it, the request is streamed on its channel as before).
+A listener lives at most OFFER_TTL_S and serves one transfer; MAX_TRANSFERS bounds those at
+once per agent (past it, the request is streamed on its channel as before). A job's one-time
+sshd (agent/shell/sshd.py) listens in the same ports (listen_plain).
 """
 
 import contextlib
@@ -47,7 +47,7 @@ SEND_TIMEOUT_S = 60.0  # a controller that stops reading is dropped (it resumes 
 # silent one holds no other up); more are closed unread, until one brings the token or the
 # offer's time is over: connections without the token no longer use the offer up.
 MAX_PENDING = 8
-MAX_TRANSFERS = 8  # direct transfers and direct shells at once
+MAX_TRANSFERS = 8  # direct transfers at once
 
 Frames = Callable[[], Generator[bytes | bytearray, None, None]]
 
@@ -62,7 +62,7 @@ class DirectSender:
         self._context: ssl.SSLContext | None = None
         self._fingerprint = ""
         self._lock = threading.Lock()
-        self._live: set[_Transfer | OneConnection] = set()
+        self._live: set[_Transfer] = set()
 
     def _ensure_identity(self) -> None:
         if self._context is None:  # on first use: the cryptography import and a key cost ~0.1 s
@@ -70,32 +70,13 @@ class DirectSender:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.minimum_version = ssl.TLSVersion.TLSv1_3
             context.load_cert_chain(self._pem)
-            # No resumption is ever used; and with no tickets to send after the handshake, a
-            # shell's reading thread never writes on the connection its other thread writes on.
-            context.num_tickets = 0
+            context.num_tickets = 0  # no resumption is ever used
             self._context = context
 
-    def offer(
-        self, host: str, job_id: str, frames: Frames, on_end: Callable[[], None] | None = None
-    ) -> DirectOffer | None:
+    def offer(self, host: str, job_id: str, frames: Frames) -> DirectOffer | None:
         """Listen on `host` (the address the controller reached over SSH) for one transfer of
-        `frames`; None when at the limit, or no listener can be had (then stream on the channel).
-        `on_end`: called (in the transfer's thread) once it is over, sent or not."""
-        opened = self.listen_once(host, f"direct transfer of job {job_id}")
-        if opened is None:
-            return None
-        once, offer = opened
-        transfer = _Transfer(self, once, job_id, frames, on_end)
-        with self._lock:
-            self._live.discard(once)
-            self._live.add(transfer)
-        threading.Thread(target=transfer.serve, name=f"direct-{job_id}", daemon=True).start()
-        return DirectOffer(job_id, offer.port, offer.cert_sha256, offer.token)
-
-    def listen_once(self, host: str, what: str) -> "tuple[OneConnection, DirectOffer] | None":
-        """A listener on `host` for one TLS connection that brings its token (also a job's
-        shell, agent/shell/direct.py); None when at the limit or none can be had. The
-        caller accepts (blocking) and then calls done(); the offer's job_id is empty."""
+        `frames`; None when at the limit, or no listener can be had (then stream on the channel)."""
+        what = f"direct transfer of job {job_id}"
         with self._lock:
             if len(self._live) >= MAX_TRANSFERS:
                 log.info("%s: %d under way already; staying on the channel", what, MAX_TRANSFERS)
@@ -108,9 +89,11 @@ class DirectSender:
                 return None
             assert self._context is not None
             token = secrets.token_bytes(DIRECT_TOKEN_BYTES)
-            once = OneConnection(self, listener, self._context, token, what)
-            self._live.add(once)
-        return once, DirectOffer("", listener.getsockname()[1], self._fingerprint, token)
+            offer = DirectOffer(job_id, listener.getsockname()[1], self._fingerprint, token)
+            transfer = _Transfer(self, OneConnection(listener, self._context, token, what), job_id, frames)
+            self._live.add(transfer)
+        threading.Thread(target=transfer.serve, name=f"direct-{job_id}", daemon=True).start()
+        return offer
 
     def listen_plain(self, host: str) -> socket.socket:
         """A plain listener on `host`, in the same ports as the TLS ones (a firewall's open range):
@@ -129,16 +112,9 @@ class DirectSender:
                 error = exc
         raise OSError(f"no free port in {self._ports.start}-{self._ports.stop - 1}: {error}")
 
-    def _ended(self, transfer: "_Transfer | OneConnection") -> None:
+    def _ended(self, transfer: "_Transfer") -> None:
         with self._lock:
             self._live.discard(transfer)
-
-    def withdraw(self, offer: DirectOffer) -> None:
-        """End the transfer of this offer now, taken or not (its channel went: no one waits for it)."""
-        with self._lock:
-            live = [t for t in self._live if isinstance(t, _Transfer) and t.token == offer.token]
-        for transfer in live:
-            transfer.close()
 
     def close(self) -> None:
         """Stop every transfer (the agent is shutting down): their controllers resume later."""
@@ -151,23 +127,15 @@ class DirectSender:
 class OneConnection:
     """A listener for one TLS connection that sends the offer's token first."""
 
-    def __init__(
-        self, owner: DirectSender, listener: socket.socket, context: ssl.SSLContext, token: bytes, what: str
-    ) -> None:
-        self._owner = owner
+    def __init__(self, listener: socket.socket, context: ssl.SSLContext, token: bytes, what: str) -> None:
         self._listener = listener
         self._context = context
         self._token = token
         self._what = what
 
-    @property
-    def token(self) -> bytes:
-        return self._token
-
     def accept(self, ttl_s: float = OFFER_TTL_S) -> ssl.SSLSocket | None:
-        """The connection that brought the token (Nagle off: a keystroke is one small write), or
-        None when none came within `ttl_s`, or close() was called. The listener is closed
-        either way: one connection per offer."""
+        """The connection that brought the token, or None when none came within `ttl_s`, or
+        close() was called. The listener is closed either way: one connection per offer."""
         try:
             return self._accept(ttl_s)
         finally:
@@ -244,27 +212,15 @@ class OneConnection:
             self._listener.shutdown(socket.SHUT_RDWR)  # wakes an accept() blocked in another thread
         self._listener.close()
 
-    def done(self) -> None:
-        """The offer's use has ended: it no longer counts against MAX_TRANSFERS."""
-        self.close()
-        self._owner._ended(self)
-
 
 class _Transfer:
-    def __init__(
-        self, owner: DirectSender, once: OneConnection, job_id: str, frames: Frames, on_end: Callable[[], None] | None
-    ) -> None:
+    def __init__(self, owner: DirectSender, once: OneConnection, job_id: str, frames: Frames) -> None:
         self._owner = owner
         self._once = once
         self._job_id = job_id
         self._frames = frames
-        self._on_end = on_end
         self._conn: socket.socket | None = None
         self._closed = False
-
-    @property
-    def token(self) -> bytes:
-        return self._once.token
 
     def serve(self) -> None:
         try:
@@ -276,8 +232,6 @@ class _Transfer:
         finally:
             self.close()
             self._owner._ended(self)
-            if self._on_end is not None:
-                self._on_end()
 
     def _send(self, conn: ssl.SSLSocket) -> None:
         self._conn = conn

@@ -15,7 +15,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
-from lanpool.app.errors import LanpoolError, RunnerError, UsageError
+from lanpool.app.errors import LanpoolError, NotFoundError, RunnerError, UsageError
 from lanpool.app.home import ControllerHome
 from lanpool.app.runners.pool import DEFAULT_PORT, Pool, RunnerState, parse_address
 from lanpool.app.store import ARTIFACTS_REFUSED, JobRow, Store
@@ -263,6 +263,7 @@ class Controller:
         from_store: bool = True,
         start: int | None = None,
         pull: bool = True,
+        sessions: "list[RunnerSession] | None" = None,
     ) -> JobRow:
         """Bring the job's log into the store from where it stopped, and its final status.
 
@@ -271,6 +272,7 @@ class Controller:
         With `follow`, waits until the job ends; a controller killed meanwhile
         resumes here later and loses nothing (the store knows its last line).
         A runner that goes away while followed is waited for, then re-attached.
+        `sessions` (node k's at k) are used and left open.
         """
         from lanpool.app.jobs.remote import RemoteJob
 
@@ -296,7 +298,13 @@ class Controller:
         if job.synced:
             return job
         return await remote.follow(
-            sink, say or (lambda _t: None), follow=follow, only_node=node, starts=starts if sink else None, pull=pull
+            sink,
+            say or (lambda _t: None),
+            follow=follow,
+            only_node=node,
+            starts=starts if sink else None,
+            pull=pull,
+            sessions=sessions,
         )
 
     async def stop(self, job_id: str, abort: bool = False, grace_s: float | None = None) -> JobRow:
@@ -311,32 +319,64 @@ class Controller:
             return self.store.job(job_id)
         from lanpool.app.jobs.remote import RemoteJob
 
-        for problem in await RemoteJob(self.jobs, job_id).stop(abort, grace_s):
+        try:
+            problems = await RemoteJob(self.jobs, job_id).stop(abort, grace_s)
+        except NotFoundError:
+            if job.state is not JobState.SUBMITTED:
+                raise
+            # Its `run` was cut off (killed) before any runner took it: nothing runs; it ends here.
+            why = "it never reached a runner (its run was interrupted)"
+            self.store.set_job_status(job_id, JobState.ABORTED, why, error=why, finished_at=time.time(), synced=1)
+            return self.store.job(job_id)
+        for problem in problems:
             log.warning("could not stop %s", problem)
         return await self.follow(job_id)
 
     async def refresh(self, jobs: list[JobRow], timeout_s: float = 5.0) -> None:
-        """Bring non-terminal jobs up to date from their runners; unreachable ones stay as they are."""
+        """Bring non-terminal jobs up to date from their runners; unreachable ones stay as they are.
+        One connection per runner, whatever the number of its jobs (the TUI refreshes every
+        unfinished job every few seconds: 100 runners must stay cheap)."""
         self.pool.abort_orphaned(jobs)
         # A job queued here (no runner yet) is its `run` process's; one queued on a runner is asked.
         pending = [j for j in jobs if not j.synced and (j.state is not JobState.QUEUED or j.runner)]
+        if not pending:
+            return
+        from lanpool.app.jobs.remote import RemoteJob
+
+        nodes = {j.id: [(at.runner, at.host, at.port) for at in RemoteJob(self.jobs, j.id).nodes] for j in pending}
+        sessions: dict[tuple[str, int], RunnerSession] = {}
+
+        async def connect(runner: str, host: str, port: int) -> None:
+            try:
+                sessions[host, port] = await asyncio.wait_for(self.jobs.connect(host, port), timeout_s)
+            except (LanpoolError, TimeoutError) as exc:
+                log.info("could not refresh the jobs of %s: %s", runner, exc)
+                if isinstance(exc, TimeoutError) or type(exc) is RunnerError:
+                    self.store.set_runner(runner, state=RunnerState.OFFLINE)
 
         async def one(job: JobRow) -> None:
+            if not nodes[job.id] or any((h, p) not in sessions for _r, h, p in nodes[job.id]):
+                return  # a runner of its is not reachable now: left as it is
+            mine = [sessions[h, p] for _r, h, p in nodes[job.id]]
             try:
                 # The status only is timed; a pull takes as long as the bytes take (below).
-                job = await asyncio.wait_for(self.follow(job.id, follow=False, pull=False), timeout_s)
+                job = await asyncio.wait_for(self.follow(job.id, follow=False, pull=False, sessions=mine), timeout_s)
             except (LanpoolError, TimeoutError) as exc:
                 log.info("could not refresh %s: %s", job.id, exc)
-                if isinstance(exc, TimeoutError) or type(exc) is RunnerError:
-                    self.store.set_runner(job.runner, state=RunnerState.OFFLINE)
                 return
             if job.state.is_terminal() and not job.synced:
                 try:  # a slow transfer is not an offline runner; one cut off resumes next time
-                    await self.follow(job.id, follow=False)
+                    await self.follow(job.id, follow=False, sessions=mine)
                 except LanpoolError as exc:
                     log.info("could not pull the artifacts of %s: %s", job.id, exc)
 
-        await asyncio.gather(*(one(j) for j in pending))
+        runners = {(h, p): r for where in nodes.values() for r, h, p in where}
+        try:
+            await asyncio.gather(*(connect(r, h, p) for (h, p), r in runners.items()))
+            await asyncio.gather(*(one(j) for j in pending))
+        finally:
+            for session in sessions.values():
+                session.close()
 
     def metrics(self, job_id: str) -> list[dict[str, Any]]:
         """Metric points of a job (its "met" log stream): step, name, value, time."""

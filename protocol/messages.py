@@ -35,7 +35,9 @@ from lanpool.protocol.transfer_messages import (
 # 2: pairing is a PAKE (PairStart/PairReply/PairConfirm) instead of a code sent as a password.
 # 3: no SFTP: code goes up as content-addressed blobs (HaveBlobs/PutBlob, SubmitJob.files),
 #    artifacts come back as streamed files (GetArtifacts/ArtifactData/ArtifactEnd/ArtifactsSent).
-PROTOCOL_VERSION = 3
+# 4: every multi-node job is a gang its runners start (SubmitJob.gang, with attempts at the
+#    barrier); no controller-picked MASTER_PORT (SubmitJob.pick_master_port, JobAccepted.master_port).
+PROTOCOL_VERSION = 4
 
 # A JobStatus carries at most this many of the job's artifact files to a controller whose
 # ClientHello names ARTIFACT_PAGES, with `artifacts_total` saying how many there are; the
@@ -77,7 +79,6 @@ class JobAccepted(Message):
     TAG: ClassVar[str] = "job_accepted"
     job_id: str
     workspace: str
-    master_port: int = 0  # the free port picked for MASTER_PORT, when asked to (node 0 of a multi-node job)
 
 
 @record
@@ -199,8 +200,6 @@ class SubmitJob(Message):
     # gpu (count), cpu, memory_mb, shm_size ("8g"): what the job needs
     resources: dict[str, int | str] = field(default_factory=dict)
     executor: str = ""  # hint: "docker" or "process"; "" = the runner decides
-    # Node 0 of a multi-node job: pick a free port here and set MASTER_PORT to it.
-    pick_master_port: bool = False
     python: str = ""  # "3.10": the version the job needs ("" = the runner's base interpreter)
     requirements: str = ""  # a file in the workspace (relative to working_dir) installed before the commands
     # Ports the job listens on (runner's loopback), forwarded to the controller while it runs.
@@ -241,10 +240,6 @@ class Attach(Message):
     job_id: str
     from_seq: int = 0
     follow: bool = True  # False: send what exists now, then the current status
-    # A runner whose Hello names LOG_DIRECT may send a burst of the log (a backlog) on a
-    # connection of its own: a DirectOffer on this channel, the LogChunks there, then the rest
-    # here (protocol/transfer_messages.py LOG_DIRECT). Older runners ignore the field.
-    direct: bool = False
 
 
 @record

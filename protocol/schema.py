@@ -152,11 +152,9 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "artifacts_from": _COUNT,
     "size": _COUNT,
     "offset": _COUNT,
-    "length": _COUNT,
-    "features": _WORD,  # ArtifactRange's: bytes from `offset`
+    "features": _WORD,
     "mode": _Bound(lo=0, hi=0o7777),
     "node": _Bound(lo=0, hi=65535),
-    "master_port": _Bound(lo=0, hi=65535),
     "port": _Bound(lo=1, hi=65535),  # DirectOffer's
     "cert_sha256": _SHA256_BOUND,
     "token": _Bound(max_len=64),

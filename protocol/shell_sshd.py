@@ -1,8 +1,8 @@
 """A job's shell through a one-time OpenSSH server: the request and the offer, on the exec channel.
 
-Why: every keystroke through lanpool's own relays costs Python's work per record on both
-sides (~40 us over OpenSSH on this class of machine: docs/bench/bench-shell.md), while an
-sshd the runner starts for this one session, reached by the system's `ssh`, is OpenSSH end to end.
+Why: every keystroke on the SSH channel costs asyncssh's per-packet Python work on both sides
+(~3x OpenSSH's echo on this class of machine: docs/bench/bench-shell.md), while an sshd the
+runner starts for this one session, reached by the system's `ssh`, is OpenSSH end to end.
 
 The exec request `lanpool-exec JOB_ID --sshd KEY [-- ARGV]` (KEY: `ssh-ed25519:BASE64`, a
 key the controller made for this session only) asks for it on the lanpool SSH connection,
@@ -11,7 +11,7 @@ session. The agent answers one line on the channel's stdout before anything else
 `lanpool-sshd PORT USER HOSTKEY_BASE64` (a one-time listener on the address the SSH connection
 reached; the user to log in as; the ed25519 host key made for this session, which the
 controller pins), or `lanpool-sshd -` when it cannot (no sshd, a container job, ...), and
-then the controller asks for a `--direct` shell instead. The channel stays open for the
+then the controller opens the shell on the channel instead. The channel stays open for the
 session and its exit status says whether the session ran (SSHD_RAN) or not (SSHD_UNUSED:
 the controller falls back the same way); the command's own exit code is the `ssh` client's.
 """

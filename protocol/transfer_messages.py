@@ -10,16 +10,8 @@ from typing import ClassVar
 
 from lanpool.protocol.message_base import Message, record
 
-# Hello.features: this agent sends exactly the range asked (ArtifactRange.length). An older one
-# would send to the end of the file, which the controller refuses: it is asked for whole files.
-ARTIFACT_RANGES = "artifact-ranges"
 # Hello.features: this agent answers GetArtifacts(direct=True) with a DirectOffer (see DirectOffer).
 ARTIFACT_DIRECT = "artifact-direct"
-# Hello.features: this agent may answer Attach(direct=True) with a DirectOffer mid-stream, when
-# the log has a backlog: it then writes nothing more on the channel until the offered connection
-# has carried LogChunk frames up to where it caught up (and closed cleanly, or failed), and
-# goes on from there on the channel, the job's final JobStatus included.
-LOG_DIRECT = "log-direct"
 # Bytes of DirectOffer.token: what the controller sends first on the offered connection.
 DIRECT_TOKEN_BYTES = 32
 
@@ -42,13 +34,12 @@ class FileEntry(Message):
 
 @record
 class ArtifactRange(Message):
-    """Part of GetArtifacts: send `path` from byte `offset` (a resumed pull), `length`
-    bytes of it (0: to its end). A controller pulling one file over several connections
-    asks each for a range of its own, and takes no byte outside it."""
+    """Part of GetArtifacts: send `path` from byte `offset` (a resumed pull) to its end.
+    (Older controllers also sent `length`, only to agents that named "artifact-ranges" in
+    Hello.features; unknown fields are ignored.)"""
 
     path: str
     offset: int = 0
-    length: int = 0
 
 
 # -- controller -> agent ----------------------------------------------------
@@ -129,8 +120,7 @@ class ArtifactEnd(Message):
 
 @record
 class DirectOffer(Message):
-    """Reply to GetArtifacts(direct=True) (and, mid-stream, to Attach(direct=True): see
-    LOG_DIRECT): the runner listens once on `port` (the address
+    """Reply to GetArtifacts(direct=True): the runner listens once on `port` (the address
     this SSH connection reached) for a TLS connection whose certificate's SHA-256 is
     `cert_sha256`; the controller checks that, then sends `token`; the runner then writes
     the very frames it would have streamed on this channel (ArtifactData, ArtifactEnd,

@@ -167,24 +167,9 @@ def _ended_on_runner(agent_dir: Path, run: str) -> None:
     raise BenchError(f"run {run} did not end on the runner")
 
 
-def _way_env(way: str) -> dict[str, str] | None:
-    """The controller's environment for one way of bringing the bytes (see --ways)."""
-    if way == "direct":
-        return {"LANPOOL_PULL_STREAMS": "1"}
-    if way == "channel":
-        return {"LANPOOL_DIRECT_TRANSFERS": "0", "LANPOOL_PULL_STREAMS": "1"}
-    n = way.removeprefix("channel-")
-    if n != way and n.isdigit() and 1 <= int(n) <= 16:
-        return {"LANPOOL_DIRECT_TRANSFERS": "0", "LANPOOL_PULL_STREAMS": n}
-    return None
-
-
-def _way_words(way: str) -> str:
-    if way == "direct":
-        return "direct TLS connection"
-    if way == "channel":
-        return "SSH channel"
-    return f"SSH channel in {way.removeprefix('channel-')} ranges"
+# The controller's environment for each way of bringing the bytes (see --ways), and its words.
+_WAY_ENV = {"direct": {}, "channel": {"LANPOOL_DIRECT_TRANSFERS": "0"}}
+_WAY_WORDS = {"direct": "direct TLS connection", "channel": "SSH channel"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,14 +181,13 @@ def main(argv: list[str] | None = None) -> int:
         "--ways",
         default="direct,channel",
         help="how the bytes come, compared alternating: direct (a TLS connection of its own, the default), "
-        "channel (the SSH channel: LANPOOL_DIRECT_TRANSFERS=0), channel-N (the channel in N ranges: "
-        "LANPOOL_PULL_STREAMS=N); default direct,channel",
+        "channel (the SSH channel: LANPOOL_DIRECT_TRANSFERS=0); default direct,channel",
     )
     args = parser.parse_args(argv)
-    streams = [w.strip() for w in args.ways.split(",") if w.strip()]
-    bad = [w for w in streams if _way_env(w) is None]
-    if bad or not streams:
-        parser.error(f"--ways {args.ways!r}: direct, channel or channel-N (N a whole number), separated by commas")
+    ways = [w.strip() for w in args.ways.split(",") if w.strip()]
+    bad = [w for w in ways if w not in _WAY_ENV]
+    if bad or not ways:
+        parser.error(f"--ways {args.ways!r}: direct or channel, separated by commas")
     tmp = Path(tempfile.mkdtemp(prefix="lanpool-bench-down-"))
     state: dict = {}
 
@@ -220,10 +204,10 @@ def main(argv: list[str] | None = None) -> int:
         project = harness.write_project(tmp / "project", workflows)
         _app(["runners", "add", agent.address], project, env)
         scp: list[float] = []
-        pull: dict[str, list[float]] = {n: [] for n in streams}
-        path: dict[str, list[float]] = {n: [] for n in streams}
+        pull: dict[str, list[float]] = {n: [] for n in ways}
+        path: dict[str, list[float]] = {n: [] for n in ways}
         cpu: dict[str, list[float]] = {"scp": []}
-        for n in streams:
+        for n in ways:
             cpu[f"controller-{n}"], cpu[f"agent-{n}"] = [], []
         for i in range(args.pairs):
             say(f"pair {i + 1}/{args.pairs}")
@@ -232,8 +216,8 @@ def main(argv: list[str] | None = None) -> int:
             scp.append(_timed(lambda back=back: subprocess.run(sshd.scp_args(src, back), check=True)))
             cpu["scp"].append(_children_cpu() - before)
             back.unlink()
-            for n in streams:  # alternating with scp and with each other: load hits all alike
-                envn = dict(env, **(_way_env(n) or {}))
+            for n in ways:  # alternating with scp and with each other: load hits all alike
+                envn = dict(env, **_WAY_ENV[n])
                 # pull alone: the job ended while detached; `status` brings it (and its artifact) back
                 run = _run_detached(project, envn)
                 _ended_on_runner(agent.data_dir, run)
@@ -268,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
                     "path_ratio": med(scp) / med(path[n]),
                     "pull_mb_s": args.size_mb / med(pull[n]),
                 }
-                for n in streams
+                for n in ways
             },
             "cpu_s": {side: med(v) for side, v in cpu.items()},
             "load": os.getloadavg()[0],
@@ -289,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         c = res["cpu_s"]
         for n, r in res["ways"].items():
             print(
-                f"  {_way_words(n)}: pull (`status` of a detached job) {r['pull_s']['median']:.2f} s "
+                f"  {_WAY_WORDS[n]}: pull (`status` of a detached job) {r['pull_s']['median']:.2f} s "
                 f"= {r['pull_ratio']:.2f}x scp (target >= 0.8x); run -d -> status -> artifacts download "
                 f"{r['path_s']['median']:.2f} s = {r['path_ratio']:.2f}x scp (target >= 0.7x); CPU s of the pull: "
                 f"controller {c[f'controller-{n}']:.2f} + agent {c[f'agent-{n}']:.2f}",
@@ -307,9 +291,9 @@ def main(argv: list[str] | None = None) -> int:
         """A row per figure and way (results nest them under "ways"); the targets are the
         default way's (direct), the others are there to compare."""
         out = []
-        for n in streams:
+        for n in ways:
             at = f"ways.{n}"
-            words = _way_words(n)
+            words = _WAY_WORDS[n]
             out += [
                 picked(
                     r,

@@ -2,8 +2,8 @@
 
 1. keystroke echo, end to end: one byte typed into the terminal (a PTY) of
    lanpool's client (app/shell/into_job.py run_shell, as `app headless ssh` runs it:
-   through the runner's one-time sshd with the system's `ssh`; again on the
-   runner's direct TLS connection, LANPOOL_SSHD_SHELLS=0; again kept on the SSH channel)
+   through the runner's one-time sshd with the system's `ssh`; again on the SSH
+   channel, the fallback, LANPOOL_SSHD_SHELLS=0)
    with `cat` on a PTY in the job, until its echo is on that terminal, vs the
    same with OpenSSH's `ssh -tt` to a loopback sshd (scripts/bench_downloads.py's
    Sshd), rounds alternating; ratio target <= 1.2. Then the servers alone: the
@@ -206,7 +206,7 @@ async def main_async(args: argparse.Namespace, tmp: Path, lan: bool) -> dict:
     server, port = _spawn(BYTE_SERVER, str(args.size_mb << 20), "0.0.0.0" if lan else host, wrap=wrap)
     floor, floor_port = _spawn(ECHO_SERVER, ",".join(ENCRYPTION_ALGS), host, wrap=wrap)
     echo: dict[str, list[float]] = {"lanpool": [], "OpenSSH": [], "bare asyncssh": []}
-    e2e: dict[str, list[float]] = {"lanpool": [], "OpenSSH": [], "lanpool direct": [], "lanpool channel": []}
+    e2e: dict[str, list[float]] = {"lanpool": [], "OpenSSH": [], "lanpool channel": []}
     try:
         key = load_or_create_client_key(ControllerHome.default().key)
         async with await RunnerSession.open(agent.host, agent.port, key, None) as session:
@@ -216,13 +216,10 @@ async def main_async(args: argparse.Namespace, tmp: Path, lan: bool) -> dict:
             await asyncio.sleep(1.0)
             client = [sys.executable, "-c", SHELL_CLIENT, agent.host, str(agent.port), "bench1"]
             # lanpool: as `app headless ssh` goes by default, through the runner's one-time sshd
-            # (app/shell/sshd.py); "lanpool direct": on its direct TLS connection (app/shell/direct.py),
-            # the way without OpenSSH; "lanpool channel": on the SSH channel (the last fallback).
-            no_sshd = {"LANPOOL_SSHD_SHELLS": "0"}
+            # (app/shell/sshd.py); "lanpool channel": on the SSH channel (the way without OpenSSH).
             terms = {
                 "lanpool": Terminal(client),
-                "lanpool direct": Terminal(client, no_sshd),
-                "lanpool channel": Terminal(client, {**no_sshd, "LANPOOL_DIRECT_SHELLS": "0"}),
+                "lanpool channel": Terminal(client, {"LANPOOL_SSHD_SHELLS": "0"}),
             }
             if sshd is not None:
                 terms["OpenSSH"] = Terminal(["ssh", "-tt", *_ssh_options(sshd), "cat"])
@@ -317,15 +314,7 @@ def _rows(r: dict, size_mb: int, where: str = "") -> list[dict]:
         ),
         picked(
             r,
-            "keystroke echo, end to end, on the runner's direct TLS connection (LANPOOL_SSHD_SHELLS=0: no OpenSSH) "
-            "vs `ssh -tt` (median)",
-            "e2e.lanpool direct",
-            "e2e.OpenSSH",
-            unit="ms",
-        ),
-        picked(
-            r,
-            "keystroke echo, end to end, the shell kept on the SSH channel (LANPOOL_DIRECT_SHELLS=0 too) vs `ssh -tt` "
+            "keystroke echo, end to end, the shell on the SSH channel (LANPOOL_SSHD_SHELLS=0: no OpenSSH) vs `ssh -tt` "
             "(median)",
             "e2e.lanpool channel",
             "e2e.OpenSSH",

@@ -15,7 +15,6 @@ artifact files it streams back (GetArtifacts), and the misbehaviours to add:
   asked) and the files the status declares (any paths, any sizes);
 - `artifact_frames`: hand-made messages sent instead of the honest stream;
 - `cut_after`: the channel closes after this many artifact bytes (a drop);
-- `ignore_length` / `overlap`: a ranged request gets more than its range;
 - `page` / `total_lie`: the final status lists `declared` a page at a time, each page
   saying `total_lie` files in all (JobStatus.artifacts_total) when it is set.
 Jobs submitted by a controller get `default_script` (with their own id).
@@ -58,7 +57,6 @@ from lanpool.protocol import (
     encode_frame,
     encode_message,
 )
-from lanpool.protocol.transfer_messages import ARTIFACT_RANGES
 
 BASHRC = b"# the user's own .bashrc\n"  # in the fake $HOME of tests (conftest `home`): no runner may touch it
 
@@ -80,8 +78,6 @@ class Script:
     artifact_frames: list | None = None  # messages sent instead of the honest stream
     cut_after: int | None = None  # close the channel after this many artifact bytes
     slow_s: float = 0.0  # a pause after each artifact part (a slow link)
-    ignore_length: bool = False  # a ranged request gets the file to its end
-    overlap: int = 0  # a request from offset N gets bytes from N - overlap
     page: int = 0  # the final status lists `declared` this many at a time (0: all at once)
     total_lie: int | None = None  # the artifacts_total each page says instead of the truth
 
@@ -149,7 +145,7 @@ class HostileRunner:
         self.default_script = Script()
         self.counters = Counters()
         self.size_lie: int | None = None  # SFTP reports this size for every file
-        self.features = [ARTIFACT_RANGES]  # Hello's: [] is an agent from before ranges
+        self.features: list[str] = []  # Hello's
         self.host = "127.0.0.1"
         self.port = 0
         self.host_key = ""
@@ -263,20 +259,16 @@ class HostileRunner:
     async def _artifacts(self, script: Script, msg: GetArtifacts, process) -> bool:
         """Stream the job's files (or its hand-made frames); False when it cut the channel."""
         asked = [(r.path, r.offset) for r in msg.files] or [(p, 0) for p in script.files]
-        lengths = [r.length for r in msg.files] or [0] * len(asked)
-        self.counters.artifact_requests.append(
-            asked if not any(lengths) else [(*a, n) for a, n in zip(asked, lengths, strict=True)]
-        )
+        self.counters.artifact_requests.append(asked)
         if script.artifact_frames is not None:
             out = [encode_message(m) if not isinstance(m, bytes) else m for m in script.artifact_frames]
             process.stdout.write(b"".join(out))
             await process.stdout.drain()
             return True
-        for (path, offset), length in zip(asked, lengths, strict=True):
+        for path, offset in asked:
             data = script.files.get(path, b"")
-            end = offset + length if length and not script.ignore_length else len(data)
-            for at in range(max(0, offset - script.overlap), end, 64 * 1024):
-                part = data[at : min(end, at + 64 * 1024)]
+            for at in range(offset, len(data), 64 * 1024):
+                part = data[at : at + 64 * 1024]
                 if script.cut_after is not None and self.counters.artifact_bytes + len(part) > script.cut_after:
                     await process.stdout.drain()
                     process.channel.get_connection().close()  # the connection drops mid-file

@@ -241,3 +241,20 @@ def test_download_waits_for_another_process_pulling_the_same_job(hostile, ctl, t
         release.set()
         holder.join()
     assert files == [("o/y.txt", 10)] and (tmp_path / "out" / "o" / "y.txt").read_bytes() == b"y" * 10
+
+
+@pytest.mark.parametrize(("offset", "ok"), [(0, True), (90, True), (100, True), (101, False)])
+def test_the_agent_serves_only_offsets_inside_a_listed_file(offset, ok):
+    from types import SimpleNamespace
+
+    from lanpool.agent.errors import JobError
+    from lanpool.agent.ssh.session import ChannelSession
+    from lanpool.protocol import ArtifactRange, GetArtifacts
+
+    job = SimpleNamespace(record=SimpleNamespace(terminal=True, artifact_files=[{"path": "m.bin", "size": 100}]))
+    msg = GetArtifacts("j", [ArtifactRange("m.bin", offset)])
+    if ok:
+        assert ChannelSession._artifact_ranges(job, msg) == [("m.bin", offset, 100)]
+    else:
+        with pytest.raises(JobError, match="outside artifact"):
+            ChannelSession._artifact_ranges(job, msg)

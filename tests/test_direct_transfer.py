@@ -224,7 +224,7 @@ def test_the_controller_sends_its_token_to_no_other_certificate(tmp_path):
 def _writer(tmp_path: Path) -> tuple[Writer, Path]:
     staging = tmp_path / "store" / "job-1.part"
     staging.mkdir(parents=True)
-    return Writer(staging, "", {"ok.bin": 3}, {"ok.bin": (0, 3)}), staging
+    return Writer(staging, "", {"ok.bin": 3}, {"ok.bin": 0}), staging
 
 
 def test_a_path_out_of_the_store_on_the_direct_connection_is_refused(tmp_path):

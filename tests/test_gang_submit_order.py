@@ -1,8 +1,7 @@
-"""The controller's side of a gang's submit (app/jobs/submit.py): node 0 is sent as
-soon as its own blobs are up (not once every node's are), the others after node 0's
-answer with its MASTER_PORT; a node whose upload fails after node 0 was sent stops
-node 0 (none may run alone). A real SQLite store; the runners are stand-ins that
-record what they are sent (the real agents' side: tests/test_gang_start*.py)."""
+"""The controller's side of a gang's submit (app/jobs/submit.py): every node is sent at
+once as a member of one gang (its runners start it: agent/gang/hub.py); a node whose
+upload or submit fails stops every node that was sent (none may run alone). A real
+SQLite store; the runners are stand-ins that record what they are sent."""
 
 import asyncio
 import types
@@ -16,8 +15,6 @@ from lanpool.app.jobs.submit import submit_job
 from lanpool.app.store import Store
 from lanpool.app.transfer.uploads import WorkspaceFiles
 from lanpool.protocol import JobAccepted, JobState, JobStatus, SubmitJob
-
-PORT = 29517
 
 
 class Runner:
@@ -36,8 +33,7 @@ class Runner:
     async def submit_accepted(self, req: SubmitJob) -> tuple[JobAccepted, JobStatus]:
         self.log.append(f"submit {self.hello.name}")
         self.sent.append(req)
-        port = PORT if req.pick_master_port else 0
-        return JobAccepted(req.job_id, "/w", port), JobStatus(req.job_id, JobState.RUNNING.value)
+        return JobAccepted(req.job_id, "/w"), JobStatus(req.job_id, JobState.RUNNING.value)
 
     async def stop(self, job_id: str, abort: bool, grace_s: float | None) -> JobStatus:
         self.stopped.append((job_id, abort))
@@ -84,20 +80,25 @@ def _submit(g):
     return submit_job(g.jobs, g.launch, g.runners, ["127.0.0.1", "127.0.0.1"], lambda _t: None)
 
 
-def test_node0_is_sent_while_node1s_blobs_still_go_up(gang, monkeypatch):
+def test_every_node_is_sent_as_a_gang_member_without_waiting_for_node0(gang, monkeypatch):
+    """Followed or detached, the runners start the gang (agent/gang/hub.py): each node gets its
+    rank, one token and node 0's agent as coordinator; none waits for another's answer."""
+
     async def upload(session, files, say):
         gang.log.append(f"upload {session.hello.name}")
-        if session.hello.name == "n1":  # node 1's upload ends only once node 0 was sent
-            while "submit n0" not in gang.log:
+        if session.hello.name == "n0":  # node 0's upload ends only once node 1 was sent
+            while "submit n1" not in gang.log:
                 await asyncio.sleep(0.01)
         return 0
 
     monkeypatch.setattr(submit_module, "upload", upload)
     _remote, first = asyncio.run(asyncio.wait_for(_submit(gang), 10))
-    assert gang.log.index("submit n0") < gang.log.index("submit n1")
+    assert gang.log.index("submit n1") < gang.log.index("submit n0")
     n0, n1 = (r.sent[0] for r in gang.runners)
-    assert n0.pick_master_port and not n1.pick_master_port
-    assert n1.env["MASTER_PORT"] == str(PORT) and n1.env["NODE_RANK"] == "1"
+    assert n0.gang is not None and n1.gang is not None
+    assert (n0.gang.gang_rank, n1.gang.gang_rank) == (0, 1) and n0.gang.gang_token == n1.gang.gang_token
+    assert n0.gang.coordinator == n1.gang.coordinator == "127.0.0.1:7000" and not n0.detached
+    assert "MASTER_PORT" not in n1.env and n1.env["NODE_RANK"] == "1"  # node 0's agent sends it at Go
     assert gang.store.job("j1").state is JobState.RUNNING and first.state == JobState.RUNNING.value
 
 
@@ -118,7 +119,7 @@ def test_a_node_whose_upload_fails_after_node0_was_sent_stops_node0(gang, monkey
     assert row.state is JobState.FAILED and "disk full on n1" in (row.error or "")
 
 
-def test_node0s_failed_upload_sends_no_node(gang, monkeypatch):
+def test_node0s_failed_upload_leaves_no_node_running(gang, monkeypatch):
     async def upload(session, files, say):
         if session.hello.name == "n0":
             raise OSError("n0 unreachable")
@@ -128,5 +129,6 @@ def test_node0s_failed_upload_sends_no_node(gang, monkeypatch):
     monkeypatch.setattr(submit_module, "upload", upload)
     with pytest.raises(RunnerError, match="n0 unreachable"):
         asyncio.run(asyncio.wait_for(_submit(gang), 10))
-    assert not any(r.sent for r in gang.runners)
+    assert not gang.runners[0].sent
+    assert all(("j1", True) in r.stopped for r in gang.runners if r.sent)  # node 1, if sent, is stopped
     assert gang.store.job("j1").state is JobState.FAILED

@@ -340,8 +340,8 @@ def test_the_contracts_can_fail(tmp_path):
     assert fake["lanpool.app.runners.pool"].bare == [("app.home", 3)]
     assert [k for _s, _d, _l, k in edges(fake) if _s == "lanpool.app.views.overview"] == ["types"]
     script = tmp_path / "probe.py"
-    script.write_text('CODE = "import json, app.shell.direct as sd"\nPROSE = "agent and app import protocol"\n')
-    assert code_in_strings(script) == [(1, "app.shell.direct")]
+    script.write_text('CODE = "import json, app.shell.sshd as sd"\nPROSE = "agent and app import protocol"\n')
+    assert code_in_strings(script) == [(1, "app.shell.sshd")]
 
 
 # Front ends (and the TUI's background feeds) use the Controller; nothing it is made of uses it back.

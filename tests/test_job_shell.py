@@ -341,6 +341,20 @@ def test_cli_exec_ports_and_refusals(loop_name, agent, cli, make_project):
     assert re.search(r"not a port number", cli("headless", "run", "serve", "--port", "0", cwd=project).stderr)
 
 
+def test_exec_right_after_run_detached_asks_the_runner_not_the_store(agent, cli, make_project):
+    """The store says SUBMITTED a moment after `run -d`; exec asks the runner (and waits for a job
+    its runner is still starting) instead of refusing "not running yet"."""
+    project = make_project(WORKFLOWS.replace("PORT", str(_free_port())))
+    res = cli("headless", "run", "serve", "--runner", agent.address, "-d", "--json", cwd=project, check=True)
+    out = json.loads(res.stdout.strip().splitlines()[-1])
+    [job] = out["jobs"]
+    done = cli("headless", "exec", out["run"], "--", "sh", "-c", "echo inside $LANPOOL_JOB_ID")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"inside {job['job_id']}", done.stdout
+    assert "not running yet" not in done.stderr
+    cli("headless", "stop", out["run"], "--abort", check=True)
+
+
 # -- a container job ------------------------------------------------------------------------------------------
 
 

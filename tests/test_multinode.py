@@ -72,7 +72,7 @@ workflows:
     took = time.time() - t0
     assert res.returncode == 3, res.stderr
     assert took < 60, took
-    assert "node 1 (node-1): exited with code 3; stopping the other nodes" in res.stderr
+    assert "node 1 (node-1): exited with code 3; its runners stop the other nodes" in res.stderr
     [job] = json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["jobs"]
     assert job["status"] == "FAILED" and "node 1" in job["error"]
 

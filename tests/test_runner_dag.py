@@ -184,9 +184,11 @@ workflows:
 """
 
 
-def test_a_dag_whose_steps_need_different_runners_says_so_and_stays_controller_driven(
+def test_a_detached_dag_that_no_one_runner_fits_is_refused_in_one_line_and_runs_followed(
     tmp_path, controller_home, cli, make_project
 ):
+    """`run -d` never quietly becomes a followed run: it is refused, naming the steps' needs and
+    what to do; the same run without -d places each step on a runner that fits it."""
     cpu = start_agent(tmp_path / "cpu", controller_home, name="cpu-box", extra_env={"LANPOOL_FAKE_CPUS": "2"})
     gpu = start_agent(
         tmp_path / "gpu",
@@ -197,8 +199,15 @@ def test_a_dag_whose_steps_need_different_runners_says_so_and_stays_controller_d
     try:
         for agent in (cpu, gpu):
             cli("headless", "runners", "add", agent.address, check=True)
-        out = cli("headless", "run", "train", "-d", cwd=make_project(SPLIT), check=True)
-        assert "need different runners" in out.stderr and "sent the whole chain" not in out.stderr, out.stderr
+        project = make_project(SPLIT)
+        refused = cli("headless", "run", "train", "-d", cwd=project)
+        assert refused.returncode == 2, (refused.returncode, refused.stderr)
+        [line] = refused.stderr.strip().splitlines()
+        assert "cannot detach train" in line and "train needs 1 GPU" in line and "prep needs 2 CPU" in line, line
+        assert "without -d" in line and "Traceback" not in refused.stderr
+        runs = json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout)
+        assert all(not r["jobs"] for r in runs), runs  # nothing was sent
+        out = cli("headless", "run", "train", cwd=project, check=True)
         assert "prepared" in out.stdout + out.stderr and "trained" in out.stdout + out.stderr
         assert {j["runner"] for j in jobs_by(cli, "workflow").values()} == {"cpu-box", "gpu-box"}
     finally:

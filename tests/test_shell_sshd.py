@@ -32,6 +32,11 @@ pytestmark = pytest.mark.skipif(
 IN_SSHD = "the session runs in a one-time sshd"
 
 
+def _on_the_channel(job_id: str, code: int) -> str:
+    """The agent's line for a session served on the exec channel itself (agent/shell/into_job.py)."""
+    return f"exec session in job {job_id} ended (exit {code})"
+
+
 def _started(agent, job_id: str, **fields) -> None:
     submit(agent, job_id, ["echo ready", "sleep 120"], "", **fields)
     wait_for_line(agent, job_id, "ready")
@@ -87,13 +92,13 @@ def test_ssh_goes_through_a_one_time_sshd_output_exit_code_and_the_jobs_env(agen
     assert _leftovers() <= before  # the session's keys and script are gone
 
 
-def test_lanpool_sshd_shells_0_goes_direct_instead(agent, monkeypatch):
+def test_lanpool_sshd_shells_0_goes_on_the_channel_instead(agent, monkeypatch):
     monkeypatch.setenv("LANPOOL_SSHD_SHELLS", "0")
     _started(agent, "nd")
     code, out = _shell(agent, "nd", "echo not-sshd; exit 3")
     assert (code, b"not-sshd" in out) == (3, True)
     log = agent.log_path.read_text()
-    assert IN_SSHD not in log and "the terminal goes direct" in log
+    assert IN_SSHD not in log and _on_the_channel("nd", 3) in log
     asyncio.run(_stop(agent, "nd", abort=True, grace_s=0))
 
 
@@ -146,20 +151,20 @@ def test_the_agent_stopping_ends_the_session(agent, tmp_path):
     assert code != 0  # no shell outlives its agent
 
 
-def test_a_container_jobs_shell_is_not_offered_an_sshd_and_goes_direct(docker_agent, busybox_image):
+def test_a_container_jobs_shell_is_not_offered_an_sshd_and_goes_on_the_channel(docker_agent, busybox_image):
     submit(docker_agent, "cbox", ["echo ready", "sleep 120"], busybox_image)
     wait_for_line(docker_agent, "cbox", "ready")
     code, out = _shell(docker_agent, "cbox", "echo in-box; exit 5")
     assert (code, b"in-box" in out) == (5, True)
     log = docker_agent.log_path.read_text()
-    assert "not offered (a container job" in log and "the terminal goes direct" in log
+    assert "not offered (a container job" in log and _on_the_channel("cbox", 5) in log
     asyncio.run(_stop(docker_agent, "cbox", abort=True, grace_s=0))
 
 
-def test_an_ssh_that_never_connects_falls_back_to_the_direct_connection(agent, tmp_path, monkeypatch):
+def test_an_ssh_that_never_connects_falls_back_to_the_channel(agent, tmp_path, monkeypatch):
     """The controller's `ssh` fails before any session (here a stand-in that exits 255 at once, as
     one behind a firewall would after its timeout): the runner hears it is done, says no session
-    ran, and the shell opens on the direct TLS connection instead, with the command's exit code."""
+    ran, and the shell opens on the SSH channel instead, with the command's exit code."""
     fake = tmp_path / "bin"
     fake.mkdir()
     (fake / "ssh").write_text("#!/bin/sh\necho 'ssh: connect to host: Connection refused' >&2\nexit 255\n")
@@ -169,7 +174,7 @@ def test_an_ssh_that_never_connects_falls_back_to_the_direct_connection(agent, t
     code, out = _shell(agent, "fb", "echo fell-back; exit 6")
     assert (code, b"fell-back" in out) == (6, True)
     log = agent.log_path.read_text()
-    assert "the controller gave up first" in log and "the terminal goes direct" in log
+    assert "the controller gave up first" in log and _on_the_channel("fb", 6) in log
     asyncio.run(_stop(agent, "fb", abort=True, grace_s=0))
 
 

@@ -198,8 +198,8 @@ def test_unknown_stream_is_refused(tmp_path: Path):
 
 
 def test_a_reader_in_another_thread_sees_every_line_once_while_records_are_appended(tmp_path: Path):
-    """A direct log transfer reads the spool in its own thread while the agent's loop appends
-    (agent/ssh/log_direct.py): each read ends on a whole record, seqs are contiguous, none is lost."""
+    """A reader in a thread of its own while the agent's loop appends (LogSpool.read says why it
+    is safe): each read ends on a whole record, seqs are contiguous, none is lost."""
     import sys
     import threading
 

@@ -661,3 +661,33 @@ async def test_dstack_variable_names_with_dots_and_hyphens_in_the_run_dialog(mak
         await pilot.pause()
         request = dialog.request()
         assert request is not None and request.overrides == {"learning.rate": "0.5", "batch-size": "32"}
+
+
+NAP = """
+workflows:
+  - name: nap
+    commands:
+      - echo awake
+      - sleep 4
+      - echo over
+"""
+
+
+@pilot_test
+async def test_a_job_run_detached_elsewhere_shows_running_then_done_with_no_cli_call(agent, make_project, cli):
+    """`run -d` in another process writes the store once (SUBMITTED or QUEUED); the TUI asks the
+    runner in the background (one connection per runner) and shows RUNNING, then DONE."""
+    await known_runner(agent)
+    project = make_project(NAP, name="elsewhere")
+    app = tui(project)
+    async with app.run_test(size=SIZE) as pilot:
+        res = await asyncio.to_thread(
+            cli, "headless", "run", "nap", "-d", "--json", "--runner", agent.address, cwd=project, check=True
+        )
+        [submitted] = json.loads(res.stdout.strip().splitlines()[-1])["jobs"]
+        job_id = submitted["job_id"]
+        assert submitted["status"] != "RUNNING" or app.ctl.store.job(job_id).started_at, submitted
+        await wait_status(pilot, job_id, "RUNNING", 15)
+        await wait_status(pilot, job_id, "DONE", 30)
+        assert app.ctl.store.job(job_id).state.name == "DONE"
+        assert b"over" in b"".join(chunk[3] for chunk in app.ctl.store.log_chunks(job_id))

@@ -559,3 +559,17 @@ def test_cli_malformed_variables(cli, make_project):
     )
     line = _one_line_error(cli("headless", "run", cwd=root), ".lanpool/variables.yaml:")
     assert "malformed YAML" in line
+
+
+def test_retry_as_the_docs_write_it_with_a_bare_on_key(tmp_path: Path):
+    """YAML 1.1 reads `on:` as true: `retry: {on: [failure, lost], limit: 3, delay: 30s}` (docs/jobs.md)
+    is what users write, and means what it says."""
+    _write(
+        tmp_path,
+        "workflows:\n  - name: t\n    retry: {on: [failure, lost], limit: 3, delay: 30s}\n    commands: [true]\n"
+        "  - name: u\n    retry:\n      on: [lost]\n    commands: [true]\n",
+    )
+    project = load_workflows(tmp_path)
+    t = resolve(project, "t", {}, BUILTINS)
+    assert (t.retry_on, t.retry_limit, t.retry_delay_s) == (["failure", "lost"], 3, 30.0)
+    assert resolve(project, "u", {}, BUILTINS).retry_on == ["lost"]

@@ -70,10 +70,10 @@ async def open_barrier(conn: asyncssh.SSHClientConnection, **hello: int) -> Line
     return lines
 
 
-async def until_end(read: Any, job: Job) -> dict[str, Any] | None:
-    """The next message, or None once the job ended first (the read is abandoned)."""
+async def until_end(read: Any, job: Job, attempt: int) -> dict[str, Any] | None:
+    """The next message, or None once the job's attempt `attempt` ended first (the read is abandoned)."""
     reading = asyncio.ensure_future(read)
-    ending = asyncio.ensure_future(job.wait_terminal())
+    ending = asyncio.ensure_future(job.wait_attempt_over(attempt))
     try:
         await asyncio.wait([reading, ending], return_when=asyncio.FIRST_COMPLETED)
     finally:

@@ -22,6 +22,14 @@ failed"); a member that loses the coordinator tries to re-join it (backoff) for
 LANPOOL_GANG_LOST_S (60), then stops; node 0 likewise waits that long for a
 member whose connection dropped to come back before it counts that node lost.
 
+Retries are the gang's: a node never runs again alone (its rank could not rejoin
+the others' collectives). A node whose run ends into a retry (agent.jobs.end)
+goes back in its queue as attempt N and says so (`again`); the coordinator then
+stops every other node into the same attempt (JobManager.restart), and all meet
+at the barrier again, as at the first start. A node lost for good, with `lost`
+in its retry, restarts the others the same way. Every message at the barrier
+names its attempt, so a member's word from an earlier attempt never counts.
+
 Trust: members reach node 0's agent over SSH with the host key the controller
 pinned (never trust on first use), as user `gang-<gang id>` with the token as
 password. Node 0 keeps only the token's sha256 (compared in constant time);
@@ -50,13 +58,20 @@ from lanpool.agent.gang.token import read_token
 from lanpool.agent.jobs.env import free_port
 from lanpool.agent.jobs.job import Job
 from lanpool.agent.jobs.launch import read_request
+from lanpool.agent.jobs.limits import retries
 from lanpool.agent.jobs.manager import JobManager
 from lanpool.protocol import GangSpec, JobState
 from lanpool.protocol.errors import ProtocolError
 
 log = logging.getLogger(__name__)
 
-_FAILED = (JobState.FAILED, JobState.LOST)
+# A node's end that ends its gang (none may run on alone): anything but DONE, each said so.
+_ENDS_THE_GANG = {
+    JobState.FAILED.value: "failed",
+    JobState.LOST.value: "was lost",
+    JobState.STOPPED.value: "was stopped",
+    JobState.ABORTED.value: "was aborted",
+}
 
 
 def _seconds(name: str, default: float) -> float:
@@ -81,6 +96,8 @@ class _Gang:
     started: bool = False
     ended: bool = False
     timer: asyncio.TimerHandle | None = None
+    attempt: int = 0  # the jobs' attempt this gang meets for (JobRecord.attempt)
+    failed: bool = False  # a node's end stopped the others (said once)
 
 
 class GangHub:
@@ -95,6 +112,7 @@ class GangHub:
         self._tasks: set[asyncio.Task[None]] = set()
         manager.on_reserved = self.reserved
         manager.on_adopted = self.adopted
+        manager.on_requeued = self.requeued
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.ensure_future(coro)
@@ -127,8 +145,33 @@ class GangHub:
         rec = leader.record
         gang = self._gangs.get(rec.gang_id)
         if gang is None or gang.ended:
-            gang = self._gangs[rec.gang_id] = _Gang(rec.gang_id, rec.gang_size)
+            gang = self._gangs[rec.gang_id] = _Gang(rec.gang_id, rec.gang_size, attempt=rec.attempt)
         return gang
+
+    def _restart(self, gang: _Gang, leader: Job, attempt: int, reason: str, origin: int) -> None:
+        """Attempt `attempt` for every node: each running one is stopped into it, the ones at the
+        barrier let go; `origin` (a node already on its way there) is not told."""
+        if gang.ended or attempt <= gang.attempt:
+            return  # already under way (each node may say it), or the job ended
+        log.info("gang %s: %s: every node starts again (attempt %d)", gang.gang_id, reason, attempt)
+        gang.ended = True
+        if gang.timer is not None:
+            gang.timer.cancel()
+        for rank, lines in list(gang.members.items()):
+            if rank != origin:
+                lines.send(again=attempt, why=reason)
+        # The new attempt's gang first: node 0's restart below may take its reservation at once.
+        self._gangs[gang.gang_id] = _Gang(gang.gang_id, gang.size, attempt=attempt)
+        if origin != 0:
+            self.manager.restart(leader, attempt, reason)
+
+    def requeued(self, job: Job) -> None:
+        """A node's run ended into a retry (agent.jobs.end): node 0's restarts the gang here; a
+        member's says so on its channel (_run_member)."""
+        rec = job.record
+        gang = self._gangs.get(rec.gang_id)
+        if rec.gang_rank == 0 and gang is not None and gang.attempt < rec.attempt:
+            self._restart(gang, job, rec.attempt, f"node 0 {_clean(rec.last_end) or 'ended'}", origin=0)
 
     async def serve(self, process: "asyncssh.SSHServerProcess[bytes]", gang_id: str) -> None:
         """A member's channel to this coordinator: Ready(rank), then its end, until it closes."""
@@ -137,11 +180,26 @@ class GangHub:
         hello = await lines.read() or {}
         rank, back = hello.get("ready"), hello.get("running")  # Running: a started member re-joins
         rank = back if rank is None else rank
-        if leader is None or not isinstance(rank, int) or not 0 < rank < leader.record.gang_size:
+        attempt = hello.get("attempt", 0)
+        if (
+            leader is None
+            or not isinstance(rank, int)
+            or not 0 < rank < leader.record.gang_size
+            or not isinstance(attempt, int)
+            or isinstance(attempt, bool)
+            or not 0 <= attempt <= leader.record.retry_limit + 1
+        ):
             log.warning("gang %s: a member sent no valid Ready: closing", gang_id)
             process.exit(1)
             return
         gang = self._gang(leader)
+        if attempt > gang.attempt:  # it went back in line before its word on its old channel came
+            self._restart(gang, leader, attempt, f"node {rank} starts again", origin=rank)
+            gang = self._gang(leader)
+        if attempt < gang.attempt:  # a member still at an earlier attempt: it joins the new one
+            lines.send(again=gang.attempt, why="its gang started again")
+            process.exit(0)
+            return
         if back is None and (rank in gang.members or gang.started):
             log.warning("gang %s: rank %d is already here (or the gang started): closing", gang_id, rank)
             process.exit(1)
@@ -158,13 +216,14 @@ class GangHub:
         said_end = False
         try:
             while (msg := await lines.read()) is not None:
-                state = msg.get("end")
-                said_end = said_end or isinstance(state, str)
-                if gang.started and isinstance(state, str) and state in (s.value for s in _FAILED):
-                    why = msg.get("why")  # e.g. its agent shut down (a member's word: clipped, printable)
-                    what = "failed" if state == JobState.FAILED.value else "was lost"
-                    what += f" ({''.join(c for c in why[:120] if c.isprintable())})" if isinstance(why, str) else ""
-                    self._fail(gang, leader, rank, what)
+                state, again = msg.get("end"), msg.get("again")
+                said_end = said_end or isinstance(state, str) or isinstance(again, int)
+                if isinstance(again, int) and not isinstance(again, bool) and gang.attempt < again <= attempt + 1:
+                    why = f"node {rank} {_clean(msg.get('why')) or 'ended'}"
+                    self._restart(gang, leader, again, why, origin=rank)
+                elif gang.started and isinstance(state, str) and state in _ENDS_THE_GANG:
+                    why = _clean(msg.get("why"))  # e.g. its agent shut down, max_duration reached
+                    self._fail(gang, leader, rank, _ENDS_THE_GANG[state] + (f" ({why})" if why else ""))
         except (OSError, asyncssh.Error, ConnectionError):
             pass
         finally:
@@ -172,12 +231,17 @@ class GangHub:
                 gang.members.pop(rank)
                 gang.ready.discard(rank)
             process.exit(0)
-        if gang.started and not said_end and rank not in gang.members:  # LOST, unless back soon
+        if gang.started and not gang.ended and not said_end and rank not in gang.members:  # LOST, unless back soon
             deadline = time.monotonic() + self.lost_s
-            while not leader.record.terminal and rank not in gang.members and time.monotonic() < deadline:
+            while not gang.ended and rank not in gang.members and time.monotonic() < deadline:
                 await asyncio.sleep(0.5)
-            if not leader.record.terminal and rank not in gang.members:
-                self._fail(gang, leader, rank, f"was lost (its agent gone, not back within {self.lost_s:.0f}s)")
+            if not gang.ended and not leader.record.terminal and rank not in gang.members:
+                what = f"was lost (its agent gone, not back within {self.lost_s:.0f}s)"
+                rec = leader.record
+                if retries(rec, JobState.LOST):  # `lost` in its retry: the gang starts again without it for now
+                    self._restart(gang, leader, rec.attempt + 1, f"node {rank} {what}", origin=-1)
+                else:
+                    self._fail(gang, leader, rank, what)
 
     def _rejoined(self, gang: _Gang, leader: Job) -> bool:
         """Whether a started member may re-join: node 0 runs (after this agent's restart its
@@ -226,12 +290,17 @@ class GangHub:
             self.manager.unreserve(leader, backoff)
 
     async def _watch_leader(self, gang: _Gang, leader: Job) -> None:
-        await leader.wait_terminal()
-        if JobState(leader.record.state) in _FAILED:
-            self._fail(gang, leader, 0, "failed")
-        gang.ended = True
+        await leader.wait_attempt_over(gang.attempt)  # its end, or a retry (`requeued` restarts the gang)
+        rec = leader.record
+        if rec.terminal and rec.state in _ENDS_THE_GANG:
+            self._fail(gang, leader, 0, _ENDS_THE_GANG[rec.state] + (f" ({_clean(rec.error)})" if rec.error else ""))
+        if leader.record.terminal:
+            gang.ended = True
 
     def _fail(self, gang: _Gang, leader: Job, rank: int, what: str) -> None:
+        if gang.failed:
+            return
+        gang.failed = True
         reason = f"node {rank} {what}"
         for other, lines in gang.members.items():
             if other != rank:
@@ -279,14 +348,18 @@ class GangHub:
             if self.manager.is_reserved(job):
                 self.manager.unreserve(job, self._backoff(rec.gang_id))
             elif not job.record.terminal:
-                _stop(self.manager, job, "lost node 0's agent")
+                _lost_node0(self.manager, job)
 
     async def _meet(self, job: Job, conn: asyncssh.SSHClientConnection, spec: GangSpec) -> None:
         """Ready, then Go (its job starts) or a release (it goes back in line), then the run."""
         rec = job.record
-        lines = await open_barrier(conn, ready=rec.gang_rank)
-        msg = await until_end(lines.read(), job)
-        if job.record.terminal:
+        attempt = rec.attempt
+        lines = await open_barrier(conn, ready=rec.gang_rank, attempt=attempt)
+        msg = await until_end(lines.read(), job, attempt)
+        if job.record.terminal or job.record.attempt != attempt:
+            return
+        if msg is not None and _attempt(msg.get("again"), attempt):  # the gang is at a later attempt
+            self.manager.restart(job, msg["again"], "its gang started again")
             return
         if msg is None or "go" not in msg or not isinstance(msg["go"], int) or not 0 < msg["go"] < 65536:
             backoff = msg.get("release") if msg else None
@@ -298,23 +371,30 @@ class GangHub:
 
     async def _run_member(self, job: Job, lines: Lines, spec: GangSpec) -> None:
         again: list[asyncssh.SSHClientConnection] = []  # connections of re-joins, closed at the end
+        attempt = job.record.attempt
         try:
             while True:
-                msg = await until_end(lines.read(), job)
+                msg = await until_end(lines.read(), job, attempt)
+                if not job.record.terminal and job.record.attempt != attempt:  # back in line: the gang starts again
+                    lines.send(again=job.record.attempt, why=job.record.last_end[:120])
+                    return
                 if job.record.terminal:
                     if self.manager.closing and job.record.state != JobState.DONE.value:
                         # Stopped because this agent exits (a process cannot outlive it): the gang cannot go on.
                         lines.send(end=JobState.LOST.value, why="its agent shut down")
                     else:
-                        lines.send(end=job.record.state)
+                        lines.send(end=job.record.state, why=job.record.error[:120])
                     return
                 if msg is None:  # the coordinator is gone: its end may be relayed to nobody, so stop in time
                     joined = await self._rejoin(job, spec)
                     if joined is None:
-                        _stop(self.manager, job, "lost node 0's agent")
+                        _lost_node0(self.manager, job)
                         return
                     again.append(joined[0])
                     lines = joined[1]
+                elif _attempt(msg.get("again"), attempt):
+                    why = _clean(msg.get("why")) or "its gang starts again"
+                    self.manager.restart(job, msg["again"], why)
                 elif isinstance(msg.get("stop"), str):
                     _stop(self.manager, job, msg["stop"][:200])
         finally:
@@ -339,7 +419,7 @@ class GangHub:
                 await self._run_member(job, joined[1], spec)
         except (OSError, asyncssh.Error, ConnectionError) as exc:
             job.system_line(f"lanpool: lost node 0's agent at {spec.coordinator}: {exc}")
-            _stop(self.manager, job, "lost node 0's agent")
+            _lost_node0(self.manager, job)
 
     async def _rejoin(
         self, job: Job, spec: GangSpec, why: str = "lost node 0's agent"
@@ -351,7 +431,7 @@ class GangHub:
             conn = None
             try:
                 conn = await connect_node0(spec.coordinator, spec.host_key, spec.gang_id, spec.gang_token)
-                lines = await open_barrier(conn, running=job.record.gang_rank)
+                lines = await open_barrier(conn, running=job.record.gang_rank, attempt=job.record.attempt)
                 job.system_line("lanpool: re-joined node 0's agent")
                 return conn, lines
             except (OSError, asyncssh.Error, ValueError) as exc:
@@ -374,6 +454,25 @@ def _spec(job: Job) -> GangSpec | None:
         return None
     token = read_token(job.dir)
     return dataclasses.replace(saved, gang_token=token) if saved is not None and token else None
+
+
+def _clean(why: Any) -> str:
+    """A peer's word on why (clipped, printable), or ""."""
+    return "".join(c for c in why[:120] if c.isprintable()) if isinstance(why, str) else ""
+
+
+def _attempt(again: Any, attempt: int) -> bool:
+    """Whether `again` names a later attempt than `attempt` (and not an absurd one)."""
+    return isinstance(again, int) and not isinstance(again, bool) and attempt < again <= attempt + 100
+
+
+def _lost_node0(manager: JobManager, job: Job) -> None:
+    """Node 0's agent did not come back: with `lost` in its retry, this node goes back in line (its
+    gang meets again once node 0 is back); otherwise it stops."""
+    if retries(job.record, JobState.LOST):
+        manager.restart(job, job.record.attempt + 1, "lost node 0's agent")
+    else:
+        _stop(manager, job, "lost node 0's agent")
 
 
 def _stop(manager: JobManager, job: Job, reason: str) -> None:

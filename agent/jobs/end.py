@@ -64,6 +64,9 @@ def settle(job: Job, state: JobState, code: int | None, error: str) -> None:
     job.flush_output()  # its output is over: what masking held back at a cut (agent.jobs.masking)
     record = job.record
     error = clip(error, _ERROR_CHARS)  # may quote a tar member's name or a peer's value: bounded
+    if record.restart_to > record.attempt and not record.stop_requested:  # its gang starts again
+        _requeue(job, state, error)
+        return
     if retries(record, state):
         _requeue(job, state, error)
         return
@@ -86,13 +89,17 @@ def _requeue(job: Job, state: JobState, error: str) -> None:
     """A retry: the job waits out its delay in the queue (keeping its place), then starts
     again in the same workspace, from its newest checkpoint (agent.jobs.launch)."""
     record = job.record
-    record.attempt += 1
-    why = error or str(state).lower()
+    gang_restart = record.restart_to > record.attempt
+    record.attempt = max(record.attempt + 1, record.restart_to)
+    record.restart_to = 0
+    why = "its gang starts again" if gang_restart else error or str(state).lower()
     job.system_line(f"lanpool: {why}; retry {record.attempt} of {record.retry_limit} in {record.retry_delay_s:g}s")
+    record.last_end = why
     record.state = JobState.QUEUED
     record.not_before = time.time() + record.retry_delay_s
-    record.exit_code, record.pid, record.container_id, record.started_at = None, None, "", None
+    record.exit_code, record.pid, record.container_id, record.attempt_started_at = None, None, "", None
     record.gpus = []
+    job.execution = None  # the run is over (Job.wait_run_over); the next start brings its own
     record.save(job.dir)
     job.write_failed = ""  # the next run's log starts afresh (when the disk has room again)
     job.metrics = None  # the old tail stops (its offset is journalled); the next start brings its own

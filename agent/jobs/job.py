@@ -56,12 +56,17 @@ class Job:
         self.changed.set()
         self.changed = asyncio.Event()
 
+    def shown_state(self) -> str:
+        """The state a controller is told: QUEUED too while started but waiting in Slurm's queue."""
+        if self.record.state in (JobState.SUBMITTED, JobState.RUNNING) and self.reason:
+            return JobState.QUEUED.value
+        return str(self.record.state)
+
     def status(self, artifacts_from: int = 0, artifacts_max: int | None = None) -> JobStatus:
         status = self.record.to_status(self.spool.next_seq, artifacts_from, artifacts_max)
         if self.record.state == JobState.QUEUED:
             return dataclasses.replace(status, position=self.position, reason=self.reason)
-        # started (or re-adopted), but waiting in Slurm's queue
-        if self.record.state in (JobState.SUBMITTED, JobState.RUNNING) and self.reason:
+        if self.shown_state() != status.state:  # started (or re-adopted), but waiting in Slurm's queue
             return dataclasses.replace(status, state=JobState.QUEUED, reason=self.reason)
         if self.record.attempt:
             return dataclasses.replace(status, reason=f"retry {self.record.attempt} of {self.record.retry_limit}")
@@ -74,6 +79,16 @@ class Job:
 
     async def wait_terminal(self) -> None:
         while not self.record.terminal:
+            await self.changed.wait()
+
+    async def wait_attempt_over(self, attempt: int) -> None:
+        """Until attempt `attempt` is over: the job ended, or it goes on as a later attempt (a retry)."""
+        while not self.record.terminal and self.record.attempt == attempt:
+            await self.changed.wait()
+
+    async def wait_run_over(self, execution: Execution | None) -> None:
+        """Until the run of `execution` is over: the job ended, or went back in the queue (a retry)."""
+        while not self.record.terminal and self.execution is execution:
             await self.changed.wait()
 
     def output(self, stream: str, data: bytes, cut: bool = False) -> None:

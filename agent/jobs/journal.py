@@ -41,7 +41,7 @@ class JobRecord:
     image: str = ""  # the image a docker job runs in
     container_id: str = ""
     gpus: list[int] = field(default_factory=list)  # host GPU indices the job holds while it runs
-    master_port: int = 0  # picked for MASTER_PORT (node 0 of a multi-node job)
+    master_port: int = 0  # node 0's MASTER_PORT, sent at its gang's Go (agent.gang.hub)
     metrics_offset: int = 0  # bytes of the workspace's metrics file already spooled
     cpus: float = 0.0  # CPUs and memory the job asked for: reserved while it runs
     memory_mb: int = 0
@@ -71,6 +71,11 @@ class JobRecord:
     retry_limit: int = 0
     retry_delay_s: float = 0.0
     attempt: int = 0  # retries so far
+    # A gang's restart (agent.gang.hub): the attempt this member's run ends into, whatever
+    # its own end was (0: none asked). A member never retries alone: its gang starts again.
+    restart_to: int = 0
+    last_end: str = ""  # why its last attempt ended, when it was retried (told to its gang)
+    attempt_started_at: float | None = None  # this attempt's start (max_duration); started_at is the job's
     timed_out: bool = False
     # A detached DAG's step (agent.jobs.dag): the jobs it waits for, and its run key's sha256.
     after: list[str] = field(default_factory=list)

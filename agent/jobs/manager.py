@@ -32,7 +32,6 @@ from lanpool.agent.host.gpus import GpuAllocator, GpuError
 from lanpool.agent.jobs.admission import DEFAULT_MAX_QUEUED, admit
 from lanpool.agent.jobs.dag import blocked, stage_dependencies
 from lanpool.agent.jobs.end import settle
-from lanpool.agent.jobs.env import free_port
 from lanpool.agent.jobs.job import Job, masked_env
 from lanpool.agent.jobs.kept_secrets import KeptSecrets, SecretKeeper
 from lanpool.agent.jobs.launch import launch_of, read_request, save_request
@@ -50,8 +49,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_GRACE_S = 10.0
 # A submit answers once the job has started, or after this long (an image still being pulled:
-# it then shows SUBMITTED, pull progress in its log). A detached one (`run -d`) answers once
-# staged, a gang's node 0 (pick_master_port) once accepted.
+# it then shows SUBMITTED, pull progress in its log). A detached one (`run -d`) answers once staged.
 START_WAIT_S = 20.0
 
 
@@ -90,6 +88,7 @@ class JobManager:
         self.gang_held: str = ""
         self.on_reserved: Callable[[Job], None] | None = None
         self.on_adopted: Callable[[Job], None] | None = None
+        self.on_requeued: Callable[[Job], None] | None = None  # a member's run ended into a retry
 
     @property
     def closing(self) -> bool:
@@ -200,14 +199,6 @@ class JobManager:
         if note:
             job.system_line(note)
         self._staging.add(req.job_id)  # out of the queue (_pump) until its workspace is whole
-        if req.pick_master_port:
-            # Node 0 of a gang answers with its port before its workspace is even staged: the other
-            # nodes are sent only after this answer, and the gang's rendezvous waits for its last
-            # node's start. A staging failure then fails node 0, hence the gang, in follow.
-            record.master_port = free_port()
-            record.save(job_dir)
-            self._spawn(self._stage_behind(job, req, workspace))
-            return job
         refused = await self._stage(job, req, workspace)
         if refused is not None:  # blobs to send again: as if the request never came (the controller resends)
             self._forget(job)
@@ -218,15 +209,14 @@ class JobManager:
 
     async def _stage(self, job: Job, req: SubmitJob, workspace: Path) -> JobError | None:
         """The workspace from the request's files, then the queue (the job fails if they cannot be
-        placed). A blob gone or damaged (MISSING_BLOBS) is returned instead, for a submit that is
-        still answering its controller: it sends the blob again; a staging in the background
-        (a gang's node 0) fails the job with it."""
+        placed). A blob gone or damaged (MISSING_BLOBS) is returned instead: the submit is still
+        answering its controller, which sends the blob again."""
         try:
             await stage_workspace(self.blobs, req, workspace)
         except (JobError, OSError, tarfile.TarError) as exc:
             message = exc.message if isinstance(exc, JobError) else f"could not start the job: {exc}"
             self._staging.discard(req.job_id)
-            if isinstance(exc, JobError) and exc.code == ErrorCode.MISSING_BLOBS and not req.pick_master_port:
+            if isinstance(exc, JobError) and exc.code == ErrorCode.MISSING_BLOBS:
                 return exc
             if not job.record.terminal:  # not stopped meanwhile
                 self._finish(job, JobState.FAILED, None, message)
@@ -234,9 +224,6 @@ class JobManager:
         self._staging.discard(req.job_id)
         self._pump()
         return None
-
-    async def _stage_behind(self, job: Job, req: SubmitJob, workspace: Path) -> None:
-        await self._stage(job, req, workspace)  # its submit was answered: a failure is the job's
 
     def _forget(self, job: Job) -> None:
         """A job refused before it was ever queued: nothing of it is kept (no dir, no journal entry)."""
@@ -353,6 +340,27 @@ class JobManager:
         job.record.master_port = master_port
         self._launch(job, held=True)
 
+    def restart(self, job: Job, attempt: int, why: str) -> None:
+        """Its gang starts again as attempt `attempt` (agent.gang.hub): a running member is stopped
+        and goes back in the queue (agent.jobs.end), a reserved one lets go; one already there stays."""
+        record = job.record
+        if record.terminal or record.stop_requested or record.attempt >= attempt:
+            return
+        if self.is_reserved(job) or record.state == JobState.QUEUED:
+            record.attempt = attempt
+            record.save(job.dir)
+            job.system_line(f"lanpool: {why}; its gang starts again (retry {attempt} of {record.retry_limit})")
+            if self.is_reserved(job):
+                self.unreserve(job, record.retry_delay_s)
+            return
+        record.restart_to = attempt
+        record.save(job.dir)
+        if job.execution is None:  # still starting: it stops once started (its end requeues it)
+            job.system_line(f"lanpool: {why}; its gang starts again once this node has started")
+            return
+        job.system_line(f"lanpool: {why}; its gang starts again: SIGTERM, SIGKILL after {self.grace_s:g}s")
+        self.supervisor.terminate(job, self.grace_s)
+
     def fail_reserved(self, job: Job, error: str) -> None:
         if not job.record.terminal:
             self._finish(job, JobState.FAILED, None, error)
@@ -452,6 +460,8 @@ class JobManager:
         if job.record.terminal:  # not a retry, which needs them again
             forget_token(job.dir)
             self.secrets.forget(job.record.job_id)
+        elif job.record.gang_id and self.on_requeued is not None:
+            self.on_requeued(job)  # the whole gang starts again (agent.gang.hub)
         self.gpus.release(job.record.job_id)
         if self.gang_held == job.record.job_id:
             self.gang_held = ""

@@ -63,7 +63,8 @@ class Supervisor:
         record.pid, record.container_id = handle.pid, handle.container_id
         if record.state == JobState.SUBMITTED:
             record.state = JobState.RUNNING
-            record.started_at = time.time()
+            record.attempt_started_at = time.time()
+            record.started_at = record.started_at or record.attempt_started_at  # a retry keeps the job's start
         record.save(job.dir)
         if adopted:
             job.system_line(f"lanpool: agent restarted; re-attached to {handle}")
@@ -73,7 +74,8 @@ class Supervisor:
         self._spawn(telemetry().watch(job))  # the GPUs it holds, sampled into its metrics
         if record.max_duration_s > 0:
             self._spawn(self._time_limit(job, execution))
-        if record.stop_requested:  # asked while it was starting, or a stop was under way at the restart
+        # A stop (or its gang's restart) asked while it was starting, or under way at the agent's restart
+        if record.stop_requested or record.restart_to > record.attempt:
             if not adopted:
                 job.system_line(f"lanpool: SIGTERM, SIGKILL after {self.grace_s:g}s")
             self.terminate(job, self.grace_s)
@@ -87,7 +89,7 @@ class Supervisor:
         """SIGTERM now, SIGKILL after `grace` seconds unless the job has ended."""
         assert job.execution is not None
         job.execution.send_signal(signal.SIGTERM)
-        self._spawn(self._kill_after(job, grace))
+        self._spawn(self._kill_after(job, job.execution, grace))
 
     def _cannot_log(self, job: Job, execution: Execution) -> None:
         """Its log cannot take its output (a full disk): stopped, so that it neither runs on unseen
@@ -96,18 +98,18 @@ class Supervisor:
             job.system_line(f"lanpool: {job.write_failed}; SIGTERM, SIGKILL after {self.grace_s:g}s")
             self.terminate(job, self.grace_s)
 
-    async def _kill_after(self, job: Job, grace: float) -> None:
-        try:
-            await asyncio.wait_for(job.wait_terminal(), grace)
+    async def _kill_after(self, job: Job, execution: Execution, grace: float) -> None:
+        try:  # this run's end: the job's, or a retry's (which starts a new execution)
+            await asyncio.wait_for(job.wait_run_over(execution), grace)
         except TimeoutError:
-            if job.execution is not None and not job.record.terminal:
+            if job.execution is execution and not job.record.terminal:
                 job.system_line(f"lanpool: still running {grace:g}s after SIGTERM; SIGKILL")
-                job.execution.send_signal(signal.SIGKILL)
+                execution.send_signal(signal.SIGKILL)
 
     async def _time_limit(self, job: Job, execution: Execution) -> None:
         """max_duration: counted from the start (an adopted job keeps its start), then a stop."""
         record = job.record
-        started = record.started_at or time.time()
+        started = record.attempt_started_at or record.started_at or time.time()
         await asyncio.sleep(max(0.0, started + record.max_duration_s - time.time()))
         if job.execution is not execution or record.terminal or record.stop_requested:
             return

@@ -1,1 +1,1 @@
-"""Into a running job on this runner: the exec door, PTYs, container exec, direct and one-time sshd shells, forwarded ports."""
+"""Into a running job on this runner: the exec door, PTYs, container exec, one-time sshd shells, forwarded ports."""

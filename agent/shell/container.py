@@ -9,7 +9,6 @@ import asyncio
 import contextlib
 import logging
 import socket
-import ssl
 import struct
 from typing import Any
 
@@ -17,7 +16,6 @@ import asyncssh
 import docker.errors
 
 from lanpool.agent.jobs.job import Job
-from lanpool.agent.shell.relay import relay, watch_channel
 
 log = logging.getLogger(__name__)
 
@@ -41,28 +39,6 @@ async def _start(job: Job, argv: tuple[str, ...], term: str) -> tuple[Any, str, 
     except docker.errors.DockerException as exc:
         raise RuntimeError(f"docker exec: {exc}") from None
     return api, exec_id, getattr(sock_io, "_sock", sock_io)
-
-
-async def exec_in_container_direct(
-    process: asyncssh.SSHServerProcess[bytes], job: Job, argv: tuple[str, ...], conn: ssl.SSLSocket
-) -> int:
-    """A terminal in the container on the controller's direct connection (agent/shell/direct.py):
-    the exec's socket and `conn` relayed both ways by one thread, resizes from the channel."""
-    api, exec_id, sock = await _start(job, argv, process.term_type or "xterm")
-    await _resize(api, exec_id, *process.term_size[:2])
-    out = relay(conn, sock.fileno())
-    watcher = asyncio.create_task(watch_channel(process, lambda w, h: _resize(api, exec_id, w, h)))
-    try:
-        await asyncio.wait([out, watcher], return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)  # a closed channel: the engine takes it as a hangup
-        with contextlib.suppress(OSError):
-            conn.shutdown(socket.SHUT_RDWR)
-        await asyncio.wait([out], timeout=2.0)
-        sock.close()
-    return await _exit_code(api, exec_id)
 
 
 async def exec_in_container(process: asyncssh.SSHServerProcess[bytes], job: Job, argv: tuple[str, ...]) -> int:

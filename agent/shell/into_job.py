@@ -1,12 +1,11 @@
 """Into a running job: one command, or a shell on a PTY, inside it, for an authorized controller.
 
 The SSH session channel's exec request is the only door, and it takes one fixed
-grammar, validated like any peer input: `lanpool-exec JOB_ID [--direct | --sshd KEY]
-[-- ARGV...]` (no ARGV: an interactive shell). The job must be running on this runner.
-The request is served on the channel itself: in a process job by
-agent/shell/process_job.py, in a container job through `docker exec`
-(agent/shell/container.py); asked `--direct`, on a TLS connection of its own
-(agent/shell/direct.py); asked `--sshd`, in a one-time OpenSSH server (agent/shell/sshd.py).
+grammar, validated like any peer input: `lanpool-exec JOB_ID [--sshd KEY] [-- ARGV...]`
+(no ARGV: an interactive shell). The job must be running on this runner. The request is
+served on the channel itself: in a process job by agent/shell/process_job.py, in a
+container job through `docker exec` (agent/shell/container.py); asked `--sshd`, in a
+one-time OpenSSH server (agent/shell/sshd.py).
 """
 
 import contextlib
@@ -25,7 +24,6 @@ from lanpool.agent.jobs.manager import JobManager
 from lanpool.agent.jobs.owner import Owner, owns
 from lanpool.agent.jobs.request import check_job_id
 from lanpool.agent.shell.process_job import exec_in_process_job
-from lanpool.protocol.shell_direct import DIRECT_FLAG
 from lanpool.protocol.shell_sshd import SSHD_FLAG, SSHD_UNUSED, key_blob_b64
 from lanpool.protocol.wire import EXEC_VERB
 
@@ -42,7 +40,6 @@ NOT_RUNNING_EXIT = 255  # as ssh reports a session that could not run
 class ShellRequest:
     job_id: str
     argv: tuple[str, ...]  # empty: an interactive shell
-    direct: bool = False  # the terminal's bytes on a TLS connection of their own (agent/shell/direct.py)
     sshd_key: str = ""  # a one-time sshd for this key's holder (agent/shell/sshd.py): base64 of an ed25519 key
 
     def describe(self) -> str:
@@ -64,18 +61,15 @@ def parse_exec(command: str) -> ShellRequest | None:
     except JobError:
         return None
     rest = words[2:]
-    direct = bool(rest) and rest[0] == DIRECT_FLAG
-    if direct:
-        rest = rest[1:]
     sshd_key = ""
-    if not direct and rest and rest[0] == SSHD_FLAG:
+    if rest and rest[0] == SSHD_FLAG:
         key = key_blob_b64(rest[1]) if len(rest) > 1 else None
         if key is None:
             return None
         sshd_key, rest = key, rest[2:]
     if rest and (rest[0] != "--" or len(rest) == 1):
         return None
-    return ShellRequest(words[1], tuple(rest[1:]), direct, sshd_key)
+    return ShellRequest(words[1], tuple(rest[1:]), sshd_key)
 
 
 def exec_command(job_id: str, argv: list[str]) -> str:
@@ -97,9 +91,9 @@ async def serve_exec(
     owner: Owner | None,
     direct: "DirectSender | None" = None,
 ) -> None:
-    """Run the request in its job, if `owner` submitted it, relaying the channel (or, asked
-    `--direct` with a PTY and `direct` given, a TLS connection of its own: agent/shell/direct.py);
-    the channel's exit status is the command's. Another controller's job does not exist here."""
+    """Run the request in its job, if `owner` submitted it, relaying the channel (asked `--sshd`
+    with `direct` given, in a one-time sshd listening in its ports); the channel's exit status is
+    the command's. Another controller's job does not exist here."""
     job = running_job(manager, request.job_id, owner)
     if job is None:
         known = manager.jobs.get(request.job_id)
@@ -115,16 +109,11 @@ async def serve_exec(
         await _serve_sshd(process, job, request, direct)
         return
     try:
-        code = None
-        if request.direct and direct is not None and process.term_type:
-            from lanpool.agent.shell.direct import serve_direct
-
-            code = await serve_direct(process, job, request.argv, direct)
-        if code is None and job.record.container_id:
+        if job.record.container_id:
             from lanpool.agent.shell.container import exec_in_container
 
             code = await exec_in_container(process, job, request.argv)
-        elif code is None:
+        else:
             code = await exec_in_process_job(process, job, request.argv)
     except (OSError, RuntimeError, subprocess.SubprocessError, ExecutorError) as exc:  # not the whole connection
         log.warning("exec into job %s failed: %s", request.job_id, exc)

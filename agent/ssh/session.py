@@ -17,10 +17,10 @@ from lanpool.agent.jobs.journal import artifact_page
 from lanpool.agent.jobs.manager import JobManager
 from lanpool.agent.jobs.owner import Owner
 from lanpool.agent.shell.sshd import sshd_offered
-from lanpool.agent.ssh.log_direct import Burst, chunk_frames, send_burst
 from lanpool.agent.ssh.pairing import PairingRefused, PairingResponder
 from lanpool.agent.workspace.artifacts import Wanted, artifact_stream
 from lanpool.agent.workspace.blobs import BlobCache, BlobPart
+from lanpool.agent.workspace.spool import SpoolRecord
 from lanpool.protocol import (
     PROTOCOL_VERSION,
     Attach,
@@ -35,6 +35,7 @@ from lanpool.protocol import (
     HaveBlobs,
     Hello,
     JobAccepted,
+    LogChunk,
     MissingBlobs,
     PairConfirm,
     PairStart,
@@ -49,9 +50,8 @@ from lanpool.protocol import (
 )
 from lanpool.protocol.errors import clip
 from lanpool.protocol.messages import ARTIFACT_PAGES, STATUS_ARTIFACTS, AgentMessage, ClientMessage, JobStatus
-from lanpool.protocol.shell_direct import SHELL_DIRECT
 from lanpool.protocol.shell_sshd import SHELL_SSHD
-from lanpool.protocol.transfer_messages import ARTIFACT_DIRECT, ARTIFACT_RANGES, LOG_DIRECT
+from lanpool.protocol.transfer_messages import ARTIFACT_DIRECT
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +105,9 @@ class ChannelSession:
     async def run(self) -> None:
         reader = FrameReader()
         try:
-            features = [ARTIFACT_RANGES]
+            features = []
             if self._direct is not None:
-                features += [ARTIFACT_DIRECT, SHELL_DIRECT, LOG_DIRECT]
+                features.append(ARTIFACT_DIRECT)
             if self._direct is not None and sshd_offered():  # its listener is in the direct connections' ports
                 features.append(SHELL_SSHD)
             await self._send(Hello(PROTOCOL_VERSION, __version__, self._name, self._resources(), features))
@@ -188,7 +188,7 @@ class ChannelSession:
             job = await self._manager.submit(msg, self._owner)
             self._blobs.unpin(self._offered)  # staged: the workspace holds copies now
             self._offered = set()
-            await self._send(JobAccepted(msg.job_id, str(job.dir / "workspace"), job.record.master_port))
+            await self._send(JobAccepted(msg.job_id, str(job.dir / "workspace")))
             await self._send_status(job)
         elif isinstance(msg, StopJob):
             job = self._manager.stop(msg.job_id, msg.abort, msg.grace_s, self._owner)
@@ -197,7 +197,7 @@ class ChannelSession:
             await self._send_status(self._manager.get(msg.job_id, self._owner), msg.artifacts_from)
         elif isinstance(msg, Attach):
             job = self._manager.get(msg.job_id, self._owner)
-            task = asyncio.create_task(self._stream(job, msg.from_seq, msg.follow, msg.direct))
+            task = asyncio.create_task(self._stream(job, msg.from_seq, msg.follow))
             self._streams.add(task)
             task.add_done_callback(self._streams.discard)
         elif isinstance(msg, GetArtifacts):
@@ -256,62 +256,51 @@ class ChannelSession:
             return
         await self._send(reply)
 
-    async def _stream(self, job: Job, cursor: int, follow: bool, direct: bool = False) -> None:
-        """Send the log from `cursor`, following until the job ends, then its status. `direct`:
-        a flood may go on a connection of its own (agent/ssh/log_direct.py)."""
+    async def _stream(self, job: Job, cursor: int, follow: bool) -> None:
+        """Send the log from `cursor`, following until the job ends, then its status. Followed,
+        each change of its state is sent as it happens too (QUEUED -> RUNNING, a retry's
+        QUEUED): a follower's view is the runner's, not the one it had at submit."""
         job_id = job.record.job_id
-        burst = Burst() if direct and self._direct is not None else None
+        sent = ""  # the state last sent
         try:
             while True:
                 changed = job.changed  # taken before reading, so no wake-up is missed
                 records = job.spool.read(cursor, CHUNK_BYTES)
                 if records:
-                    await self._write(chunk_frames(job_id, records))
+                    await self._write(_chunk_frames(job_id, records))
                     cursor = records[-1].seq + records[-1].n_lines
-                    size = sum(len(r.data) for r in records)
-                    if burst is not None and burst.sent(size):
-                        burst.reset()
-                        cursor = await self._burst(job, cursor)
-                    elif follow and size < CHUNK_BYTES:
+                    if follow and sum(len(r.data) for r in records) < CHUNK_BYTES:
                         await asyncio.sleep(COALESCE_S)
                     continue
                 if job.record.terminal or not follow:
                     await self._send_status(job)
                     return
+                if job.shown_state() != sent:
+                    sent = job.shown_state()
+                    await self._send_status(job)
                 await changed.wait()
         except (OSError, asyncssh.Error, ConnectionError):
             return
 
-    async def _burst(self, job: Job, cursor: int) -> int:
-        """The log from `cursor` on a connection of its own, while the flood lasts, when one can be had;
-        returns where the channel goes on from."""
-        assert self._direct is not None
-        sockname = self._proc.channel.get_extra_info("sockname")
-        if not sockname:
-            return cursor
-        reached = await send_burst(self._direct, str(sockname[0]), job, cursor, CHUNK_BYTES, self._send)
-        return cursor if reached is None else reached
-
     @staticmethod
     def _artifact_ranges(job: Job, msg: GetArtifacts) -> Wanted:
-        """(path, offset, end, listed size) of each file asked for: only files in the job's
-        list, and only ranges inside them (`end`: where this request stops sending)."""
+        """(path, offset, listed size) of each file asked for: only files in the job's list,
+        and only offsets inside them (a resumed pull)."""
         if not job.record.terminal:
             raise JobError(ErrorCode.BAD_REQUEST, f"job {msg.job_id} has not ended: its artifacts are not listed yet")
         listed = {f["path"]: int(f["size"]) for f in job.record.artifact_files}
         if not msg.files:
-            return [(path, 0, size, size) for path, size in listed.items()]
+            return [(path, 0, size) for path, size in listed.items()]
         wanted = []
         for r in msg.files:
             if r.path not in listed:
                 raise JobError(ErrorCode.BAD_REQUEST, f"{r.path!r} is not an artifact of job {msg.job_id}")
             size = listed[r.path]
-            end = r.offset + r.length if r.length else size
-            if not 0 <= r.offset <= end <= size:
+            if not 0 <= r.offset <= size:
                 raise JobError(
-                    ErrorCode.BAD_REQUEST, f"range {r.offset}+{r.length} is outside artifact {r.path!r} ({size} bytes)"
+                    ErrorCode.BAD_REQUEST, f"offset {r.offset} is outside artifact {r.path!r} ({size} bytes)"
                 )
-            wanted.append((r.path, r.offset, end, size))
+            wanted.append((r.path, r.offset, size))
         return wanted
 
     def _offer_direct(self, job: Job, wanted: Wanted) -> DirectOffer | None:
@@ -374,6 +363,11 @@ class ChannelSession:
         async with self._write_lock:  # frames from concurrent streams must not interleave
             self._proc.stdout.write(data)
             await self._proc.stdout.drain()
+
+
+def _chunk_frames(job_id: str, records: list[SpoolRecord]) -> bytes:
+    """A spool read's records as LogChunk frames."""
+    return b"".join(encode_message(LogChunk(job_id, r.seq, r.stream, r.data, at=r.at)) for r in records)
 
 
 def _status_frame(head: JobStatus, files: list[dict[str, Any]], start: int, limit: int | None) -> bytes:

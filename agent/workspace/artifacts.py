@@ -26,8 +26,8 @@ ARTIFACT_PART = 1024 * 1024
 ARTIFACT_BATCH = 4 * ARTIFACT_PART
 _ERROR_CHARS = 1000  # of an Error's message
 
-# What a GetArtifacts asks for, checked: (path, first byte, end, listed size) of each file.
-Wanted = list[tuple[str, int, int, int]]
+# What a GetArtifacts asks for, checked: (path, first byte, listed size) of each file.
+Wanted = list[tuple[str, int, int]]
 
 
 class ArtifactChanged(Exception):
@@ -113,10 +113,10 @@ def artifact_stream(workspace: Path, job_id: str, wanted: Wanted) -> Generator[b
     direct connection: the same bytes): each file's ArtifactData parts and ArtifactEnd,
     then ArtifactsSent. Exactly the listed size goes out: a file that shrank since gets an
     Error (the controller refuses it), one that grew is cut at its listed size. ArtifactEnd
-    says the file's size, even after a range."""
-    for path, offset, end, size in wanted:
+    says the file's whole size, also when it was sent from an offset."""
+    for path, offset, size in wanted:
         try:
-            yield from frame_batches(workspace, job_id, path, offset, end, ARTIFACT_PART, ARTIFACT_BATCH)
+            yield from frame_batches(workspace, job_id, path, offset, size, ARTIFACT_PART, ARTIFACT_BATCH)
         except ArtifactChanged as exc:
             yield encode_message(Error(ErrorCode.BAD_REQUEST, clip(str(exc), _ERROR_CHARS), job_id))
             continue

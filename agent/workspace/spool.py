@@ -140,9 +140,8 @@ class LogSpool:
         The first record is cut so that it starts exactly at `from_seq`. Records of one
         stream that arrived within MERGE_S of each other come back as one.
         """
-        # Safe in another thread than the one appending (a direct log transfer reads in its own,
-        # agent/ssh/log_direct.py): append writes a record's bytes, then its seq, its offset, and
-        # next_seq last. So with next_seq taken first, the first `count` offsets and seqs name
+        # Safe in another thread than the one appending: append writes a record's bytes, then
+        # its seq, its offset, and next_seq last. So with next_seq taken first, the first `count` offsets and seqs name
         # records wholly in the file, and they hold every line before that next_seq.
         end = self.next_seq
         count = len(self._offsets)

@@ -69,7 +69,8 @@ def main(argv: list[str]) -> int:
         return ExitCode.OK
     except KeyboardInterrupt:
         print(
-            "\napp: interrupted; jobs keep running on their runners (`app headless stop RUN` stops one)",
+            "\napp: interrupted; a job its runner took keeps running there "
+            "(`app headless status` lists them; `app headless stop RUN` stops one)",
             file=sys.stderr,
         )
         return 130

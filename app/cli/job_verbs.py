@@ -239,9 +239,11 @@ async def metrics(ctl: Controller, args: argparse.Namespace) -> int:
 
 
 def _reason(job: JobRow) -> str:
+    tries = f"{job.retries + 1} attempts" if job.retries else ""
     if job.status not in _REASON_STATES or not job.error:
-        return "-"
+        return tries or "-"
     text = safe_line(job.error.splitlines()[0] if job.error.splitlines() else "")
+    text = f"{tries}: {text}" if tries and not text.startswith("retry ") else text
     return text if len(text) <= _REASON_CHARS else text[: _REASON_CHARS - 3] + "..."
 
 
@@ -254,6 +256,7 @@ def _job_json(j: JobRow, warnings: list[str], artifacts: list[tuple[str, int]]) 
         "status": j.status,
         "exit_code": j.exit_code,
         "error": j.error,
+        "attempts": j.retries + 1,  # runs of the job: a retry (a gang's: every node's) is one more
         "submitted_at": j.submitted_at,
         "started_at": j.started_at,
         "finished_at": j.finished_at,

@@ -3,6 +3,7 @@
 import argparse
 import asyncio
 import json
+import time
 from collections.abc import Callable
 
 from lanpool.app.cli.render import say
@@ -10,17 +11,37 @@ from lanpool.app.controller import Controller
 from lanpool.app.errors import ExitCode, LanpoolError, UsageError
 from lanpool.app.jobs.remote import RemoteJob
 from lanpool.app.shell.into_job import JobTarget, forward_ports, hold_forwards, run_command, run_shell, running_target
+from lanpool.protocol import JobState
+
+START_WAIT_S = 30.0  # how long a job that its runner is starting (SUBMITTED) is waited for
 
 
-def _target(ctl: Controller, args: argparse.Namespace) -> JobTarget:
+async def _target(ctl: Controller, args: argparse.Namespace) -> JobTarget:
+    """The running job `args.ref` names, in its runner's word, not the store's (a `run -d` a second
+    ago, or another controller, may have left the store behind); one its runner is still starting
+    is waited for, up to START_WAIT_S."""
     jobs = ctl.runs.resolve(args.ref)
     if not jobs:
         raise UsageError(f"no run or job {args.ref!r}: `app headless status` lists them")
+    deadline, said = time.monotonic() + START_WAIT_S, False
+    while True:
+        stale = [j for j in jobs if j.state in (JobState.SUBMITTED, JobState.QUEUED) and j.runner]
+        if not stale:
+            break
+        await ctl.refresh(stale)
+        jobs = ctl.runs.resolve(args.ref)
+        starting = [j for j in jobs if j.state is JobState.SUBMITTED]
+        if not starting or time.monotonic() > deadline:
+            break
+        if not said:
+            say(f"job {starting[0].id} is starting on runner {starting[0].runner}: waiting for it to run")
+            said = True
+        await asyncio.sleep(0.5)
     return running_target(ctl.jobs, jobs, args.ref, args.node)
 
 
 async def ssh(ctl: Controller, args: argparse.Namespace) -> int:
-    target = _target(ctl, args)
+    target = await _target(ctl, args)
     async with await ctl.connect(target.host, target.port) as session:
         return await run_shell(session, target.job_id)
 
@@ -31,13 +52,13 @@ async def exec_(ctl: Controller, args: argparse.Namespace) -> int:
         argv = argv[1:]
     if not argv:
         raise UsageError("exec needs a command: app headless exec JOB -- CMD ...")
-    target = _target(ctl, args)
+    target = await _target(ctl, args)
     async with await ctl.connect(target.host, target.port) as session:
         return await run_command(session, target.job_id, argv)
 
 
 async def ports(ctl: Controller, args: argparse.Namespace) -> int:
-    target = _target(ctl, args)
+    target = await _target(ctl, args)
     declared = target.ports
     if not declared:
         raise UsageError(f"job {target.job_id} declared no ports (`ports:` in its workflow, or `run --port N`)")

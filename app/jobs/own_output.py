@@ -47,7 +47,7 @@ class OwnOutput:
                 self.dropped += 1
                 continue
             rows.append((self.job_id, self.node, m.seq, m.n_lines, m.stream, m.data, m.at))
-        final = batch[-1] if batch and isinstance(batch[-1], JobStatus) else None
+        final = next((m for m in reversed(batch) if isinstance(m, JobStatus)), None)
         if final is not None and final.job_id != self.job_id:
             raise RunnerProtocolError(
                 f"{self.where} sent the status of job {final.job_id[:64]!r} while followed for job {self.job_id}"

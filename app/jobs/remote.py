@@ -5,12 +5,13 @@ Every job is one: a single-node job is a gang of one, with one job_nodes row.
 made by app/jobs/submit.py's submit_job), so a fix lands once. What the size changes is said here, once:
 - env: a gang of N > 1 is wired for torch.distributed (app/jobs/multinode.py);
 - status: a gang of one's status is its node's, recorded as the runner says
-  it; a bigger gang is RUNNING once every node accepted, and ends as one (DONE,
-  the first node's failure, or STOPPED/ABORTED when each unfinished node was
-  stopped on request);
-- a runner lost while followed: a gang of one waits for it to come back (the job
-  may still run there); in a bigger gang the others cannot go on without it
-  (collectives block), so the job fails and the other nodes are stopped.
+  it; a bigger gang is RUNNING once its runners started every node, and ends as
+  one (DONE, the first node's failure, or STOPPED/ABORTED when each unfinished
+  node was stopped on request).
+The runners start, retry and stop a bigger gang's nodes together (agent/gang/hub.py):
+following one never coordinates it. A runner lost while followed is waited for (the
+job may still run there) until every other node has ended; a bigger gang's runners
+count a node lost on their own.
 
 A job with no job_nodes row yet (between its jobs row and its runner accepting
 it, or seeded by a test) is node 0 on the jobs row's runner.
@@ -146,6 +147,8 @@ class RemoteJob:
         if known and JobState(known["status"]).is_terminal() and not JobState(status.state).is_terminal():
             return  # a stale "still running" after the end was recorded: the end stands
         self.store.set_node(self.job_id, node, at.row(), status.state, status.exit_code, _cause(status))
+        if self.size > 1 and status.attempt > self.store.job(self.job_id).retries:  # the gang started again
+            self.store.update_job(self.job_id, retries=status.attempt)
         if self.size > 1 and status.state == JobState.RUNNING and self.store.job(self.job_id).state is JobState.QUEUED:
             # A detached gang left its runners' queues (they start its nodes together).
             self.store.set_job_status(
@@ -163,6 +166,7 @@ class RemoteJob:
             # `synced`, closes the window between recording the end and pulling artifacts.
             return
         fields: dict[str, object] = {
+            "retries": status.attempt,
             "exit_code": status.exit_code,
             "started_at": status.started_at,
             "finished_at": status.finished_at,
@@ -268,13 +272,8 @@ class RemoteJob:
                     cause = cause or (_cause(status) if status is not None else "")
                     if cause and not failure and self.size > 1:
                         failure = f"node {at.node} ({at.runner}): {cause}"
-                        self.say(f"{failure}; stopping the other nodes")
-                        for other in pending:
-                            k = tasks[other].node
-                            try:
-                                await live[k].stop(self.job_id, abort=False, grace_s=None)
-                            except LanpoolError as exc:
-                                self.say(f"could not stop node {k}: {exc.message}")
+                        if pending:
+                            self.say(f"{failure}; its runners stop the other nodes")
         finally:
             for task in pending:  # interrupted (Ctrl-C): the nodes keep running on their runners
                 task.cancel()
@@ -347,7 +346,7 @@ class RemoteJob:
             except (RunnerRefused, HostKeyMismatch, NotFoundError, RunnerProtocolError):
                 raise  # the runner answered: asking again gets the same answer
             except RunnerError as exc:
-                if not (follow and self.size == 1):
+                if not follow or (self.size > 1 and self._others_ended(at.node)):
                     raise
                 session = None
                 if offline_since is None:
@@ -358,6 +357,11 @@ class RemoteJob:
                         "(the job may still run there; Ctrl-C detaches)"
                     )
                 await asyncio.sleep(RECONNECT_S)
+
+    def _others_ended(self, node: int) -> bool:
+        """Whether every node but `node` has ended (a lost runner is then waited for no longer)."""
+        rows = [r for r in self.store.nodes(self.job_id) if r["node"] != node]
+        return len(rows) >= self.size - 1 and all(JobState(r["status"]).is_terminal() for r in rows)
 
     def _failure(self, finals: dict[int, JobStatus | None]) -> str:
         failed = [(k, s) for k, s in sorted(finals.items()) if s is not None and _cause(s)]

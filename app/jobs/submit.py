@@ -1,14 +1,12 @@
 """Submitting a job to its runners: the blobs each lacks, then SubmitJob to every node
-(node k = session k), node 0 first so the others learn its MASTER_PORT (a detached
-gang's nodes, which learn it at Go, all at once). The job is in the store before
-anything is sent, so a crash here loses nothing; a node that fails to accept stops
-every node that did (none may run alone).
+(node k = session k), all at once. The job is in the store before anything is sent, so
+a crash here loses nothing; a node that fails to accept stops every node that did (none
+may run alone).
 
-A gang's start waits for its last node (the rendezvous), so nothing on the way to
-node N-1 waits for what need not: every node's blobs go up at once, node 0 is sent
-once its own are up, and node 0's runner answers once it picked the port, before it
-even stages the workspace (agent/jobs/manager.py); a node that then fails to start fails
-the gang in follow.
+A job on several runners is a gang whichever way it is run (followed or `-d`): its runners
+start its nodes together, retry them together and stop them together (agent/gang/hub.py);
+node 0's agent picks MASTER_PORT when every node is reserved. The controller only submits
+and follows.
 """
 
 import asyncio
@@ -24,6 +22,7 @@ from lanpool.app.jobs.multinode import node_env
 from lanpool.app.jobs.remote import JobServices, Launch, NodeAt, RemoteJob, Say
 from lanpool.app.runners.client import RunnerSession
 from lanpool.app.secret_store import masked_values, reveal
+from lanpool.app.store import Store
 from lanpool.app.transfer.uploads import upload
 from lanpool.protocol import GangSpec, JobAccepted, JobState, JobStatus, SubmitJob
 
@@ -43,7 +42,7 @@ async def submit_job(
     """Submit the job to every session (node k = sessions[k]); returns it and node 0's status.
     The job is in the store before it is sent, so a crash here loses nothing. `after` and
     `run_key`: a detached DAG's step, started by its runner once those jobs are DONE (agent.jobs.dag).
-    `detached` with several nodes: a detached gang, whose runners start it together (agent.gang.hub)."""
+    Several sessions: a gang, whose runners start it together (agent.gang.hub)."""
     job, job_id, store = launch.job, launch.job_id, jobs.store
     runners = [store.known_runner(s.hello.name) for s in sessions]
     # One session for several nodes: a Slurm runner runs them all as one allocation (app/runs/slurm_placement.py).
@@ -66,19 +65,14 @@ async def submit_job(
         spec["after"] = after
     store.create_job(job_id, launch.run_name, job.workflow, runners[0], spec, launch.cache_key, launch.cache_inputs)
     gang = RemoteJob(jobs, job_id, [NodeAt(k, r["name"], r["host"], r["port"]) for k, r in enumerate(runners)])
-    first: JobStatus | None = None
-    gang_statuses: list[JobStatus] = []  # each node's answer, in node order
-    master_port = 0
-    gang_specs = _gang_specs(job_id, runners, addresses) if detached and gang.size > 1 else []
+    gang_specs = _gang_specs(job_id, runners, addresses) if gang.size > 1 else []
+    accepted_by: set[int] = set()  # the nodes whose runner has the job
 
     async def send(node: int, session: RunnerSession) -> tuple[JobAccepted, JobStatus]:
         env = dict(job.env) if gang.size == 1 else node_env(job, node, addresses)
-        if node and not gang_specs:  # a detached gang's node 0 sends its MASTER_PORT at Go
-            env["MASTER_PORT"] = str(master_port)
         # Secrets go in here only: the stored spec above keeps their placeholders.
         env = reveal(env, launch.secrets)
-        if gang_specs or gang.size == 1:  # a gang sent one node at a time has its blobs up already
-            await upload(session, launch.files, say)
+        await upload(session, launch.files, say)
         if not detached:  # the log is followed next: its channel opens while the runner starts the job
             session.open_channel_soon()
         request = SubmitJob(
@@ -94,7 +88,6 @@ async def submit_job(
             pull=job.pull,
             resources=resources,
             executor=job.executor,
-            pick_master_port=(node == 0 and gang.size > 1 and not gang_specs),
             python=job.python,
             requirements=job.requirements,
             ports=job.ports,
@@ -120,40 +113,14 @@ async def submit_job(
             raise RunnerProtocolError(
                 f"runner {runners[node]['name']} answered for job {status.job_id!r} when sent job {job_id}"
             )
+        accepted_by.add(node)
+        gang._note(node, status)
         return accepted, status
 
-    def noted(node: int, accepted: JobAccepted, status: JobStatus) -> None:
-        nonlocal first, master_port
-        if node == 0:
-            first, master_port = status, accepted.master_port
-        gang._note(node, status)
-        gang_statuses.append(status)
-        if gang.size > 1:
-            say(
-                f"node {node}: runner {runners[node]['name']} ({addresses[node]})"
-                + (f", MASTER_PORT {master_port}" if node == 0 else "")
-            )
-
-    try:
-        if gang_specs:  # a detached gang's nodes need nothing of each other here: all sent at once
-            for node, answer in enumerate(await _all_or_first_error(*(send(k, s) for k, s in enumerate(sessions)))):
-                noted(node, *answer)
-        elif gang.size == 1:
-            noted(0, *await send(0, sessions[0]))
-        else:  # node 0 first: the others learn its MASTER_PORT
-            # Every node's blobs go up at once; node 0 is sent as soon as its own are there, the
-            # others once theirs are and node 0 answered (nothing waits for what it need not).
-            uploads = [asyncio.ensure_future(upload(s, launch.files, say)) for s in sessions]
-            try:
-                await uploads[0]
-                noted(0, *await send(0, sessions[0]))
-                await _all_or_first_error(*uploads[1:])
-            finally:  # none left running unseen (a failure or Ctrl-C above ends the others)
-                for pending in uploads:
-                    pending.cancel()
-                await asyncio.gather(*uploads, return_exceptions=True)
-            for node, session in enumerate(sessions[1:], start=1):
-                noted(node, *await send(node, session))
+    try:  # the nodes need nothing of each other here: all sent at once
+        statuses = [status for _, status in await _all_or_first_error(*(send(k, s) for k, s in enumerate(sessions)))]
+        for node in range(gang.size if gang.size > 1 else 0):
+            say(f"node {node}: runner {runners[node]['name']} ({addresses[node]})")
     except (LanpoolError, OSError, asyncssh.Error) as exc:
         message = getattr(exc, "message", None) or str(exc)
         for session in sessions:  # whatever started must not run alone
@@ -167,16 +134,33 @@ async def submit_job(
         )
         where = sessions[0].where if gang.size == 1 else f"all {gang.size} nodes"
         raise RunnerError(f"could not submit to {where}: {message}") from None
+    except asyncio.CancelledError:  # Ctrl-C: what no runner has is marked at once, none left half-sent
+        await _interrupted(store, job_id, sessions, accepted_by)
+        raise
     if gang.size > 1:
-        waiting = [(k, n) for k, n in enumerate(gang_statuses) if n.state == JobState.QUEUED]
-        if gang_specs and waiting:  # a detached gang waits in its runners' queues until all can start
+        waiting = [(k, n) for k, n in enumerate(statuses) if n.state == JobState.QUEUED]
+        if waiting:  # a gang waits in its runners' queues until all can start
             k, node_status = waiting[0]
             reason = f"gang of {gang.size}: node {k} waits" + (f" ({node_status.reason})" if node_status.reason else "")
             store.set_job_status(job_id, JobState.QUEUED, f"on {gang.size} nodes", error=reason)
         else:
             store.set_job_status(job_id, JobState.RUNNING, f"on {gang.size} nodes", started_at=time.time())
-    assert first is not None
-    return gang, first
+    return gang, statuses[0]
+
+
+async def _interrupted(store: Store, job_id: str, sessions: list[RunnerSession], accepted_by: set[int]) -> None:
+    """A submit cut short: a job no runner took ends ABORTED now (never SUBMITTED for good); a gang
+    some of whose nodes were sent has those stopped (none may wait alone). A job every node has
+    runs there: `stop` reaches it."""
+    if len(accepted_by) == len(sessions):
+        return
+    why = "interrupted before it reached a runner" if not accepted_by else "interrupted while its nodes were sent"
+    store.set_job_status(job_id, JobState.ABORTED, why, error=why, finished_at=time.time(), synced=1)
+    for node in sorted(accepted_by):
+        try:
+            await asyncio.wait_for(sessions[node].stop(job_id, abort=True, grace_s=None), 5)
+        except (LanpoolError, TimeoutError):
+            pass
 
 
 async def _all_or_first_error(*steps: Awaitable[T]) -> list[T]:

@@ -42,8 +42,8 @@ from lanpool.protocol import (
     HaveBlobs,
     Hello,
     JobAccepted,
+    JobState,
     JobStatus,
-    LogChunk,
     MissingBlobs,
     PairConfirm,
     Paired,
@@ -59,7 +59,6 @@ from lanpool.protocol import (
 from lanpool.protocol.messages import ARTIFACT_PAGES, AgentMessage, ClientMessage
 from lanpool.protocol.pairing import PAIRING_USER, ControllerPake, PairingFailed, sanitize_label
 from lanpool.protocol.runtime.ssh_transport import install as install_ssh_transport
-from lanpool.protocol.transfer_messages import LOG_DIRECT
 from lanpool.protocol.wire import ENCRYPTION_ALGS, SUBSYSTEM
 from lanpool.protocol.wire import key_text as host_key_text
 
@@ -179,6 +178,8 @@ class RunnerSession:
         self.hello = hello  # what the runner said on the request channel
         self._control = control
         self._spare: asyncio.Task[Channel] | None = None  # open_channel_soon's, for the next attach
+        # One request at a time on the request channel: a refresh asks after many jobs on one session.
+        self._asking = asyncio.Lock()
 
     @classmethod
     async def open(
@@ -270,8 +271,9 @@ class RunnerSession:
         return await spare if spare is not None else await self.open_channel()
 
     async def _request(self, msg: ClientMessage, expect: type[_Reply]) -> _Reply:
-        await self._control.send(msg)
-        return await self._reply(msg, expect)
+        async with self._asking:
+            await self._control.send(msg)
+            return await self._reply(msg, expect)
 
     async def _reply(self, msg: ClientMessage, expect: type[_Reply]) -> _Reply:
         """The next reply on the request channel, which must be an `expect` (`msg` is what it answers)."""
@@ -286,8 +288,10 @@ class RunnerSession:
         return (await self.submit_accepted(req))[1]
 
     async def submit_accepted(self, req: SubmitJob) -> tuple[JobAccepted, JobStatus]:
-        accepted = await self._request(req, JobAccepted)
-        return accepted, await self._reply(req, JobStatus)
+        async with self._asking:
+            await self._control.send(req)
+            accepted = await self._reply(req, JobAccepted)
+            return accepted, await self._reply(req, JobStatus)
 
     async def pair(self, code: str, public_key: str, label: str) -> str:
         """Run the pairing PAKE (protocol/pairing.py) on a pairing connection; returns the
@@ -318,53 +322,21 @@ class RunnerSession:
         return await self._request(GetStatus(job_id, artifacts_from), JobStatus)
 
     async def attach(self, job_id: str, from_seq: int, follow: bool = True) -> AsyncIterator[list[AgentMessage]]:
-        """Batches of LogChunk messages; the last batch ends with the job's JobStatus. A
-        runner that offers it may send a flood on a connection of its own, mid-stream
-        (app/runners/log_direct.py): its batches come here like the channel's, in order."""
-        direct = False
-        if LOG_DIRECT in self.hello.features:
-            from lanpool.app.runners.log_direct import log_direct_wanted  # ssl: only for a follow that may use it
-
-            direct = log_direct_wanted()
+        """Batches of LogChunk messages; the last batch ends with the job's final JobStatus (its
+        end, or without `follow` its state now). Followed, a batch may also end with a JobStatus
+        of a state the job has only reached on its way (QUEUED, RUNNING)."""
         channel = await self._take_channel()
-        last: LogChunk | None = None  # the last of this job's lines passed on: where a re-attach starts
         try:
-            await channel.send(Attach(job_id, from_seq, follow, direct))
+            await channel.send(Attach(job_id, from_seq, follow))
             while True:
                 batch = await channel.recv_many()
-                offer: DirectOffer | None = None
-                for i, msg in enumerate(batch):
+                for msg in batch:
                     if isinstance(msg, Error):
                         raise _error_from(msg, self.where)
-                    if isinstance(msg, DirectOffer):
-                        # The runner writes nothing after its offer until the offered connection is done.
-                        if not direct or msg.job_id != job_id or i != len(batch) - 1:
-                            raise RunnerProtocolError(
-                                f"{self.where} sent a direct offer this controller did not ask for"
-                            )
-                        offer, batch = msg, batch[:i]
-                if batch:
-                    last = _last_line_of(batch, job_id, last)
-                    yield batch
-                    if isinstance(batch[-1], JobStatus):
-                        return
-                if offer is None:
-                    continue
-                from lanpool.app.runners.direct import DirectUnavailable
-                from lanpool.app.runners.log_direct import direct_batches
-
-                try:
-                    async with contextlib.aclosing(direct_batches(self.peer_host, offer, self.where)) as burst:
-                        async for chunks in burst:
-                            last = _last_line_of(chunks, job_id, last)
-                            yield chunks  # type: ignore[misc]
-                except DirectUnavailable as exc:  # nothing was taken: the rest on a channel, as asked before
-                    log.warning("%s: %s; following job %s on the SSH channel", self.where, exc.message, job_id)
-                    channel.close()
-                    direct = False
-                    channel = await self.open_channel()
-                    position = from_seq if last is None else max(from_seq, last.seq + last.n_lines)
-                    await channel.send(Attach(job_id, position, follow, False))
+                yield batch
+                last = batch[-1]
+                if isinstance(last, JobStatus) and (not follow or JobState(last.state).is_terminal()):
+                    return
         finally:
             channel.close()
 
@@ -473,14 +445,6 @@ class RunnerSession:
     async def __aexit__(self, *exc: object) -> None:
         self.close()
         await self.conn.wait_closed()
-
-
-def _last_line_of(batch: list[AgentMessage] | list[LogChunk], job_id: str, last: LogChunk | None) -> LogChunk | None:
-    """The batch's last LogChunk of `job_id` (lines come in order), else `last`."""
-    for msg in reversed(batch):
-        if isinstance(msg, LogChunk) and msg.job_id == job_id:
-            return msg
-    return last
 
 
 def _clip(text: str, limit: int = 300) -> str:

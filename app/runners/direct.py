@@ -1,7 +1,6 @@
-"""A runner's direct connection, the controller's side: the TLS handshake and bounded frame
-reads that artifacts, log bursts (app/runners/log_direct.py) and direct shells
-(app/shell/direct.py) share, and the artifact stream read on it (see agent/direct.py for
-why, and what the runner does).
+"""A runner's direct connection for artifacts, the controller's side: the TLS handshake and
+the artifact stream read on it, frame by bounded frame (see agent/direct.py for why, and what
+the runner does).
 
 The runner's DirectOffer came over the SSH connection, whose host key is pinned, so it is
 the runner's word: the controller connects to the port it names on the runner's address,
@@ -64,7 +63,7 @@ def fetch(
     except OSError as exc:
         raise DirectUnavailable(f"cannot connect to port {offer.port}: {exc.strerror or exc}") from None
     with raw:
-        conn = handshake(raw, offer)
+        conn = _handshake(raw, offer)
         with conn:
             conn.settimeout(idle_s)
             try:
@@ -75,16 +74,14 @@ def fetch(
                 raise RunnerError(f"lost {where} while pulling artifacts: {exc}") from None
 
 
-def handshake(raw: socket.socket, offer: DirectOffer, ragged_eof_ok: bool = True) -> ssl.SSLSocket:
-    """The TLS connection, once its certificate is the offered one and the token is sent.
-    Not `ragged_eof_ok`: a stream that ends without a TLS close_notify (cut) raises
-    SSLEOFError rather than reading as a clean end."""
+def _handshake(raw: socket.socket, offer: DirectOffer) -> ssl.SSLSocket:
+    """The TLS connection, once its certificate is the offered one and the token is sent."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
     context.minimum_version = ssl.TLSVersion.TLSv1_3
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE  # self-signed: its digest, which came over SSH, is the check
     try:
-        conn = context.wrap_socket(raw, suppress_ragged_eofs=ragged_eof_ok)
+        conn = context.wrap_socket(raw)
         cert = conn.getpeercert(binary_form=True) or b""
     except (OSError, ssl.SSLError) as exc:
         raise DirectUnavailable(f"no TLS on port {offer.port}: {exc}") from None
@@ -102,10 +99,10 @@ def handshake(raw: socket.socket, offer: DirectOffer, ragged_eof_ok: bool = True
 def _read(conn: ssl.SSLSocket, take: Callable[[Sequence[AgentMessage]], None], where: str) -> None:
     head = bytearray(_HEADER.size)
     while True:
-        if not fill(conn, memoryview(head)):
+        if not _fill(conn, memoryview(head)):
             raise RunnerError(f"{where} closed the artifact connection before all files were sent")
         (size,) = _HEADER.unpack(head)
-        msg = read_message(conn, size, where, "artifact")
+        msg = _read_message(conn, size, where)
         if isinstance(msg, Error):
             raise ArtifactsRefused(f"{where}: {clip(msg.message, 300)}")
         if not isinstance(msg, (ArtifactData, ArtifactEnd, ArtifactsSent)):
@@ -115,14 +112,14 @@ def _read(conn: ssl.SSLSocket, take: Callable[[Sequence[AgentMessage]], None], w
             return
 
 
-def read_message(conn: ssl.SSLSocket, size: int, where: str, what: str) -> AgentMessage:
+def _read_message(conn: ssl.SSLSocket, size: int, where: str) -> AgentMessage:
     """The message of a frame whose header said `size` bytes: bounded, read whole and decoded
     (a direct connection's frames get the checks a channel's get)."""
     if size > MAX_FRAME_BYTES:
         raise RunnerProtocolError(f"{where} sent a frame of {size} bytes (at most {MAX_FRAME_BYTES})")
     body = bytearray(size)
-    if not fill(conn, memoryview(body)):
-        raise RunnerError(f"{where} closed the {what} connection in the middle of a frame")
+    if not _fill(conn, memoryview(body)):
+        raise RunnerError(f"{where} closed the artifact connection in the middle of a frame")
     try:
         return decode_agent_message(unpack_body(body))
     except ProtocolError as exc:
@@ -131,7 +128,7 @@ def read_message(conn: ssl.SSLSocket, size: int, where: str, what: str) -> Agent
         ) from None
 
 
-def fill(conn: ssl.SSLSocket, view: memoryview) -> bool:
+def _fill(conn: ssl.SSLSocket, view: memoryview) -> bool:
     """Fill `view` from the connection; False when the stream ends first."""
     done = 0
     while done < len(view):

@@ -8,7 +8,9 @@ every step (Placement.one_runner): each step is sent at once with `after` (the i
 the steps it waits for) and the run's secret key, and the runner starts it when they
 are DONE, staging their artifacts itself (agent/jobs/dag.py), so no controller needs to
 stay. Reused steps are not resent (their artifacts go up as inputs). When no one
-runner fits every step, the run says so and stays controller-driven (followed). What the command line
+runner fits every step, `run -d` is refused, naming the steps that need different runners
+(never a silent change into a followed run). Steps a run never starts (an earlier one
+failed, or Ctrl-C) are listed in it, ABORTED "not started: ...". What the command line
 asks for (`--nodes`, `--port`, `--max-duration`, `--env`, `--resume`) is applied
 here to the jobs it concerns. Imported only when a run starts (start-up time of
 the other verbs).
@@ -23,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lanpool.app.errors import UsageError
+from lanpool.app.errors import NotFoundError, UsageError
 from lanpool.app.home import ControllerHome
 from lanpool.app.jobs.remote import JobServices, Launch, LogSink
 from lanpool.app.jobs.submit import submit_job
@@ -127,13 +129,12 @@ class RunLoop:
             if not follow and len(plan.to_run) > 1:
                 chain = await placement.one_runner(sized, job_ids[plan.to_run[0].workflow])
                 if chain is None:
-                    say(
-                        f"the steps of {req.workflow_name} need different runners: not detached, this "
-                        "process runs them one by one (keep it running; Ctrl-C stops the run)"
+                    raise UsageError(
+                        f"cannot detach {req.workflow_name}: `run -d` sends every step to one runner, and no "
+                        f"runner fits them all ({_largest_needs(sized)}); run it without -d (this process then "
+                        "runs each step on a runner that fits it)"
                     )
-                    follow = True
-                else:
-                    say(f"sent the whole chain ({len(plan.to_run)} jobs) to runner {chain[0][0].hello.name}")
+                say(f"sent the whole chain ({len(plan.to_run)} jobs) to runner {chain[0][0].hello.name}")
             for planned in plan.jobs:
                 if planned.action == "reuse":
                     assert planned.reuse is not None
@@ -198,14 +199,47 @@ class RunLoop:
                 outcome.jobs.append(row)
                 done[planned.workflow] = row
                 if row.state is not JobState.DONE:
-                    rest = [j.workflow for j in plan.jobs[plan.jobs.index(planned) + 1 :]]
+                    rest = self._not_started(plan, job_ids, outcome.run_name, f"{planned.workflow} ended {row.status}")
                     if rest:
                         say(f"{planned.workflow} ended {row.status}: not running {', '.join(rest)}")
                     break
+        except asyncio.CancelledError:  # Ctrl-C: the steps not yet sent are listed as such
+            self._not_started(plan, job_ids, outcome.run_name, "the run was interrupted")
+            raise
         finally:
             early.drop()
             placement.close()
         return outcome
+
+    def _not_started(self, plan: Plan, job_ids: dict[str, str], run_name: str, why: str) -> list[str]:
+        """Record the run's steps that have no job yet as ABORTED "not started: <why>"; their names."""
+        names = []
+        for planned in plan.to_run:
+            job_id = job_ids[planned.workflow]
+            try:
+                self.store.job(job_id)
+                continue
+            except NotFoundError:
+                pass
+            self.store.create_job(job_id, run_name, planned.workflow, _NO_RUNNER, {"nodes": planned.job.nodes})
+            error = f"not started: {why}"
+            self.store.set_job_status(job_id, JobState.ABORTED, error, error=error, finished_at=time.time(), synced=1)
+            names.append(planned.workflow)
+        return names
+
+
+_NO_RUNNER = {"name": "", "host": "", "port": 0}  # a step that never reached a runner
+
+
+def _largest_needs(jobs: list[ResolvedJob]) -> str:
+    """Which step needs the most of each resource (`train` 1 GPU, `prepare` 8 CPU)."""
+    parts = []
+    for key, unit in (("gpu", "GPU"), ("cpu", "CPU"), ("memory_mb", "MB of memory")):
+        amounts = [(float(j.resources.get(key) or 0), j.workflow) for j in jobs]
+        most, name = max(amounts)
+        if most:
+            parts.append(f"{name} needs {most:g} {unit}")
+    return ", ".join(parts) or "every step needs a runner of its own"
 
 
 class _EarlySnapshot:

@@ -1,1 +1,1 @@
-"""Into a running job from the controller: a command, a shell (on the channel, a direct TLS connection or the one-time sshd), forwarded ports."""
+"""Into a running job from the controller: a command, a shell (through the one-time sshd, else on the channel), forwarded ports."""

@@ -1,7 +1,7 @@
 """A job's command or shell on the SSH channel itself: the exec request in the agent's one
-grammar (`lanpool-exec JOB_ID [--direct] [-- ARGV]`, protocol/wire.py EXEC_VERB), our terminal
-on the channel, and the exit status as ssh reports it. The direct and sshd shells
-(app/shell/direct.py, app/shell/sshd.py) start here too and fall back to it.
+grammar (`lanpool-exec JOB_ID [-- ARGV]`, protocol/wire.py EXEC_VERB), our terminal on the
+channel, and the exit status as ssh reports it. A shell through the runner's one-time sshd
+(app/shell/sshd.py) falls back to it.
 """
 
 import asyncio
@@ -17,27 +17,25 @@ import asyncssh
 
 from lanpool.app.errors import RunnerError
 from lanpool.app.runners.client import RunnerSession
-from lanpool.protocol import DirectOffer
-from lanpool.protocol.shell_direct import DIRECT_FLAG, MAX_OFFER_LINE, NO_OFFER_LINE, OFFER_PREFIX, parse_offer_line
 from lanpool.protocol.wire import EXEC_VERB
 
 READ_SIZE = 64 * 1024
 
 
-def exec_command(job_id: str, argv: list[str], direct: bool = False) -> str:
-    return shlex.join([EXEC_VERB, job_id, *([DIRECT_FLAG] if direct else []), *(["--", *argv] if argv else [])])
+def exec_command(job_id: str, argv: list[str]) -> str:
+    return shlex.join([EXEC_VERB, job_id, *(["--", *argv] if argv else [])])
 
 
 async def open_terminal(
-    session: RunnerSession, job_id: str, argv: list[str], fd: int, direct: bool
+    session: RunnerSession, job_id: str, argv: list[str], fd: int
 ) -> tuple[asyncssh.SSHClientChannel[bytes], "TerminalSession"]:
     loop = asyncio.get_running_loop()
-    term = TerminalSession(loop, direct)
+    term = TerminalSession(loop)
     cols, rows = os.get_terminal_size(fd)
     try:
         chan, _ = await session.conn.create_session(
             lambda: term,
-            exec_command(job_id, argv, direct),
+            exec_command(job_id, argv),
             encoding=None,
             term_type=os.environ.get("TERM", "xterm-256color"),
             term_size=(cols, rows),
@@ -84,50 +82,15 @@ def channel_status(chan: asyncssh.SSHClientChannel[bytes]) -> int:
 
 class TerminalSession(asyncssh.SSHClientSession[bytes]):
     """The job's output written straight to our terminal as each packet arrives: an echo costs
-    one callback, not a stream reader's wake-up of a copying task (scripts/bench-shell). Asked
-    for a direct shell, the first line may be the runner's offer (protocol/shell_direct.py)."""
+    one callback, not a stream reader's wake-up of a copying task (scripts/bench-shell)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, expect_offer: bool = False) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.closed: asyncio.Future[None] = loop.create_future()
-        self.offer: asyncio.Future[DirectOffer | None] = loop.create_future()
-        self._head: bytes | None = b"" if expect_offer else None
-        if not expect_offer:
-            self.offer.set_result(None)
 
     def data_received(self, data: bytes, datatype: asyncssh.DataType) -> None:
-        if datatype == asyncssh.EXTENDED_DATA_STDERR:
-            write_all(2, data)
-            return
-        if self._head is not None:
-            data = self._take_head(data)
-        if data:
-            write_all(1, data)
-
-    def _take_head(self, data: bytes) -> bytes:
-        """Whatever of `data` is not the offer line; settles `offer` once the line is known."""
-        assert self._head is not None
-        head = self._head + data
-        line, newline, rest = head.partition(b"\n")
-        prefix = OFFER_PREFIX[: len(line)]
-        if not line.startswith(prefix) or len(line) > MAX_OFFER_LINE:
-            offer = None  # not an offer: the shell runs on the channel, this is its output
-        elif not newline:
-            self._head = head
-            return b""
-        else:
-            offer = parse_offer_line(line + newline, "")
-            # The runner could not listen: the shell runs on the channel, after this line.
-            head = rest if offer is not None or line + newline == NO_OFFER_LINE else head
-        self._head = None
-        self.offer.set_result(offer)
-        return head
+        write_all(2 if datatype == asyncssh.EXTENDED_DATA_STDERR else 1, data)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._head:
-            write_all(1, self._head)
-            self._head = None
-        if not self.offer.done():
-            self.offer.set_result(None)
         if not self.closed.done():
             self.closed.set_result(None)
 

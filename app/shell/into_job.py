@@ -1,46 +1,31 @@
 """Into a running job from the controller: a command, an interactive shell, its declared ports.
 
 All go over the SSH connection lanpool already has with the job's runner (host key pinned).
-A command is an exec request on a channel of it (app/shell/channel.py). A shell takes the
-first way the runner offers: OpenSSH end to end through a one-time sshd (app/shell/sshd.py),
-its bytes on a TLS connection of their own (app/shell/direct.py), else the channel itself.
+A command is an exec request on a channel of it (app/shell/channel.py). A shell goes through
+OpenSSH end to end where the runner offers a one-time sshd (app/shell/sshd.py), else on the
+channel itself (container jobs, runners without sshd, a firewall that shuts the sshd's port).
 A port is direct-tcpip to 127.0.0.1:PORT, which the agent allows only for a port the running
 job declared (agent/shell/ports.py).
 """
 
 import asyncio
-import contextlib
 import json
-import logging
 import os
-import signal
 import sys
-import termios
-import tty
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO
+from typing import BinaryIO
 
 import asyncssh
 
 from lanpool.app.errors import LanpoolError, RunnerError, UsageError
 from lanpool.app.jobs.remote import JobServices, RemoteJob
 from lanpool.app.runners.client import RunnerSession
-from lanpool.app.shell.channel import (
-    READ_SIZE,
-    attach,
-    channel_status,
-    exec_command,
-    exit_code_of,
-    open_terminal,
-    reason,
-)
+from lanpool.app.shell.channel import READ_SIZE, attach, exec_command, exit_code_of, open_terminal, reason
 from lanpool.app.shell.ports import PortForward, forward_local
 from lanpool.app.shell.sshd import sshd_shell, sshd_wanted
 from lanpool.app.store import JobRow
 from lanpool.protocol import JobState
-
-log = logging.getLogger(__name__)
 
 _STATUS_POLL_S = 2.0  # how often an open forward asks whether its job still runs
 
@@ -99,71 +84,15 @@ async def run_command(session: RunnerSession, job_id: str, argv: list[str]) -> i
 async def run_shell(session: RunnerSession, job_id: str, argv: list[str] | None = None) -> int:
     """An interactive shell (or `argv`) in the job on our terminal (raw mode, resize, Ctrl-C); its exit code.
     Through the runner's one-time sshd with the system's `ssh` where both are there (app/shell/sshd.py),
-    else on a TLS connection of its own when the runner offers one (app/shell/direct.py), else on the channel."""
+    else on the channel."""
     fd = sys.stdin.fileno()
     if not os.isatty(fd):
         raise UsageError("ssh needs a terminal; for one command use `app headless exec JOB -- CMD`")
-    from lanpool.app.shell.direct import shell_direct_wanted
-
     if sshd_wanted(session.hello.features):  # OpenSSH end to end (app/shell/sshd.py)
         code = await sshd_shell(session, job_id, argv or [])
         if code is not None:
             return code
-    if shell_direct_wanted(session.hello.features):
-        code = await _direct_shell(session, job_id, argv or [], fd)
-        if code is not None:
-            return code
-    return await _channel_shell(session, job_id, argv or [], fd)
-
-
-async def _direct_shell(session: RunnerSession, job_id: str, argv: list[str], fd: int) -> int | None:
-    """The shell with its bytes on the runner's offered connection; None when the runner made no
-    offer (old or at its limit: the caller opens one on the channel)."""
-    from lanpool.app.runners.direct import DirectUnavailable
-    from lanpool.app.shell.direct import Relay, connect
-
-    chan, term = await open_terminal(session, job_id, argv, fd, True)
-    offer = await term.offer
-    if offer is None:  # what came is the job's own output, or the refusal (already shown)
-        if term.closed.done():
-            return channel_status(chan)
-        return await attach(chan, term, fd)
-    try:
-        conn = await asyncio.to_thread(connect, session.peer_host, offer)
-    except DirectUnavailable as exc:
-        log.warning("%s: %s; the shell runs on the SSH channel instead", session.where, exc.message)
-        chan.close()
-        await term.closed
-        return None
-    log.info("%s: the shell in job %s runs on a direct connection", session.where, job_id)
-    relay = Relay(conn, fd, sys.stdout.fileno())
-    loop = asyncio.get_running_loop()
-    saved = termios.tcgetattr(fd)
-
-    def resized() -> None:
-        with contextlib.suppress(OSError):
-            chan.change_terminal_size(*os.get_terminal_size(fd))
-
-    tty.setraw(fd)
-    loop.add_signal_handler(signal.SIGWINCH, resized)
-    relay.start()
-    try:
-        ended: asyncio.Future[Any] = asyncio.ensure_future(asyncio.to_thread(relay.ended.wait))
-        await asyncio.wait([term.closed, ended], return_when=asyncio.FIRST_COMPLETED)
-        if not term.closed.done():  # the connection dropped: the runner hangs the shell up once the channel goes
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(term.closed), 2.0)
-            chan.close()
-            await term.closed
-    finally:
-        loop.remove_signal_handler(signal.SIGWINCH)
-        await asyncio.to_thread(relay.close, 2.0)
-        termios.tcsetattr(fd, termios.TCSADRAIN, saved)
-    return channel_status(chan)
-
-
-async def _channel_shell(session: RunnerSession, job_id: str, argv: list[str], fd: int) -> int:
-    chan, term = await open_terminal(session, job_id, argv, fd, False)
+    chan, term = await open_terminal(session, job_id, argv or [], fd)
     return await attach(chan, term, fd)
 
 

@@ -8,7 +8,7 @@ terminal with no user configuration (-F /dev/null), that key only (no ssh-agent)
 key pinned (StrictHostKeyChecking), no forwarding of any kind: OpenSSH end to end, resize
 and Ctrl-C included. The key and the pinned host key live in a 0700 directory removed at
 the end. When the runner offers no sshd, or no session ran in it, the caller goes on with
-a direct shell (app/shell/direct.py).
+the shell on the SSH channel (app/shell/channel.py).
 """
 
 import asyncio

@@ -263,7 +263,8 @@ class JobRows(Table):
             + ("WHERE " + " AND ".join(where) + " " if where else "")
             + "ORDER BY j.submitted_at DESC LIMIT ?"
         )
-        return [(JobRow(*row[:16]), *row[16:]) for row in self.conn.execute(sql, (*params, limit))]
+        n = len(JOB_COLS.split(", "))
+        return [(JobRow(*row[:n]), *row[n:]) for row in self.conn.execute(sql, (*params, limit))]
 
     def add_warning(self, job_id: str, line: str) -> None:
         """Note something wrong with a job that ended (kept with its events, once per line)."""

@@ -183,6 +183,11 @@ def _m010_runs_by_time(db: "sqlite_utils.Database") -> None:
     db.execute("CREATE INDEX IF NOT EXISTS idx_runs_created_at ON runs (created_at)")
 
 
+def _m011_job_retries(db: "sqlite_utils.Database") -> None:
+    # A job's retries so far, as its runners count them (a gang's: every node's attempt at once).
+    db.execute("ALTER TABLE jobs ADD COLUMN retries INTEGER NOT NULL DEFAULT 0")
+
+
 MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m001_initial,
     _m002_cache,
@@ -194,6 +199,7 @@ MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m008_log_times,
     _m009_log_chunks_rowid,
     _m010_runs_by_time,
+    _m011_job_retries,
 ]
 
 

@@ -41,6 +41,7 @@ class JobRow(Record):
     artifacts_pulled: int | None
     spec: str | None
     synced: int | None
+    retries: int = 0  # retries so far: the job ran retries + 1 times
 
     @property
     def state(self) -> JobState:
@@ -55,7 +56,7 @@ class JobRow(Record):
 JOB_FIELDS = frozenset(JobRow.__dataclass_fields__)
 JOB_COLS = (
     "id, run_name, workflow, runner, host, port, status, exit_code, error, submitted_at, started_at, "
-    "finished_at, artifacts_archive, artifacts_pulled, spec, synced"
+    "finished_at, artifacts_archive, artifacts_pulled, spec, synced, retries"
 )
 RUN_COLS = "name, workflow, project_dir, created_at, tag"
 

@@ -16,7 +16,6 @@ from lanpool.app.home import ControllerHome
 from lanpool.app.store import ARTIFACTS_REFUSED, JobRow, Store
 from lanpool.app.transfer.files import checked_path, copy_file
 from lanpool.app.transfer.pull import Final, PullBusy, PullLimits, node_prefix, pull_job, pull_percent
-from lanpool.app.transfer.ranges import Parallel, pull_streams
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +67,7 @@ class Artifacts:
 
     async def _pull(self, job_id: str, finals: list[Final]) -> str:
         try:
-            parallel = Parallel(pull_streams(), self.home.key)
-            files = await pull_job(self.home.artifacts, job_id, finals, self.limits or PullLimits.from_env(), parallel)
+            files = await pull_job(self.home.artifacts, job_id, finals, self.limits or PullLimits.from_env())
         except (ArtifactsRefused, RunnerProtocolError) as exc:
             line = f"{REFUSED_LINE}: {exc.message}"
             log.warning("job %s: %s", job_id, line)

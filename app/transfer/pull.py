@@ -15,9 +15,7 @@ dir by a rename. A pull cut off (connection lost, process killed) keeps the
 staging dir and its declared total (`<job>.part.json`): the next pull asks for
 each file from the bytes already there. Any process can tell how far a pull is
 (`pull_percent`) from those two; one process pulls a job at a time (a lock
-file), so a second one says so instead of racing it. A large file may come in
-byte ranges over several connections at once (app/transfer/ranges.py), each
-range held to the same rules within its own bounds.
+file), so a second one says so instead of racing it.
 """
 
 import asyncio
@@ -29,22 +27,12 @@ import logging
 import os
 import shutil
 import stat
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lanpool.app.errors import ArtifactsRefused, LanpoolError, RunnerProtocolError
 from lanpool.app.transfer.files import DISK_RESERVE_BYTES, checked_declared, checked_path, make_dirs
-from lanpool.app.transfer.ranges import (
-    Parallel,
-    RangeState,
-    check_sizes,
-    plan_node,
-    pull_ranges,
-    read_done,
-    reset,
-    run_pulls,
-)
 from lanpool.protocol import ArtifactData, ArtifactEnd, ArtifactRange, ArtifactsSent, DirectOffer, Error, JobStatus
 from lanpool.protocol.message_base import Record, record
 from lanpool.protocol.messages import AgentMessage
@@ -58,6 +46,10 @@ MAX_BYTES_ENV = "LANPOOL_MAX_ARTIFACT_BYTES"
 MAX_FILES_ENV = "LANPOOL_MAX_ARTIFACT_FILES"
 DEFAULT_MAX_BYTES = 256 * 2**30
 DEFAULT_MAX_FILES = 100_000
+# Left beside the staging dir by a pull cut off in an older lanpool, which fetched large files in
+# byte ranges over several connections: its staged files were filled out of order, so their
+# sizes say nothing of what arrived. Such a pull starts over.
+_RANGED_LEFTOVERS = (".part.ranges", ".part.done")
 
 
 class PullBusy(LanpoolError):
@@ -120,22 +112,17 @@ def pull_percent(store_dir: Path, job_id: str) -> int | None:
         total = int(json.loads(_meta(store_dir, job_id).read_text())["total"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    ranged, have = read_done(store_dir, job_id)  # those files' sizes say nothing: filled out of order
-    staging = staging_dir(store_dir, job_id)
-    for dirpath, _dirs, files in os.walk(staging):
+    have = 0
+    for dirpath, _dirs, files in os.walk(staging_dir(store_dir, job_id)):
         for name in files:
-            path = os.path.join(dirpath, name)
-            if os.path.relpath(path, staging) not in ranged:
-                with contextlib.suppress(OSError):
-                    have += os.lstat(path).st_size
+            with contextlib.suppress(OSError):
+                have += os.lstat(os.path.join(dirpath, name)).st_size
     return 100 if total <= 0 else min(99, have * 100 // total)
 
 
 @contextlib.contextmanager
-def _pull_lock(store_dir: Path, job_id: str) -> Iterator[int]:
-    """Held while this process pulls the job (and by its range workers, which inherit the
-    descriptor: one left running after this process was killed keeps the next pull out);
-    the lock file goes with it."""
+def _pull_lock(store_dir: Path, job_id: str) -> Iterator[None]:
+    """Held while this process pulls the job; the lock file goes with it."""
     path = store_dir / f"{job_id}.part.lock"
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
@@ -151,7 +138,7 @@ def _pull_lock(store_dir: Path, job_id: str) -> Iterator[int]:
                 + ": try again when it is done"
             ) from None
         try:
-            yield fd
+            yield
         finally:
             path.unlink(missing_ok=True)  # while still held: a waiter sees it gone, not ours
     finally:
@@ -166,13 +153,10 @@ def node_prefix(node: int) -> str:
 Final = tuple[int, "RunnerSession", JobStatus]
 
 
-async def pull_job(
-    store_dir: Path, job_id: str, finals: list[Final], limits: PullLimits, parallel: Parallel | None = None
-) -> list[tuple[str, int]]:
+async def pull_job(store_dir: Path, job_id: str, finals: list[Final], limits: PullLimits) -> list[tuple[str, int]]:
     """Bring every node's declared artifacts into the job's dir under `store_dir`; returns the
     files (path, size). ArtifactsRefused (staging removed) when the runner's files are not
-    taken; RunnerError (staging kept, to resume) when the connection is lost. With
-    `parallel`, large files come in ranges over several connections (app/transfer/ranges.py)."""
+    taken; RunnerError (staging kept, to resume) when the connection is lost."""
     limits.check_count(sum(status.artifacts_total or len(status.artifacts) for _node, _session, status in finals))
     finals = [(node, session, await whole_list(session, job_id, status)) for node, session, status in finals]
     per_node = [(node, session, checked_declared(status.artifacts)) for node, session, status in finals]
@@ -186,35 +170,24 @@ async def pull_job(
     limits.check(every)
     store_dir.mkdir(parents=True, exist_ok=True)
     staging = staging_dir(store_dir, job_id)
-    with _pull_lock(store_dir, job_id) as lock_fd:
-        state = RangeState(store_dir, job_id)
+    with _pull_lock(store_dir, job_id):
         try:
             staging.mkdir(exist_ok=True)
-            if not state.load(every):
-                reset(staging, state)
-            inode = staging.stat().st_ino
-            have = _sizes_there(staging, every)  # a ranged file is never past its size: kept
-            if staging.stat().st_ino != inode or not state.keys() <= have.keys():
-                reset(staging, state)  # started over, or a ranged file is gone: so do the ranges
-                have = {}
-            state.distrust(staging)  # a done file's claims count only for bytes that are there
-            have.update({k: state.have(k) for k in state.keys()})
+            _drop_ranged_pull(store_dir, job_id, staging)
+            have = _sizes_there(staging, every)
             _ensure_room(store_dir, sum(every.values()) - sum(have.values()))
             _meta(store_dir, job_id).write_text(json.dumps({"total": sum(every.values())}))
             for node, session, declared in per_node:
                 prefix = node_prefix(node)
-                ranged = plan_node(staging, state, prefix, declared, have, session, parallel)
                 ranges = [  # each file not whole yet (an empty one: not there yet)
                     ArtifactRange(path, have.get(prefix + path, 0))
                     for path, size in declared.items()
-                    if have.get(prefix + path, -1) < size and prefix + path not in ranged
+                    if have.get(prefix + path, -1) < size
                 ]
+                if not ranges:
+                    continue
                 try:
-                    pulls = [_pull_node(session, job_id, staging, prefix, declared, ranges)] if ranges else []
-                    if ranged and parallel is not None:
-                        pulls.append(pull_ranges(session, job_id, staging, prefix, state, parallel, lock_fd))
-                    await run_pulls(pulls)
-                    check_sizes(staging, {k: every[k] for k in ranged})
+                    await _pull_node(session, job_id, staging, prefix, declared, ranges)
                 except (ArtifactsRefused, RunnerProtocolError) as exc:
                     if len(per_node) == 1 and node == 0:
                         raise
@@ -232,8 +205,19 @@ async def pull_job(
         finally:
             if not staging.exists():
                 _meta(store_dir, job_id).unlink(missing_ok=True)
-                state.remove()
     return sorted(every.items())
+
+
+def _drop_ranged_pull(store_dir: Path, job_id: str, staging: Path) -> None:
+    """Start over a pull an older lanpool left cut off in byte ranges (see _RANGED_LEFTOVERS)."""
+    leftovers = [store_dir / f"{job_id}{suffix}" for suffix in _RANGED_LEFTOVERS]
+    if not any(os.path.lexists(path) for path in leftovers):
+        return
+    log.warning("job %s: a pull cut off in byte ranges by an older lanpool starts over", job_id)
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir()
+    for path in leftovers:
+        path.unlink(missing_ok=True)
 
 
 async def whole_list(session: "RunnerSession", job_id: str, status: JobStatus) -> JobStatus:
@@ -277,7 +261,7 @@ async def _pull_node(
         fetch,
     )
 
-    writer = Writer(staging, prefix, declared, {r.path: (r.offset, declared[r.path]) for r in ranges})
+    writer = Writer(staging, prefix, declared, {r.path: r.offset for r in ranges})
     try:
         offer = await _stream(session, job_id, ranges, writer, direct_wanted(session.hello.features))
         if offer is not None:
@@ -306,24 +290,14 @@ async def _stream(
 
 
 class Writer:
-    """Checks and writes one stream (a node's, or one range of a file); see the module
-    docstring for the rules. `ranges`: path -> (first byte, end) asked of each file;
-    `progress(path, offset)` after each write (a range's resume state)."""
+    """Checks and writes one node's stream; see the module docstring for the rules. `starts`:
+    path -> the first byte asked of each file (a resumed pull: the bytes already staged)."""
 
-    def __init__(
-        self,
-        staging: Path,
-        prefix: str,
-        declared: dict[str, int],
-        ranges: dict[str, tuple[int, int]],
-        progress: Callable[[str, int], None] | None = None,
-    ) -> None:
+    def __init__(self, staging: Path, prefix: str, declared: dict[str, int], starts: dict[str, int]) -> None:
         self.staging = staging
         self.prefix = prefix
         self.declared = declared
-        self.expected = {path: start for path, (start, _end) in ranges.items()}  # next offset, of files to come
-        self.ends = {path: end for path, (_start, end) in ranges.items()}
-        self.progress = progress
+        self.expected = dict(starts)  # path -> next offset, for the files still to come
         self.ended: set[str] = set()
         self._fds: dict[str, int] = {}
 
@@ -348,28 +322,22 @@ class Writer:
         if msg.offset != at:
             raise ArtifactsRefused(f"the runner sent {_q(msg.path)} at byte {msg.offset}, expected {at}")
         end = at + len(msg.data)
-        if end > self.ends[msg.path]:
-            size = self.declared[msg.path]
+        if end > self.declared[msg.path]:
             raise ArtifactsRefused(
-                f"the runner sent more of {_q(msg.path)} than the {size} bytes it declared"
-                if self.ends[msg.path] == size
-                else f"the runner sent more of {_q(msg.path)} than the range asked (up to byte {self.ends[msg.path]})"
+                f"the runner sent more of {_q(msg.path)} than the {self.declared[msg.path]} bytes it declared"
             )
         fd = self._fds.get(msg.path)
         if fd is None:
             fd = self._fds[msg.path] = self._open(msg.path)
         os.pwrite(fd, msg.data, at)
         self.expected[msg.path] = end
-        if self.progress is not None:
-            self.progress(msg.path, end)
 
     def _end(self, msg: ArtifactEnd) -> None:
         at = self._want(msg.path)
         size = self.declared[msg.path]
-        if msg.size != size or at != self.ends[msg.path]:
+        if msg.size != size or at != size:
             raise ArtifactsRefused(
                 f"the runner ended {_q(msg.path)} at {at} bytes (saying {msg.size}), {size} declared"
-                + ("" if self.ends[msg.path] == size else f", range up to byte {self.ends[msg.path]}")
             )
         fd = self._fds.pop(msg.path, None)
         if fd is None:  # an empty file, or one whose bytes were all there already

@@ -35,14 +35,15 @@ from lanpool.app.tui.widgets.metrics_chart import MetricsChart
 from lanpool.app.tui.widgets.panes import AppScreen, Pane, Tabbed
 from lanpool.app.tui.widgets.tables import RunnersTable, RunsTable
 from lanpool.app.views import overview
-from lanpool.protocol import JobState
 
 __all__ = ["LOG_WINDOW", "LanpoolApp"]
 
 FLUSH_S = 0.05  # new log lines reach the screen at most 20 times a second, however fast they come
 REFRESH_S = 1.0
 LOAD_AFTER_S = 0.1  # after the first frame: what the first screen does not need loads then
-SYNC_EVERY_S = 10.0  # unfinished jobs not followed here are brought up to date this often
+# Unfinished jobs not followed here (a `run -d`, another terminal's run) are brought up to date
+# this often: a state shown is at most ~2 s behind its runner's (one connection per runner).
+SYNC_EVERY_S = 2.0
 
 
 class LanpoolApp(Actions):
@@ -218,12 +219,12 @@ class LanpoolApp(Actions):
 
     @work(group="sync", exclusive=True, exit_on_error=False)
     async def _sync_jobs(self) -> None:
-        """Unfinished jobs not followed here (started by another controller, or before
-        this app started) are asked for their news now and then."""
+        """Unfinished jobs not followed here (started by another process, or before this app
+        started) are asked for their news: QUEUED on a runner and SUBMITTED ones too."""
         pending = [
             line.job
             for line in self.ctl.runs.job_lines(limit=RUNS_LIMIT)
-            if not line.job.synced and line.job.id not in self.feeds.following and line.job.state is not JobState.QUEUED
+            if not line.job.synced and line.job.id not in self.feeds.following
         ]
         if pending:
             await self.ctl.refresh(pending)

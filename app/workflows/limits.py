@@ -40,6 +40,8 @@ def parse_limits(item: Any, err: Callable[[str, str], WorkflowError]) -> tuple[f
         retry = {}
     if not isinstance(retry, dict):
         raise err("'retry' must be a mapping like {on: [failure], limit: 3, delay: 30s}", "retry")
+    # YAML 1.1 (what the loader speaks, as GitHub Actions' `on:` users know) reads a bare `on` key as true.
+    retry = {("on" if key is True else key): value for key, value in retry.items()}
     unknown = set(retry) - set(RETRY_KEYS)
     if unknown:
         raise err(f"'retry' takes {', '.join(RETRY_KEYS)}, not {sorted(map(str, unknown))}", "retry")

@@ -1,1 +1,1 @@
-"""What both sides run on besides the messages: the event loop, lanpool's change to asyncssh's transport, the TLS relay of direct shells."""
+"""What both sides run on besides the messages: the event loop, and lanpool's change to asyncssh's transport."""
