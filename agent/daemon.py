@@ -354,6 +354,12 @@ class Agent:
 
 async def serve(agent: Agent) -> None:
     """Run an agent until SIGINT/SIGTERM."""
+    # Handled from the first moment: a SIGTERM while it starts (mDNS probing takes a second or
+    # two, jobs may already have been taken back) shuts it down properly once started, never by default.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     await agent.start()
     print(
         f"lanpool agent {agent.name} listening on {agent.host}:{agent.port} (data dir {agent.home.root}, "
@@ -374,10 +380,6 @@ async def serve(agent: Agent) -> None:
             f"`app headless runners pair {agent.name} {code.code}`",
             flush=True,
         )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
     await agent.close(agent.grace_s)

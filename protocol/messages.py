@@ -240,6 +240,9 @@ class Attach(Message):
     job_id: str
     from_seq: int = 0
     follow: bool = True  # False: send what exists now, then the current status
+    # Followed: a JobStatus also at each change of its state on the way (QUEUED, RUNNING, a
+    # retry's QUEUED), between the log's chunks; only the last, the job's end, ends the stream.
+    states: bool = False
 
 
 @record

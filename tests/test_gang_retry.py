@@ -103,9 +103,11 @@ def test_a_gang_out_of_retries_fails_as_one(runners):
     asyncio.run(go())
 
 
-def test_a_member_whose_agent_is_lost_restarts_the_gang_when_lost_is_retried(tmp_path, controller_home):
-    """Member 1's agent is killed (SIGKILL: nothing said, its job killed when it comes back, LOST):
-    node 0 does not run on alone, and the gang ends DONE after its agent is back."""
+@pytest.mark.parametrize("how", ["killed", "restarted"])
+def test_a_member_whose_agent_is_lost_restarts_the_gang_when_lost_is_retried(tmp_path, controller_home, how):
+    """Member 1's agent is killed (SIGKILL: nothing said, its job killed when it comes back) or
+    restarted (SIGTERM: a process cannot outlive its agent): its job is LOST, node 0 does not run
+    on alone, and the gang ends DONE once that agent is back."""
     data1 = tmp_path / "agent1"
     r0 = start_agent(tmp_path / "agent0", controller_home, name="r0", extra_env=GANG_ENV)
     r1 = start_agent(data1, controller_home, name="r1", extra_env=GANG_ENV)
@@ -120,8 +122,11 @@ def test_a_member_whose_agent_is_lost_restarts_the_gang_when_lost_is_retried(tmp
                     await wait_state(s, f"gl-{rank}", {"RUNNING"}, 30)
 
         asyncio.run(submit())
-        r1.proc.send_signal(signal.SIGKILL)
-        r1.proc.wait()
+        if how == "killed":
+            r1.proc.send_signal(signal.SIGKILL)
+            r1.proc.wait()
+        else:
+            r1.stop()
         r1 = start_agent(data1, controller_home, name="r1", extra_env=GANG_ENV)
 
         async def after_restart():

@@ -127,6 +127,31 @@ def test_retry_reruns_a_failing_job_then_fails_and_resumes_from_its_checkpoint(r
     asyncio.run(go())
 
 
+def test_a_process_job_that_retries_lost_runs_again_after_its_agent_restarts(tmp_path, controller_home):
+    """A restart (SIGTERM: a process cannot outlive its agent) loses the job: with `lost` in its retry
+    it ends LOST, waits in the journal's queue and the next agent runs it again; without, it stops."""
+    command = 'if [ -e tried ]; then echo second; exit 0; fi; touch tried; echo "first"; sleep 60'
+    retry = {"retry_on": ["lost"], "retry_limit": 1}
+
+    async def before(agent):
+        async with await open_session(agent) as s:
+            await s.submit(_job("kept", command, cpu=None, **retry))
+            await s.submit(_job("plain", "sleep 60", cpu=None))
+            for job_id in ("kept", "plain"):
+                await wait_state(s, job_id, {"RUNNING"}, timeout=30)
+
+    async def after(agent):
+        async with await open_session(agent) as s:
+            end = await wait_state(s, "kept", {"DONE", "FAILED", "STOPPED", "LOST"}, timeout=60)
+            log = await job_log(s, "kept")
+            assert end.state == "DONE" and end.attempt == 1, (end.state, end.error, log)
+            assert "its agent shut down; retry 1 of 1" in log and "second" in log, log
+            plain = await s.status("plain")
+            assert plain.state == "STOPPED", plain.state
+
+    across_restart(tmp_path / "agent", controller_home, before, after)
+
+
 def test_absurd_time_limits_and_retries_are_refused_by_the_bounds():
     for field, value in (
         ("max_duration_s", 1e18),

@@ -34,6 +34,8 @@ def ended_state(job: Job, outcome: Outcome) -> tuple[JobState, str]:
     else:
         state = JobState.DONE if code == 0 else JobState.FAILED
     error = "" if code == 0 or state is not JobState.FAILED else f"exited with code {code}"
+    if job.lost_at_shutdown and state is JobState.FAILED:  # ended by its agent's exit, not by itself
+        state, error = JobState.LOST, "its agent shut down"
     if record.timed_out:
         error = f"stopped: max_duration {human_duration(record.max_duration_s)} reached"
     elif outcome.ended_by and state is JobState.FAILED:

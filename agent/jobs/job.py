@@ -51,6 +51,8 @@ class Job:
     # once it runs. Its output is dropped meanwhile, never held: the agent must not fill memory.
     write_failed: str = ""
     on_write_failure: Callable[[], None] | None = None
+    # Ended because its agent exits (a process cannot outlive it), with `lost` in its retry: it ends LOST.
+    lost_at_shutdown: bool = False
 
     def notify(self) -> None:
         self.changed.set()

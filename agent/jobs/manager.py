@@ -442,9 +442,18 @@ class JobManager:
         kept = [j for j in running if j.executor is not None and j.executor.outlives_agent]
         stopped = [j for j in running if j.executor is None or not j.executor.outlives_agent]
         for job in stopped:
-            self.stop(job.record.job_id, abort=False, grace_s=grace_s, owner=None)
+            if "lost" in job.record.retry_on and not job.record.stop_requested:
+                # Its retry takes up a job lost to an agent restart: ended LOST, back in the queue
+                # (the journal keeps it), started again by the next agent. A stop would end it.
+                job.lost_at_shutdown = True
+                job.system_line(f"lanpool: the agent shuts down; SIGTERM, SIGKILL after {grace_s:g}s")
+                self.supervisor.terminate(job, grace_s)
+            else:
+                self.stop(job.record.job_id, abort=False, grace_s=grace_s, owner=None)
         if stopped:
-            await asyncio.wait([asyncio.ensure_future(j.wait_terminal()) for j in stopped], timeout=grace_s + 10)
+            await asyncio.wait(
+                [asyncio.ensure_future(j.wait_run_over(j.execution)) for j in stopped], timeout=grace_s + 10
+            )
         for job in kept:
             if job.execution is not None and not job.record.terminal:
                 log.info("job %s keeps running in %s", job.record.job_id, job.execution.describe())

@@ -197,7 +197,7 @@ class ChannelSession:
             await self._send_status(self._manager.get(msg.job_id, self._owner), msg.artifacts_from)
         elif isinstance(msg, Attach):
             job = self._manager.get(msg.job_id, self._owner)
-            task = asyncio.create_task(self._stream(job, msg.from_seq, msg.follow))
+            task = asyncio.create_task(self._stream(job, msg.from_seq, msg.follow, msg.states))
             self._streams.add(task)
             task.add_done_callback(self._streams.discard)
         elif isinstance(msg, GetArtifacts):
@@ -256,10 +256,10 @@ class ChannelSession:
             return
         await self._send(reply)
 
-    async def _stream(self, job: Job, cursor: int, follow: bool) -> None:
-        """Send the log from `cursor`, following until the job ends, then its status. Followed,
-        each change of its state is sent as it happens too (QUEUED -> RUNNING, a retry's
-        QUEUED): a follower's view is the runner's, not the one it had at submit."""
+    async def _stream(self, job: Job, cursor: int, follow: bool, states: bool = False) -> None:
+        """Send the log from `cursor`, following until the job ends, then its status. With
+        `states`, each change of its state is sent as it happens too (QUEUED -> RUNNING, a
+        retry's QUEUED): a follower's view is the runner's, not the one it had at submit."""
         job_id = job.record.job_id
         sent = ""  # the state last sent
         try:
@@ -275,7 +275,7 @@ class ChannelSession:
                 if job.record.terminal or not follow:
                     await self._send_status(job)
                     return
-                if job.shown_state() != sent:
+                if states and job.shown_state() != sent:
                     sent = job.shown_state()
                     await self._send_status(job)
                 await changed.wait()

@@ -323,7 +323,7 @@ class RemoteJob:
                         self.say(f"runner {at.runner} is back after {time.time() - offline_since:.0f}s: re-attached")
                         self.jobs.runner_seen(at.runner, True)
                 own = OwnOutput(self.job_id, at.node, session.where)
-                async for batch in session.attach(self.job_id, position, follow=follow):
+                async for batch in session.attach(self.job_id, position, follow=follow, states=True):
                     rows, final = own.take(batch)
                     if rows and self.masks:
                         rows = [(*r[:5], mask(r[5], self.masks)) for r in rows]

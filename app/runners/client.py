@@ -321,13 +321,15 @@ class RunnerSession:
         `artifacts_from` (app/transfer/pull.py reads the rest)."""
         return await self._request(GetStatus(job_id, artifacts_from), JobStatus)
 
-    async def attach(self, job_id: str, from_seq: int, follow: bool = True) -> AsyncIterator[list[AgentMessage]]:
+    async def attach(
+        self, job_id: str, from_seq: int, follow: bool = True, states: bool = False
+    ) -> AsyncIterator[list[AgentMessage]]:
         """Batches of LogChunk messages; the last batch ends with the job's final JobStatus (its
-        end, or without `follow` its state now). Followed, a batch may also end with a JobStatus
-        of a state the job has only reached on its way (QUEUED, RUNNING)."""
+        end, or without `follow` its state now). Followed with `states`, a batch may also end
+        with a JobStatus of a state the job has only reached on its way (QUEUED, RUNNING)."""
         channel = await self._take_channel()
         try:
-            await channel.send(Attach(job_id, from_seq, follow))
+            await channel.send(Attach(job_id, from_seq, follow, states=follow and states))
             while True:
                 batch = await channel.recv_many()
                 for msg in batch:
@@ -335,7 +337,7 @@ class RunnerSession:
                         raise _error_from(msg, self.where)
                 yield batch
                 last = batch[-1]
-                if isinstance(last, JobStatus) and (not follow or JobState(last.state).is_terminal()):
+                if isinstance(last, JobStatus) and (not states or not follow or JobState(last.state).is_terminal()):
                     return
         finally:
             channel.close()
