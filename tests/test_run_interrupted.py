@@ -127,3 +127,30 @@ def test_ctrl_c_during_a_chain_lists_the_steps_not_started_and_stop_then_rm_work
         assert json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout) == []
     finally:
         agent.stop()
+
+
+def test_a_job_left_submitted_by_a_killed_run_is_stopped_and_removed(tmp_path, controller_home, cli):
+    """A `run` killed outright (no Ctrl-C handling) can leave a job SUBMITTED that its runner never
+    took: `stop` asks the runner, hears it has no such job, and ends it ABORTED; `rm` then works."""
+    from lanpool.app.store import Store
+
+    agent = start_agent(tmp_path / "agent", controller_home, name="solo")
+    try:
+        cli("headless", "runners", "add", agent.address, check=True)
+        store = Store(controller_home / "lanpool.db")
+        try:
+            store.create_run("cut-off-1", "big", str(tmp_path), None, {})
+            store.create_job(
+                "0123456789ab", "cut-off-1", "big", {"name": "solo", "host": agent.host, "port": agent.port}, {}
+            )
+        finally:
+            store.close()
+        assert _jobs(cli)[0]["status"] == "SUBMITTED"
+        stopped = cli("headless", "stop", "cut-off-1")
+        assert stopped.returncode == 0, stopped.stderr
+        [job] = _jobs(cli)
+        assert job["status"] == "ABORTED" and "never reached a runner" in job["error"], job
+        cli("headless", "rm", "cut-off-1", check=True)
+        assert json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout) == []
+    finally:
+        agent.stop()

@@ -85,3 +85,15 @@ def test_with_runner_queues_a_job_goes_where_it_fits_ever_room_now_first_then_th
     # Pinned: it queues on that runner, busy or not.
     assert place(Need(gpu=1), [full_a, free_c], pinned="a", runner_queues=True).runners == ["a"]
     assert place(Need(gpu=2), [full_a], runner_queues=True).rejected
+
+
+def test_with_runner_queues_a_gang_goes_to_runners_that_fit_even_busy_ones():
+    """Followed or detached, a gang waits in its runners' queues (they start its nodes together:
+    agent/gang/hub.py), never in the controller: busy runners that fit will do, room now first."""
+    busy_a = Capacity("a", True, 1, 0, 8, 8, 1000, 1000, queued=2)
+    busy_b = Capacity("b", True, 1, 0, 8, 8, 1000, 1000, queued=0)
+    free_c = Capacity("c", True, 1, 1, 8, 8, 1000, 1000, queued=0)
+    assert place(Need(gpu=1), [busy_a, busy_b, free_c], nodes=2, runner_queues=True).runners == ["c", "b"]
+    assert place(Need(gpu=1), [busy_a, busy_b], nodes=2, runner_queues=True).runners == ["b", "a"]
+    assert place(Need(gpu=1), [busy_a, busy_b], nodes=3, runner_queues=True).rejected
+    assert not place(Need(gpu=1), [busy_a, busy_b], nodes=2).runners  # without queues: it waits

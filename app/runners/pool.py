@@ -293,11 +293,10 @@ class Pool:
         workflow: str,
         say: Callable[[str], None],
         queue_timeout: float | None = None,
-        gangs_queue: bool = False,
     ) -> list[tuple[str, int]]:
-        """`nodes` distinct runners, node 0 first. A job of one node goes to a runner whose
-        capacity fits (it queues there, journalled: no need for this process to stay);
-        a gang waits here until all its runners have room at once. While nothing can take
+        """`nodes` distinct runners, node 0 first, each one whose capacity fits: the job queues
+        there, journalled (a gang's nodes start together when all have room: agent/gang/hub.py),
+        so no need for this process to stay. While nothing can take
         the job (its runners offline), it is QUEUED here with this process's pid, so a
         `status` can tell when the process that would submit it is gone; `queue_timeout`
         seconds of that and the run gives up."""
@@ -314,9 +313,7 @@ class Pool:
                         say(view.problem)
                         told.add(view.problem)
                 capacities = [v.capacity() for v in views]
-                decision = place(
-                    need, capacities, nodes=nodes, pinned=spec, runner_queues=True, gangs_queue=gangs_queue
-                )
+                decision = place(need, capacities, nodes=nodes, pinned=spec, runner_queues=True)
                 if decision.runners:
                     rows = [self.store.known_runner(name) for name in decision.runners]
                     return [(row["host"], row["port"]) for row in rows]

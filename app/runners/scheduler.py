@@ -82,14 +82,13 @@ def place(
     nodes: int = 1,
     pinned: str | None = None,
     runner_queues: bool = False,
-    gangs_queue: bool = False,
 ) -> Decision:
     """Choose `nodes` distinct runners for a job (all or none).
 
-    `runner_queues` (a job of one node): the runners queue jobs themselves (agent.jobs.queue),
-    so any usable runner whose capacity fits will do: one with room now first, then the
-    shortest queue. A gang still waits here until all its runners have room at once, unless
-    `gangs_queue` (a detached gang: its runners start it together, agent/gang/hub.py)."""
+    `runner_queues`: the runners queue jobs themselves (agent.jobs.queue), and start a gang's
+    nodes together (agent/gang/hub.py), so any usable runners whose capacity fits will do:
+    those with room now first, then the shortest queues. Without it, only runners with
+    room now (the controller waits)."""
     if pinned is not None:
         pool = [c for c in pool if c.name == pinned]
         if not pool:
@@ -104,7 +103,7 @@ def place(
     ever = [c for c in candidates if c.fits_ever(need)]
     if len(ever) < nodes:
         return Decision([], rejected=_never_reason(need, pool, candidates, nodes, pinned))
-    if runner_queues and (nodes == 1 or gangs_queue):
+    if runner_queues:
         usable = sorted(
             (c for c in ever if c.usable), key=lambda c: (not c.fits_now(need), c.queued, c.slack(need), c.name)
         )

@@ -114,7 +114,6 @@ class RunLoop:
                 say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
             return outcome
         placement = Placement(self.pool, req.runner_spec, outcome.run_name, say, req.queue_timeout)
-        placement.gangs_queue = not follow
         manifest: Manifest | None = None
         done: dict[str, JobRow] = {}
         chain: tuple[list[RunnerSession], list[str]] | None = None  # a detached DAG's one runner

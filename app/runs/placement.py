@@ -34,7 +34,6 @@ class Placement:
     ) -> None:
         self.pool = pool
         self.queue_timeout = queue_timeout
-        self.gangs_queue = False  # a detached run's gang waits in its runners' queues (agent/gang/hub.py)
         self.spec = spec
         self.run_name = run_name
         self.say = say
@@ -82,7 +81,6 @@ class Placement:
             job.workflow,
             self.say,
             self.queue_timeout,
-            self.gangs_queue,
         )
         new = [h for h in dict.fromkeys(hosts) if h not in self.sessions]
         # A gang's runners connected to at once; those that answered are closed with the run.
