@@ -195,7 +195,11 @@ def main(argv: list[str] | None = None) -> int:
         env = harness.lanpool_env(tmp / "controller", LANPOOL_DOWNLOADS=str(tmp / "downloads"))
         say("starting a loopback sshd and a lanpool agent…")
         state["sshd"] = sshd = Sshd(tmp)
-        state["agent"] = agent = harness.start_agent(tmp / "agent", tmp / "controller", env=env, app=APP, name="bench")
+        # Unsandboxed: the job hard-links the bench's file (outside its workspace) instead of
+        # writing 1 GiB each run; a sandboxed job sees no host path but its own (docs/security.md).
+        state["agent"] = agent = harness.start_agent(
+            tmp / "agent", tmp / "controller", env=env, app=APP, name="bench", extra_args=["--job-sandbox", "off"]
+        )
         src = tmp / "src.bin"
         _make_file(src, args.size_mb << 20)
         workflows = (
