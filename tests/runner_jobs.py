@@ -30,6 +30,24 @@ def runner(tmp_path, controller_home):
     a.stop()
 
 
+# A gang's barrier and lost member, in seconds a test can wait for (agent/gang/hub.py).
+GANG_ENV = {**ALL_CPUS, "LANPOOL_GANG_RESERVE_S": "3", "LANPOOL_GANG_LOST_S": "3"}
+
+
+@pytest.fixture
+def gang_runners(tmp_path, controller_home):
+    """Two agents, r0 and r1, for a gang of two (import it into a test module to use it)."""
+    agents = [start_agent(tmp_path / f"agent{k}", controller_home, name=f"r{k}", extra_env=GANG_ENV) for k in range(2)]
+    yield agents
+    for a in agents:
+        a.stop()
+
+
+def host_key(agent: AgentProc) -> str:
+    """The agent's host key, as a controller pins it."""
+    return (agent.data_dir / "host_key.pub").read_text().strip()
+
+
 def client_key() -> asyncssh.SSHKey:
     return load_or_create_client_key(ControllerHome.default().key)
 

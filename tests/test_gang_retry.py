@@ -14,32 +14,29 @@ import pytest
 
 from lanpool.protocol import GANG_SUBSYSTEM, GANG_USER_PREFIX, GangSpec, SubmitJob
 from tests.harness import start_agent
-from tests.runner_jobs import ALL_CPUS, job_log, open_session, submit_detached, wait_end, wait_state
+from tests.runner_jobs import (
+    GANG_ENV,
+    gang_runners,
+    host_key,
+    job_log,
+    open_session,
+    submit_detached,
+    wait_end,
+    wait_state,
+)
 
 TOKEN = "t" * 32
-GANG_ENV = {**ALL_CPUS, "LANPOOL_GANG_RESERVE_S": "3", "LANPOOL_GANG_LOST_S": "3"}
+runners = gang_runners  # the fixture (tests/runner_jobs.py), under the name these tests use
 
 # Fails its first run only: the workspace (and the marker in it) is kept across a retry.
 FAIL_ONCE = "if [ ! -e tried ]; then touch tried; echo first-run; sleep 1; exit 3; fi; echo second-run"
 RUNS_ON = 'echo "start port=$MASTER_PORT"; sleep 4; echo finished'
 
 
-@pytest.fixture
-def runners(tmp_path, controller_home):
-    agents = [start_agent(tmp_path / f"agent{k}", controller_home, name=f"r{k}", extra_env=GANG_ENV) for k in range(2)]
-    yield agents
-    for a in agents:
-        a.stop()
-
-
-def _host_key(agent) -> str:
-    return (agent.data_dir / "host_key.pub").read_text().strip()
-
-
 def _member(
     agent0, gang_id: str, rank: int, command: str, retry_on: tuple[str, ...] = ("failure",), delay: float = 0.0
 ) -> SubmitJob:
-    spec = GangSpec(gang_id, 2, rank, agent0.address, _host_key(agent0), TOKEN, 1.0)
+    spec = GangSpec(gang_id, 2, rank, agent0.address, host_key(agent0), TOKEN, 1.0)
     return SubmitJob(
         f"{gang_id}-{rank}",
         "r",
@@ -148,7 +145,7 @@ def test_a_members_word_of_an_absurd_attempt_changes_nothing(runners):
 
     async def go():
         await submit_detached(r0, _member(r0, "ga", 0, "sleep 6; echo finished"))
-        key = asyncssh.import_public_key(_host_key(r0))
+        key = asyncssh.import_public_key(host_key(r0))
         async with asyncssh.connect(
             r0.host,
             r0.port,

@@ -14,29 +14,27 @@ import pytest
 
 from lanpool.protocol import GANG_SUBSYSTEM, GANG_USER_PREFIX, SUBSYSTEM, GangSpec, SubmitJob
 from tests.harness import start_agent
-from tests.runner_jobs import ALL_CPUS, job_log, jobs_by, open_session, submit_detached, wait_end, wait_state
+from tests.runner_jobs import (
+    GANG_ENV,
+    gang_runners,
+    host_key,
+    job_log,
+    jobs_by,
+    open_session,
+    submit_detached,
+    wait_end,
+    wait_state,
+)
 
 TOKEN = "t" * 32
-GANG_ENV = {**ALL_CPUS, "LANPOOL_GANG_RESERVE_S": "3", "LANPOOL_GANG_LOST_S": "3"}
-
-
-def _host_key(agent) -> str:
-    return (agent.data_dir / "host_key.pub").read_text().strip()
+runners = gang_runners  # the fixture (tests/runner_jobs.py), under the name these tests use
 
 
 def _member(
     agent0, gang_id: str, rank: int, command: str, order: float, token: str = TOKEN, key: str = ""
 ) -> SubmitJob:
-    spec = GangSpec(gang_id, 2, rank, agent0.address, key or _host_key(agent0), token, order)
+    spec = GangSpec(gang_id, 2, rank, agent0.address, key or host_key(agent0), token, order)
     return SubmitJob(f"{gang_id}-{rank}", "r", "w", [command], resources={"cpu": 2}, gang=spec)
-
-
-@pytest.fixture
-def runners(tmp_path, controller_home):
-    agents = [start_agent(tmp_path / f"agent{k}", controller_home, name=f"r{k}", extra_env=GANG_ENV) for k in range(2)]
-    yield agents
-    for a in agents:
-        a.stop()
 
 
 def test_a_detached_gang_starts_together_only_when_every_runner_has_room(runners):
@@ -99,7 +97,7 @@ async def _gang_connect(agent, gang_id: str, token: str) -> asyncssh.SSHClientCo
         agent.port,
         username=GANG_USER_PREFIX + gang_id,
         password=token,
-        known_hosts=([asyncssh.import_public_key(_host_key(agent))], [], []),
+        known_hosts=([asyncssh.import_public_key(host_key(agent))], [], []),
         client_keys=None,
         agent_path=None,
         config=None,
@@ -142,7 +140,7 @@ def test_a_member_refuses_a_node0_whose_host_key_does_not_match(runners):
     async def go():
         await submit_detached(r0, _member(r0, "gk", 0, "echo node0 ran", 1.0))
         # r1's own host key, not r0's: a man in the middle's key as far as the member knows.
-        await submit_detached(r1, _member(r0, "gk", 1, "echo node1 ran", 1.0, key=_host_key(r1)))
+        await submit_detached(r1, _member(r0, "gk", 1, "echo node1 ran", 1.0, key=host_key(r1)))
         await asyncio.sleep(6)  # past the reservation time: the member gave up and backs off
         async with await open_session(r1) as s:
             status = await s.status("gk-1")

@@ -66,10 +66,8 @@ def settle(job: Job, state: JobState, code: int | None, error: str) -> None:
     job.flush_output()  # its output is over: what masking held back at a cut (agent.jobs.masking)
     record = job.record
     error = clip(error, _ERROR_CHARS)  # may quote a tar member's name or a peer's value: bounded
-    if record.restart_to > record.attempt and not record.stop_requested:  # its gang starts again
-        _requeue(job, state, error)
-        return
-    if retries(record, state):
+    gang_restart = record.restart_to > record.attempt and not record.stop_requested  # its gang starts again
+    if gang_restart or retries(record, state):
         _requeue(job, state, error)
         return
     # A failure without an exit code, or a stop before the job ran, is said in the log too:
