@@ -281,9 +281,7 @@ class Controller:
         # Each node's log resumes where the store ended when we looked: lines another
         # process stores meanwhile come again from the runner (and are stored once), and
         # the sink gets every line once, whoever stores them.
-        starts = {at.node: self.store.log_end(job_id, at.node) for at in remote.nodes}
-        if start is not None:
-            starts[0] = start
+        starts = remote.log_ends(start)
         if node is not None and not 0 <= node < remote.size:
             raise UsageError(
                 f"job {job_id} runs on {remote.size} node(s): --node takes 0"

@@ -15,8 +15,8 @@ from lanpool.app.errors import LanpoolError
 from lanpool.app.home import ControllerHome
 from lanpool.app.keys import load_or_create_client_key
 from lanpool.app.runners.client import RunnerSession
-from lanpool.app.shell.channel import exec_command
 from lanpool.protocol import ArtifactRange, Error, SubmitJob
+from lanpool.protocol.wire import exec_command
 from tests.harness import authorize_key, controller_key, lanpool_env
 from tests.runner_jobs import open_session, submit_detached, wait_end, wait_state
 

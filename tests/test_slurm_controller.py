@@ -1,16 +1,22 @@
 """A `nodes: 2` workflow through the controller (`app headless run`) to a Slurm runner: ONE job
 there (one Slurm allocation on the private two-node cluster of scripts/slurm), its node
 lines tagged as on the LAN, its checkpoint back with `artifacts download`; one failing
-node fails the job. Needs root (the cluster), skipped with the reason otherwise."""
+node fails the job. To the controller it has two nodes like any gang: `logs --node`, `exec
+--node` (a step on that Slurm node) and the TUI's node switch. Needs root (the cluster),
+skipped with the reason otherwise."""
 
+import asyncio
 import json
 import sys
 import time
 
 import pytest
 
+from lanpool.app.tui.app import LanpoolApp
+from lanpool.app.tui.widgets.log_view import LogView
 from tests import test_slurm_executor as ex
 from tests.harness import training_project
+from tests.test_tui import label_text, recording, rows, wait_until
 
 # the executor tests' fixtures (the cluster, an agent on it)
 slurm_cluster = ex.slurm_cluster
@@ -71,7 +77,7 @@ workflows:
     [job] = latest["jobs"]
     assert job["status"] == "FAILED", job
     assert took < 90, took  # node 0's sleep was ended, not waited out
-    # One node to the controller, but its 2 Slurm nodes are what status and logs --node speak of
+    # One job on the runner, two nodes here: status and logs --node speak of them
     assert job["slurm_nodes"] == 2, job
     assert "slurm-runner (2 nodes, slurm)" in cli("headless", "status", check=True).stdout
     one = cli("headless", "logs", job["job"], "--node", "1", check=True).stdout
@@ -114,3 +120,72 @@ workflows:
     [latest] = json.loads(cli("headless", "status", "--json", check=True).stdout)
     [job] = latest["jobs"]
     assert job["runner"] == "slurm-runner" and job["slurm_nodes"] == 2, job
+
+
+def test_a_slurm_jobs_nodes_are_nodes_for_exec_logs_and_the_tui(paired, cli, tmp_path):
+    project = training_project(
+        tmp_path,
+        """
+workflows:
+  - name: hold
+    nodes: 2
+    commands:
+      - echo "up $NODE_RANK on $(hostname)"
+      - sleep 300
+""",
+    )
+    res = cli("headless", "run", "hold", "-d", "--json", cwd=project, timeout=60, check=True)
+    [submitted] = json.loads(res.stdout.strip().splitlines()[-1])["jobs"]
+    job_id = submitted["job_id"]
+    try:
+        deadline = time.time() + 60  # Slurm may keep it pending a moment (QUEUED)
+        while json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["jobs"][0]["status"] != "RUNNING":
+            assert time.time() < deadline, cli("headless", "status").stdout
+            time.sleep(0.5)
+        # exec --node K: a step of the job's own allocation on its node K (scripts/slurm names them n1, n2)
+        probe = 'echo "$(hostname) $NODE_RANK $LANPOOL_JOB_ID $(basename $PWD)"'
+        one = cli("headless", "exec", job_id, "--node", "1", "--", "sh", "-c", probe, timeout=60, check=True)
+        assert one.stdout.split() == ["n2", "1", job_id, "workspace"], (one.stdout, one.stderr)
+        zero = cli("headless", "exec", job_id, "--", "sh", "-c", probe, timeout=60, check=True)
+        assert zero.stdout.split() == ["n1", "0", job_id, "workspace"], (zero.stdout, zero.stderr)
+        failed = cli("headless", "exec", job_id, "--node", "1", "--", "sh", "-c", "echo out; exit 7", timeout=60)
+        assert failed.returncode == 7 and failed.stdout == "out\n", (failed.returncode, failed.stdout, failed.stderr)
+        past = cli("headless", "exec", job_id, "--node", "2", "--", "true", timeout=60)
+        assert past.returncode != 0 and "--node takes 0 to 1" in past.stderr, past.stderr
+        assert "Traceback" not in past.stderr
+        # each node's own lines, as a LAN gang's
+        deadline = time.time() + 30
+        while "[node 1] up 1 on n2" not in (lines := cli("headless", "logs", job_id, "--node", "1").stdout):
+            assert time.time() < deadline, (
+                lines,
+                cli("headless", "logs", job_id).stdout,
+                cli("headless", "status").stdout,
+            )
+            time.sleep(0.5)
+        assert "[node 0]" not in lines, lines
+        assert "[node 0] up 0 on n1" in cli("headless", "logs", job_id, "--node", "0", check=True).stdout
+        everything = cli("headless", "logs", job_id, check=True).stdout
+        assert "[node 0] up 0 on n1" in everything and "[node 1] up 1 on n2" in everything, everything
+        asyncio.run(_tui_switches_nodes(project, job_id))
+    finally:
+        cli("headless", "stop", job_id, "--abort", timeout=60)
+
+
+async def _tui_switches_nodes(project, job_id: str) -> None:
+    """The TUI's node switch (] and [) on the Slurm job: one node's lines, then the other's."""
+    app = recording(LanpoolApp(project_dir=project, discover=False))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_until(pilot, lambda: job_id in rows(app, "runs-table"), "the job in Runs")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.job_id == job_id, "the job's log")
+
+        def shown() -> list[str]:
+            return [line.text for line in app.query_one(LogView).lines if line.stream == "out"]
+
+        await wait_until(pilot, lambda: "[node 1] up 1 on n2" in shown(), "both nodes' lines")
+        await pilot.press("right_square_bracket")
+        await wait_until(pilot, lambda: "node 0" in label_text(app, "#log-header"), "node 0 chosen")
+        assert shown() == ["[node 0] up 0 on n1"], shown()
+        await pilot.press("right_square_bracket")
+        await wait_until(pilot, lambda: "node 1" in label_text(app, "#log-header"), "node 1 chosen")
+        assert shown() == ["[node 1] up 1 on n2"], shown()

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 PENDING_POLL_S = 0.2
 # Slurm sets the GPU variables of the GPUs it allocates (--gres); the agent's would be wrong on a compute node.
-_GPU_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
+GPU_ENV = ("CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES")
 _SLURM_ID = re.compile(r"^[0-9]{1,12}$")
 
 
@@ -93,8 +93,8 @@ class SlurmExecutor:
         slurm_dir = launch.workspace.parent / "slurm"
         batch, offsets = await asyncio.to_thread(_prepare, slurm_dir, launch)
         args = self.sbatch_args(launch, slurm_dir, batch)
-        env = {**os.environ, **{k: v for k, v in launch.env.items() if k not in _GPU_ENV}}
-        for name in _GPU_ENV:
+        env = {**os.environ, **{k: v for k, v in launch.env.items() if k not in GPU_ENV}}
+        for name in GPU_ENV:
             env.pop(name, None)
         rc, out, err = await run(*args, env=env)
         slurm_id = out.strip().split(";")[0]

@@ -369,7 +369,7 @@ class JobManager:
         """Take the job out of the queue: its GPUs (already held by a gang member), then its start."""
         record = job.record
         try:
-            req = job.request or self._request_after_restart(job)
+            req = self.request(job)
             executor = job.executor or self.executors.for_journal(record.executor)
             gpus = record.gpus if held else self.gpus.allocate(record.job_id, need_of(record).gpus)
         except (OSError, ValueError, ProtocolError, ExecutorError, GpuError) as exc:
@@ -386,6 +386,10 @@ class JobManager:
         job.notify()
         self._changed()
         job.starting = self._spawn(self._begin(job, executor, req))
+
+    def request(self, job: Job) -> SubmitJob:
+        """The job's request, secrets and all (ValueError when they were not kept)."""
+        return job.request or self._request_after_restart(job)
 
     def _request_after_restart(self, job: Job) -> SubmitJob:
         """The request as saved (*** for its secrets), its secrets put back from where they were kept."""

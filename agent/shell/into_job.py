@@ -1,11 +1,12 @@
 """Into a running job: one command, or a shell on a PTY, inside it, for an authorized controller.
 
 The SSH session channel's exec request is the only door, and it takes one fixed
-grammar, validated like any peer input: `lanpool-exec JOB_ID [--sshd KEY] [-- ARGV...]`
-(no ARGV: an interactive shell). The job must be running on this runner. The request is
-served on the channel itself: in a process job by agent/shell/process_job.py, in a
-container job through `docker exec` (agent/shell/container.py); asked `--sshd`, in a
-one-time OpenSSH server (agent/shell/sshd.py).
+grammar, validated like any peer input: `lanpool-exec JOB_ID [--node K] [--sshd KEY] [-- ARGV...]`
+(no ARGV: an interactive shell; K: a node of a job this runner runs on several, a Slurm
+allocation). The job must be running on this runner. The request is served on the channel
+itself: in a process job by agent/shell/process_job.py, in a container job through `docker
+exec` (agent/shell/container.py), on node K of a Slurm job as a job step of its own
+(agent/shell/slurm_job.py); asked `--sshd`, in a one-time OpenSSH server (agent/shell/sshd.py).
 """
 
 import contextlib
@@ -19,13 +20,14 @@ import asyncssh
 
 from lanpool.agent.errors import JobError
 from lanpool.agent.executors import ExecutorError
+from lanpool.agent.executors.slurm_job import SlurmExecution
 from lanpool.agent.jobs.job import Job
 from lanpool.agent.jobs.manager import JobManager
 from lanpool.agent.jobs.owner import Owner, owns
 from lanpool.agent.jobs.request import check_job_id
 from lanpool.agent.shell.process_job import exec_in_process_job
 from lanpool.protocol.shell_sshd import SSHD_FLAG, SSHD_UNUSED, key_blob_b64
-from lanpool.protocol.wire import EXEC_VERB
+from lanpool.protocol.wire import EXEC_VERB, MAX_EXEC_NODE, NODE_FLAG
 
 if TYPE_CHECKING:
     from lanpool.agent.direct import DirectSender
@@ -41,6 +43,7 @@ class ShellRequest:
     job_id: str
     argv: tuple[str, ...]  # empty: an interactive shell
     sshd_key: str = ""  # a one-time sshd for this key's holder (agent/shell/sshd.py): base64 of an ed25519 key
+    node: int | None = None  # node K of a job this runner runs on several nodes (a Slurm allocation)
 
     def describe(self) -> str:
         return shlex.join(self.argv)[:200] if self.argv else "(shell)"
@@ -61,6 +64,11 @@ def parse_exec(command: str) -> ShellRequest | None:
     except JobError:
         return None
     rest = words[2:]
+    node = None
+    if rest and rest[0] == NODE_FLAG:
+        if len(rest) < 2 or not rest[1].isascii() or not rest[1].isdigit() or int(rest[1]) >= MAX_EXEC_NODE:
+            return None
+        node, rest = int(rest[1]), rest[2:]
     sshd_key = ""
     if rest and rest[0] == SSHD_FLAG:
         key = key_blob_b64(rest[1]) if len(rest) > 1 else None
@@ -69,12 +77,7 @@ def parse_exec(command: str) -> ShellRequest | None:
         sshd_key, rest = key, rest[2:]
     if rest and (rest[0] != "--" or len(rest) == 1):
         return None
-    return ShellRequest(words[1], tuple(rest[1:]), sshd_key)
-
-
-def exec_command(job_id: str, argv: list[str]) -> str:
-    """The exec request for `argv` in job `job_id` (the controller's side of parse_exec)."""
-    return shlex.join([EXEC_VERB, job_id, *(["--", *argv] if argv else [])])
+    return ShellRequest(words[1], tuple(rest[1:]), sshd_key, node)
 
 
 def running_job(manager: JobManager, job_id: str, owner: Owner | None) -> Job | None:
@@ -105,17 +108,32 @@ async def serve_exec(
         process.stderr.write(f"lanpool: job {request.job_id} {why} on this runner\n".encode())
         process.exit(NOT_RUNNING_EXIT)
         return
+    slurm = isinstance(job.execution, SlurmExecution)
+    if request.node is not None and not slurm:
+        process.stderr.write(f"lanpool: job {request.job_id} runs on one node here: drop --node\n".encode())
+        process.exit(NOT_RUNNING_EXIT)
+        return
     if request.sshd_key:
         await _serve_sshd(process, job, request, direct)
         return
     try:
-        if job.record.container_id:
+        if slurm:
+            from lanpool.agent.shell.slurm_job import exec_in_slurm_job
+
+            code = await exec_in_slurm_job(process, job, manager.request(job), request.argv, request.node)
+        elif job.record.container_id:
             from lanpool.agent.shell.container import exec_in_container
 
             code = await exec_in_container(process, job, request.argv)
         else:
             code = await exec_in_process_job(process, job, request.argv)
-    except (OSError, RuntimeError, subprocess.SubprocessError, ExecutorError) as exc:  # not the whole connection
+    except (
+        OSError,
+        RuntimeError,
+        ValueError,
+        subprocess.SubprocessError,
+        ExecutorError,
+    ) as exc:  # not the whole connection
         log.warning("exec into job %s failed: %s", request.job_id, exc)
         process.stderr.write(f"lanpool: cannot run in job {request.job_id}: {exc}\n".encode())
         code = NOT_RUNNING_EXIT

@@ -50,14 +50,19 @@ def inside(job: Job, command: list[str], cwd: Path) -> list[str]:
 
 async def exec_in_process_job(process: asyncssh.SSHServerProcess[bytes], job: Job, argv: tuple[str, ...]) -> int:
     env, cwd = job_environment(job)
-    term = process.term_type
-    if term:
-        env["TERM"] = term
-    if term:
-        command = inside(job, list(argv) or ["bash", "-i"], cwd)
-        return await _run_on_pty(process, job, command, env, cwd)
+    shell = ["bash", "-i"] if process.term_type else ["bash"]
+    return await run_in_job(process, job, inside(job, list(argv) or shell, cwd), env, cwd)
+
+
+async def run_in_job(
+    process: asyncssh.SSHServerProcess[bytes], job: Job, command: list[str], env: dict[str, str], cwd: Path
+) -> int:
+    """Run `command` for the channel until it exits, the channel closes or the job ends: on a
+    PTY when the client asked for a terminal, else on pipes. Its exit code."""
+    if process.term_type:
+        return await _run_on_pty(process, job, command, {**env, "TERM": process.term_type}, cwd)
     proc = await asyncio.create_subprocess_exec(
-        *inside(job, list(argv) or ["bash"], cwd),
+        *command,
         cwd=cwd,
         env=env,
         stdin=asyncio.subprocess.PIPE,

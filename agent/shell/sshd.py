@@ -131,7 +131,8 @@ async def serve_sshd(
     """Offer a one-time sshd for the job's shell and serve it; SSHD_RAN or SSHD_UNUSED. `listen`
     gives a listener on a host in the direct connections' ports (DirectSender.listen_plain)."""
     what = f"sshd shell in job {job.record.job_id}"
-    why = "a container job (its shell goes on the SSH channel)" if job.record.container_id else unusable_because()
+    # A container's or a Slurm job's shell goes on the SSH channel (agent/shell/container.py, slurm_job.py).
+    why = "a container or Slurm job" if job.record.container_id else unusable_because()
     sockname = process.channel.get_extra_info("sockname")
     peername = process.channel.get_extra_info("peername")
     if why is None and (listen is None or not sockname or not peername):

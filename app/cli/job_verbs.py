@@ -12,7 +12,7 @@ from lanpool.app.cli import render
 from lanpool.app.cli.render import say
 from lanpool.app.controller import Controller, JobRow
 from lanpool.app.errors import ExitCode, LanpoolError, UsageError
-from lanpool.app.jobs.slurm import NodeLines, slurm_nodes
+from lanpool.app.store.slurm_nodes import slurm_nodes
 from lanpool.app.views.formatting import ago, duration, size, status_text
 from lanpool.app.views.log_select import LogSelection, parse_since
 from lanpool.app.views.terminal_text import safe_line
@@ -98,16 +98,12 @@ async def _status_once(ctl: Controller, args: argparse.Namespace) -> int:
 async def logs(ctl: Controller, args: argparse.Namespace) -> int:
     jobs = ctl.runs.resolve(args.ref)
     if args.node is not None and len(jobs) > 1:  # a run's jobs: those that have that node
-        jobs = [j for j in jobs if _node_count(ctl, j) > args.node] or jobs[-1:]
+        jobs = [j for j in jobs if ctl.node_count(j.id) > args.node] or jobs[-1:]
     printer = render.LogPrinter(raw=args.raw)
     if args.tail is not None or args.since or args.timestamps:
         return await _chosen_logs(ctl, args, jobs, printer)
     for job in jobs:
         try:
-            if args.node is not None and slurm_nodes(job.spec):  # one node to us: its lines by their tag
-                _check_node(ctl, job, args.node)
-                await ctl.follow(job.id, NodeLines(printer, args.node), follow=args.follow, say=say)
-                continue
             await ctl.follow(job.id, printer, follow=args.follow, say=say, node=args.node)
         except LanpoolError as exc:
             if args.follow or isinstance(exc, UsageError):
@@ -129,28 +125,17 @@ async def _chosen_logs(
     for job in jobs:
         if args.node is not None:
             _check_node(ctl, job, args.node)
-        node, tail, tagged = args.node, args.tail, None
-        if node is not None and slurm_nodes(job.spec):  # one node to us: its lines by their tag
-            tagged = NodeLines(printer, node, tail=tail, stamped=args.timestamps)
-            node, tail = None, None
         chosen = LogSelection(
-            ctl.store, job.id, tagged or printer, tail=tail, since=since, timestamps=args.timestamps, node=node
+            ctl.store, job.id, printer, tail=args.tail, since=since, timestamps=args.timestamps, node=args.node
         )
         chosen.print_stored()
-        if tagged is not None:
-            tagged.flush()
         if args.follow and not ctl.store.job(job.id).synced:
-            await ctl.follow(job.id, chosen, follow=True, say=say, node=node, from_store=False)
+            await ctl.follow(job.id, chosen, follow=True, say=say, node=args.node, from_store=False)
     return ExitCode.OK
 
 
-def _node_count(ctl: Controller, job: JobRow) -> int:
-    """The job's nodes: its runners, or a Slurm runner's nodes for a job it runs whole."""
-    return slurm_nodes(job.spec) or ctl.node_count(job.id)
-
-
 def _check_node(ctl: Controller, job: JobRow, node: int) -> None:
-    if not 0 <= node < (size := _node_count(ctl, job)):
+    if not 0 <= node < (size := ctl.node_count(job.id)):
         raise UsageError(f"job {job.id} runs on {size} node(s): --node takes 0 to {size - 1}, not {node}")
 
 

@@ -43,18 +43,30 @@ async def _target(ctl: Controller, args: argparse.Namespace) -> JobTarget:
 async def ssh(ctl: Controller, args: argparse.Namespace) -> int:
     target = await _target(ctl, args)
     async with await ctl.connect(target.host, target.port) as session:
-        return await run_shell(session, target.job_id)
+        return await run_shell(session, target.job_id, node=target.runner_node)
 
 
 async def exec_(ctl: Controller, args: argparse.Namespace) -> int:
-    argv = list(args.command)
+    argv = _node_before_command(args, list(args.command))
     if argv and argv[0] == "--":
         argv = argv[1:]
     if not argv:
         raise UsageError("exec needs a command: app headless exec JOB -- CMD ...")
     target = await _target(ctl, args)
     async with await ctl.connect(target.host, target.port) as session:
-        return await run_command(session, target.job_id, argv)
+        return await run_command(session, target.job_id, argv, target.runner_node)
+
+
+def _node_before_command(args: argparse.Namespace, argv: list[str]) -> list[str]:
+    """`exec JOB --node K -- CMD` as documented: argparse hands everything after JOB to the
+    command (REMAINDER), so a `--node K` before `--` is taken here."""
+    if argv[:1] == ["--node"] or (argv and argv[0].startswith("--node=")):
+        value, rest = (argv[1] if len(argv) > 1 else "", argv[2:]) if argv[0] == "--node" else (argv[0][7:], argv[1:])
+        if not value.isascii() or not value.isdigit():
+            raise UsageError(f"--node {value!r}: give a node number, 0 or more (app headless exec JOB --node K -- CMD)")
+        args.node = int(value)
+        return rest
+    return argv
 
 
 async def ports(ctl: Controller, args: argparse.Namespace) -> int:

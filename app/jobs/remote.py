@@ -15,6 +15,11 @@ count a node lost on their own.
 
 A job with no job_nodes row yet (between its jobs row and its runner accepting
 it, or seeded by a test) is node 0 on the jobs row's runner.
+
+A Slurm runner runs a multi-node job's N nodes as ONE job there (app/store/slurm_nodes.py): it
+has N node rows like any gang (`--node`, the TUI's node switch, `exec --node`), but one
+runner job is followed and stopped, its status is the job's, and its one log's lines go
+to their node's rows by the tag the runner's node script put on them.
 """
 
 from __future__ import annotations  # runner sessions, artifacts, uploads: types only here (start-up time)
@@ -39,6 +44,7 @@ from lanpool.app.errors import (
 from lanpool.app.jobs.multinode import prefix_node
 from lanpool.app.secret_store import mask
 from lanpool.app.store import JobRow, Store
+from lanpool.app.store.slurm_nodes import by_node, slurm_nodes
 from lanpool.protocol import JobState
 from lanpool.protocol.message_base import Record, record
 
@@ -117,17 +123,31 @@ class RemoteJob:
         self.job_id = job_id
         job = self.store.job(job_id)
         spec = json.loads(job.spec or "{}")
-        self.size = max(1, int(spec.get("nodes") or 1))
+        self.slurm = slurm_nodes(job.spec)  # N > 1: one job on a Slurm runner runs all N nodes
+        self.size = max(1, int(spec.get("nodes") or 1), self.slurm)  # nodes
         self.masks = jobs.masks(spec.get("env") or {})  # secrets echoed by the job: stored and shown as ***
+        # The runner jobs followed and stopped: node k's on runner k, or a Slurm job's one.
         self.nodes = nodes if nodes is not None else self._recorded_nodes(job)
         self.size = max(self.size, len(self.nodes))
+        self.parts = 1 if self.slurm else self.size
         self.say: Say = lambda _text: None  # the follower's, for what a user should hear
 
     def _recorded_nodes(self, job: JobRow) -> list[NodeAt]:
-        rows = self.store.nodes(self.job_id)
-        if not rows and self.size == 1 and job.runner:
+        rows = self.store.nodes(self.job_id)[: 1 if self.slurm else None]
+        if not rows and (self.size == 1 or self.slurm) and job.runner:
             return [NodeAt(0, job.runner, job.host, job.port)]
         return [NodeAt(r["node"], r["runner"], r["host"], r["port"]) for r in rows]
+
+    def log_ends(self, start: int | None = None) -> dict[int, int]:
+        """Where each node's stored log ends (node -> seq), `start` for node 0's when given. A
+        Slurm job's nodes share its one log's line numbers: each resumes after the last stored."""
+        if self.slurm:
+            end = start if start is not None else max(self.store.log_end(self.job_id, k) for k in range(self.size))
+            return dict.fromkeys(range(self.size), end)
+        ends = {at.node: self.store.log_end(self.job_id, at.node) for at in self.nodes}
+        if start is not None:
+            ends[0] = start
+        return ends
 
     def shown(self, node: int, stream: str, data: bytes) -> bytes:
         """Log bytes as a front end shows them: a bigger gang's tagged `[node K]` (metrics are data)."""
@@ -137,23 +157,29 @@ class RemoteJob:
 
     def _note(self, node: int, status: JobStatus | None, cause: str = "") -> None:
         """Record node `node`'s status (None: lost, with `cause`); a gang of one's is the job's status."""
-        if status is not None and self.size == 1:
+        if status is not None and self.parts == 1:
             self._record_status(status)
         at = self.nodes[node]
         if status is None:
-            self.store.set_node(self.job_id, node, at.row(), JobState.LOST, None, cause)
+            for k in self._rows_of(node):
+                self.store.set_node(self.job_id, k, at.row(), JobState.LOST, None, cause)
             return
         known = next((r for r in self.store.nodes(self.job_id) if r["node"] == node), None)
         if known and JobState(known["status"]).is_terminal() and not JobState(status.state).is_terminal():
             return  # a stale "still running" after the end was recorded: the end stands
-        self.store.set_node(self.job_id, node, at.row(), status.state, status.exit_code, _cause(status))
-        if self.size > 1 and status.attempt > self.store.job(self.job_id).retries:  # the gang started again
+        for k in self._rows_of(node):
+            self.store.set_node(self.job_id, k, at.row(), status.state, status.exit_code, _cause(status))
+        if self.parts > 1 and status.attempt > self.store.job(self.job_id).retries:  # the gang started again
             self.store.update_job(self.job_id, retries=status.attempt)
-        if self.size > 1 and status.state == JobState.RUNNING and self.store.job(self.job_id).state is JobState.QUEUED:
+        if self.parts > 1 and status.state == JobState.RUNNING and self.store.job(self.job_id).state is JobState.QUEUED:
             # A detached gang left its runners' queues (they start its nodes together).
             self.store.set_job_status(
                 self.job_id, JobState.RUNNING, f"on {self.size} nodes", error="", started_at=status.started_at
             )
+
+    def _rows_of(self, node: int) -> range:
+        """The node rows a runner job's status is for: its own, or all of a Slurm job's."""
+        return range(self.size) if self.slurm else range(node, node + 1)
 
     def _record_status(self, status: JobStatus) -> None:
         if status.job_id != self.job_id:  # a runner writes only the state of the job it was asked about
@@ -182,7 +208,7 @@ class RemoteJob:
 
     async def _wait_for_nodes(self, follow: bool) -> None:
         """A gang still being submitted (by the run that started it) gets its nodes' rows one by one."""
-        while len(self.nodes) < self.size and follow and not self.store.job(self.job_id).state.is_terminal():
+        while len(self.nodes) < self.parts and follow and not self.store.job(self.job_id).state.is_terminal():
             await asyncio.sleep(0.5)
             self.nodes = self._recorded_nodes(self.store.job(self.job_id))
         if not self.nodes or [n.node for n in self.nodes] != list(range(len(self.nodes))):
@@ -208,12 +234,12 @@ class RemoteJob:
         left open; those opened here are closed."""
         self.say = say
         await self._wait_for_nodes(follow)
-        if only_node is not None and not 0 <= only_node < len(self.nodes):
-            raise UsageError(f"job {self.job_id} has nodes 0 to {len(self.nodes) - 1}, not {only_node}")
+        if only_node is not None and not 0 <= only_node < self.size:
+            raise UsageError(f"job {self.job_id} has nodes 0 to {self.size - 1}, not {only_node}")
         live: dict[int, RunnerSession] = dict(enumerate(sessions or []))
         given = set(live.values())
         try:
-            if not live and not (follow and self.size == 1):  # one not reachable now: said, the job left as is
+            if not live and not (follow and self.parts == 1):  # one not reachable now: said, the job left as is
                 for at in self.nodes:
                     live[at.node] = await self.jobs.connect(at.host, at.port)
             followers = [
@@ -223,7 +249,7 @@ class RemoteJob:
                     sink,
                     None if starts is None else starts.get(at.node, 0),
                     follow,
-                    only_node in (None, at.node),
+                    only_node,
                 )
                 for at in self.nodes
             ]
@@ -256,21 +282,21 @@ class RemoteJob:
                     try:
                         status, cause = task.result(), ""
                     except RunnerProtocolError as exc:  # it answered, with something unusable
-                        if self.size == 1:
+                        if self.parts == 1:
                             state = self.store.job(self.job_id).status
                             raise RunnerProtocolError(
                                 f"{exc.message}; stopped following job {self.job_id} (left {state} here)"
                             ) from None
                         status, cause = None, exc.message
                     except LanpoolError as exc:
-                        if self.size == 1:
+                        if self.parts == 1:
                             raise
                         status, cause = None, f"runner {at.runner} lost: {exc.message}"
                     finals[at.node] = status
                     if status is None:
                         self._note(at.node, None, cause)
                     cause = cause or (_cause(status) if status is not None else "")
-                    if cause and not failure and self.size > 1:
+                    if cause and not failure and self.parts > 1:
                         failure = f"node {at.node} ({at.runner}): {cause}"
                         if pending:
                             self.say(f"{failure}; its runners stop the other nodes")
@@ -286,11 +312,11 @@ class RemoteJob:
         sink: LogSink | None,
         start: int | None,
         follow: bool,
-        shown: bool,
+        only_node: int | None,
     ) -> JobStatus:
         pending = self.store.log_batch()  # one commit per 0.25 s, not per batch (app/store/log_batch.py)
         try:
-            return await self._follow_node_into(pending, at, live, sink, start, follow, shown)
+            return await self._follow_node_into(pending, at, live, sink, start, follow, only_node)
         finally:
             pending.flush()
 
@@ -302,17 +328,17 @@ class RemoteJob:
         sink: LogSink | None,
         start: int | None,
         follow: bool,
-        shown: bool,
+        only_node: int | None,
     ) -> JobStatus:
         """Store node `at`'s log from `start` (default: where the store ends) and pass it to
-        `sink` (when `shown`); returns its final status (with follow=False: its status now).
+        `sink` (only node `only_node`'s lines, when given); returns its final status (with follow=False: its status now).
         A gang of one rides out its runner's outages (OFFLINE, then re-attach): the session
         it reconnects with goes into `live`."""
         from lanpool.app.jobs.own_output import (
             OwnOutput,  # the message classes: only a follow needs them (start-up time)
         )
 
-        position = self.store.log_end(self.job_id, at.node) if start is None else start
+        position = self.log_ends()[at.node] if start is None else start
         offline_since = None
         session = live.get(at.node)
         while True:
@@ -325,18 +351,22 @@ class RemoteJob:
                 own = OwnOutput(self.job_id, at.node, session.where)
                 async for batch in session.attach(self.job_id, position, follow=follow, states=True):
                     rows, final = own.take(batch)
+                    if self.slurm and rows:
+                        rows = by_node(rows, self.size)
                     if rows and self.masks:
                         rows = [(*r[:5], mask(r[5], self.masks)) for r in rows]
                     if rows:
                         position = max(position, max(r[2] + r[3] for r in rows))
                         pending.add(rows)
-                        if sink and shown:
+                        if sink and only_node is not None:
+                            rows = [r for r in rows if r[1] == only_node]
+                        if sink and rows:
                             # Sinks that read what was stored (app/views/log_select.py; metrics, which the TUI's
                             # charts read back) get it committed first; plain lines wait for the batch.
                             if getattr(sink, "reads_the_store", False) or any(r[4] == "met" for r in rows):
                                 pending.flush()
                             for row in rows:
-                                sink(self.job_id, row[4], self.shown(at.node, row[4], row[5]))
+                                sink(self.job_id, row[4], self.shown(row[1], row[4], row[5]))
                     if final is not None:
                         pending.flush()  # every line before a status is stored before it
                         self._note(at.node, final)
@@ -346,7 +376,7 @@ class RemoteJob:
             except (RunnerRefused, HostKeyMismatch, NotFoundError, RunnerProtocolError):
                 raise  # the runner answered: asking again gets the same answer
             except RunnerError as exc:
-                if not follow or (self.size > 1 and self._others_ended(at.node)):
+                if not follow or (self.parts > 1 and self._others_ended(at.node)):
                     raise
                 session = None
                 if offline_since is None:
@@ -361,11 +391,11 @@ class RemoteJob:
     def _others_ended(self, node: int) -> bool:
         """Whether every node but `node` has ended (a lost runner is then waited for no longer)."""
         rows = [r for r in self.store.nodes(self.job_id) if r["node"] != node]
-        return len(rows) >= self.size - 1 and all(JobState(r["status"]).is_terminal() for r in rows)
+        return len(rows) >= self.parts - 1 and all(JobState(r["status"]).is_terminal() for r in rows)
 
     def _failure(self, finals: dict[int, JobStatus | None]) -> str:
         failed = [(k, s) for k, s in sorted(finals.items()) if s is not None and _cause(s)]
-        if not failed or self.size == 1:
+        if not failed or self.parts == 1:
             return ""
         k, s = failed[0]
         return f"node {k} ({self.nodes[k].runner}): {_cause(s)}"
@@ -383,7 +413,7 @@ class RemoteJob:
         from lanpool.app.jobs.end import finish_job  # with the artifacts' pull (start-up time: imports above)
 
         return await finish_job(
-            self.store, self.jobs.artifacts(), self.job_id, self.size, live, finals, failure, pull, wait=follow
+            self.store, self.jobs.artifacts(), self.job_id, self.parts, live, finals, failure, pull, wait=follow
         )
 
     # -- stop ------------------------------------------------------------------------------

@@ -65,11 +65,11 @@ async def submit_job(
         spec["after"] = after
     store.create_job(job_id, launch.run_name, job.workflow, runners[0], spec, launch.cache_key, launch.cache_inputs)
     gang = RemoteJob(jobs, job_id, [NodeAt(k, r["name"], r["host"], r["port"]) for k, r in enumerate(runners)])
-    gang_specs = _gang_specs(job_id, runners, addresses) if gang.size > 1 else []
+    gang_specs = _gang_specs(job_id, runners, addresses) if gang.parts > 1 else []
     accepted_by: set[int] = set()  # the nodes whose runner has the job
 
     async def send(node: int, session: RunnerSession) -> tuple[JobAccepted, JobStatus]:
-        env = dict(job.env) if gang.size == 1 else node_env(job, node, addresses)
+        env = dict(job.env) if gang.parts == 1 else node_env(job, node, addresses)
         # Secrets go in here only: the stored spec above keeps their placeholders.
         env = reveal(env, launch.secrets)
         await upload(session, launch.files, say)
@@ -119,7 +119,7 @@ async def submit_job(
 
     try:  # the nodes need nothing of each other here: all sent at once
         statuses = [status for _, status in await _all_or_first_error(*(send(k, s) for k, s in enumerate(sessions)))]
-        for node in range(gang.size if gang.size > 1 else 0):
+        for node in range(gang.parts if gang.parts > 1 else 0):
             say(f"node {node}: runner {runners[node]['name']} ({addresses[node]})")
     except (LanpoolError, OSError, asyncssh.Error) as exc:
         message = getattr(exc, "message", None) or str(exc)
@@ -132,19 +132,21 @@ async def submit_job(
         store.set_job_status(
             job_id, JobState.FAILED, f"submit failed: {message}", error=message, finished_at=time.time(), synced=1
         )
-        where = sessions[0].where if gang.size == 1 else f"all {gang.size} nodes"
+        where = sessions[0].where if gang.parts == 1 else f"all {gang.parts} nodes"
         raise RunnerError(f"could not submit to {where}: {message}") from None
     except asyncio.CancelledError:  # Ctrl-C: what no runner has is marked at once, none left half-sent
         await _interrupted(store, job_id, sessions, accepted_by)
         raise
-    if gang.size > 1:
+    if gang.parts > 1:
         waiting = [(k, n) for k, n in enumerate(statuses) if n.state == JobState.QUEUED]
         if waiting:  # a gang waits in its runners' queues until all can start
             k, node_status = waiting[0]
-            reason = f"gang of {gang.size}: node {k} waits" + (f" ({node_status.reason})" if node_status.reason else "")
-            store.set_job_status(job_id, JobState.QUEUED, f"on {gang.size} nodes", error=reason)
+            reason = f"gang of {gang.parts}: node {k} waits" + (
+                f" ({node_status.reason})" if node_status.reason else ""
+            )
+            store.set_job_status(job_id, JobState.QUEUED, f"on {gang.parts} nodes", error=reason)
         else:
-            store.set_job_status(job_id, JobState.RUNNING, f"on {gang.size} nodes", started_at=time.time())
+            store.set_job_status(job_id, JobState.RUNNING, f"on {gang.parts} nodes", started_at=time.time())
     return gang, statuses[0]
 
 

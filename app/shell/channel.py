@@ -1,5 +1,5 @@
 """A job's command or shell on the SSH channel itself: the exec request in the agent's one
-grammar (`lanpool-exec JOB_ID [-- ARGV]`, protocol/wire.py EXEC_VERB), our terminal on the
+grammar (`lanpool-exec JOB_ID [--node K] [-- ARGV]`, protocol/wire.py exec_command), our terminal on the
 channel, and the exit status as ssh reports it. A shell through the runner's one-time sshd
 (app/shell/sshd.py) falls back to it.
 """
@@ -8,7 +8,6 @@ import asyncio
 import contextlib
 import os
 import select
-import shlex
 import signal
 import termios
 import tty
@@ -17,17 +16,13 @@ import asyncssh
 
 from lanpool.app.errors import RunnerError
 from lanpool.app.runners.client import RunnerSession
-from lanpool.protocol.wire import EXEC_VERB
+from lanpool.protocol.wire import exec_command
 
 READ_SIZE = 64 * 1024
 
 
-def exec_command(job_id: str, argv: list[str]) -> str:
-    return shlex.join([EXEC_VERB, job_id, *(["--", *argv] if argv else [])])
-
-
 async def open_terminal(
-    session: RunnerSession, job_id: str, argv: list[str], fd: int
+    session: RunnerSession, job_id: str, argv: list[str], fd: int, node: int | None = None
 ) -> tuple[asyncssh.SSHClientChannel[bytes], "TerminalSession"]:
     loop = asyncio.get_running_loop()
     term = TerminalSession(loop)
@@ -35,7 +30,7 @@ async def open_terminal(
     try:
         chan, _ = await session.conn.create_session(
             lambda: term,
-            exec_command(job_id, argv),
+            exec_command(job_id, argv, node),
             encoding=None,
             term_type=os.environ.get("TERM", "xterm-256color"),
             term_size=(cols, rows),

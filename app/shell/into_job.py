@@ -21,11 +21,12 @@ import asyncssh
 from lanpool.app.errors import LanpoolError, RunnerError, UsageError
 from lanpool.app.jobs.remote import JobServices, RemoteJob
 from lanpool.app.runners.client import RunnerSession
-from lanpool.app.shell.channel import READ_SIZE, attach, exec_command, exit_code_of, open_terminal, reason
+from lanpool.app.shell.channel import READ_SIZE, attach, exit_code_of, open_terminal, reason
 from lanpool.app.shell.ports import PortForward, forward_local
 from lanpool.app.shell.sshd import sshd_shell, sshd_wanted
 from lanpool.app.store import JobRow
 from lanpool.protocol import JobState
+from lanpool.protocol.wire import exec_command
 
 _STATUS_POLL_S = 2.0  # how often an open forward asks whether its job still runs
 
@@ -38,6 +39,8 @@ class JobTarget:
     host: str
     port: int
     ports: list[int] = field(default_factory=list)  # what the job declared (its spec)
+    # Node K of a job its runner runs on several nodes (one Slurm job): the exec request names it.
+    runner_node: int | None = None
 
 
 def running_target(jobs: JobServices, candidates: list[JobRow], ref: str, node: int | None) -> JobTarget:
@@ -55,19 +58,20 @@ def running_target(jobs: JobServices, candidates: list[JobRow], ref: str, node: 
         raise UsageError(f"job {job.id} is {job.state}, not running yet: try again once it runs")
     remote = RemoteJob(jobs, job.id)
     k = 0 if node is None else node
-    if not 0 <= k < len(remote.nodes):
-        raise UsageError(f"job {job.id} runs on {len(remote.nodes)} node(s): --node takes 0 to {len(remote.nodes) - 1}")
-    at = remote.nodes[k]
+    if not 0 <= k < remote.size:
+        raise UsageError(f"job {job.id} runs on {remote.size} node(s): --node takes 0 to {remote.size - 1}")
+    at = remote.nodes[0 if remote.slurm else k]
     declared = [p for p in json.loads(job.spec or "{}").get("ports", []) if isinstance(p, int)]
-    return JobTarget(job.id, k, at.runner, at.host, at.port, declared)
+    return JobTarget(job.id, k, at.runner, at.host, at.port, declared, k if remote.slurm else None)
 
 
-async def run_command(session: RunnerSession, job_id: str, argv: list[str]) -> int:
-    """Run `argv` in the job, its output streamed to ours; returns its exit code."""
+async def run_command(session: RunnerSession, job_id: str, argv: list[str], node: int | None = None) -> int:
+    """Run `argv` in the job (on its runner's node `node`: JobTarget.runner_node), its output
+    streamed to ours; returns its exit code."""
     stdin_tty = sys.stdin.isatty()
     try:
         proc = await session.conn.create_process(
-            exec_command(job_id, argv), encoding=None, stdin=asyncssh.DEVNULL if stdin_tty else asyncssh.PIPE
+            exec_command(job_id, argv, node), encoding=None, stdin=asyncssh.DEVNULL if stdin_tty else asyncssh.PIPE
         )
     except (OSError, asyncssh.Error) as exc:
         raise RunnerError(f"{session.where} refused to run in job {job_id}: {reason(exc)}") from None
@@ -81,18 +85,18 @@ async def run_command(session: RunnerSession, job_id: str, argv: list[str]) -> i
     return exit_code_of(proc)
 
 
-async def run_shell(session: RunnerSession, job_id: str, argv: list[str] | None = None) -> int:
+async def run_shell(session: RunnerSession, job_id: str, argv: list[str] | None = None, node: int | None = None) -> int:
     """An interactive shell (or `argv`) in the job on our terminal (raw mode, resize, Ctrl-C); its exit code.
     Through the runner's one-time sshd with the system's `ssh` where both are there (app/shell/sshd.py),
-    else on the channel."""
+    else on the channel (always for a node of a job its runner runs on several: a Slurm job's)."""
     fd = sys.stdin.fileno()
     if not os.isatty(fd):
         raise UsageError("ssh needs a terminal; for one command use `app headless exec JOB -- CMD`")
-    if sshd_wanted(session.hello.features):  # OpenSSH end to end (app/shell/sshd.py)
+    if node is None and sshd_wanted(session.hello.features):  # OpenSSH end to end (app/shell/sshd.py)
         code = await sshd_shell(session, job_id, argv or [])
         if code is not None:
             return code
-    chan, term = await open_terminal(session, job_id, argv or [], fd)
+    chan, term = await open_terminal(session, job_id, argv or [], fd, node)
     return await attach(chan, term, fd)
 
 

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import shlex
 import shutil
 import sys
 import tempfile
@@ -32,11 +31,10 @@ from lanpool.protocol.shell_sshd import (
     NO_OFFER_LINE,
     SHELL_SSHD,
     SSHD_ENV,
-    SSHD_FLAG,
     SSHD_UNUSED,
     parse_offer_line,
 )
-from lanpool.protocol.wire import ENCRYPTION_ALGS, EXEC_VERB
+from lanpool.protocol.wire import ENCRYPTION_ALGS, exec_command
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +51,7 @@ def sshd_wanted(features: Sequence[str]) -> bool:
 
 
 def sshd_command(job_id: str, argv: Sequence[str], key_b64: str) -> str:
-    return shlex.join([EXEC_VERB, job_id, SSHD_FLAG, f"ssh-ed25519:{key_b64}", *(["--", *argv] if argv else [])])
+    return exec_command(job_id, argv, sshd_key=f"ssh-ed25519:{key_b64}")
 
 
 async def sshd_shell(session: RunnerSession, job_id: str, argv: Sequence[str]) -> int | None:

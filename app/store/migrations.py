@@ -188,6 +188,31 @@ def _m011_job_retries(db: "sqlite_utils.Database") -> None:
     db.execute("ALTER TABLE jobs ADD COLUMN retries INTEGER NOT NULL DEFAULT 0")
 
 
+def _m012_slurm_jobs_have_their_nodes(db: "sqlite_utils.Database") -> None:
+    # A Slurm runner's multi-node job (app/store/slurm_nodes.py) had one node row, its nodes'
+    # lines tagged in node 0's log. Like any gang now: a row per node, each line in its node's
+    # log. Each row is moved once, in the migration's transaction.
+    from lanpool.app.store.slurm_nodes import by_node, slurm_nodes
+
+    for job_id, spec in db.execute("SELECT id, spec FROM jobs").fetchall():
+        nodes = slurm_nodes(spec)
+        if not nodes:
+            continue
+        for k in range(1, nodes):
+            db.execute(
+                """INSERT OR IGNORE INTO job_nodes (job_id, node, runner, host, port, status, exit_code, error)
+                   SELECT job_id, ?, runner, host, port, status, exit_code, error FROM job_nodes
+                   WHERE job_id = ? AND node = 0""",
+                (k, job_id),
+            )
+        cols = "job_id, node, seq, n_lines, stream, data, at"
+        rows = db.execute(f"SELECT {cols} FROM log_chunks WHERE job_id = ? AND node = 0", (job_id,)).fetchall()
+        db.execute("DELETE FROM log_chunks WHERE job_id = ? AND node = 0", (job_id,))
+        db.conn.executemany(
+            f"INSERT OR IGNORE INTO log_chunks ({cols}) VALUES (?, ?, ?, ?, ?, ?, ?)", by_node(rows, nodes)
+        )
+
+
 MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m001_initial,
     _m002_cache,
@@ -200,6 +225,7 @@ MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m009_log_chunks_rowid,
     _m010_runs_by_time,
     _m011_job_retries,
+    _m012_slurm_jobs_have_their_nodes,
 ]
 
 

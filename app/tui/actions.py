@@ -66,7 +66,8 @@ class Actions(JobView):
     # -- a shell in a running job ------------------------------------------------------------
 
     def action_shell(self) -> None:
-        """`app headless ssh JOB` on this terminal, the TUI suspended until the shell exits."""
+        """`app headless ssh JOB` on this terminal, the TUI suspended until the shell exits; on the
+        node the log shows, when it shows one node of several."""
         job_id = self._selected_job()
         if not job_id:
             self.notify("select a job in Runs first")
@@ -77,7 +78,10 @@ class Actions(JobView):
             return
         with self.suspend():
             # A process of its own: the shell owns the terminal, with no event loop of ours in between.
-            subprocess.run([sys.executable, "-m", "lanpool.app.cli.main", "headless", "ssh", job_id], check=False)
+            node = [] if self.node is None or self.job_id != job_id else ["--node", str(self.node)]
+            subprocess.run(
+                [sys.executable, "-m", "lanpool.app.cli.main", "headless", "ssh", job_id, *node], check=False
+            )
 
     # -- run ------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 from lanpool.app.home import ControllerHome
 from lanpool.app.store import JobRow, RunRow, Store
+from lanpool.app.store.slurm_nodes import slurm_nodes
 from lanpool.app.views import overview
 from lanpool.app.views.overview import JobLine, LogWindow, MetricsReader
 
@@ -58,8 +59,9 @@ class Runs:
         return self.store.warnings(job_id)
 
     def log_end(self, job_id: str) -> int:
-        """Where node 0's stored log ends: a live follow starts there."""
-        return self.store.log_end(job_id)
+        """Where node 0's stored log ends (a Slurm job's nodes: its one log's): a live follow starts there."""
+        nodes = slurm_nodes(self.store.job(job_id).spec)
+        return max(self.store.log_end(job_id, k) for k in range(max(1, nodes)))
 
     # -- read models (app/views/overview.py) ----------------------------------------------------
 
