@@ -12,7 +12,6 @@ from lanpool.app.cli import render
 from lanpool.app.cli.render import say
 from lanpool.app.controller import Controller, JobRow
 from lanpool.app.errors import ExitCode, LanpoolError, UsageError
-from lanpool.app.store.slurm_nodes import slurm_nodes
 from lanpool.app.views.formatting import ago, duration, size, status_text
 from lanpool.app.views.log_select import LogSelection, parse_since
 from lanpool.app.views.terminal_text import safe_line
@@ -151,7 +150,7 @@ def _partial_pulls(ctl: Controller) -> set[str]:
 
 def _where(job: JobRow) -> str:
     """The RUNNER column: a Slurm runner's multi-node job says its node count."""
-    nodes = slurm_nodes(job.spec)
+    nodes = job.slurm_nodes
     return f"{job.runner} ({nodes} nodes, slurm)" if nodes and job.runner else job.runner or "-"
 
 
@@ -237,7 +236,7 @@ def _job_json(j: JobRow, warnings: list[str], artifacts: list[tuple[str, int]]) 
         "job": j.id,
         "workflow": j.workflow,
         "runner": j.runner,
-        "slurm_nodes": slurm_nodes(j.spec),  # 0 unless a Slurm runner runs the job's nodes as one job
+        "slurm_nodes": j.slurm_nodes,  # 0 unless a Slurm runner runs the job's nodes as one job
         "status": j.status,
         "exit_code": j.exit_code,
         "error": j.error,

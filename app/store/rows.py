@@ -4,6 +4,7 @@ import json
 import sqlite3
 from typing import Any
 
+from lanpool.app.store.slurm_nodes import slurm_nodes
 from lanpool.protocol import JobState
 from lanpool.protocol.message_base import Record, record
 
@@ -46,6 +47,11 @@ class JobRow(Record):
     @property
     def state(self) -> JobState:
         return JobState(self.status)
+
+    @property
+    def slurm_nodes(self) -> int:
+        """The nodes a Slurm runner runs as this one job (app/store/slurm_nodes.py); 0 for any other job."""
+        return slurm_nodes(self.spec)
 
     @property
     def artifact_paths(self) -> list[str]:
