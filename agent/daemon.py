@@ -212,6 +212,7 @@ class Agent:
         self.manager.blobs.create()
         pythons = executors.process.pythons.pythons if isinstance(executors.process, ProcessExecutor) else None
         self.resources = detect_resources(gpus, executors.kind, pythons.versions() if pythons else "")
+        self.resources["mode"] = executors.mode  # with `executor`: which jobs it takes (app/runners/scheduler.py)
         if isinstance(executors.process, ProcessExecutor):  # what keeps process jobs off the runner's files
             self.resources["isolation"] = executors.process.isolation
         self.resources.update(cluster)

@@ -37,7 +37,9 @@ from lanpool.protocol.transfer_messages import (
 #    artifacts come back as streamed files (GetArtifacts/ArtifactData/ArtifactEnd/ArtifactsSent).
 # 4: every multi-node job is a gang its runners start (SubmitJob.gang, with attempts at the
 #    barrier); no controller-picked MASTER_PORT (SubmitJob.pick_master_port, JobAccepted.master_port).
-PROTOCOL_VERSION = 4
+# 5: SubmitJob.image_implicit (provider python's image never makes a process runner refuse a job),
+#    SubmitJob.hold_base (pip holds the runner's torch/Lightning at the base's versions).
+PROTOCOL_VERSION = 5
 
 # A JobStatus carries at most this many of the job's artifact files to a controller whose
 # ClientHello names ARTIFACT_PAGES, with `artifacts_total` saying how many there are; the
@@ -196,12 +198,17 @@ class SubmitJob(Message):
     files: list[FileEntry] = field(default_factory=list)
     working_dir: str = ""
     image: str = ""  # container image; "" = the runner's process executor
+    # `image` is the controller's default for provider python, not the workflow's: a runner that
+    # runs jobs as processes runs this one so (with `python`), instead of refusing it.
+    image_implicit: bool = False
     pull: str = "missing"  # never | missing | always
     # gpu (count), cpu, memory_mb, shm_size ("8g"): what the job needs
     resources: dict[str, int | str] = field(default_factory=dict)
     executor: str = ""  # hint: "docker" or "process"; "" = the runner decides
     python: str = ""  # "3.10": the version the job needs ("" = the runner's base interpreter)
     requirements: str = ""  # a file in the workspace (relative to working_dir) installed before the commands
+    # pip holds the runner's torch/Lightning (and CUDA) at the base's versions (PIP_CONSTRAINT); False: lets them change.
+    hold_base: bool = True
     # Ports the job listens on (runner's loopback), forwarded to the controller while it runs.
     ports: list[int] = field(default_factory=list)
     # Secret texts in `env`: the runner writes *** for them in its log and journal (never to disk in clear).

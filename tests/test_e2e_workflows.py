@@ -195,7 +195,8 @@ def test_resume_from_in_the_workflow_and_the_flag_that_overrides_it(agent, cli, 
     assert missing.returncode == 4, missing.stderr
     assert missing.stderr.count("\n") == 1 and "Traceback" not in missing.stderr
     assert (
-        ".lanpool/workflows.yaml:10: workflow 'cont': resume-from 'first:base': no run tagged 'base'" in missing.stderr
+        ".lanpool/workflows.yaml:10: workflow 'cont': resume-from 'first:base': 'first' tagged 'base' has no "
+        "finished job yet: run `app headless run first --tag base` first" in missing.stderr
     )
     cli("headless", "run", "--runner", agent.address, "first", "--tag", "base", cwd=project, check=True)
     base = json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["run"]
@@ -219,4 +220,4 @@ def test_resume_from_in_the_workflow_and_the_flag_that_overrides_it(agent, cli, 
     assert bad.returncode == 4 and bad.stderr.count("\n") == 1
     assert "resume-from 'no-such-run': no run or job named 'no-such-run'" in bad.stderr
     nockpt = cli("headless", "run", "--runner", agent.address, "maybe", "--from", "first:nope", cwd=project)
-    assert nockpt.returncode == 4 and "no run tagged 'nope'" in nockpt.stderr
+    assert nockpt.returncode == 4 and "'first' tagged 'nope' has no finished job yet" in nockpt.stderr

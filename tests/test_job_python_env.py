@@ -36,26 +36,85 @@ def agent(tmp_path: Path, controller_home: Path):
     a.stop()
 
 
-def make_wheel(dest: Path, name: str, body: str = "VALUE = 42\n") -> Path:
+def make_wheel(
+    dest: Path, name: str, body: str = "VALUE = 42\n", version: str = "1.0", requires: tuple[str, ...] = ()
+) -> Path:
     """A pure-python wheel of module `name` (pip installs it offline, without building anything)."""
     dist = name.replace("_", "-")
+    info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
     files = {
         f"{name}/__init__.py": body,
-        f"{name}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: 1.0\n",
-        f"{name}-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/METADATA": metadata,
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
     record = []
     for path, text in files.items():
         digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
         record.append(f"{path},sha256={digest},{len(text.encode())}")
-    record.append(f"{name}-1.0.dist-info/RECORD,,")
+    record.append(f"{info}/RECORD,,")
     dest.mkdir(parents=True, exist_ok=True)
-    wheel = dest / f"{name}-1.0-py3-none-any.whl"
+    wheel = dest / f"{name}-{version}-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as zf:
         for path, text in files.items():
             zf.writestr(path, text)
-        zf.writestr(f"{name}-1.0.dist-info/RECORD", "\n".join(record) + "\n")
+        zf.writestr(f"{info}/RECORD", "\n".join(record) + "\n")
     return wheel
+
+
+HOLD = """
+workflows:
+  - name: vision
+    provider: python
+    script: which.py
+    requirements: requirements.txt
+  - name: vision-free
+    provider: python
+    script: which.py
+    requirements: requirements.txt
+    hold_base: false
+  - name: pins-too
+    commands:
+      - pip install --no-index --find-links ./wheels lanpool_vision
+      - python which.py
+"""
+
+
+def test_requirements_that_would_replace_the_base_torch_are_held_to_it(agent, cli, make_project):
+    """An unpinned package (as `torchvision`) whose newest release wants a newer torch than the
+    base's: pip picks the release that fits the base's torch (held by PIP_CONSTRAINT), unless the
+    workflow says `hold_base: false`. The wheels are made here: the fake torch one patch above the
+    base's stands for the 5 GB download (and stays within constraints this machine's pip has)."""
+    project = make_project(
+        HOLD,
+        files={
+            "requirements.txt": "--no-index\n--find-links ./wheels\nlanpool_vision\n",
+            "which.py": "import importlib.metadata as m\n"
+            "print('vision', m.version('lanpool_vision'), 'torch', m.version('torch'))\n",
+        },
+    )
+    base_torch = subprocess.run(
+        [AGENT_PYTHON, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    release = base_torch.split("+")[0].split(".")
+    newer = ".".join([*release[:2], str(int(release[2]) + 1)])
+    make_wheel(project / "wheels", "lanpool_vision", version="1.0", requires=("torch",))
+    make_wheel(project / "wheels", "lanpool_vision", version="9.0", requires=(f"torch>{'.'.join(release)}",))
+    make_wheel(project / "wheels", "torch", version=newer)
+    held = cli("headless", "run", "vision", "--runner", agent.address, cwd=project, timeout=180)
+    assert held.returncode == 0, held.stdout[-3000:] + held.stderr[-2000:]
+    assert f"vision 1.0 torch {base_torch}" in held.stdout, held.stdout[-3000:]
+    said = held.stdout + held.stderr  # lanpool's own lines go to stderr
+    assert f"torch=={base_torch}" in said and "held at the base's versions (`hold_base: false`" in said, said[-3000:]
+    pins = cli("headless", "run", "pins-too", "--runner", agent.address, cwd=project, timeout=180)
+    assert pins.returncode == 0 and f"vision 1.0 torch {base_torch}" in pins.stdout, pins.stdout[-3000:]
+    free = cli("headless", "run", "vision-free", "--runner", agent.address, cwd=project, timeout=180)
+    assert free.returncode == 0, free.stdout[-3000:] + free.stderr[-2000:]
+    assert f"vision 9.0 torch {newer}" in free.stdout, free.stdout[-3000:]
 
 
 def _freeze() -> str:
@@ -149,6 +208,27 @@ workflows:
     assert "probe not installed here" in later.stdout, later.stdout + later.stderr
 
 
+def test_the_base_console_scripts_run_with_the_jobs_python(agent, cli, make_project):
+    """`torchrun` (a console script of the runner's base interpreter) starts a trainer that sees
+    what the job installed: the job env's shim runs the script with the env's python."""
+    project = make_project(
+        """
+workflows:
+  - name: launch
+    commands:
+      - pip install --no-index ./wheels/lanpool_probe-1.0-py3-none-any.whl
+      - head -1 "$(command -v torchrun)"
+      - torchrun --standalone --nproc_per_node=1 check.py
+""",
+        files={"check.py": "import lanpool_probe, sys\nprint('trainer sees probe', lanpool_probe.VALUE, sys.prefix)\n"},
+    )
+    make_wheel(project / "wheels", "lanpool_probe")
+    done = cli("headless", "run", "launch", "--runner", agent.address, cwd=project, timeout=180)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert re.search(r"trainer sees probe 42 .*/jobs/[^/]+/pyenv", done.stdout), done.stdout[-3000:]
+    assert "#!/bin/sh" in done.stdout  # the shim found first on PATH, not the base's script
+
+
 def test_a_version_the_runner_lacks_is_refused_at_submit_with_what_it_has(agent, cli, make_project):
     project = make_project(
         "workflows:\n  - name: old\n    provider: python\n    version: '2.5'\n    script: main.py\n",
@@ -157,19 +237,28 @@ def test_a_version_the_runner_lacks_is_refused_at_submit_with_what_it_has(agent,
     done = cli("headless", "run", "old", "--runner", agent.address, cwd=project)
     assert done.returncode != 0
     assert "never" not in done.stdout
-    err = done.stderr.strip().splitlines()
-    line = next(x for x in err if "python 2.5 is not on this runner" in x)
-    assert f"it has {sys.version_info.major}.{sys.version_info.minor} (base" in line
+    # Placement knows the runner's interpreters (its Hello): refused before anything is sent
+    [line] = done.stderr.strip().splitlines()
+    assert "no runner can run it: " in line and "not 2.5" in line, line
+    assert f"has Python {sys.version_info.major}.{sys.version_info.minor}" in line, line
     assert "Traceback" not in done.stderr
 
 
-def test_a_version_the_runner_has_runs_with_that_interpreter(agent, cli, make_project):
+@pytest.mark.parametrize("form", ["provider python", "commands"])
+def test_a_version_the_runner_has_runs_with_that_interpreter(agent, cli, make_project, form):
     others = [i for i in Pythons.discover().all[1:] if i.version in ("3.10", "3.12", "3.13", "3.9")]
     if not others:
         pytest.skip("no second python 3.x interpreter on this machine")
     version = others[0].version
+    body = (
+        "provider: python\n    version: '{v}'\n    script: main.py"
+        if form == "provider python"
+        else (
+            "python: {v}\n    commands: [python main.py]"  # dstack 2022's key, on a commands workflow: honoured too
+        )
+    )
     project = make_project(
-        f"workflows:\n  - name: v\n    provider: python\n    version: '{version}'\n    script: main.py\n",
+        "workflows:\n  - name: v\n    " + body.format(v=version) + "\n",
         files={"main.py": "import sys; print('running %d.%d' % sys.version_info[:2])\n"},
     )
     done = cli("headless", "run", "v", "--runner", agent.address, cwd=project)
@@ -344,3 +433,17 @@ def test_job_python_chooses_the_base(tmp_path: Path, controller_home: Path, cli,
         assert f"Python {base.version}." in done.stdout
     finally:
         agent.stop()
+
+
+def test_the_base_pins_keep_the_constraints_pip_already_had(tmp_path: Path, monkeypatch):
+    from lanpool.agent.python.job_envs import constraints_text
+
+    site, env_file = tmp_path / "site.txt", tmp_path / "env.txt"
+    site.write_text("numpy<3\n")
+    env_file.write_text("scipy<2\n")
+    (tmp_path / "pip.conf").write_text(f"[global]\nconstraint = {site} {tmp_path / 'gone.txt'}\n")
+    monkeypatch.setenv("PIP_CONFIG_FILE", str(tmp_path / "pip.conf"))
+    monkeypatch.setenv("PIP_CONSTRAINT", str(env_file))
+    text = constraints_text(["torch==2.5.1"])
+    assert f"-c {site}\n" in text and f"-c {env_file}\n" in text and text.endswith("torch==2.5.1\n"), text
+    assert "gone.txt" not in text  # a file that is not there would fail every pip install

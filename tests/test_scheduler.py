@@ -97,3 +97,49 @@ def test_with_runner_queues_a_gang_goes_to_runners_that_fit_even_busy_ones():
     assert place(Need(gpu=1), [busy_a, busy_b], nodes=2, runner_queues=True).runners == ["b", "a"]
     assert place(Need(gpu=1), [busy_a, busy_b], nodes=3, runner_queues=True).rejected
     assert not place(Need(gpu=1), [busy_a, busy_b], nodes=2).runners  # without queues: it waits
+
+
+# -- what a runner can run (its mode, engine and Pythons, as its Hello says) --------------------
+
+
+def typed(name, mode, executor="process", pythons="3.11,3.10"):
+    return Capacity(name, True, 0, 0, 8, 8, 32000, 32000, mode=mode, executor=executor, pythons=pythons)
+
+
+POOL = [
+    typed("a-proc", "process"),
+    typed("b-auto", "auto"),  # no engine: an image is ignored there, the job runs as processes
+    typed("c-docker", "docker", executor="docker"),
+    typed("d-slurm", "slurm", executor="slurm", pythons=""),
+]
+
+
+def test_a_runner_that_would_refuse_the_job_is_never_chosen_and_each_says_why():
+    able = {
+        kind: [c.name for c in POOL if not c.cannot_run(Need(runs_in=kind))]
+        for kind in ("docker", "image", "any", "process")
+    }
+    assert able == {
+        "docker": ["c-docker"],
+        "image": ["b-auto", "c-docker"],
+        "any": ["a-proc", "b-auto", "c-docker", "d-slurm"],
+        "process": ["a-proc", "b-auto", "d-slurm"],
+    }
+    assert place(Need(runs_in="image"), POOL[:2]).runners == ["b-auto"]  # not a-proc, though it sorts first
+    refused = place(Need(runs_in="docker"), POOL[:2] + POOL[3:]).rejected
+    assert refused.startswith("no runner can run it: a-proc runs no containers (--executor process)"), refused
+    assert "b-auto runs no containers (--executor auto)" in refused and "d-slurm runs no containers" in refused
+
+
+def test_a_python_version_counts_where_the_job_runs_as_processes():
+    need = Need(runs_in="process", python="3.8")
+    refused = place(need, POOL[:3]).rejected
+    assert "a-proc has Python 3.11, 3.10, not 3.8" in refused and "c-docker runs jobs in containers only" in refused
+    assert place(Need(runs_in="process", python="3.10.4"), POOL[:1]).runners == ["a-proc"]
+    assert place(Need(runs_in="any", python="3.8"), POOL).runners == ["c-docker"]  # in its image there
+    assert place(Need(runs_in="process", python="3.8"), POOL[3:]).runners == ["d-slurm"]  # it says none: tried
+
+
+def test_a_runner_that_says_nothing_of_its_executor_is_tried_as_before():
+    silent = Capacity("old", True, 0, 0, 8, 8, 32000, 32000)
+    assert place(Need(runs_in="docker", python="2.7"), [silent]).runners == ["old"]

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from lanpool.app.workflows import WorkflowError, load_workflows
+from lanpool.app.workflows import WorkflowError
 from lanpool.app.workflows.resolve import resolve
+from tests.workflow_files import load_strict
 
 
 def _project(root: Path, slurm: str, variables: str = ""):
@@ -25,7 +26,7 @@ def _project(root: Path, slurm: str, variables: str = ""):
         )
         + textwrap.indent(slurm, "    ")
     )
-    return load_workflows(root)
+    return load_strict(root)
 
 
 def test_slurm_names_reach_the_runner_as_resources(tmp_path: Path):

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from lanpool.app.workflows import Project, WorkflowError, load_workflows
+from lanpool.app.workflows import Project, WorkflowError
 from lanpool.app.workflows.model import ArtifactSpec, Dependency
 from lanpool.app.workflows.resolve import resolve
+from tests.workflow_files import load_strict
 
 FIXTURES = Path(__file__).parent / "fixtures" / "dialects"
 BUILTINS = {"run_name": "run-1", "job_id": "abc123"}
@@ -23,11 +24,11 @@ def _dstack(root: Path, workflows: str, variables: str | None = None) -> Project
     (root / ".dstack" / "workflows.yaml").write_text(textwrap.dedent(workflows))
     if variables is not None:
         (root / ".dstack" / "variables.yaml").write_text(textwrap.dedent(variables))
-    return load_workflows(root)
+    return load_strict(root)
 
 
 def _fixture(name: str, tmp_path: Path) -> Project:
-    return load_workflows(shutil.copytree(FIXTURES / name, tmp_path / name))
+    return load_strict(shutil.copytree(FIXTURES / name, tmp_path / name))
 
 
 # -- the fixture projects --------------------------------------------------------------
@@ -124,6 +125,8 @@ def test_old_spellings_refuse_contradictions(tmp_path: Path, entry: str, expecte
         ("provider: lab", "JupyterLab"),
         ("provider: curl", "write 'commands: [curl"),
         ("provider: torchrun", "'nodes: N'"),
+        ("provider: torchrun@experimental", "'nodes: N'"),
+        ("provider: {name: python}", "'provider' is a name (python, bash or docker), not a mapping"),
         ("commands: [x]\n    ports: [0]", "'ports': 0 is not a port number"),
         ("commands: [x]\n    ssh: true", "'ssh' opens an ssh server"),
     ],
@@ -232,3 +235,28 @@ def test_variables_as_args_of_a_python_job_hold_the_globals(tmp_path: Path):
     job = resolve(project, "finetune-model", {"model": "345M"}, BUILTINS)
     assert job.commands == ["python finetune.py --model 345M --steps 1000"]
     assert job.variables == {"model": "345M", "steps": "1000"}  # each one is an input of the cache key
+
+
+def test_mid_2022_file_key_and_where_to_run_resources(tmp_path: Path, caplog):
+    project = _dstack(
+        tmp_path,
+        """\
+        workflows:
+          - name: train
+            provider: python
+            file: train.py
+            resources:
+              local: true
+              gpu: 1
+          - name: far
+            commands: [echo far]
+            resources: {remote: true}
+        """,
+    )
+    train = project.get("train")
+    assert (train.script, train.resources) == ("train.py", {"gpu": 1})
+    assert resolve(project, "train", {}, BUILTINS).commands == ["python train.py"]
+    assert project.get("far").resources == {}
+    notes = "\n".join(project.notes)
+    assert "workflows.yaml:6: workflow 'train': 'resources.local'" in notes and "--runner NAME" in notes, notes
+    assert "workflows.yaml:10: workflow 'far': 'resources.remote'" in notes, notes

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lanpool.app.workflows.dialects import ALIASES, IGNORED_KEYS
+from lanpool.app.workflows.dialects import ALIASES, IGNORED_KEYS, IGNORED_RESOURCES
 from lanpool.app.workflows.entry import GPU_KEYS, RESOURCE_KEYS, WORKFLOW_KEYS
 from lanpool.app.workflows.loader import load_workflows
 
@@ -82,6 +82,6 @@ def test_the_schema_knows_every_key_the_loader_knows():
     workflow = schema["definitions"]["workflow"]["properties"]
     dialect_keys = {old for old, _ in ALIASES} | set(IGNORED_KEYS) | {"gpu", "deps"}
     assert set(WORKFLOW_KEYS) | dialect_keys == set(workflow)
-    assert set(RESOURCE_KEYS) == set(workflow["resources"]["properties"])
+    assert set(RESOURCE_KEYS) | set(IGNORED_RESOURCES) == set(workflow["resources"]["properties"])
     gpu_object = next(s for s in workflow["resources"]["properties"]["gpu"]["anyOf"] if s["type"] == "object")
     assert set(GPU_KEYS) == set(gpu_object["properties"])

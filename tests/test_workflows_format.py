@@ -548,8 +548,8 @@ def test_cli_cycle(cli, make_project):
         "  - name: b\n    commands: [x]\n    depends-on: [c]\n"
         "  - name: c\n    commands: [x]\n    depends-on: [a]\n"
     )
-    line = _one_line_error(cli("headless", "run", "c", cwd=root), ".lanpool/workflows.yaml:4: ")
-    assert "a -> b -> c -> a" in line
+    line = _one_line_error(cli("headless", "run", "c", cwd=root), ".lanpool/workflows.yaml:10: ")
+    assert "c -> a -> b -> c" in line
 
 
 def test_cli_malformed_variables(cli, make_project):
@@ -573,3 +573,21 @@ def test_retry_as_the_docs_write_it_with_a_bare_on_key(tmp_path: Path):
     t = resolve(project, "t", {}, BUILTINS)
     assert (t.retry_on, t.retry_limit, t.retry_delay_s) == (["failure", "lost"], 3, 30.0)
     assert resolve(project, "u", {}, BUILTINS).retry_on == ["lost"]
+
+
+def test_one_wording_for_a_dependency_with_no_finished_job_yet(cli, make_project):
+    root = make_project(
+        "workflows:\n"
+        "  - name: a\n    commands: [x]\n"
+        "  - name: latest\n    commands: [x]\n    depends-on: ['a:latest']\n"
+        "  - name: tagged\n    commands: [x]\n    depends-on: ['a:v1']\n"
+        "  - name: any-tag\n    commands: [x]\n    deps: [{tag: v2}]\n"
+    )
+    expected = {
+        "latest": "'a' (in this project) has no finished job yet: run `app headless run a` first",
+        "tagged": "'a' tagged 'v1' has no finished job yet: run `app headless run a --tag v1` first",
+        "any-tag": "that tag has no finished job yet: run `app headless run WORKFLOW --tag v2` first",
+    }
+    for name, words in expected.items():
+        res = cli("headless", "plan", name, cwd=root)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1 and words in res.stderr, (name, res.stderr)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from lanpool.app.workflows import WorkflowError, load_workflows
+from lanpool.app.workflows import Project, WorkflowError, load_workflows
 
 
 def write_workflows(root: Path, text: str, sub: str = ".lanpool", name: str = "workflows.yaml") -> Path:
@@ -17,10 +17,19 @@ def write_workflows(root: Path, text: str, sub: str = ".lanpool", name: str = "w
     return path
 
 
+def load_strict(root: Path) -> Project:
+    """The project at `root`, raising the first refusal (a test project's one fault) as an
+    error of the workflow it names would be (app/workflows/loader.py)."""
+    project = load_workflows(root)
+    for error in project.refused.values():
+        raise error
+    return project
+
+
 def load_error(root: Path) -> WorkflowError:
-    """The WorkflowError that loading the project at `root` must raise."""
+    """The WorkflowError that loading the project at `root`, or the one workflow it refuses, gives."""
     with pytest.raises(WorkflowError) as exc:
-        load_workflows(root)
+        load_strict(root)
     return exc.value
 
 

@@ -32,6 +32,7 @@ class Launch:
     run_name: str = ""
     python: str = ""  # "3.10": the interpreter a process job runs with; "" = the runner's base
     requirements: str = ""  # a requirements file (relative to working_dir) installed before the commands
+    hold_base: bool = True  # pip holds the base's torch/Lightning (agent/python/job_envs.py)
     # Containers only (the process executor runs on the host as it is):
     image: str = ""
     pull: str = "missing"  # never | missing | always

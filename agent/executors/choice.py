@@ -12,6 +12,9 @@
 | any         |               | executor hint "docker"       | docker, or refused when there is no engine |
 | slurm       | —             | no image                     | slurm (`process` is the Slurm executor)   |
 | slurm       | —             | image, or hint "docker"      | refused: a container would escape scancel |
+
+An implicit image (provider python's, SubmitJob.image_implicit) counts only where jobs run in
+containers: elsewhere the job is a process job with its `python`, with no note.
 """
 
 from lanpool.agent.executors.base import Executor, ExecutorError
@@ -32,10 +35,14 @@ class ExecutorChoice:
         """What runs jobs that name an image here: "docker" or "process" (shown to controllers)."""
         return "docker" if self.docker is not None else "slurm" if self.mode == "slurm" else "process"
 
-    def choose(self, image: str, hint: str = "", python: str = "") -> tuple[Executor, str]:
+    def choose(self, image: str, hint: str = "", python: str = "", implicit: bool = False) -> tuple[Executor, str]:
         """The executor for a job, and a note for its log ("" if none); ExecutorError if it cannot run here
-        (`python`, a version a process job needs, included)."""
+        (`python`, a version a process job needs, included). `implicit`: the image is not the job's own."""
+        if implicit and (self.docker is None or hint == "process"):
+            image = ""
         executor, note = self._choose(image, hint)
+        if python and executor.in_container and not implicit:
+            note = f"lanpool: python {python} asked; the job runs the Python of image {image!r}"
         if python and not executor.in_container:
             check = getattr(executor, "pythons", None)  # a ProcessExecutor's JobPythons
             if check is not None:

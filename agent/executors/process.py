@@ -65,6 +65,7 @@ class ProcessExecutor:
                 launch.python,
                 launch.requirements,
                 sink,
+                launch.hold_base,
             )
         )
         env.update(launch.env)

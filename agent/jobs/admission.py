@@ -74,7 +74,7 @@ def admit(
     check_after(req, jobs, owner)
     gang = gang_fields(req)
     try:
-        executor, note = executors.choose(req.image, req.executor, req.python)
+        executor, note = executors.choose(req.image, req.executor, req.python, req.image_implicit)
     except ExecutorError as exc:
         raise JobError(ErrorCode.BAD_REQUEST, str(exc)) from None
     resources = parse_resources(req.resources)

@@ -52,6 +52,7 @@ async def launch_of(job: Job, executor: Executor, req: SubmitJob) -> Launch:
         run_name=req.run_name,
         python=req.python,
         requirements=req.requirements,
+        hold_base=req.hold_base,
         image=record.image,
         pull=req.pull,
         gpus=tuple(record.gpus),

@@ -8,9 +8,18 @@ job sees the runner's torch and Lightning without a copy, and `pip install` in
 its commands (a `pip` script in its bin/ runs `python -m pip` with the base's
 pip) writes into jobs/<id>/pyenv only. pip never removes a package from a layer
 below ("outside environment"): a newer version lands in the job's env and
-shadows it.
+shadows it. The interpreter's console scripts (`torchrun`, `fabric`, `accelerate`,
+`lightning`, ...) would run the interpreter itself, which sees none of that: the env's
+bin/ holds a shim for each (`exec ENV/bin/python SCRIPT "$@"`), found first on PATH.
 
-Requirements install once per (interpreter, requirements text) into
+pip in a job, its `requirements:` and its commands' `pip install` alike, holds the base's
+framework at its versions: PIP_CONSTRAINT names a constraints file (in the env) pinning
+the interpreter's torch, torchvision, torchaudio, Lightning and their CUDA (nvidia-*,
+triton), so an unpinned `torchvision` cannot pull a second torch and its CUDA wheels
+(gigabytes) into the job's layer; pip picks versions that fit the base instead, or says
+why it cannot. `hold_base: false` in the workflow lets them change.
+
+Requirements install once per (interpreter, requirements text, pins) into
 pyenvs/<key>/ of the agent's data dir, with pip's output in the job's log, and
 are reused read-only by every later job with the same key: jobs layer on it and
 never install into it. The key is the file's text, not what it points at (a
@@ -18,10 +27,12 @@ local `./pkg` that changed is not noticed: change the file, or `app agent gc`).
 """
 
 import asyncio
+import configparser
 import contextlib
 import hashlib
 import logging
 import os
+import shlex
 import shutil
 import signal
 import time
@@ -35,6 +46,8 @@ from lanpool.agent.python.venv import VenvShape
 log = logging.getLogger(__name__)
 
 _DONE = ".lanpool-ready"  # written last: a requirements env without it is half-built
+CONSTRAINTS = "lanpool-constraints.txt"  # in the job's env: the base's framework, pinned (PIP_CONSTRAINT)
+_HELD = ("torch", "torchvision", "torchaudio", "lightning", "pytorch-lightning", "lightning-fabric", "triton")
 _INSTALL_TIMEOUT_S = 3 * 3600.0
 _MAX_LINE = 1024 * 1024
 
@@ -49,6 +62,8 @@ class JobPythons:
         self.sandbox: Sandbox | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._shapes: dict[str, VenvShape] = {}  # interpreter path -> what venv wrote for it
+        self._pins: dict[str, list[str]] = {}  # interpreter path -> its framework's `name==version`
+        self._constraints: dict[str, str] = {}  # interpreter path -> its constraints file's text (read once)
 
     def check(self, version: str) -> None:
         """ExecutorError (one line, what the runner has) when `version` is not here."""
@@ -58,7 +73,14 @@ class JobPythons:
             raise ExecutorError(str(exc)) from None
 
     async def prepare(
-        self, env_dir: Path, workspace: Path, working_dir: Path, version: str, requirements: str, sink: OutputSink
+        self,
+        env_dir: Path,
+        workspace: Path,
+        working_dir: Path,
+        version: str,
+        requirements: str,
+        sink: OutputSink,
+        hold_base: bool = True,
     ) -> dict[str, str]:
         """Build the job's env (and its requirements layer); the variables that make the job use it."""
         try:
@@ -68,24 +90,55 @@ class JobPythons:
         started = time.monotonic()
         layers = list(interp.site_dirs)
         paths = [interp.bin_dir]
+        pins = self.pins(interp) if hold_base else []
         if requirements:
             req_file = _requirements_file(workspace, working_dir, requirements)
-            req_env = await self._requirements_env(interp, env_dir, working_dir, req_file, requirements, sink)
+            req_env = await self._requirements_env(interp, env_dir, working_dir, req_file, requirements, sink, pins)
             layers = [str(_site_packages(req_env))]  # its own _lanpool.pth adds the interpreter's below it
             paths.insert(0, str(req_env / "bin"))
         await _make_venv(interp, env_dir, layers, self._shapes)
-        if version or requirements:  # a plain job's env is no news: its log stays the job's own
-            _say(sink, f"python {interp.version} env {env_dir.name} ready in {time.monotonic() - started:.2f}s")
-        return {
+        env = {
             "VIRTUAL_ENV": str(env_dir),
             "PATH": os.pathsep.join([str(env_dir / "bin"), *paths, os.environ.get("PATH", "")]),
         }
+        if pins:  # the job's own `pip install`s hold them too
+            if interp.path not in self._constraints:  # pip's own configuration read once, as the pins
+                self._constraints[interp.path] = constraints_text(pins)
+            (env_dir / CONSTRAINTS).write_text(self._constraints[interp.path])
+            env["PIP_CONSTRAINT"] = str(env_dir / CONSTRAINTS)
+        if version or requirements:  # a plain job's env is no news: its log stays the job's own
+            _say(sink, f"python {interp.version} env {env_dir.name} ready in {time.monotonic() - started:.2f}s")
+        return env
+
+    def pins(self, interp: Interpreter) -> list[str]:
+        """`name==version` of the interpreter's framework (torch, Lightning, their CUDA), read once
+        from the names of its site-packages' `NAME-VERSION.dist-info` directories (no interpreter run)."""
+        if interp.path not in self._pins:
+            found: set[str] = set()
+            for site_dir in interp.site_dirs:
+                with contextlib.suppress(OSError):
+                    for entry in os.listdir(site_dir):
+                        name, _, version = entry.removesuffix(".dist-info").partition("-")
+                        name = name.lower().replace("_", "-")
+                        if entry.endswith(".dist-info") and version and (name in _HELD or name.startswith("nvidia-")):
+                            found.add(f"{name}=={version}")
+            self._pins[interp.path] = sorted(found)
+        return self._pins[interp.path]
 
     async def _requirements_env(
-        self, interp: Interpreter, env_dir: Path, working_dir: Path, req_file: Path, requirements: str, sink: OutputSink
+        self,
+        interp: Interpreter,
+        env_dir: Path,
+        working_dir: Path,
+        req_file: Path,
+        requirements: str,
+        sink: OutputSink,
+        pins: list[str],
     ) -> Path:
         text = req_file.read_bytes()
-        key = hashlib.sha256(f"{interp.path}\0{interp.version}\0".encode() + text).hexdigest()[:20]
+        held = constraints_text(pins)
+        key_text = f"{interp.path}\0{interp.version}\0".encode() + text + (b"\0" + held.encode() if pins else b"")
+        key = hashlib.sha256(key_text).hexdigest()[:20]
         if self.cache_dir is None:
             target = env_dir.with_name(env_dir.name + "-requirements")
         else:
@@ -102,9 +155,14 @@ class JobPythons:
             started = time.monotonic()
             command = [str(target / "bin" / "python"), "-m", "pip", "install", "--disable-pip-version-check"]
             argv = [*command, "--no-input", "-r", str(req_file)]
+            pip_env = {"VIRTUAL_ENV": str(target)}
+            if pins:
+                (target / CONSTRAINTS).write_text(held)
+                pip_env["PIP_CONSTRAINT"] = str(target / CONSTRAINTS)
+                _say(sink, f"requirements {requirements}: {_held_text(pins)} held at the base's versions ({HOLD_HINT})")
             if self.sandbox is not None:
                 argv = await self._sandboxed(argv, target, env_dir.parent, working_dir)
-            code = await _run(f"pip install -r {requirements}", argv, working_dir, {"VIRTUAL_ENV": str(target)}, sink)
+            code = await _run(f"pip install -r {requirements}", argv, working_dir, pip_env, sink)
             if self.sandbox is not None:
                 await asyncio.to_thread(
                     chown_tree, target, os.geteuid(), os.getegid()
@@ -124,6 +182,36 @@ class JobPythons:
         await asyncio.to_thread(self.sandbox.give, [target, tmp])
         workspace = (job_dir / "workspace").resolve()
         return self.sandbox.command(argv, [target.resolve()], tmp.resolve(), working_dir.resolve(), [workspace])
+
+
+HOLD_HINT = "`hold_base: false` in the workflow lets them change"
+_PIP_CONFIGS = ("/etc/pip.conf", "/etc/xdg/pip/pip.conf", "~/.config/pip/pip.conf", "~/.pip/pip.conf")
+
+
+def constraints_text(pins: list[str]) -> str:
+    """The job's constraints file: the constraints pip was already given on this runner (PIP_CONSTRAINT
+    would replace them: each is named with `-c`), then the base's pins."""
+    return "".join(f"-c {path}\n" for path in _configured_constraints()) + "".join(p + "\n" for p in pins)
+
+
+def _configured_constraints() -> list[str]:
+    """Constraint files pip's configuration names (its config files, then PIP_CONSTRAINT), as pip reads them."""
+    parser = configparser.RawConfigParser()
+    files = [os.path.expanduser(f) for f in _PIP_CONFIGS] + [os.environ.get("PIP_CONFIG_FILE", "")]
+    with contextlib.suppress(configparser.Error, UnicodeDecodeError):
+        parser.read([f for f in files if f and os.path.isfile(f)])
+    found: list[str] = []
+    for section in ("global", "install"):
+        found += parser.get(section, "constraint", fallback="").split()
+    found += os.environ.get("PIP_CONSTRAINT", "").split()
+    return [f for f in dict.fromkeys(found) if os.path.isfile(f)]
+
+
+def _held_text(pins: list[str]) -> str:
+    """`torch==2.5.1, lightning==2.4.0 and 12 CUDA packages`."""
+    main = [p for p in pins if not p.startswith(("nvidia-", "triton"))]
+    cuda = len(pins) - len(main)
+    return ", ".join(main) + (f" and {cuda} CUDA package{'s' if cuda != 1 else ''}" if cuda else "")
 
 
 def _requirements_file(workspace: Path, working_dir: Path, requirements: str) -> Path:
@@ -150,6 +238,7 @@ async def _make_venv(interp: Interpreter, env_dir: Path, layers: list[str], shap
         )
         if code != 0:
             raise ExecutorError(f"could not create the job's python {interp.version} environment (venv exit {code})")
+        await asyncio.to_thread(_write_shims, interp, env_dir)  # part of the shape: later envs get them as written
         read = await asyncio.to_thread(VenvShape.read, env_dir)
         if read is not None:
             shapes[interp.path] = read
@@ -161,6 +250,42 @@ async def _make_venv(interp: Interpreter, env_dir: Path, layers: list[str], shap
         script = env_dir / "bin" / name
         script.write_text(f'#!/bin/sh\nexec "{python}" -m pip "$@"\n')
         script.chmod(0o755)
+
+
+def console_scripts(interp: Interpreter) -> list[str]:
+    """The names of the interpreter's console scripts in its bin/: files whose `#!` line runs
+    that very interpreter (not another Python's tools that share /usr/bin)."""
+    own = os.path.realpath(interp.path)
+    names = []
+    try:
+        entries = sorted(os.scandir(interp.bin_dir), key=lambda e: e.name)
+    except OSError:
+        return []
+    for entry in entries:
+        if entry.name.startswith(("python", "pip", "activate")) or not entry.is_file(follow_symlinks=False):
+            continue
+        try:
+            with open(entry.path, "rb") as f:
+                first = f.readline(512)
+        except OSError:
+            continue
+        words = first[2:].split() if first.startswith(b"#!") else []
+        if words and os.path.realpath(os.fsdecode(words[0])) == own:
+            names.append(entry.name)
+    return names
+
+
+def _write_shims(interp: Interpreter, env_dir: Path) -> None:
+    """A shim in the env's bin/ for each console script of the interpreter: the script run by the
+    env's python, so it sees what the job installed (the env's own scripts are left as they are)."""
+    python = env_dir / "bin" / "python"
+    for name in console_scripts(interp):
+        shim = env_dir / "bin" / name
+        if shim.exists() or shim.is_symlink():
+            continue
+        script = os.path.join(interp.bin_dir, name)
+        shim.write_text(f'#!/bin/sh\nexec {shlex.quote(str(python))} {shlex.quote(script)} "$@"\n')
+        shim.chmod(0o755)
 
 
 def _site_packages(env_dir: Path) -> Path:

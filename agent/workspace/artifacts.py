@@ -64,6 +64,7 @@ def list_artifacts(workspace: Path, paths: list[str]) -> tuple[list[ArtifactFile
         if not target.exists() and not target.is_symlink():
             warnings.append(f"artifact {path!r} was not produced by the job")
             continue
+        before, warned = len(files), len(warnings)
         for file in _walk(target, root):
             rel = file.relative_to(workspace).as_posix()
             real = file.resolve()
@@ -75,6 +76,9 @@ def list_artifacts(workspace: Path, paths: list[str]) -> tuple[list[ArtifactFile
                 continue  # not a regular file (a dir, FIFO, device), or named twice
             seen.add(rel)
             files.append(ArtifactFile(path=rel, size=size))
+        if len(files) == before and len(warnings) == warned and target.is_dir() and not target.is_symlink():
+            # made empty before the job ran (agent/workspace/staging.py make_artifact_dirs), and left so
+            warnings.append(f"artifact {path!r} was not produced by the job (its directory is empty)")
     return files, warnings
 
 

@@ -15,6 +15,7 @@ it again; damaged bytes are never run.
 """
 
 import asyncio
+import contextlib
 import errno
 import hashlib
 import os
@@ -41,6 +42,7 @@ async def stage_workspace(blobs: BlobCache, req: SubmitJob, workspace: Path) -> 
     entries = checked_entries(req.files)
     with blobs.pinned(e.sha256 for e in entries if not e.link):
         await asyncio.to_thread(build_workspace, blobs, entries, workspace)
+    await asyncio.to_thread(make_artifact_dirs, workspace, req.artifacts)
     working_dir = (workspace / req.working_dir).resolve()
     if not working_dir.is_relative_to(workspace.resolve()) or not working_dir.is_dir():
         raise JobError(ErrorCode.BAD_REQUEST, f"working_dir {req.working_dir!r} is not a directory in the workspace")
@@ -117,6 +119,28 @@ def build_workspace(blobs: BlobCache, entries: list[FileEntry], workspace: Path)
         remove_entry(workspace, path)  # nothing later may follow it (its parents are not followed either)
     if leaving:
         raise _bad(f"link {clip(repr(leaving[0]))} leads out of the workspace")
+
+
+def make_artifact_dirs(workspace: Path, artifacts: list[str]) -> None:
+    """Each declared artifact's directory, made empty before the job runs, as dstack did (`echo x >
+    output/a.txt` with `artifacts: [output]` must work): the path itself when it names no file
+    (no suffix: `output`, `checkpoints/`), else its parent (`logs/metrics.csv` -> `logs`). Made
+    and entered without following links, like the workspace's own (a path the request got
+    wrong is left alone: the job may make it, and the artifact check says what is missing)."""
+    root_fd = os.open(workspace, DIR_FLAGS)
+    dirs: dict[str, int] = {"": root_fd}
+    try:
+        for path in artifacts:
+            pure = PurePosixPath(path)
+            if pure.is_absolute() or ".." in pure.parts or path.strip() in ("", "."):
+                continue
+            folder = pure if not pure.suffix or path.endswith("/") else pure.parent
+            if str(folder) != ".":
+                with contextlib.suppress(JobError, OSError):
+                    parent_dir_fd(dirs, str(folder / "x"))
+    finally:
+        for fd in dirs.values():
+            os.close(fd)
 
 
 def parent_dir_fd(dirs: dict[str, int], path: str) -> int:

@@ -14,10 +14,11 @@ from lanpool.app.errors import ExitCode, LanpoolError, UsageError
 from lanpool.app.runs.env_overrides import parse_env_args, read_env_file
 from lanpool.app.startup.import_paused import import_paused
 from lanpool.app.views.formatting import duration, status_text
+from lanpool.app.views.terminal_text import safe_line
 from lanpool.app.workflows import Project, find_project
 from lanpool.app.workflows.resolve import render_value
 
-_NO_PROJECT = "no .lanpool/workflows.yaml (or .dstack/workflows.yaml) here or above: see docs/workflows.md"
+_NO_PROJECT = "no .lanpool/workflows.yaml (or .lanpool/workflows/*.yaml, or .dstack/'s) here or above: see docs/workflows.md"
 
 
 def _project(ctl: Controller, args: argparse.Namespace, verb: str) -> Project:
@@ -74,8 +75,9 @@ def _workflow_help(ctl: Controller, project: Project, name: str, verb: str) -> N
 
 
 def _list_workflows(project: Project, as_json: bool) -> None:
+    """Every workflow of the project, those lanpool refuses marked with why (one line each)."""
     if as_json:
-        listing = [
+        listing: list[dict[str, object]] = [
             {
                 "name": w.name,
                 "help": w.help,
@@ -84,12 +86,19 @@ def _list_workflows(project: Project, as_json: bool) -> None:
             }
             for w in project.workflows.values()
         ]
+        listing += [{"name": name, "refused": error.message} for name, error in project.refused.items()]
+        listing += [{"file_error": message} for message in project.file_errors]
         print(json.dumps(listing, indent=2))
         return
-    print(f"workflows in {project.workflows_file}:")
-    width = max((len(n) for n in project.workflows), default=0)
+    where = project.workflows_file if len(project.files) < 2 else project.workflows_file.parent
+    print(f"workflows in {where}:")
+    width = max((len(n) for n in [*project.workflows, *project.refused]), default=0)
     for wf in project.workflows.values():
         print(f"  {wf.name.ljust(width)}  {wf.help}".rstrip())
+    for name, error in project.refused.items():
+        print(safe_line(f"  {name.ljust(width)}  refused: {error.message}"))
+    for message in project.file_errors:
+        print(safe_line(f"  (not read) {message}"))
 
 
 async def run(ctl: Controller, args: argparse.Namespace) -> int:

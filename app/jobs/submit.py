@@ -85,6 +85,8 @@ async def submit_job(
             files=launch.files.entries,
             working_dir=job.working_dir,
             image=job.image,
+            image_implicit=job.image_implicit,
+            hold_base=job.hold_base,
             pull=job.pull,
             resources=resources,
             executor=job.executor,

@@ -1,10 +1,13 @@
-"""Placing jobs on runners by free resources.
+"""Placing jobs on runners by free resources and by what each runner can run.
 
 Pure logic over a snapshot of the pool, so it is easy to test and to reason
 about: best fit (the runner with the least room left after placing the job),
 so that large jobs still find a runner with room; jobs share a runner while
 resources allow; what cannot fit now waits (QUEUED, with the reason) and what
-can never fit on any runner is rejected at once.
+can never fit on any runner is rejected at once. A runner that would refuse the
+job (it runs no containers, or only containers; it lacks the Python version) is
+never chosen, as agent/executors/choice.py decides on the runner: the refusal
+names each runner skipped and why.
 """
 
 from typing import Any
@@ -19,13 +22,28 @@ class Need(Record):
     gpu: int = 0
     cpu: int = 0
     memory_mb: int = 0
+    # How it runs: "docker" (a container, asked), "image" (its image where there is an engine;
+    # an `auto` runner without one ignores it), "any" (provider python's implicit image),
+    # "process" (no image, or asked to).
+    runs_in: str = "process"
+    python: str = ""  # the version a process job needs ("" : the runner's base)
 
     @classmethod
-    def of(cls, resources: dict[str, Any]) -> "Need":
+    def of(cls, resources: dict[str, Any], job: Any = None) -> "Need":
+        """What a job needs: its resources, and (given the ResolvedJob) how it runs."""
+        runs_in, python = "process", ""
+        if job is not None:
+            python = job.python
+            if job.executor in ("docker", "process"):
+                runs_in = job.executor
+            elif job.image:
+                runs_in = "any" if job.image_implicit else "image"
         return cls(
             int(resources.get("gpu", 0) or 0),
             int(resources.get("cpu", 0) or 0),
             int(resources.get("memory_mb", 0) or 0),
+            runs_in,
+            python,
         )
 
     def __str__(self) -> str:
@@ -51,6 +69,29 @@ class Capacity(Record):
     memory_free_mb: int
     why_not: str = ""  # when not usable: offline, unpaired (not trusted: never waited for), conflict
     queued: int = 0  # jobs waiting in the runner's own queue
+    # What it runs (its Hello): `mode` as started (auto, docker, process, slurm; "" : not said, so
+    # anything), `executor` what runs an image there ("docker" with an engine), `pythons` "3.11,3.10".
+    mode: str = ""
+    executor: str = ""
+    pythons: str = ""
+
+    def cannot_run(self, need: Need) -> str:
+        """Why the runner would refuse the job whatever its room ("" : it would take it)."""
+        engine = self.executor == "docker"
+        if not self.mode:
+            return ""
+        if need.runs_in == "docker" and not engine:
+            return f"runs no containers (--executor {self.mode})"
+        if need.runs_in == "image" and not engine and self.mode != "auto":
+            return f"runs no containers (--executor {self.mode}) and the job names an image"
+        if need.runs_in == "process" and self.mode == "docker":
+            return "runs jobs in containers only (--executor docker) and the job names no image"
+        in_container = engine and need.runs_in != "process"
+        wanted = ".".join(need.python.strip().split(".")[:2])
+        have = [v for v in self.pythons.split(",") if v]
+        if wanted and not in_container and have and wanted not in have:
+            return f"has Python {', '.join(have)}, not {wanted}"
+        return ""
 
     def fits_now(self, need: Need) -> bool:
         return (
@@ -100,6 +141,12 @@ def place(
     # Offline runners may come back, so a job waits for them; unpaired (untrusted) or
     # conflicting ones will not take jobs until someone acts.
     candidates = [c for c in pool if c.usable or c.why_not == "offline"]
+    able = [c for c in candidates if not c.cannot_run(need)]
+    if candidates and len(able) < nodes:
+        skipped = "; ".join(f"{c.name} {c.cannot_run(need)}" for c in candidates if c.cannot_run(need))
+        fewer = f"{len(able)} of {len(candidates)} runners" if nodes > 1 else "no runner"
+        return Decision([], rejected=f"{fewer} can run it: {skipped}")
+    candidates = able
     ever = [c for c in candidates if c.fits_ever(need)]
     if len(ever) < nodes:
         return Decision([], rejected=_never_reason(need, pool, candidates, nodes, pinned))

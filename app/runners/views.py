@@ -89,6 +89,9 @@ class RunnerView(Record):
             memory_free_mb=count(p, "memory_free_mb", count(p, "memory_mb")),
             why_not=why_not,
             queued=count(p, "queued"),
+            mode=p.get("mode", ""),
+            executor=p.get("executor", ""),
+            pythons=p.get("python", ""),
         )
 
     def to_json(self) -> dict[str, Any]:

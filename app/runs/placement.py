@@ -59,7 +59,7 @@ class Placement:
         for job in jobs:
             if job.nodes > 1 and slurm_runner(views, job.resources, job.nodes, self._pinned_name(job)):
                 continue  # one Slurm runner takes all its nodes
-            decision = place(Need.of(job.resources), pool, nodes=job.nodes, pinned=self._pinned_name(job))
+            decision = place(Need.of(job.resources, job), pool, nodes=job.nodes, pinned=self._pinned_name(job))
             if decision.rejected:
                 raise UsageError(f"cannot run {job.workflow}: {decision.rejected}")
 
@@ -74,7 +74,7 @@ class Placement:
                 return whole
         hosts = await self.pool.choose_runners(
             self._pinned_name(job),
-            Need.of(job.resources),
+            Need.of(job.resources, job),
             job.nodes,
             self.run_name,
             job_id,
@@ -102,7 +102,11 @@ class Placement:
         if self.address is None:
             views = await self.pool.refresh(wait_s=0 if self.pool.store.runners() else DISCOVERY_WAIT_S)
             pinned = self._pinned_name(jobs[0])
-            if place(need, [v.capacity() for v in views], pinned=pinned, runner_queues=True).rejected:
+            # Each step must be one it can run (containers, Python), besides the largest need of each resource.
+            able = [
+                c for c in (v.capacity() for v in views) if not any(c.cannot_run(Need.of(j.resources, j)) for j in jobs)
+            ]
+            if not able or place(need, able, pinned=pinned, runner_queues=True).rejected:
                 return None
         resources = {"gpu": need.gpu, "cpu": need.cpu, "memory_mb": need.memory_mb}
         largest = dataclasses.replace(jobs[0], resources={k: v for k, v in resources.items() if v}, nodes=1)
@@ -158,7 +162,7 @@ class Placement:
         if self.address not in self.sessions:
             self.sessions[self.address] = await self.pool.connect(*self.address, trust=True)
         session = self.sessions[self.address]
-        decision = place(Need.of(job.resources), [hello_capacity(session)], pinned=session.hello.name)
+        decision = place(Need.of(job.resources, job), [hello_capacity(session)], pinned=session.hello.name)
         if decision.rejected:
             raise UsageError(f"cannot run {job.workflow}: {decision.rejected}")
         return session

@@ -153,31 +153,31 @@ def with_env(job: ResolvedJob, env: dict[str, str] | None) -> ResolvedJob:
     return dataclasses.replace(job, env={**job.env, **env}) if env else job
 
 
+def not_finished_yet(subject: str, command: str) -> str:
+    """The one wording for a run, tag or workflow a dependency or resume names that has no
+    finished job yet, and what to run."""
+    return f"{subject} has no finished job yet: run `app headless {command}` first"
+
+
 def _fixed_inputs(store: Store, project: Project, name: str, dep: Dependency) -> list[JobRow]:
     """The finished jobs a `WORKFLOW:TAG`, `WORKFLOW:latest` or `:TAG` dependency stands for."""
     if dep.latest:  # dstack's `download:latest`: the newest DONE run of it in this project
         found = store.latest_done_job(str(project.root), dep.workflow)
         if found is None:
-            raise UsageError(
-                f"workflow {name!r} depends on {dep}, but {dep.workflow!r} has no finished (DONE) run "
-                f"in this project: run `app headless run {dep.workflow}` first"
-            )
+            subject = f"workflow {name!r} depends on {dep}: {dep.workflow!r} (in this project)"
+            raise UsageError(not_finished_yet(subject, f"run {dep.workflow}"))
         return [found]
     tag = dep.tag or ""
     if not dep.workflow:  # late 2022 `- tag: NAME`: every finished job of the run tagged NAME
         jobs = store.tagged_jobs(tag)
         if not jobs:
-            raise UsageError(
-                f"workflow {name!r} depends on the run tagged {tag!r}, but no run with that tag has "
-                f"a finished job: run a workflow with --tag {tag}"
-            )
+            subject = f"workflow {name!r} depends on the run tagged {tag!r}: that tag"
+            raise UsageError(not_finished_yet(subject, f"run WORKFLOW --tag {tag}"))
         return jobs
     found = store.tagged_job(tag, dep.workflow)
     if found is None:
-        raise UsageError(
-            f"workflow {name!r} depends on {dep}, but no run tagged {tag!r} has a finished "
-            f"{dep.workflow!r} job: run it with --tag {tag}"
-        )
+        subject = f"workflow {name!r} depends on {dep}: {dep.workflow!r} tagged {tag!r}"
+        raise UsageError(not_finished_yet(subject, f"run {dep.workflow} --tag {tag}"))
     return [found]
 
 
@@ -198,6 +198,8 @@ def _inputs(
         spec["resume_from"] = job.resume_from
     if job.python or job.requirements:  # the pip line left the commands: the key still sees them
         spec["python"], spec["requirements"] = job.python, job.requirements
+    if not job.hold_base:  # only when set: keys of jobs that hold the base stay what they were
+        spec["hold_base"] = False
     files_digest = _digest(files)
     return {
         "spec": spec,

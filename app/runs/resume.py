@@ -7,7 +7,7 @@ rank 0 writes them), is placed on every node like a dependency's artifacts.
 
 from lanpool.app.errors import LanpoolError, NotFoundError, UsageError
 from lanpool.app.home import ControllerHome
-from lanpool.app.runs.planning import Plan
+from lanpool.app.runs.planning import Plan, not_finished_yet
 from lanpool.app.store import JobRow, Store
 from lanpool.app.workflows import Project
 
@@ -45,10 +45,8 @@ class Resumes:
             workflow, _, tag = ref.partition(":")
             job = self.store.tagged_job(tag, workflow) if workflow and tag else None
             if job is None:
-                raise NotFoundError(
-                    f"no run tagged {tag!r} has a finished {workflow!r} job "
-                    f"(WORKFLOW:TAG names a run made with `run {workflow or 'WORKFLOW'} --tag TAG`)"
-                )
+                subject = f"{workflow or 'WORKFLOW'!r} tagged {tag!r}"
+                raise NotFoundError(not_finished_yet(subject, f"run {workflow or 'WORKFLOW'} --tag {tag or 'TAG'}"))
         else:
             job = self.store.resolve_jobs(ref)[-1]
         from lanpool.app.transfer.artifacts import other_node_path  # the artifact pull's graph: only a resume needs it

@@ -20,8 +20,9 @@ from lanpool.app.workflows.model import WorkflowError
 
 log = logging.getLogger(__name__)
 
-# Renamed keys: (old, new). `python: 3.10` is the interpreter version, as `version:`.
-ALIASES = (("python_script", "script"), ("python", "version"))
+# Renamed keys: (old, new). `python: 3.10` is the interpreter version, as `version:`; `file:`
+# is mid-2022's name of provider python's script.
+ALIASES = (("python_script", "script"), ("file", "script"), ("python", "version"))
 
 # Providers dstack had that lanpool does not run -> what they did and what to do instead.
 UNSUPPORTED_PROVIDERS = {
@@ -44,6 +45,12 @@ UNSUPPORTED_KEYS = {
 }
 # Keys whose only effect was speed on dstack's cloud: a job runs the same without them.
 IGNORED_KEYS = {"cache": "'cache' (dstack kept these paths between runs) is ignored: lanpool keeps none"}
+# resources keys that chose where dstack ran the job: lanpool places jobs on runners.
+IGNORED_RESOURCES = {
+    "local": "'resources.local' (dstack ran the job on this machine) is ignored: lanpool places jobs on runners "
+    "(`--runner NAME` picks one; `app agent serve` here makes this machine one)",
+    "remote": "'resources.remote' (dstack ran the job in its cloud) is ignored: lanpool places jobs on runners",
+}
 
 
 def normalize(item: LineMap, path: Path, notes: list[str]) -> LineMap:
@@ -74,6 +81,14 @@ def normalize(item: LineMap, path: Path, notes: list[str]) -> LineMap:
         del out["gpu"]
         out["resources"] = merged
         out.key_lines.setdefault("resources", out.line_of("gpu"))
+    resources = out.get("resources")
+    if isinstance(resources, LineMap) and any(k in resources for k in IGNORED_RESOURCES):
+        kept = _copy(resources)
+        for key, note in IGNORED_RESOURCES.items():
+            if key in kept:
+                notes.append(f"{path}:{resources.line_of(key)}: {label}{note}")
+                del kept[key]
+        out["resources"] = kept
     if "deps" in out:
         if "depends-on" in out:
             raise err("has both 'deps' and 'depends-on' (the same setting): keep one", "deps")
@@ -92,6 +107,10 @@ def normalize(item: LineMap, path: Path, notes: list[str]) -> LineMap:
 
 def _refuse_unsupported(item: LineMap, err: Any) -> None:
     provider = item.get("provider")
+    if "provider" in item and not isinstance(provider, str):
+        raise err("'provider' is a name (python, bash or docker), not a mapping or list", "provider")
+    if isinstance(provider, str):
+        provider = provider.split("@", 1)[0]  # `torchrun@experimental`: a version of a provider is that provider
     if isinstance(provider, str) and provider in UNSUPPORTED_PROVIDERS:
         raise err(f"'provider: {provider}' {UNSUPPORTED_PROVIDERS[provider]} in dstack; {DEV_ENV_FIX}", "provider")
     if isinstance(provider, str) and provider in OTHER_PROVIDERS:

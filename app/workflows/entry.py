@@ -41,6 +41,7 @@ WORKFLOW_KEYS = (
     "max_duration",
     "retry",
     "slurm",
+    "hold_base",
 )
 RESOURCE_KEYS = ("gpu", "cpu", "memory", "shm_size", "interruptible")
 GPU_KEYS = ("count", "name", "memory")
@@ -115,6 +116,9 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
     deps, include = _parse_depends_on(item, err)
     resume_from = _parse_resume_from(item, err)
     max_duration_s, retry_on, retry_limit, retry_delay_s = parse_limits(item, err)
+    hold_base = item.get("hold_base", True)
+    if not isinstance(hold_base, bool):
+        raise err("'hold_base' must be true or false", "hold_base")
     version = item.get("version", "")
     if isinstance(version, float):  # a Python version: `3.10` means 3.10, not 3.1
         version = item.scalar_text.get("version", version)
@@ -143,6 +147,7 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
         retry_on=retry_on,
         retry_limit=retry_limit,
         retry_delay_s=retry_delay_s,
+        hold_base=hold_base,
         file=path,
         line=item.line,
         key_lines=dict(item.key_lines),

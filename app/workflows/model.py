@@ -82,6 +82,8 @@ class Workflow(Record):
     retry_on: list[str] = field(default_factory=list)
     retry_limit: int = 0
     retry_delay_s: float = 0.0
+    # The runner's torch/Lightning (and CUDA) held at the base's versions while pip installs (agent/python/job_envs.py).
+    hold_base: bool = True
     file: Path | None = None
     line: int | None = None
     key_lines: dict[str, int] = field(default_factory=dict, compare=False)
@@ -95,24 +97,38 @@ class Project(Record):
     """A directory with `.lanpool/` (or a 2022 `.dstack/`) workflow files."""
 
     root: Path
-    workflows_file: Path
-    workflows: dict[str, Workflow]
+    workflows_file: Path  # the first of `files`
+    workflows: dict[str, Workflow]  # those that can run
     # section ("global" or a workflow name) -> variable -> default value
     variables: dict[str, dict[str, Scalar]] = field(default_factory=dict)
     variables_file: Path | None = None
     notes: list[str] = field(default_factory=list)  # what loading ignored (2022 keys lanpool has no use for)
+    # Workflows lanpool refuses, each with why (app/workflows/loader.py): the others run without them.
+    refused: dict[str, WorkflowError] = field(default_factory=dict)
+    files: list[Path] = field(default_factory=list)  # workflows.yaml and workflows/*.yaml
+    file_errors: list[str] = field(default_factory=list)  # files that could not be read at all, each with why
 
     @property
     def variables_path(self) -> str:
         """The variables file as the user knows it: `.dstack/variables.yaml` in a dstack project."""
-        return f"{self.workflows_file.parent.name}/variables.yaml"
+        folder = self.workflows_file.parent
+        return f"{(folder.parent if folder.name == 'workflows' else folder).name}/variables.yaml"
 
     def get(self, name: str) -> Workflow:
+        if name in self.refused:
+            raise self.refused[name]
         try:
             return self.workflows[name]
         except KeyError:
             known = ", ".join(sorted(self.workflows)) or "none"
-            raise WorkflowError(f"no workflow named {name!r} (workflows here: {known})", self.workflows_file) from None
+            hidden = (
+                f"; {len(self.file_errors)} file(s) could not be read: {self.file_errors[0]}"
+                if self.file_errors
+                else ""
+            )
+            raise WorkflowError(
+                f"no workflow named {name!r} (workflows here: {known}){hidden}", self.workflows_file
+            ) from None
 
     def variables_of(self, name: str) -> dict[str, Scalar]:
         """Defaults a workflow sees: the global section, then its own on top."""

@@ -39,13 +39,17 @@ class ResolvedJob(Record):
     executor: str
     variables: dict[str, str] = field(default_factory=dict)
     resume_from: str = ""  # RUN|JOB|WORKFLOW:TAG to resume from ("" : none)
-    python: str = ""  # `version:` of provider python: the interpreter (or image) the runner gives the job
+    python: str = ""  # `version:` (`python:`): the interpreter (or image) the runner gives the job
     requirements: str = ""  # installed by the runner into the job's own environment, before the commands
     ports: list[int] = field(default_factory=list)  # forwarded from the runner's loopback while it runs
     max_duration_s: float = 0.0  # kept by the runner (max_duration, retry): 0 = none
     retry_on: list[str] = field(default_factory=list)
     retry_limit: int = 0
     retry_delay_s: float = 0.0
+    # `image` is lanpool's for provider python, not the author's: used where jobs run in
+    # containers, never a reason for a runner to refuse the job.
+    image_implicit: bool = False
+    hold_base: bool = True  # pip holds the runner's torch/Lightning at the base's versions
 
 
 def coerce_override(name: str, text: str, default: Scalar | None) -> Scalar:
@@ -146,7 +150,8 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         raise err(f"'nodes' must be a whole number from 1 to {MAX_NODES}, not {nodes_text[:40]!r}", "nodes")
     if any(c.isspace() for c in resume_from):
         raise err(f"'resume-from' must be one run name, job id or WORKFLOW:TAG, not {resume_from!r}", "resume-from")
-    if wf.provider == "python" and not image:
+    implicit = wf.provider == "python" and not image
+    if implicit:
         image = f"python:{wf.version or DEFAULT_PYTHON}-slim"  # where the job runs in a container
     return ResolvedJob(
         workflow=wf.name,
@@ -163,13 +168,16 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         # Every variable reaches the job (its env, $variables_as_args): each is one of its inputs.
         variables=values,
         resume_from=resume_from,
-        python=wf.version if wf.provider == "python" else "",
-        requirements=wf.requirements if wf.provider == "python" else "",
+        # Any workflow's, not only provider python's (a commands workflow's `python: 3.8` is meant too).
+        python=wf.version,
+        requirements=wf.requirements,
         ports=list(wf.ports),
         max_duration_s=wf.max_duration_s,
         retry_on=list(wf.retry_on),
         retry_limit=wf.retry_limit,
         retry_delay_s=wf.retry_delay_s,
+        image_implicit=implicit,
+        hold_base=wf.hold_base,
     )
 
 
