@@ -28,3 +28,13 @@ def test_picked_gives_none_for_a_part_not_run_and_record_leaves_it_out(tmp_path,
     monkeypatch.setenv("LANPOOL_BENCH_RESULTS", str(tmp_path))
     path = bench_results.record("bench-example", [missing, bench_results.picked(RESULTS, "n", "n")], command="x")
     assert path is not None and [r["figure"] for r in bench_results.load(path)["rows"]] == ["n"]
+
+
+def test_a_bench_writes_nothing_unless_asked(tmp_path, monkeypatch, capsys):
+    """Measuring leaves the tree as it was: docs/bench is written only with --record
+    (scripts/bench-run sets LANPOOL_BENCH_RESULTS for it)."""
+    monkeypatch.delenv("LANPOOL_BENCH_RESULTS", raising=False)
+    monkeypatch.setattr(bench_results, "BENCH_DIR", tmp_path)
+    assert bench_results.record("bench-example", [bench_results.picked(RESULTS, "n", "n")]) is None
+    assert list(tmp_path.iterdir()) == []
+    assert "add --record to write docs/bench/bench-example.json" in capsys.readouterr().err
