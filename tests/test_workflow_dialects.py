@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lanpool.app.workflows import Project, WorkflowError
+from lanpool.app.workflows import Project, WorkflowError, load_workflows
 from lanpool.app.workflows.model import ArtifactSpec, Dependency
 from lanpool.app.workflows.resolve import resolve
 from tests.workflow_files import load_strict
@@ -260,3 +260,20 @@ def test_mid_2022_file_key_and_where_to_run_resources(tmp_path: Path, caplog):
     notes = "\n".join(project.notes)
     assert "workflows.yaml:6: workflow 'train': 'resources.local'" in notes and "--runner NAME" in notes, notes
     assert "workflows.yaml:10: workflow 'far': 'resources.remote'" in notes, notes
+
+
+def test_a_workflow_of_another_repository_is_refused_saying_what_to_do(tmp_path: Path):
+    root = tmp_path / "p"
+    (root / ".dstack").mkdir(parents=True)
+    (root / ".dstack" / "workflows.yaml").write_text(
+        "workflows:\n"
+        "  - name: a\n    depends-on: [dstackai/dstack-examples/mnist]\n    commands: [x]\n"
+        "  - name: b\n    provider: bash\n    deps:\n"
+        "      - repo: {user: dstackai, name: dstack-examples}\n        workflow: mnist\n    commands: [x]\n"
+        "  - name: c\n    commands: [x]\n"
+    )
+    project = load_workflows(root)
+    assert list(project.workflows) == ["c"]
+    a, b = project.refused["a"].message, project.refused["b"].message
+    assert "'dstackai/dstack-examples/mnist', of another repository" in a and "depend on ':NAME' here" in a, a
+    assert "another repository (dstackai/dstack-examples)" in b and "--tag NAME" in b, b

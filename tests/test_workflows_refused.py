@@ -167,3 +167,38 @@ def test_the_tui_shows_runs_whatever_the_state_of_the_files(tmp_path, controller
             assert "j1" in rows(app, "runs-table")
 
     asyncio.run(look())
+
+
+RUN_ARGS = """
+workflows:
+  - name: train
+    provider: bash
+    commands:
+      - python show.py ${{ run.args }}
+  - name: plain
+    commands: [echo plain]
+"""
+
+
+def test_run_args_are_the_words_after_the_name_and_stay_words(tmp_path, agent, cli):
+    """dstack 2022's `${{ run.args }}`: every word after the workflow name that is not a variable
+    or a lanpool option, in order, each one argument to the job (never shell code)."""
+    root = write_project(tmp_path / "p", RUN_ARGS, files={"show.py": "import sys\nprint('argv', sys.argv[1:])\n"})
+    res = cli(
+        "headless",
+        "run",
+        "train",
+        "--epochs",
+        "3",
+        "two words",
+        "$(echo pwned)",
+        "--runner",
+        agent.address,
+        cwd=root,
+        timeout=120,
+    )
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert "argv ['--epochs', '3', 'two words', '$(echo pwned)']" in res.stdout, res.stdout
+    # a workflow that takes none still refuses what it does not know
+    refused = cli("headless", "run", "plain", "--epochs", "3", cwd=root)
+    assert refused.returncode == 2 and "unknown variable --epochs for 'plain'" in refused.stderr, refused.stderr

@@ -3,6 +3,7 @@
 import argparse
 import asyncio
 import json
+import shlex
 from pathlib import Path
 
 from lanpool.app.cli import render
@@ -16,9 +17,11 @@ from lanpool.app.startup.import_paused import import_paused
 from lanpool.app.views.formatting import duration, status_text
 from lanpool.app.views.terminal_text import safe_line
 from lanpool.app.workflows import Project, find_project
-from lanpool.app.workflows.resolve import render_value
+from lanpool.app.workflows.resolve import RUN_ARGS, render_value, uses_run_args
 
-_NO_PROJECT = "no .lanpool/workflows.yaml (or .lanpool/workflows/*.yaml, or .dstack/'s) here or above: see docs/workflows.md"
+_NO_PROJECT = (
+    "no .lanpool/workflows.yaml (or .lanpool/workflows/*.yaml, or .dstack/'s) here or above: see docs/workflows.md"
+)
 
 
 def _project(ctl: Controller, args: argparse.Namespace, verb: str) -> Project:
@@ -46,9 +49,12 @@ def _project(ctl: Controller, args: argparse.Namespace, verb: str) -> Project:
             )
     if project is None:  # not reached: a failed load re-raised or was replaced by the dir after the name
         raise UsageError(_NO_PROJECT)
-    tail = read_tail(args.tail, variables, verb_options(verb), verb, args.workflow or "")
+    takes = bool(args.workflow) and args.workflow in project.workflows and uses_run_args(project.get(args.workflow))
+    tail = read_tail(args.tail, variables, verb_options(verb), verb, args.workflow or "", takes)
     apply_options(verb, tail.options, args)
     args.overrides = tail.overrides
+    if tail.run_args:  # `${{ run.args }}`, as shell words
+        args.overrides[RUN_ARGS] = shlex.join(tail.run_args)
     for note in tail.notes:
         say(note)
     return project

@@ -7,7 +7,8 @@ name a variable always wins: any name the workflow formats allow (`run`,
 spelling has to be given before the name (a note says so). lanpool's options
 still work after the name where no variable of the workflow is spelled like
 them. Nothing is matched by prefix, and a spelling that could mean two things
-is an error naming both, never a guess.
+is an error naming both, never a guess. A workflow that takes `${{ run.args }}` (dstack
+2022) gets every other word after its name, in order, as its run's arguments.
 """
 
 from collections.abc import Collection
@@ -23,6 +24,7 @@ class Tail:
 
     overrides: dict[str, str] = field(default_factory=dict)  # variable name (as the project spells it) -> text
     options: list[str] = field(default_factory=list)  # lanpool option words, for the verb's own parser
+    run_args: list[str] = field(default_factory=list)  # `${{ run.args }}`, for a workflow that takes them
     notes: list[str] = field(default_factory=list)  # one line each, for stderr
 
 
@@ -69,9 +71,11 @@ def tail_value(tokens: list[str], option: str) -> str | None:
 
 
 class _Reader:
-    def __init__(self, tokens: list[str], variables: Collection[str], options: Options, verb: str, workflow: str):
+    def __init__(
+        self, tokens: list[str], variables: Collection[str], options: Options, verb: str, workflow: str, run_args: bool
+    ):
         self.tokens, self.variables, self.options = tokens, variables, options
-        self.verb, self.workflow = verb, workflow
+        self.verb, self.workflow, self.takes_run_args = verb, workflow, run_args
         self.tail = Tail()
         self.i = 0
 
@@ -149,6 +153,8 @@ class _Reader:
                     self.variable(spelled, name, value if eq else None, option)
                 elif option is not None:
                     self.option(token, option, bool(eq))
+                elif self.takes_run_args:
+                    self.tail.run_args.append(token)
                 else:
                     valid = ", ".join(f"--{n}" for n in sorted(self.variables)) or "none (add them to variables.yaml)"
                     raise UsageError(
@@ -157,14 +163,19 @@ class _Reader:
                     )
             elif token in self.options.takes_value:  # a short option (-d, -h): never a variable's spelling
                 self.option(token, token, False)
+            elif self.takes_run_args:
+                self.tail.run_args.append(token)
             else:
                 raise self.unexpected(token)
             self.i += 1
         return self.tail
 
 
-def read_tail(tokens: list[str], variables: Collection[str], options: Options, verb: str, workflow: str) -> Tail:
-    """Sort the words after the workflow name into variable overrides and lanpool options.
+def read_tail(
+    tokens: list[str], variables: Collection[str], options: Options, verb: str, workflow: str, run_args: bool = False
+) -> Tail:
+    """Sort the words after the workflow name into variable overrides and lanpool options (and,
+    with `run_args`, the run's arguments: every other word).
 
     A variable given twice is an error (one of the two values would be dropped)."""
-    return _Reader(tokens, variables, options, verb, workflow).read()
+    return _Reader(tokens, variables, options, verb, workflow, run_args).read()

@@ -19,7 +19,7 @@ from lanpool.app.store import JobRow, Store
 from lanpool.app.transfer.snapshot import file_hashes
 from lanpool.app.workflows import Project, WorkflowError
 from lanpool.app.workflows.model import Dependency
-from lanpool.app.workflows.resolve import ResolvedJob, override_target, resolve
+from lanpool.app.workflows.resolve import RUN_ARGS, ResolvedJob, override_target, resolve
 
 # Built-ins are left as placeholders in keys: they differ on every run.
 KEY_BUILTINS = {"run_name": "{run_name}", "job_id": "{job_id}"}
@@ -95,7 +95,7 @@ def dag_order(project: Project, workflow: str) -> list[str]:
 def check_overrides(project: Project, workflow: str, overrides: dict[str, str]) -> None:
     known = known_variables(project, workflow)
     for name in overrides:
-        if override_target(name, known) is None:
+        if name != RUN_ARGS and override_target(name, known) is None:
             alike = [n for n in known if n.replace("-", "_") == name.replace("-", "_")]
             if len(alike) > 1:
                 raise WorkflowError(

@@ -39,6 +39,11 @@ OTHER_PROVIDERS = {
     "curl": "'provider: curl' downloads a URL: write 'commands: [curl -L -o FILE URL]' and list FILE in 'artifacts'",
     "torchrun": "'provider: torchrun' starts a distributed job: write 'nodes: N' and 'commands' that call torchrun",
 }
+# dstack's dependencies on another repository's workflow (`repo: {user, name}`, `user/repo/workflow`).
+CROSS_REPO_FIX = (
+    "lanpool runs one project's workflows: run that workflow in its own project with `--tag NAME`, "
+    "then depend on ':NAME' here (every finished job of the run tagged NAME)"
+)
 UNSUPPORTED_KEYS = {
     "ssh": "'ssh' opens an ssh server in the job; lanpool jobs run none: "
     "use `app headless logs -f RUN` to follow a job, or ssh to the runner itself",
@@ -128,6 +133,10 @@ def _deps(raw: Any, err: Any) -> list[str]:
     for entry in raw:
         if isinstance(entry, str) and entry.strip():
             out.append(entry)
+        elif isinstance(entry, dict) and "repo" in entry:
+            repo = entry["repo"]
+            where = f"{repo.get('user', '?')}/{repo.get('name', '?')}" if isinstance(repo, dict) else str(repo)
+            raise err(f"'deps' names a workflow of another repository ({where[:80]}): {CROSS_REPO_FIX}", "deps")
         elif isinstance(entry, dict) and len(entry) == 1 and isinstance(next(iter(entry.values())), str):
             key, value = next(iter(entry.items()))
             if key == "workflow":

@@ -12,7 +12,7 @@ project with no readable file is an error as a whole.
 import re
 from pathlib import Path
 
-from lanpool.app.workflows.dialects import log_notes
+from lanpool.app.workflows.dialects import CROSS_REPO_FIX, log_notes
 from lanpool.app.workflows.entry import MAX_NODES, close_matches, parse_workflow
 from lanpool.app.workflows.line_map import LineMap
 from lanpool.app.workflows.model import Project, Scalar, Workflow, WorkflowError
@@ -22,7 +22,7 @@ from lanpool.app.workflows.yaml_lines import read_yaml
 __all__ = ["MAX_NODES", "find_project", "load_workflows"]  # MAX_NODES: the CLI's --nodes check reads it here
 
 PROJECT_DIRS = (".lanpool", ".dstack")  # .lanpool wins; .dstack is the 2022 dstack layout
-BUILTINS = ("run_name", "job_id", "variables_as_args")
+BUILTINS = ("run_name", "job_id", "variables_as_args", "run.args")  # run.args: the words after the name (resolve.py)
 # dstack's variable names: `batch-size`, `test.batch_size`. Each is also an environment
 # variable (BATCH_SIZE), so a name starts with a letter or _ and ends with neither - nor `.`.
 VARIABLE_NAME = re.compile(r"[A-Za-z_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?")
@@ -191,6 +191,8 @@ def _refuse_broken_dependencies(project: Project) -> bool:
             if dep.workflow in project.refused:
                 why = project.refused[dep.workflow].message
                 message = f"workflow {wf.name!r} depends on workflow {dep.workflow!r}, which is refused ({why})"
+            elif "/" in dep.workflow:  # dstack's `user/repo/workflow`
+                message = f"workflow {wf.name!r} depends on {dep.workflow!r}, of another repository: {CROSS_REPO_FIX}"
             else:
                 close = close_matches(dep.workflow, list(project.workflows), n=1)
                 hint = f"; did you mean {close[0]!r}?" if close else ""

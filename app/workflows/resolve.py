@@ -97,13 +97,25 @@ def override_target(name: str, variables: Iterable[str]) -> str | None:
     return alike[0] if len(alike) == 1 else None
 
 
+RUN_ARGS = "run.args"  # `${{ run.args }}` (dstack 2022): the words after the workflow name, as shell words
+
+
+def uses_run_args(wf: Workflow) -> bool:
+    """Whether the workflow's commands (or its script's args) take `${{ run.args }}`."""
+    texts = [*wf.commands, *(wf.args if isinstance(wf.args, list) else [wf.args])]
+    return any(RUN_ARGS in variable_names_used(t) for t in texts)
+
+
 def resolve(project: Project, name: str, overrides: dict[str, str], builtins: dict[str, str]) -> ResolvedJob:
-    """Substitute variables into every field of workflow `name`."""
+    """Substitute variables into every field of workflow `name`. `overrides[RUN_ARGS]`: the run's
+    `${{ run.args }}`, already shell words (app/cli/run_verbs.py)."""
     wf = project.get(name)
-    typed = workflow_variables(project, wf, overrides)
+    run_args = overrides.get(RUN_ARGS, "")
+    typed = workflow_variables(project, wf, {k: v for k, v in overrides.items() if k != RUN_ARGS})
     values = {k: render_value(v) for k, v in typed.items()}
     as_args = variables_as_args(values, escaped=True)
     text_values = {**values, **builtins, "variables_as_args": variables_as_args(values, escaped=False)}
+    text_values[RUN_ARGS] = run_args
 
     def err(message: str, key: str) -> WorkflowError:
         return WorkflowError(f"workflow {wf.name!r}: {message}", wf.file, wf.line_of(key))
@@ -117,7 +129,11 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         env_copies = {k: min(names) for k, v in wf.env.items() if (names := names_referenced(v) & set(typed) - ints)}
         env_copies |= {e: n for e, n in variable_of_env(values, wf.env).items() if n not in ints}
         commands = substitute_commands(
-            _commands_of(wf), {**values, **builtins}, {"variables_as_args": as_args}, ints, env_copies
+            _commands_of(wf),
+            {**values, **builtins},
+            {"variables_as_args": as_args, RUN_ARGS: run_args},
+            ints,
+            env_copies,
         )
         # `${{ secrets.NAME }}` stays as written: the value is put in only when the job is sent
         # (app/secret_store.py), so the stored spec and the cache key never hold it.
