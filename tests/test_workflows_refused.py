@@ -202,3 +202,25 @@ def test_run_args_are_the_words_after_the_name_and_stay_words(tmp_path, agent, c
     # a workflow that takes none still refuses what it does not know
     refused = cli("headless", "run", "plain", "--epochs", "3", cwd=root)
     assert refused.returncode == 2 and "unknown variable --epochs for 'plain'" in refused.stderr, refused.stderr
+
+
+def test_a_two_file_dstack_folder_lists_plans_and_runs(tmp_path, agent, cli):
+    root = tmp_path / "p"
+    _write(
+        root,
+        ".dstack/workflows/data.yaml",
+        "workflows:\n  - name: prepare\n    commands: [mkdir -p d, echo 7 > d/n]\n    artifacts: [d]\n",
+    )
+    _write(
+        root,
+        ".dstack/workflows/train.yaml",
+        "workflows:\n  - name: train\n    help: uses prepare's d\n    depends-on: [prepare]\n"
+        "    commands: ['echo \"n=$(cat d/n) lr=${{ lr }}\"']\n",
+    )
+    _write(root, ".dstack/variables.yaml", "variables:\n  train:\n    lr: 0.1\n")
+    listing = cli("headless", "run", cwd=root, check=True).stdout
+    assert listing.startswith(f"workflows in {root / '.dstack' / 'workflows'}:") and "uses prepare's d" in listing
+    assert "--lr" in cli("headless", "run", "train", "--help", cwd=root, check=True).stdout
+    assert cli("headless", "plan", "train", cwd=root, check=True).returncode == 0
+    ran = cli("headless", "run", "train", "--lr", "0.5", "--runner", agent.address, cwd=root, timeout=120)
+    assert ran.returncode == 0 and "n=7 lr=0.5" in ran.stdout, (ran.stdout, ran.stderr)
