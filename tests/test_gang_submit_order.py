@@ -60,6 +60,8 @@ def _job() -> types.SimpleNamespace:
         retry_on=[],
         retry_limit=0,
         retry_delay_s=0,
+        image_implicit=False,
+        hold_base=True,
     )
 
 
