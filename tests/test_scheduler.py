@@ -143,3 +143,10 @@ def test_a_python_version_counts_where_the_job_runs_as_processes():
 def test_a_runner_that_says_nothing_of_its_executor_is_tried_as_before():
     silent = Capacity("old", True, 0, 0, 8, 8, 32000, 32000)
     assert place(Need(runs_in="docker", python="2.7"), [silent]).runners == ["old"]
+
+
+def test_too_few_runners_for_the_nodes_is_said_as_before_when_none_is_skipped():
+    refused = place(Need(runs_in="process"), POOL[:1], nodes=3).rejected
+    assert refused.startswith("needs 3 runners"), refused
+    mixed = place(Need(runs_in="image"), POOL[:3], nodes=3).rejected
+    assert mixed.startswith("2 of 3 runners can run it: a-proc runs no containers"), mixed

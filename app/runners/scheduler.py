@@ -142,7 +142,7 @@ def place(
     # conflicting ones will not take jobs until someone acts.
     candidates = [c for c in pool if c.usable or c.why_not == "offline"]
     able = [c for c in candidates if not c.cannot_run(need)]
-    if candidates and len(able) < nodes:
+    if len(able) < len(candidates) and len(able) < nodes:  # too few left once those that would refuse it go
         skipped = "; ".join(f"{c.name} {c.cannot_run(need)}" for c in candidates if c.cannot_run(need))
         fewer = f"{len(able)} of {len(candidates)} runners" if nodes > 1 else "no runner"
         return Decision([], rejected=f"{fewer} can run it: {skipped}")
