@@ -182,12 +182,13 @@ class Controller:
         env: dict[str, str] | None = None,
     ) -> "Plan":
         from lanpool.app.runs.planning import make_plan
-        from lanpool.app.secret_store import secret_refs
+        from lanpool.app.secret_store import caller_values, secret_refs
 
         project.get(workflow_name)  # an unknown workflow: one line, before any hashing
         plan = make_plan(project, store, self.home, workflow_name, overrides or {}, no_cache, reuse, env)
         # A secret that is not set: one line naming it, before anything is sent.
         self.secrets.values_for(n for p in plan.to_run for n in secret_refs(p.job.env))
+        caller_values(n for p in plan.to_run for n in p.job.passed_env)  # and a passed `- NAME` this shell lacks
         return plan
 
     def variables(self, project: "Project", workflow_name: str) -> dict[str, "Scalar"]:

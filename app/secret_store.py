@@ -66,6 +66,24 @@ def reveal(env: Mapping[str, str], values: Mapping[str, str]) -> dict[str, str]:
     return {k: SECRET_REF.sub(lambda m: values[m.group("name")], v) for k, v in env.items()}
 
 
+def caller_values(names: Iterable[str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The caller's own values of the names a workflow passes (`env: [- NAME]`, dstack 2022),
+    read when the job is sent. Like a secret's, the value is masked in logs and never stored:
+    the stored spec lists the names only."""
+    environ = os.environ if environ is None else environ
+    values = {}
+    for name in names:
+        if name not in environ:
+            raise SecretError(
+                f"env {name}: the workflow passes your {name} (`- {name}` in its env), which is not set here: "
+                f"export {name}=... and run again"
+            )
+        if len(environ[name]) > MAX_VALUE:
+            raise SecretError(f"env {name}: your value is over {MAX_VALUE} characters: pass a shorter one")
+        values[name] = environ[name]
+    return values
+
+
 def masked_values(values: Iterable[str]) -> list[str]:
     """What is masked in logs for these values: each line of each value (a value of several lines
     is masked line by line, so a log line count never changes), longest first so a shorter one
@@ -164,8 +182,10 @@ class SecretStore:
             out[name] = data[name]
         return out
 
-    def masks_for_spec(self, env: Mapping[str, str]) -> list[str]:
+    def masks_for_spec(self, env: Mapping[str, str], passed: Iterable[str] = ()) -> list[str]:
         """What to mask in the log of a job whose stored env is `env` (placeholders): the values
-        its secrets have now; one unset since is simply not masked here (the runner masks too)."""
+        its secrets have now, and the caller's values of the names it passes (`- NAME`); one unset
+        since is simply not masked here (the runner masks too)."""
         data = self._read()
-        return masked_values(data[n] for n in secret_refs(env) if n in data)
+        mine = [os.environ[n] for n in passed if isinstance(n, str) and n in os.environ]
+        return masked_values([*(data[n] for n in secret_refs(env) if n in data), *mine])

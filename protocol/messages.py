@@ -39,7 +39,9 @@ from lanpool.protocol.transfer_messages import (
 #    barrier); no controller-picked MASTER_PORT (SubmitJob.pick_master_port, JobAccepted.master_port).
 # 5: SubmitJob.image_implicit (provider python's image never makes a process runner refuse a job),
 #    SubmitJob.hold_base (pip holds the runner's torch/Lightning at the base's versions).
-PROTOCOL_VERSION = 5
+# 6: SubmitJob.port_count (`ports: N`: the runner picks N free ports, $PORT_0...), answered in
+#    JobAccepted.ports.
+PROTOCOL_VERSION = 6
 
 # A JobStatus carries at most this many of the job's artifact files to a controller whose
 # ClientHello names ARTIFACT_PAGES, with `artifacts_total` saying how many there are; the
@@ -81,6 +83,7 @@ class JobAccepted(Message):
     TAG: ClassVar[str] = "job_accepted"
     job_id: str
     workspace: str
+    ports: list[int] = field(default_factory=list)  # the ports the job listens on: declared, then picked
 
 
 @record
@@ -211,6 +214,9 @@ class SubmitJob(Message):
     hold_base: bool = True
     # Ports the job listens on (runner's loopback), forwarded to the controller while it runs.
     ports: list[int] = field(default_factory=list)
+    # And this many more, free ones the runner picks (`ports: N`), given to the job as $PORT_0... and
+    # forwarded like those above (JobAccepted.ports says which).
+    port_count: int = 0
     # Secret texts in `env`: the runner writes *** for them in its log and journal (never to disk in clear).
     masked: list[str] = field(default_factory=list)
     # Time limit and retries, kept by the runner (no controller needed): 0 = no limit / no retry.

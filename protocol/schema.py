@@ -159,6 +159,7 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "cert_sha256": _SHA256_BOUND,
     "token": _Bound(max_len=64),
     "ports": _Bound(lo=1, hi=65535),
+    "port_count": _Bound(lo=0, hi=16),  # SubmitJob's `ports: N`: the runner allows 16 ports in all
     "exit_code": _Bound(lo=-(2**31), hi=2**32 - 1),  # negative: killed by a signal
     "grace_s": _Bound(lo=0, hi=30 * 24 * 3600),
     # Runner-side queue, time limits and retries: bounded so that no absurd value

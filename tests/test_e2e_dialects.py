@@ -113,7 +113,7 @@ def test_late_2022_project(agent, cli, tmp_path):
     [
         ("provider: code", "'provider: code' starts a VS Code dev environment"),
         ("provider: notebook", "'provider: notebook' starts a Jupyter notebook"),
-        ("provider: bash\n    commands: [jupyter lab]\n    ports: 1", "'ports' must be a list of port numbers"),
+        ("provider: bash\n    commands: [jupyter lab]\n    ports: 8888", "to forward port 8888, write ports: [8888]"),
     ],
 )
 def test_unsupported_keys_exit_2_with_one_line(cli, tmp_path, entry, expected):

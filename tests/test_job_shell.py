@@ -360,6 +360,91 @@ def test_cli_exec_ports_and_refusals(loop_name, agent, cli, make_project):
     assert re.search(r"not a port number", cli("headless", "run", "serve", "--port", "0", cwd=project).stderr)
 
 
+PICKED = """
+workflows:
+  - name: serve
+    ports: 1
+    env:
+      - MY_TOKEN
+      - GREETING=hello
+    commands:
+      - python -m http.server $PORT_0 --bind 127.0.0.1 &
+      - echo "listening on $PORT_0 $GREETING token=$MY_TOKEN"
+      - sleep 60
+  - name: guessed
+    ports: 6006
+    commands: [true]
+  - name: twice
+    env: [MY_TOKEN, MY_TOKEN=x]
+    commands: [true]
+"""
+
+
+def test_2022_ports_count_and_a_passed_env_name(agent, cli, make_project, controller_home):
+    """dstack 2022's `ports: N` (the runner picks them: $PORT_0, forwarded like listed ports) and
+    `env: [- NAME]` (the caller's value: masked in logs, in no file of the controller's home)."""
+    project = make_project(PICKED)
+    token = "tok-" + hashlib.sha256(str(time.time()).encode()).hexdigest()[:20]
+    env = {**lanpool_env(controller_home), "MY_TOKEN": token}
+
+    def app(*args: str, with_token: bool = True) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [*APP_MODULE, "headless", *args],
+            cwd=project,
+            env=env if with_token else lanpool_env(controller_home),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    missing = app("run", "serve", "--runner", agent.address, "-d", with_token=False)
+    assert missing.returncode == 2 and missing.stderr.count("\n") == 1, missing.stderr
+    assert "MY_TOKEN" in missing.stderr and "export MY_TOKEN=" in missing.stderr
+    res = app("run", "serve", "--runner", agent.address, "-d", "--json")
+    assert res.returncode == 0, res.stderr
+    run = json.loads(res.stdout.strip().splitlines()[-1])["run"]
+    deadline, log = time.time() + 60, ""
+    while "listening on" not in log and time.time() < deadline:
+        log = app("logs", run).stdout
+        time.sleep(0.3)
+    picked = int(re.search(r"listening on (\d+) hello token=\*\*\*", log).group(1))  # masked here too
+    forwards = subprocess.Popen(
+        [*APP_MODULE, "headless", "ports", run, "--json"], stdout=subprocess.PIPE, text=True, env=env
+    )
+    try:
+        (fwd,) = json.loads(forwards.stdout.readline())
+        assert fwd["port"] == picked
+        for _ in range(50):
+            try:
+                body = urllib.request.urlopen(fwd["url"], timeout=5).read()
+                break
+            except OSError:
+                time.sleep(0.2)
+        assert b"Directory listing" in body
+    finally:
+        forwards.kill()
+    done = app("exec", run, "--", "sh", "-c", 'printf %s "$MY_TOKEN" | sha256sum')
+    assert done.stdout.split()[0] == hashlib.sha256(token.encode()).hexdigest(), done.stderr  # the real value
+    app("stop", run, "--abort")
+    for path in controller_home.rglob("*"):  # never stored: not in the store, its WAL, any file
+        if path.is_file():
+            assert token.encode() not in path.read_bytes(), path
+    assert token not in agent.log_path.read_text()
+    guessed = app("run", "guessed", "--runner", agent.address)
+    assert guessed.returncode == 2 and "write ports: [6006]" in guessed.stderr, guessed.stderr
+    twice = app("run", "twice", "--runner", agent.address)
+    assert twice.returncode == 2 and "'MY_TOKEN' is given twice" in twice.stderr, twice.stderr
+    listed = app("run")  # the workflows, the refused ones marked: one bad workflow blocks no other
+    assert re.search(r"serve", listed.stdout + listed.stderr) and "ports: [6006]" in listed.stdout + listed.stderr
+
+
+def test_a_runner_picks_the_ports_asked_and_refuses_too_many(agent):
+    from lanpool.app.errors import RunnerError
+
+    with pytest.raises(RunnerError, match="at most 16"):
+        submit(agent, "toomany", ["true"], "", ports=[2000, 2001], port_count=15)
+
+
 def test_exec_right_after_run_detached_asks_the_runner_not_the_store(agent, cli, make_project):
     """The store says SUBMITTED a moment after `run -d`; exec asks the runner (and waits for a job
     its runner is still starting) instead of refusing "not running yet"."""

@@ -117,6 +117,18 @@ def test_old_spellings_refuse_contradictions(tmp_path: Path, entry: str, expecte
     assert ".dstack/workflows.yaml:" in message  # file:line of the key at fault
 
 
+def test_2022_ports_count_and_passed_names_are_read(tmp_path: Path):
+    project = _dstack(
+        tmp_path,
+        "workflows:\n  - name: a\n    commands: [x]\n    ports: 2\n    env: [TOKEN, B=1]\n"
+        "  - name: b\n    commands: [x]\n    ports: [6006]\n",
+    )
+    job = resolve(project, "a", {}, BUILTINS)
+    assert (job.port_count, job.ports, job.passed_env, job.env) == (2, [], ["TOKEN"], {"B": "1"})
+    other = resolve(project, "b", {}, BUILTINS)
+    assert (other.port_count, other.ports, other.passed_env) == (0, [6006], [])
+
+
 @pytest.mark.parametrize(
     ("entry", "expected"),
     [
@@ -128,6 +140,10 @@ def test_old_spellings_refuse_contradictions(tmp_path: Path, entry: str, expecte
         ("provider: torchrun@experimental", "'nodes: N'"),
         ("provider: {name: python}", "'provider' is a name (python, bash or docker), not a mapping"),
         ("commands: [x]\n    ports: [0]", "'ports': 0 is not a port number"),
+        ("commands: [x]\n    ports: 17", "a number alone is a count of ports the runner picks"),
+        ("commands: [x]\n    ports: 0", "write ports: [0]"),
+        ("commands: [x]\n    env: ['A B']", "entries must be KEY=VALUE, or a bare NAME"),
+        ("commands: [x]\n    env: [A, A]", "'A' is given twice"),
         ("commands: [x]\n    ssh: true", "'ssh' opens an ssh server"),
     ],
 )

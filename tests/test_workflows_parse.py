@@ -259,12 +259,12 @@ def test_bad_working_dir(tmp_path: Path, working_dir):
         "\n      1BAD: x",
         "\n      BAD-NAME: x",
         "\n      'A B': x",
-        "\n      - NOEQUALS",
+        "\n      - 'NO EQUALS'",
         "\n      - 'BAD NAME=1'",
         "\n      A: [1, 2]",
         " just a string",
     ],
-    ids=["digit", "dash", "space", "no-equals", "list-bad-name", "list-value", "scalar"],
+    ids=["digit", "dash", "space", "bare-not-a-name", "list-bad-name", "list-value", "scalar"],
 )
 def test_bad_env(tmp_path: Path, env):
     path = _write(tmp_path, f"workflows:\n  - name: a\n    commands: [x]\n    env:{env}\n")

@@ -5,6 +5,7 @@ for node 0 of a multi-node job; GLOO/NCCL_SOCKET_IFNAME name the interface that
 carries the node's LAN address; the GPU variables make the job see exactly its GPUs.
 """
 
+import dataclasses
 import shlex
 import socket
 from pathlib import Path
@@ -48,6 +49,22 @@ def free_port() -> int:
         sock.bind(("0.0.0.0", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def with_picked_ports(req: SubmitJob) -> SubmitJob:
+    """`ports: N`: N free ports picked now, given to the job as $PORT_0... (lanpool's, over any the
+    workflow set) and declared, so they are forwarded like listed ones. Picked once, at submit: the
+    request kept for a restart names them. A port taken again before the job listens makes its bind
+    fail, as any port would."""
+    if not req.port_count:
+        return req
+    picked: list[int] = []
+    while len(picked) < req.port_count:
+        port = free_port()
+        if port not in picked and port not in req.ports:
+            picked.append(port)
+    env = {**req.env, **{f"PORT_{i}": str(p) for i, p in enumerate(picked)}}
+    return dataclasses.replace(req, env=env, ports=sorted({*req.ports, *picked}), port_count=0)
 
 
 def _socket_ifname_env(env: dict[str, str]) -> dict[str, str]:

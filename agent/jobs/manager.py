@@ -32,6 +32,7 @@ from lanpool.agent.host.gpus import GpuAllocator, GpuError
 from lanpool.agent.jobs.admission import DEFAULT_MAX_QUEUED, admit
 from lanpool.agent.jobs.dag import blocked, stage_dependencies
 from lanpool.agent.jobs.end import settle
+from lanpool.agent.jobs.env import with_picked_ports
 from lanpool.agent.jobs.job import Job, masked_env
 from lanpool.agent.jobs.kept_secrets import KeptSecrets, SecretKeeper
 from lanpool.agent.jobs.launch import launch_of, read_request, save_request
@@ -172,6 +173,7 @@ class JobManager:
         return job
 
     async def submit(self, req: SubmitJob, owner: Owner | None) -> Job:
+        req = with_picked_ports(req)  # port_count is at most 16 (protocol.schema); admit checks the sum
         record, executor, note = admit(
             req, self.jobs, self.executors, self.capacity, owner, self.max_queued, self.max_staged
         )

@@ -33,8 +33,9 @@ def check_request(req: SubmitJob) -> None:
         problem = check_artifact_path(path)
         if problem:
             raise JobError(ErrorCode.BAD_REQUEST, problem)
-    if len(req.ports) > MAX_PORTS:
-        raise JobError(ErrorCode.BAD_REQUEST, f"{len(req.ports)} ports: a job declares at most {MAX_PORTS}")
+    if len(req.ports) + req.port_count > MAX_PORTS:
+        n = len(req.ports) + req.port_count
+        raise JobError(ErrorCode.BAD_REQUEST, f"{n} ports: a job declares at most {MAX_PORTS}")
     if req.pull not in PULL_POLICIES:
         raise JobError(ErrorCode.BAD_REQUEST, f"pull {req.pull!r}: use one of {', '.join(PULL_POLICIES)}")
 

@@ -188,7 +188,7 @@ class ChannelSession:
             job = await self._manager.submit(msg, self._owner)
             self._blobs.unpin(self._offered)  # staged: the workspace holds copies now
             self._offered = set()
-            await self._send(JobAccepted(msg.job_id, str(job.dir / "workspace")))
+            await self._send(JobAccepted(msg.job_id, str(job.dir / "workspace"), ports=list(job.record.ports)))
             await self._send_status(job)
         elif isinstance(msg, StopJob):
             job = self._manager.stop(msg.job_id, msg.abort, msg.grace_s, self._owner)

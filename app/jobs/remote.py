@@ -77,7 +77,7 @@ class JobServices(Record):
     connect: Connect
     runner_seen: Callable[[str, bool], None]  # (runner, answers): LIVE again or OFFLINE
     # The job's stored env (secrets as placeholders) -> the texts to mask in its log (app/secret_store.py).
-    masks: Callable[[dict[str, str]], list[str]] = lambda _env: []
+    masks: Callable[[dict[str, str], list[str]], list[str]] = lambda _env, _passed: []
 
 
 @record
@@ -105,6 +105,7 @@ class Launch(Record):
     cache_key: str | None = None
     cache_inputs: dict[str, Any] | None = None
     secrets: dict[str, str] = field(default_factory=dict)  # NAME -> value, for the SubmitJob only
+    passed: dict[str, str] = field(default_factory=dict)  # the caller's `- NAME` values, for the SubmitJob only
 
 
 def _cause(status: JobStatus) -> str:
@@ -125,7 +126,9 @@ class RemoteJob:
         spec = json.loads(job.spec or "{}")
         self.slurm = slurm_nodes(job.spec)  # N > 1: one job on a Slurm runner runs all N nodes
         self.size = max(1, int(spec.get("nodes") or 1), self.slurm)  # nodes
-        self.masks = jobs.masks(spec.get("env") or {})  # secrets echoed by the job: stored and shown as ***
+        self.masks = jobs.masks(
+            spec.get("env") or {}, spec.get("passed_env") or []
+        )  # secrets echoed by the job: stored and shown as ***
         # The runner jobs followed and stopped: node k's on runner k, or a Slurm job's one.
         self.nodes = nodes if nodes is not None else self._recorded_nodes(job)
         self.size = max(self.size, len(self.nodes))

@@ -63,6 +63,10 @@ async def submit_job(
     }
     if after:
         spec["after"] = after
+    if job.passed_env:  # the names: the values go to the runners only
+        spec["passed_env"] = job.passed_env
+    if job.port_count:
+        spec["port_count"] = job.port_count
     store.create_job(job_id, launch.run_name, job.workflow, runners[0], spec, launch.cache_key, launch.cache_inputs)
     gang = RemoteJob(jobs, job_id, [NodeAt(k, r["name"], r["host"], r["port"]) for k, r in enumerate(runners)])
     gang_specs = _gang_specs(job_id, runners, addresses) if gang.parts > 1 else []
@@ -70,8 +74,9 @@ async def submit_job(
 
     async def send(node: int, session: RunnerSession) -> tuple[JobAccepted, JobStatus]:
         env = dict(job.env) if gang.parts == 1 else node_env(job, node, addresses)
-        # Secrets go in here only: the stored spec above keeps their placeholders.
-        env = reveal(env, launch.secrets)
+        # Secrets go in here only: the stored spec above keeps their placeholders. A passed
+        # `- NAME` never overrides lanpool's own (a gang's MASTER_ADDR, RANK, ...).
+        env = {**launch.passed, **reveal(env, launch.secrets)}
         await upload(session, launch.files, say)
         if not detached:  # the log is followed next: its channel opens while the runner starts the job
             session.open_channel_soon()
@@ -93,7 +98,8 @@ async def submit_job(
             python=job.python,
             requirements=job.requirements,
             ports=job.ports,
-            masked=masked_values(launch.secrets.values()),
+            port_count=job.port_count,
+            masked=masked_values([*launch.secrets.values(), *launch.passed.values()]),
             max_duration_s=job.max_duration_s,
             retry_on=job.retry_on,
             retry_limit=job.retry_limit,
@@ -120,7 +126,11 @@ async def submit_job(
         return accepted, status
 
     try:  # the nodes need nothing of each other here: all sent at once
-        statuses = [status for _, status in await _all_or_first_error(*(send(k, s) for k, s in enumerate(sessions)))]
+        answers = await _all_or_first_error(*(send(k, s) for k, s in enumerate(sessions)))
+        statuses = [status for _, status in answers]
+        if job.port_count:  # the ports node 0's runner picked: what `ports` and `run` forward
+            # As many as were asked, at most: a runner's answer is never a reason to open more listeners here.
+            store.set_job_ports(job_id, sorted(set(answers[0][0].ports))[: len(job.ports) + job.port_count])
         for node in range(gang.parts if gang.parts > 1 else 0):
             say(f"node {node}: runner {runners[node]['name']} ({addresses[node]})")
     except (LanpoolError, OSError, asyncssh.Error) as exc:

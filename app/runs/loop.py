@@ -36,7 +36,7 @@ from lanpool.app.runs.placement import Placement
 from lanpool.app.runs.planning import Plan, PlannedJob, with_env
 from lanpool.app.runs.result import RunOutcome, Submitted
 from lanpool.app.runs.resume import Resumes
-from lanpool.app.secret_store import SecretStore, secret_refs
+from lanpool.app.secret_store import SecretStore, caller_values, secret_refs
 from lanpool.app.store import JobRow, Store
 from lanpool.app.transfer.snapshot import Manifest, build_manifest
 from lanpool.app.transfer.uploads import workspace_files
@@ -176,6 +176,7 @@ class RunLoop:
                         planned.key,
                         planned.inputs,
                         secrets=self.secrets.values_for(secret_refs(job.env)),
+                        passed=caller_values(job.passed_env),
                     ),
                     sessions,
                     addresses,

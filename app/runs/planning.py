@@ -200,6 +200,8 @@ def _inputs(
         spec["python"], spec["requirements"] = job.python, job.requirements
     if not job.hold_base:  # only when set: keys of jobs that hold the base stay what they were
         spec["hold_base"] = False
+    if job.passed_env:  # the names only: the caller's values are never stored, even hashed
+        spec["passed_env"] = job.passed_env
     files_digest = _digest(files)
     return {
         "spec": spec,

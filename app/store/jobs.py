@@ -132,6 +132,14 @@ class JobRows(Table):
                 (job_id, now, JobState.SUBMITTED, f"to {runner['name']}"),
             )
 
+    def set_job_ports(self, job_id: str, ports: list[int]) -> None:
+        """The ports the job listens on, once its runner picked those `ports: N` asked for: what
+        `ports` and `run` forward (the spec's `ports`)."""
+        with atomic(self.conn):
+            self.conn.execute(
+                "UPDATE jobs SET spec = json_set(spec, '$.ports', json(?)) WHERE id = ?", (json.dumps(ports), job_id)
+            )
+
     def queue_job(self, job_id: str, run_name: str, workflow: str, reason: str, pid: int = 0) -> None:
         """A job waiting in this controller for a runner: QUEUED, with the reason and the pid
         of the process that will submit it (in its spec: `queued_by`, see `orphaned_queued`)."""

@@ -143,6 +143,8 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
         repo_include=include,
         resume_from=resume_from,
         ports=_parse_ports(item, err),
+        port_count=_parse_port_count(item, err),
+        passed_env=_parse_passed_env(item, err),
         max_duration_s=max_duration_s,
         retry_on=retry_on,
         retry_limit=retry_limit,
@@ -154,17 +156,23 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
     )
 
 
-def _parse_env(item: LineMap, err: AtKey) -> dict[str, str]:
+def _env_key(item: LineMap, err: AtKey) -> str:
     if "environment" in item and "env" in item:
         raise err("has both 'env' and 'environment': keep one", "env")
-    key = "environment" if "environment" in item else "env"
+    return "environment" if "environment" in item else "env"
+
+
+def _parse_env(item: LineMap, err: AtKey) -> dict[str, str]:
+    key = _env_key(item, err)
     raw = item.get(key, {}) or {}
-    # dstack accepted both a mapping and a list of KEY=VALUE strings.
+    # dstack accepted both a mapping and a list of KEY=VALUE strings (a bare NAME: _parse_passed_env).
     if isinstance(raw, list):
         pairs = {}
         for entry in raw:
+            if isinstance(entry, str) and "=" not in entry and entry.isidentifier():
+                continue
             if not isinstance(entry, str) or "=" not in entry:
-                raise err(f"'{key}' entries must be KEY=VALUE", key)
+                raise err(f"'{key}' entries must be KEY=VALUE, or a bare NAME to pass your own NAME", key)
             k, _, v = entry.partition("=")
             pairs[k] = v
         raw = pairs
@@ -178,6 +186,21 @@ def _parse_env(item: LineMap, err: AtKey) -> dict[str, str]:
             raise err(f"env {k!r} must be a string or number", key)
         env[k] = "" if v is None else render_value(v)
     return env
+
+
+def _parse_passed_env(item: LineMap, err: AtKey) -> list[str]:
+    """`env: [- WANDB_API_KEY]` (2022): the value is the caller's own, read from its environment
+    when the job is sent (app/secret_store.py caller_values), masked in logs and never stored."""
+    key = _env_key(item, err)
+    raw = item.get(key) or []
+    if not isinstance(raw, list):
+        return []
+    names = [e for e in raw if isinstance(e, str) and "=" not in e and e.isidentifier()]
+    given = {e.partition("=")[0] for e in raw if isinstance(e, str) and "=" in e}
+    twice = sorted({n for n in names if names.count(n) > 1} | (set(names) & given))
+    if twice:
+        raise err(f"env {twice[0]!r} is given twice: keep one", key)
+    return names
 
 
 def _parse_artifacts(item: LineMap, err: AtKey) -> list[ArtifactSpec]:
@@ -296,11 +319,29 @@ MAX_PORTS = 16  # as the runner allows (agent/jobs/request.py)
 def _parse_ports(item: LineMap, err: AtKey) -> list[int]:
     """`ports: [6006, 8888]`: the job's loopback ports, forwarded to the controller while it runs."""
     ports = item.get("ports", []) or []
+    if isinstance(ports, int) and not isinstance(ports, bool):
+        return []  # a count (_parse_port_count)
     if not isinstance(ports, list) or not all(isinstance(p, int) and not isinstance(p, bool) for p in ports):
-        raise err("'ports' must be a list of port numbers, e.g. [6006, 8888]", "ports")
+        raise err("'ports' must be a list of port numbers, e.g. [6006, 8888], or a count of ports to pick", "ports")
     bad = [p for p in ports if not 1 <= p <= 65535]
     if bad:
         raise err(f"'ports': {bad[0]} is not a port number (1 to 65535)", "ports")
     if len(set(ports)) > MAX_PORTS:
         raise err(f"'ports' lists {len(set(ports))} ports: at most {MAX_PORTS}", "ports")
     return sorted(set(ports))
+
+
+def _parse_port_count(item: LineMap, err: AtKey) -> int:
+    """`ports: 2` (dstack 2022): two free ports the runner picks, given to the job as $PORT_0 and
+    $PORT_1 and forwarded like listed ones. A number alone is always a count: `ports: 6006` is
+    refused rather than guessed (a count of 6006, or port 6006?)."""
+    count = item.get("ports")
+    if not isinstance(count, int) or isinstance(count, bool):
+        return 0
+    if not 1 <= count <= MAX_PORTS:
+        raise err(
+            f"'ports: {count}': a number alone is a count of ports the runner picks ($PORT_0, ...), 1 to {MAX_PORTS}; "
+            f"to forward port {count}, write ports: [{count}]",
+            "ports",
+        )
+    return count

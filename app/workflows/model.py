@@ -77,6 +77,9 @@ class Workflow(Record):
     repo_include: list[str] | None = None  # None: the whole snapshot counts
     resume_from: str = ""  # a run name, job id or WORKFLOW:TAG whose checkpoint this job resumes from
     ports: list[int] = field(default_factory=list)  # the job's loopback ports, forwarded while it runs
+    port_count: int = 0  # `ports: N` (2022): N free ports the runner picks, $PORT_0..., forwarded as `ports`
+    # `env: [- NAME]` (2022): the caller's own NAME, read when the job is sent and never stored
+    passed_env: list[str] = field(default_factory=list)
     # Kept by the runner (agent.jobs.limits): 0 = no time limit / no retry.
     max_duration_s: float = 0.0
     retry_on: list[str] = field(default_factory=list)

@@ -42,6 +42,8 @@ class ResolvedJob(Record):
     python: str = ""  # `version:` (`python:`): the interpreter (or image) the runner gives the job
     requirements: str = ""  # installed by the runner into the job's own environment, before the commands
     ports: list[int] = field(default_factory=list)  # forwarded from the runner's loopback while it runs
+    port_count: int = 0  # more ports, picked free by the runner ($PORT_0...) and forwarded the same way
+    passed_env: list[str] = field(default_factory=list)  # the caller's env names whose values go with the job
     max_duration_s: float = 0.0  # kept by the runner (max_duration, retry): 0 = none
     retry_on: list[str] = field(default_factory=list)
     retry_limit: int = 0
@@ -188,6 +190,8 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         python=wf.version,
         requirements=wf.requirements,
         ports=list(wf.ports),
+        port_count=wf.port_count,
+        passed_env=list(wf.passed_env),
         max_duration_s=wf.max_duration_s,
         retry_on=list(wf.retry_on),
         retry_limit=wf.retry_limit,
