@@ -51,6 +51,8 @@ def _job() -> types.SimpleNamespace:
         python=None,
         requirements=None,
         ports=[],
+        port_count=0,
+        passed_env=[],
         working_dir=".",
         resources={},
         nodes=2,

@@ -41,7 +41,7 @@ def test_every_message_uses_the_shared_base() -> None:
 def test_repr_eq_hash_as_dataclass_generates() -> None:
     plain, ours = _Plain("j1", "/w", 5), _Ours("j1", "/w", 5)
     assert repr(ours) == repr(plain).replace("_Plain", "_Ours")
-    assert repr(JobAccepted("j1", "/w")) == "JobAccepted(job_id='j1', workspace='/w')"
+    assert repr(JobAccepted("j1", "/w")) == "JobAccepted(job_id='j1', workspace='/w', ports=[])"
     assert ours == _Ours("j1", "/w", 5) and hash(ours) == hash(_Ours("j1", "/w", 5))
     assert hash(ours) == hash(plain)  # the same tuple of fields (the ClassVar is not one)
     assert ours != _Ours("j1", "/w", 6)
@@ -83,7 +83,7 @@ def test_record_builds_as_dataclass_does() -> None:
     assert _Fields("x", tags=["u"]).tags == ["u"]
     assert JobAccepted("j1", "/w") == JobAccepted(job_id="j1", workspace="/w")
     assert dataclasses.replace(a, count=5).derived == "x:5"  # replace() goes through __init__
-    assert dataclasses.asdict(JobAccepted("j1", "/w")) == {"job_id": "j1", "workspace": "/w"}
+    assert dataclasses.asdict(JobAccepted("j1", "/w")) == {"job_id": "j1", "workspace": "/w", "ports": []}
     assert _Fields.__match_args__ == ("name", "count", "tags")
     assert [f.name for f in dataclasses.fields(_Fields)] == ["name", "count", "tags", "derived", "seen"]
 
