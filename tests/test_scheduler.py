@@ -150,3 +150,22 @@ def test_too_few_runners_for_the_nodes_is_said_as_before_when_none_is_skipped():
     assert refused.startswith("needs 3 runners"), refused
     mixed = place(Need(runs_in="image"), POOL[:3], nodes=3).rejected
     assert mixed.startswith("2 of 3 runners can run it: a-proc runs no containers"), mixed
+
+
+def test_a_job_with_absolute_artifacts_goes_only_where_containers_run():
+    from types import SimpleNamespace
+
+    def job(image, implicit, artifacts, executor=""):
+        return SimpleNamespace(
+            python="",
+            executor=executor,
+            image=image,
+            image_implicit=implicit,
+            artifacts=artifacts,
+            artifacts_all_nodes=[],
+        )
+
+    assert Need.of({}, job("python:3.11-slim", True, ["out"])).runs_in == "any"
+    assert Need.of({}, job("python:3.11-slim", True, ["/root/.cache/huggingface/hub"])).runs_in == "docker"
+    assert Need.of({}, job("conda", False, ["/opt/conda/envs/x"])).runs_in == "docker"
+    assert place(Need.of({}, job("python:3.11-slim", True, ["/opt/x"])), POOL).runners == ["c-docker"]

@@ -54,7 +54,9 @@ def test_a_refused_workflow_takes_only_itself_and_its_dependents(tmp_path):
         with pytest.raises(WorkflowError) as err:
             project.get(name)
         assert str(err.value).startswith(f"{path}:{line}: ") and "\n" not in str(err.value), str(err.value)
-    assert "artifact path '/opt/conda/envs/x' must stay inside the workspace" in project.refused["hosted"].message
+    hosted = project.refused["hosted"].message
+    assert "artifact '/opt/conda/envs/x' is outside the workspace: only a container job's absolute paths" in hosted
+    assert "(give the workflow an `image:`), or write it under the workspace (e.g. `artifacts: [x]`)" in hosted
     after = project.refused["after-hosted"].message
     assert f"{path}:15: " in after and "depends on workflow 'hosted', which is refused" in after, after
     assert "unknown workflow 'nosuch'" in project.refused["orphan"].message
@@ -224,3 +226,27 @@ def test_a_two_file_dstack_folder_lists_plans_and_runs(tmp_path, agent, cli):
     assert cli("headless", "plan", "train", cwd=root, check=True).returncode == 0
     ran = cli("headless", "run", "train", "--lr", "0.5", "--runner", agent.address, cwd=root, timeout=120)
     assert ran.returncode == 0 and "n=7 lr=0.5" in ran.stdout, (ran.stdout, ran.stderr)
+
+
+def test_absolute_artifacts_are_refused_only_where_the_job_cannot_run_in_a_container(tmp_path):
+    root = write_project(
+        tmp_path / "p",
+        """
+        workflows:
+          - {name: conda, image: "continuumio/miniconda3", artifacts: [/opt/conda/envs/x], commands: [x]}
+          - {name: hub, provider: python, script: t.py, artifacts: [/root/.cache/huggingface/hub]}
+          - {name: proc, image: "i", executor: process, artifacts: [/opt/x], commands: [x]}
+          - {name: inside, image: "i", artifacts: [/workspace/out], commands: [x]}
+          - {name: climbs, image: "i", artifacts: [/opt/../etc], commands: [x]}
+          - {name: setup-dep, depends-on: [conda], commands: [x]}
+        """,
+    )
+    project = load_workflows(root)
+    assert list(project.workflows) == ["conda", "hub", "setup-dep"]
+    assert "only a container job's absolute paths are copied out (drop `executor: process`)" in (
+        project.refused["proc"].message
+    )
+    assert "artifact path '/workspace/out' is in the workspace: write it relative ('out')" in (
+        project.refused["inside"].message
+    )
+    assert "must be a normalised path below /" in project.refused["climbs"].message

@@ -3,7 +3,7 @@
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 
 class OutputSink(Protocol):
@@ -109,6 +109,15 @@ class Execution(Protocol):
 
     async def remove(self) -> None:
         """Free what is left of an ended job (its output is spooled, its artifacts packed)."""
+        ...
+
+
+@runtime_checkable
+class CopiesOut(Protocol):
+    """An execution whose job's absolute artifacts are copied out of it once it ended (a container)."""
+
+    async def copy_out(self, paths: list[str], workspace: Path) -> list[str]:
+        """Each absolute path's files into the workspace (agent/workspace/abs_artifacts.py); log lines."""
         ...
 
 

@@ -11,10 +11,13 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import docker
+import requests
 from docker.models.containers import Container
 from docker.types import DeviceRequest, LogConfig, Mount
 
@@ -30,6 +33,7 @@ from lanpool.agent.executors.docker_engine import (
 )
 from lanpool.agent.executors.docker_images import ensure_image
 from lanpool.agent.executors.docker_stdio import STDIO_DIR, STDIO_MOUNT, close_all, fresh_stdio_dir
+from lanpool.agent.workspace.abs_artifacts import TarRefused, checked_for_put, staged_tars
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +146,7 @@ class DockerExecutor:
             fds = await in_thread(fresh_stdio_dir, _job_dir(launch), self.user)
         except OSError as exc:
             raise ExecutorError(f"could not make the job's output files: {exc}") from None
-        pending = in_thread(self._create_and_start, spec)
+        pending = in_thread(self._create_and_start, spec, launch, say)
         try:
             container = await asyncio.shield(pending)
         except asyncio.CancelledError:
@@ -203,17 +207,51 @@ class DockerExecutor:
         except ENGINE_ERRORS as exc:
             raise ExecutorError(f"could not create the container: {reason(exc)}") from None
 
-    def _create_and_start(self, spec: dict[str, Any]) -> Container:
+    def _create_and_start(self, spec: dict[str, Any], launch: Launch, say: Callable[[str], None]) -> Container:
         try:
             container = self.client.containers.create(**spec)
         except ENGINE_ERRORS as exc:
             raise ExecutorError(f"could not create the container: {reason(exc)}") from None
+        try:
+            self._put_staged(container, launch, say)
+        except BaseException:
+            remove_quietly(container)
+            raise
         try:
             container.start()
         except ENGINE_ERRORS as exc:
             remove_quietly(container)
             raise ExecutorError(f"could not start the container: {reason(exc)}") from None
         return container
+
+    def _put_staged(self, container: Container, launch: Launch, say: Callable[[str], None]) -> None:
+        """Each absolute artifact staged in the workspace (a dependency's, as `.lanpool-abs/opt/x.tar`:
+        agent/workspace/abs_artifacts.py) put at its path in the created container, before it
+        starts: checked again and owned by the job's user, through a copy in the job's dir."""
+        for rel, path in staged_tars(launch.workspace):
+            copy = _job_dir(launch) / f"put-{secrets.token_hex(4)}.tar"  # the agent's dir, not the job's
+            try:
+                with copy.open("x+b") as out:
+                    for line in checked_for_put(launch.workspace, rel, path, out, self._owner()):
+                        say(f"lanpool: {line}")
+                    out.seek(0)
+                    if not container.put_archive("/", out):
+                        raise ExecutorError(f"the engine did not put the artifact {path!r} into the container")
+            except TarRefused as exc:
+                raise ExecutorError(f"the artifact {path!r} staged for this job was refused: {exc}") from None
+            except (docker.errors.DockerException, requests.exceptions.RequestException) as exc:
+                raise ExecutorError(f"could not put the artifact {path!r} into the container: {reason(exc)}") from None
+            except OSError as exc:
+                raise ExecutorError(f"could not read the artifact {path!r} staged as {rel!r}: {exc}") from None
+            finally:
+                copy.unlink(missing_ok=True)
+            say(f"lanpool: artifact {path!r} put into the container")
+
+    def _owner(self) -> tuple[int, int]:
+        """The uid and gid jobs run as (files put into a container belong to them): 0 where
+        `user` names a user rather than ids."""
+        uid, _, gid = self.user.partition(":")
+        return (int(uid), int(gid or 0)) if uid.isdigit() and (gid or "0").isdigit() else (0, 0)
 
     # -- finding containers again ------------------------------------------------------
 

@@ -17,6 +17,7 @@ from lanpool.agent.executors.base import ExecutorError, Handle, Outcome, OutputS
 from lanpool.agent.executors.docker_engine import ENGINE_ERRORS, in_thread, reason, remove_quietly
 from lanpool.agent.executors.docker_logs import ContainerLog
 from lanpool.agent.executors.docker_stdio import StdioFiles
+from lanpool.agent.workspace.abs_artifacts import keep_copied
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,24 @@ class DockerExecution:
 
     async def remove(self) -> None:
         await in_thread(remove_quietly, self.container)
+
+    async def copy_out(self, paths: list[str], workspace: Path) -> list[str]:
+        """Copy each absolute artifact out of the ended container into the workspace (its
+        tar, checked: agent/workspace/abs_artifacts.py); lines for the job's log. A path the
+        job did not make is left to the artifact listing to say."""
+        return await in_thread(self._copy_out, paths, workspace)
+
+    def _copy_out(self, paths: list[str], workspace: Path) -> list[str]:
+        lines: list[str] = []
+        for path in paths:
+            try:
+                stream, _stat = self.container.get_archive(path)
+                lines += keep_copied(workspace, path, stream)
+            except docker.errors.NotFound:
+                continue
+            except ENGINE_ERRORS as exc:
+                lines.append(f"artifact {path!r} could not be copied out of the container: {reason(exc)}")
+        return lines
 
     # -- internals --------------------------------------------------------------------
 

@@ -77,6 +77,14 @@ def admit(
         executor, note = executors.choose(req.image, req.executor, req.python, req.image_implicit)
     except ExecutorError as exc:
         raise JobError(ErrorCode.BAD_REQUEST, str(exc)) from None
+    outside = next((p for p in req.artifacts if p.startswith("/")), None)
+    if outside is not None and not executor.in_container:  # only a container's paths are copied out
+        raise JobError(
+            ErrorCode.BAD_REQUEST,
+            f"artifact {outside!r} is outside the workspace and this runner would run the job as a process "
+            "(only a container job's absolute paths are copied out): give the workflow an `image:` and a "
+            "runner with Docker, or write it under the workspace",
+        )
     resources = parse_resources(req.resources)
     need = Amount(resources.cpu or 0.0, resources.memory_mb or 0, resources.gpu or 0)
     problem = never_fits(need, capacity)

@@ -10,7 +10,8 @@ import asyncio
 import logging
 import time
 
-from lanpool.agent.executors import Outcome
+from lanpool.agent.executors import Execution, Outcome
+from lanpool.agent.executors.base import CopiesOut
 from lanpool.agent.jobs.job import Job
 from lanpool.agent.jobs.limits import human_duration, retries
 from lanpool.agent.workspace.artifacts import list_artifacts
@@ -48,8 +49,13 @@ def ended_state(job: Job, outcome: Outcome) -> tuple[JobState, str]:
     return state, error
 
 
-async def list_job_artifacts(job: Job) -> None:
-    """List the artifact files (no copy: GetArtifacts streams them from the workspace)."""
+async def list_job_artifacts(job: Job, execution: Execution | None = None) -> None:
+    """List the artifact files (no copy: GetArtifacts streams them from the workspace), once a
+    container job's absolute artifacts are copied out of its container into the workspace."""
+    absolute = [p for p in job.record.artifacts if p.startswith("/")]
+    if absolute and isinstance(execution, CopiesOut):
+        for line in await execution.copy_out(absolute, job.dir / "workspace"):
+            job.system_line(f"lanpool: {line}")
     try:
         files, warnings = await asyncio.to_thread(list_artifacts, job.dir / "workspace", job.record.artifacts)
     except OSError as exc:

@@ -133,7 +133,7 @@ class Supervisor:
             return
         state, error = ended_state(job, outcome)
         if state is not JobState.ABORTED and job.record.artifacts:
-            await list_job_artifacts(job)
+            await list_job_artifacts(job, execution)
         await self._finish_after_metrics(job, state, outcome.exit_code, error)
         await execution.remove()  # the log is spooled and the artifacts listed
 

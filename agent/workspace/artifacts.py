@@ -6,7 +6,8 @@ each file is read from a descriptor opened by `open_regular` (no link, FIFO or
 device; see agent/workspace/files.py), so a file swapped for a link or a FIFO after
 the list was made is refused, not followed or waited on. Nothing is copied:
 the list (path, size) is what a controller may ask for (GetArtifacts), and
-each file is read from the workspace when it is asked for.
+each file is read from the workspace when it is asked for. A container job's absolute
+artifact (`/opt/x`) is the one tar its copy-out left in the workspace (`.lanpool-abs/opt/x.tar`).
 """
 
 import os
@@ -16,6 +17,7 @@ from pathlib import Path, PurePosixPath
 
 import msgpack
 
+from lanpool.agent.workspace.abs_artifacts import check_absolute, stored_name
 from lanpool.agent.workspace.files import NotARegularFile, open_regular
 from lanpool.protocol import ArtifactData, ArtifactEnd, ArtifactFile, ArtifactsSent, Error, ErrorCode, encode_message
 from lanpool.protocol.errors import clip
@@ -35,9 +37,12 @@ class ArtifactChanged(Exception):
 
 
 def check_artifact_path(path: str) -> str | None:
-    """Why `path` may not be an artifact path, or None if it may."""
+    """Why `path` may not be an artifact path, or None if it may. An absolute one is a
+    container job's (agent/workspace/abs_artifacts.py; a process job's is refused at submit)."""
     p = PurePosixPath(path)
-    if not path or p.is_absolute():
+    if p.is_absolute():
+        return check_absolute(path)
+    if not path:
         return f"artifact path {path!r} must be relative to the workspace"
     if ".." in p.parts:
         return f"artifact path {path!r} leaves the workspace ('..')"
@@ -60,9 +65,10 @@ def list_artifacts(workspace: Path, paths: list[str]) -> tuple[list[ArtifactFile
         if problem:
             warnings.append(problem + "; skipped")
             continue
+        declared, path = path, stored_name(path) if path.startswith("/") else path  # copied out as one tar
         target = workspace / path
         if not target.exists() and not target.is_symlink():
-            warnings.append(f"artifact {path!r} was not produced by the job")
+            warnings.append(f"artifact {declared!r} was not produced by the job")
             continue
         before, warned = len(files), len(warnings)
         for file in _walk(target, root):

@@ -38,6 +38,8 @@ class Need(Record):
                 runs_in = job.executor
             elif job.image:
                 runs_in = "any" if job.image_implicit else "image"
+            if runs_in in ("any", "image") and any(p.startswith("/") for p in _artifacts(job)):
+                runs_in = "docker"  # its absolute artifacts are copied out of a container: only Docker keeps them
         return cls(
             int(resources.get("gpu", 0) or 0),
             int(resources.get("cpu", 0) or 0),
@@ -53,6 +55,10 @@ class Need(Record):
             f"{self.memory_mb} MB memory" if self.memory_mb else "",
         ]
         return ", ".join(p for p in parts if p) or "no particular resources"
+
+
+def _artifacts(job: Any) -> list[str]:
+    return [*getattr(job, "artifacts", []), *getattr(job, "artifacts_all_nodes", [])]
 
 
 @record

@@ -46,6 +46,7 @@ WORKFLOW_KEYS = (
 RESOURCE_KEYS = ("gpu", "cpu", "memory", "shm_size", "interruptible")
 GPU_KEYS = ("count", "name", "memory")
 MAX_NODES = 1024  # a gang larger than any LAN: a typo, not a plan
+CONTAINER_WORKSPACE = "/workspace"  # where a container job sees its workspace (the runner mounts it there)
 
 # A message and the key it is about -> the error, placed at that key's line.
 AtKey = Callable[[str, str], WorkflowError]
@@ -119,6 +120,9 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
     hold_base = item.get("hold_base", True)
     if not isinstance(hold_base, bool):
         raise err("'hold_base' must be true or false", "hold_base")
+    artifacts = _parse_artifacts(item, err)
+    image = str(item.get("image", "") or "")
+    check_container_artifacts([a.path for a in artifacts], image, provider, executor, err)
     version = item.get("version", "")
     if isinstance(version, float):  # a Python version: `3.10` means 3.10, not 3.1
         version = item.scalar_text.get("version", version)
@@ -126,14 +130,14 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
         name=name,
         commands=[render_value(c) for c in commands],
         help=str(item.get("help", "") or ""),
-        image=str(item.get("image", "") or ""),
+        image=image,
         provider=provider,
         version=render_value(version),
         requirements=str(item.get("requirements", "") or ""),
         script=str(item.get("script", "") or ""),
         args=[render_value(a) for a in args] if isinstance(args, list) else args,
         env=_parse_env(item, err),
-        artifacts=_parse_artifacts(item, err),
+        artifacts=artifacts,
         working_dir=working_dir,
         resources={**_parse_resources(item, err), **parse_slurm(item, err)},
         nodes=_parse_nodes(item, err),
@@ -226,11 +230,36 @@ def _parse_artifacts(item: LineMap, err: AtKey) -> list[ArtifactSpec]:
 
 
 def check_artifact_path(path: str, err: AtKey) -> None:
+    """A path in the workspace, or an absolute one (a container job's: copied out of its
+    container when it ends, see docs/workflows.md) that the runner takes too."""
     if not path.strip():
         raise err("artifact path '' is empty: name a file or dir in the workspace", "artifacts")
     p = PurePosixPath(path)
-    if p.is_absolute() or ".." in p.parts:
-        raise err(f"artifact path {path!r} must stay inside the workspace (relative, no '..')", "artifacts")
+    if not p.is_absolute():
+        if ".." in p.parts:
+            raise err(f"artifact path {path!r} must stay inside the workspace (relative, no '..')", "artifacts")
+        return
+    if ".." in p.parts or "//" in path or "\0" in path or str(p) != path.rstrip("/") or len(p.parts) < 2:
+        raise err(
+            f"absolute artifact path {path!r} must be a normalised path below / (no '..', '.' or '//')", "artifacts"
+        )
+    if p.is_relative_to(CONTAINER_WORKSPACE):
+        rel = p.relative_to(CONTAINER_WORKSPACE).as_posix()
+        raise err(f"artifact path {path!r} is in the workspace: write it relative ({rel!r})", "artifacts")
+
+
+def check_container_artifacts(paths: list[str], image: str, provider: str, executor: str, err: AtKey) -> None:
+    """An absolute artifact path is copied out of the job's container: a workflow that can only
+    run as a process (no image, or `executor: process`) is refused with what to change."""
+    path = next((p for p in paths if p.startswith("/")), None)
+    if path is None or (executor != "process" and (image or provider == "python")):
+        return
+    fix = "drop `executor: process`" if executor == "process" else "give the workflow an `image:`"
+    raise err(
+        f"artifact {path!r} is outside the workspace: only a container job's absolute paths are copied out "
+        f"({fix}), or write it under the workspace (e.g. `artifacts: [{PurePosixPath(path).name}]`)",
+        "artifacts",
+    )
 
 
 def _parse_resources(item: LineMap, err: AtKey) -> dict[str, Scalar | dict[str, Scalar]]:

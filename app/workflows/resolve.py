@@ -4,7 +4,7 @@ import shlex
 from collections.abc import Iterable
 from dataclasses import field
 
-from lanpool.app.workflows.entry import MAX_NODES, check_artifact_path
+from lanpool.app.workflows.entry import MAX_NODES, check_artifact_path, check_container_artifacts
 from lanpool.app.workflows.model import Project, Scalar, Workflow, WorkflowError
 from lanpool.app.workflows.model import render_value as render_value  # the CLI and TUI import it from here
 from lanpool.app.workflows.resources import normalize_resources
@@ -168,6 +168,8 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         raise err(f"'nodes' must be a whole number from 1 to {MAX_NODES}, not {nodes_text[:40]!r}", "nodes")
     if any(c.isspace() for c in resume_from):
         raise err(f"'resume-from' must be one run name, job id or WORKFLOW:TAG, not {resume_from!r}", "resume-from")
+    # A variable may have made a path absolute, or the image empty: checked as written values are.
+    check_container_artifacts(artifacts + artifacts_all, image, wf.provider, wf.executor, err)
     implicit = wf.provider == "python" and not image
     if implicit:
         image = f"python:{wf.version or DEFAULT_PYTHON}-slim"  # where the job runs in a container
