@@ -37,23 +37,32 @@ def agent(tmp_path: Path, controller_home: Path):
 
 
 def make_wheel(
-    dest: Path, name: str, body: str = "VALUE = 42\n", version: str = "1.0", requires: tuple[str, ...] = ()
+    dest: Path,
+    name: str,
+    body: str = "VALUE = 42\n",
+    version: str = "1.0",
+    requires: tuple[str, ...] = (),
+    pad: int = 0,
 ) -> Path:
-    """A pure-python wheel of module `name` (pip installs it offline, without building anything)."""
+    """A pure-python wheel of module `name` (pip installs it offline, without building anything);
+    `pad` bytes in a file of it give it a size (stored: the wheel is that much bigger)."""
     dist = name.replace("_", "-")
     info = f"{name}-{version}.dist-info"
     metadata = f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n" + "".join(
         f"Requires-Dist: {r}\n" for r in requires
     )
-    files = {
+    files: dict[str, str | bytes] = {
         f"{name}/__init__.py": body,
         f"{info}/METADATA": metadata,
         f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
+    if pad:
+        files[f"{name}/_pad.bin"] = bytes(pad)
     record = []
     for path, text in files.items():
-        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
-        record.append(f"{path},sha256={digest},{len(text.encode())}")
+        data = text.encode() if isinstance(text, str) else text
+        digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+        record.append(f"{path},sha256={digest},{len(data)}")
     record.append(f"{info}/RECORD,,")
     dest.mkdir(parents=True, exist_ok=True)
     wheel = dest / f"{name}-{version}-py3-none-any.whl"
@@ -95,15 +104,9 @@ def test_requirements_that_would_replace_the_base_torch_are_held_to_it(agent, cl
             "print('vision', m.version('lanpool_vision'), 'torch', m.version('torch'))\n",
         },
     )
-    base_torch = subprocess.run(
-        [AGENT_PYTHON, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    release = base_torch.split("+")[0].split(".")
-    newer = ".".join([*release[:2], str(int(release[2]) + 1)])
+    base_torch, release, newer = _base_torch()
     make_wheel(project / "wheels", "lanpool_vision", version="1.0", requires=("torch",))
-    make_wheel(project / "wheels", "lanpool_vision", version="9.0", requires=(f"torch>{'.'.join(release)}",))
+    make_wheel(project / "wheels", "lanpool_vision", version="9.0", requires=(f"torch>{release}",))
     make_wheel(project / "wheels", "torch", version=newer)
     held = cli("headless", "run", "vision", "--runner", agent.address, cwd=project, timeout=180)
     assert held.returncode == 0, held.stdout[-3000:] + held.stderr[-2000:]
@@ -115,6 +118,126 @@ def test_requirements_that_would_replace_the_base_torch_are_held_to_it(agent, cl
     free = cli("headless", "run", "vision-free", "--runner", agent.address, cwd=project, timeout=180)
     assert free.returncode == 0, free.stdout[-3000:] + free.stderr[-2000:]
     assert f"vision 9.0 torch {newer}" in free.stdout, free.stdout[-3000:]
+    assert f"would install torch {newer} (" in free.stderr, free.stderr[-3000:]  # said before the download
+    assert "would install" not in said  # held: nothing to say
+
+
+def _base_torch() -> tuple[str, str, str]:
+    """The base's torch version, its release, and one patch above it (the fake second torch)."""
+    base_torch = subprocess.run(
+        [AGENT_PYTHON, "-c", "import importlib.metadata as m; print(m.version('torch'))"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    release = base_torch.split("+")[0].split(".")
+    return base_torch, ".".join(release), ".".join([*release[:2], str(int(release[2]) + 1)])
+
+
+def _vision_workspace(tmp_path: Path, torch_pad: int = 0) -> tuple[Path, Path]:
+    """A job's workspace whose requirements name `lanpool_vision`, unpinned: its 9.0 wants a
+    torch newer than the base's (a fake torch wheel of `torch_pad` bytes more is there), its
+    1.0 takes any torch. The workspace and the fake torch wheel."""
+    _, release, newer = _base_torch()
+    workspace = tmp_path / "workspace"
+    make_wheel(workspace / "wheels", "lanpool_vision", version="1.0", requires=("torch",))
+    make_wheel(workspace / "wheels", "lanpool_vision", version="9.0", requires=(f"torch>{release}",))
+    torch_wheel = make_wheel(workspace / "wheels", "torch", version=newer, pad=torch_pad)
+    (workspace / "requirements.txt").write_text("--no-index\n--find-links ./wheels\nlanpool_vision\n")
+    return workspace, torch_wheel
+
+
+def _prepare(pythons: JobPythons, job_dir: Path, workspace: Path, hold_base: bool) -> list[str]:
+    """The job's log lines of building its env."""
+    lines: list[str] = []
+    asyncio.run(
+        pythons.prepare(
+            job_dir / "pyenv",
+            workspace,
+            workspace,
+            "",
+            "requirements.txt",
+            lambda s, d, c=False: lines.append(d.decode()),
+            hold_base=hold_base,
+        )
+    )
+    return lines
+
+
+def _index(lines: list[str], text: str) -> int:
+    found = [i for i, line in enumerate(lines) if text in line]
+    assert found, (text, "".join(lines)[-3000:])
+    return found[0]
+
+
+def test_a_second_torch_is_said_with_its_size_before_pip_downloads_it(tmp_path: Path, monkeypatch):
+    """`hold_base: false` and a requirement that pulls a torch of another version: one line says
+    so, with the download's size, before pip installs; held to the base, nothing to say; a
+    cached layer asks pip nothing (no dry run)."""
+    from lanpool.agent.python import pip_report
+
+    base_torch, _, newer = _base_torch()
+    workspace, torch_wheel = _vision_workspace(tmp_path, torch_pad=3_000_000)
+    size = f"{torch_wheel.stat().st_size / 1e6:.1f} MB"  # stored, not compressed: 3.0 MB
+    dry_runs: list[list[str]] = []
+    real_dry_run = pip_report.dry_run
+
+    async def counted(argv: list[str], *args: object) -> bytes:
+        dry_runs.append(argv)
+        return await real_dry_run(argv, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pip_report, "dry_run", counted)
+    pythons = JobPythons(Pythons.discover(), tmp_path / "cache")
+
+    free = _prepare(pythons, tmp_path / "free", workspace, hold_base=False)
+    said = f"would install torch {newer} ({size}) beside the base's torch {base_torch} (`hold_base: false`"
+    assert _index(free, said) < _index(free, "Successfully installed")
+    assert sum("would install" in line for line in free) == 1
+    assert f"pin lanpool-vision to a release for torch {base_torch} to keep the base's" in free[_index(free, said)]
+    assert len(dry_runs) == 1 and "--dry-run" in dry_runs[0]
+
+    held = _prepare(pythons, tmp_path / "held", workspace, hold_base=True)
+    assert _index(held, "held at the base's versions") < _index(held, "Successfully installed lanpool_vision-1.0")
+    assert not any("would install" in line for line in held), "".join(held)
+    assert len(dry_runs) == 2  # it was asked, and had nothing to say
+
+    again = _prepare(pythons, tmp_path / "again", workspace, hold_base=False)
+    assert any("nothing to install" in line for line in again)
+    assert len(dry_runs) == 2 and not any("would install" in line for line in again)  # reused: no dry run
+
+
+HOSTILE_REPORTS = {
+    "not JSON": b'{"install": [',
+    "not a report": b'["install"]',
+    "nested": b"[" * 100_000,
+    "a wheel that is not there": b'{"install": [{"metadata": {"name": "torch", "version": "NEWER"}, '
+    b'"download_info": {"url": "file:///nonexistent/lanpool/torch.whl"}}, '
+    b'{"metadata": {"name": "torch\\u001b[31m", "version": "1"}, "download_info": {"url": "file:///etc/shadow"}}, '
+    b'{"metadata": {"name": "jax", "version": "1\\n2"}}, {"metadata": 7}, 7]}',
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE_REPORTS))
+def test_a_hostile_report_is_no_trouble_for_the_install(tmp_path: Path, monkeypatch, kind):
+    """What pip's dry run printed comes from indexes (and maybe a build backend): a report that
+    is not one, or names a file that is not there, never stops the install nor prints odd text."""
+    from lanpool.agent.python import pip_report
+
+    _, _, newer = _base_torch()
+    workspace, _ = _vision_workspace(tmp_path)
+
+    async def hostile(*args: object) -> bytes:
+        return HOSTILE_REPORTS[kind].replace(b"NEWER", newer.encode())
+
+    monkeypatch.setattr(pip_report, "dry_run", hostile)
+    lines = _prepare(JobPythons(Pythons.discover(), tmp_path / "cache"), tmp_path / "job", workspace, False)
+    assert any("Successfully installed" in line for line in lines), lines
+    said = [line for line in lines if "would install" in line]
+    if kind == "a wheel that is not there":  # the one sane entry is said, its size unknown
+        assert len(said) == 1 and f"would install torch {newer} (size unknown) beside" in said[0], said
+        assert "\x1b" not in said[0] and "jax" not in said[0]
+    else:
+        assert said == []
+    assert not any("Traceback" in line for line in lines)
 
 
 def _freeze() -> str:

@@ -17,7 +17,9 @@ framework at its versions: PIP_CONSTRAINT names a constraints file (in the env) 
 the interpreter's torch, torchvision, torchaudio, Lightning and their CUDA (nvidia-*,
 triton), so an unpinned `torchvision` cannot pull a second torch and its CUDA wheels
 (gigabytes) into the job's layer; pip picks versions that fit the base instead, or says
-why it cannot. `hold_base: false` in the workflow lets them change.
+why it cannot. `hold_base: false` in the workflow lets them change. Before pip downloads, a
+dry run (agent/python/pip_report.py) asks what it would install: a second framework beside the
+base's, or a large one, gets a line in the log with its size.
 
 Requirements install once per (interpreter, requirements text, pins) into
 pyenvs/<key>/ of the agent's data dir, with pip's output in the job's log, and
@@ -32,6 +34,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -49,6 +52,7 @@ _DONE = ".lanpool-ready"  # written last: a requirements env without it is half-
 CONSTRAINTS = "lanpool-constraints.txt"  # in the job's env: the base's framework, pinned (PIP_CONSTRAINT)
 _HELD = ("torch", "torchvision", "torchaudio", "lightning", "pytorch-lightning", "lightning-fabric", "triton")
 _INSTALL_TIMEOUT_S = 3 * 3600.0
+_DRY_RUN_TIMEOUT_S = 120.0  # a resolution that takes longer goes unforecast: the install itself starts
 _MAX_LINE = 1024 * 1024
 
 
@@ -62,7 +66,7 @@ class JobPythons:
         self.sandbox: Sandbox | None = None
         self._locks: dict[str, asyncio.Lock] = {}
         self._shapes: dict[str, VenvShape] = {}  # interpreter path -> what venv wrote for it
-        self._pins: dict[str, list[str]] = {}  # interpreter path -> its framework's `name==version`
+        self._dists: dict[str, dict[str, str]] = {}  # interpreter path -> its distributions' name -> version
         self._constraints: dict[str, str] = {}  # interpreter path -> its constraints file's text (read once)
 
     def check(self, version: str) -> None:
@@ -93,7 +97,9 @@ class JobPythons:
         pins = self.pins(interp) if hold_base else []
         if requirements:
             req_file = _requirements_file(workspace, working_dir, requirements)
-            req_env = await self._requirements_env(interp, env_dir, working_dir, req_file, requirements, sink, pins)
+            req_env = await self._requirements_env(
+                interp, env_dir, working_dir, req_file, requirements, sink, pins, hold_base
+            )
             layers = [str(_site_packages(req_env))]  # its own _lanpool.pth adds the interpreter's below it
             paths.insert(0, str(req_env / "bin"))
         await _make_venv(interp, env_dir, layers, self._shapes)
@@ -111,19 +117,24 @@ class JobPythons:
         return env
 
     def pins(self, interp: Interpreter) -> list[str]:
-        """`name==version` of the interpreter's framework (torch, Lightning, their CUDA), read once
-        from the names of its site-packages' `NAME-VERSION.dist-info` directories (no interpreter run)."""
-        if interp.path not in self._pins:
-            found: set[str] = set()
+        """`name==version` of the interpreter's framework (torch, Lightning, their CUDA)."""
+        dists = self.distributions(interp)
+        return sorted(f"{n}=={v}" for n, v in dists.items() if n in _HELD or n.startswith("nvidia-"))
+
+    def distributions(self, interp: Interpreter) -> dict[str, str]:
+        """The interpreter's distributions, canonical name -> version, read once from the names of
+        its site-packages' `NAME-VERSION.dist-info` directories (no interpreter run); the first
+        site dir's wins, as for imports."""
+        if interp.path not in self._dists:
+            found: dict[str, str] = {}
             for site_dir in interp.site_dirs:
                 with contextlib.suppress(OSError):
-                    for entry in os.listdir(site_dir):
+                    for entry in sorted(os.listdir(site_dir)):
                         name, _, version = entry.removesuffix(".dist-info").partition("-")
-                        name = name.lower().replace("_", "-")
-                        if entry.endswith(".dist-info") and version and (name in _HELD or name.startswith("nvidia-")):
-                            found.add(f"{name}=={version}")
-            self._pins[interp.path] = sorted(found)
-        return self._pins[interp.path]
+                        if entry.endswith(".dist-info") and version:
+                            found.setdefault(re.sub(r"[-_.]+", "-", name).lower(), version)
+            self._dists[interp.path] = found
+        return self._dists[interp.path]
 
     async def _requirements_env(
         self,
@@ -134,6 +145,7 @@ class JobPythons:
         requirements: str,
         sink: OutputSink,
         pins: list[str],
+        hold_base: bool,
     ) -> Path:
         text = req_file.read_bytes()
         held = constraints_text(pins)
@@ -160,6 +172,11 @@ class JobPythons:
                 (target / CONSTRAINTS).write_text(held)
                 pip_env["PIP_CONSTRAINT"] = str(target / CONSTRAINTS)
                 _say(sink, f"requirements {requirements}: {_held_text(pins)} held at the base's versions ({HOLD_HINT})")
+            forecast = await self._forecast(
+                interp, command, req_file, target, env_dir.parent, working_dir, pip_env, hold_base
+            )
+            if forecast:
+                _say(sink, f"requirements {requirements}: {forecast}")
             if self.sandbox is not None:
                 argv = await self._sandboxed(argv, target, env_dir.parent, working_dir)
             code = await _run(f"pip install -r {requirements}", argv, working_dir, pip_env, sink)
@@ -173,6 +190,38 @@ class JobPythons:
             (target / _DONE).write_text(requirements + "\n")
             _say(sink, f"requirements {requirements}: installed in {time.monotonic() - started:.1f}s, cached")
         return target
+
+    async def _forecast(
+        self,
+        interp: Interpreter,
+        command: list[str],
+        req_file: Path,
+        target: Path,
+        job_dir: Path,
+        working_dir: Path,
+        pip_env: dict[str, str],
+        hold_base: bool,
+    ) -> str | None:
+        """What pip would install, asked with the install's own constraints, index settings and
+        sandbox: a line when that is a large framework download (agent/python/pip_report.py).
+        A forecast only: any trouble is a debug line, and the install goes on."""
+        from lanpool.agent.python import pip_report  # only when an install runs: urllib and a thread pool
+
+        base = self.distributions(interp)
+        if not pip_report.supports_report(base.get("pip", "")):
+            return None  # an older pip has no --report: the install goes on without the forecast
+        argv = [*command, "--no-input", "--quiet", "--dry-run", "--report", "-", "-r", str(req_file)]
+        started = time.monotonic()
+        try:
+            if self.sandbox is not None:  # the dry run may build an sdist's metadata: job code
+                argv = await self._sandboxed(argv, target, job_dir, working_dir)
+            report = await pip_report.dry_run(argv, str(working_dir), _child_env(pip_env), _DRY_RUN_TIMEOUT_S)
+            line = await pip_report.forecast(pip_report.read_report(report), base, hold_base)
+        except Exception as exc:  # never the install's failure (a cancel is not an Exception: it goes on up)
+            log.debug("requirements forecast skipped after %.2fs: %s", time.monotonic() - started, exc)
+            return None
+        log.debug("requirements forecast took %.2fs", time.monotonic() - started)
+        return line
 
     async def _sandboxed(self, argv: list[str], target: Path, job_dir: Path, working_dir: Path) -> list[str]:
         """`argv` in the job's sandbox: the layer being built writable, the workspace read-only."""
@@ -297,12 +346,10 @@ def _site_packages(env_dir: Path) -> Path:
 
 async def _run(what: str, argv: list[str], cwd: Path, extra_env: dict[str, str], sink: OutputSink | None) -> int:
     """Run a helper command, its output to the job's log; killed with its group if the start is cancelled."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH", "PIP_USER")}
-    env.update(extra_env)
     proc = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
-        env=env,
+        env=_child_env(extra_env),
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
@@ -324,6 +371,12 @@ async def _run(what: str, argv: list[str], cwd: Path, extra_env: dict[str, str],
             raise
         why = f"ran over {_INSTALL_TIMEOUT_S / 3600:g} h" if isinstance(exc, TimeoutError) else "wrote a line too long"
         raise ExecutorError(f"{what} {why}; killed") from None
+
+
+def _child_env(extra_env: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONHOME", "PYTHONPATH", "PIP_USER")}
+    env.update(extra_env)
+    return env
 
 
 def _say(sink: OutputSink, text: str) -> None:
