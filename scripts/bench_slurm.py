@@ -181,7 +181,7 @@ def main() -> None:
     args = parser.parse_args()
     # On storage both nodes see: the corpus, and srun's working dir.
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
-        from tests.test_training_chargpt import write_corpus
+        from tests.system.test_training_chargpt import write_corpus
 
         (Path(tmp) / "gpt").mkdir()
         data = write_corpus(Path(tmp) / "gpt" / "corpus.txt", 20_000)

@@ -11,6 +11,16 @@ import pytest
 from tests.docker_harness import BUSYBOX_IMAGE, busybox_rootfs_tar, remove_agent_containers
 from tests.harness import APP_MODULE, REPO, lanpool_env, start_agent, start_docker_agent, write_project
 
+# A test's tier is its directory (tests/README.md): `-m unit` (or the path) selects one.
+TIERS = ("unit", "integration", "system")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        tier = item.path.parent.name
+        if tier in TIERS:
+            item.add_marker(tier)
+
 
 @pytest.fixture
 def controller_home(tmp_path: Path, monkeypatch) -> Path:

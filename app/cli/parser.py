@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # read only by `run` and `plan`: imported there (start-up of 
 
 # Every verb builds the whole parser: what its option types need (the controller, the workflow
 # loader and yaml) is imported when an option of that type is given, not here (start-up time).
-DEFAULT_PRUNE_AGE = "7d"  # app/runs/retention.py's, for --help; tests/test_import_budget.py checks they agree
+DEFAULT_PRUNE_AGE = "7d"  # app/runs/retention.py's, for --help (tests/integration/test_import_budget.py agrees)
 
 
 class _Parser(argparse.ArgumentParser):

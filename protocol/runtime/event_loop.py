@@ -14,7 +14,7 @@ allows for: it runs a child's preexec_fn before it moves the child's stdio into 
 reading an accepted connection after connection_made, so pause_reading there does not
 hold early bytes back (app/shell/ports.py keeps them until the channel opens).
 LANPOOL_EVENT_LOOP=asyncio turns uvloop off everywhere, =uvloop on everywhere (the agent
-too; a comparison, or a problem to tell apart); tests/test_job_shell.py and tests/test_port_forward.py run on both loops.
+too; a comparison, or a problem to tell apart); tests/integration/test_job_shell.py and tests/integration/test_port_forward.py run on both loops.
 """
 
 import asyncio

@@ -1,0 +1,87 @@
+"""docs/workflows.schema.json and docs/variables.schema.json: editors validate and complete
+workflow files with them, so they must accept every project lanpool reads and refuse what it refuses."""
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lanpool.app.workflows.dialects import ALIASES, IGNORED_KEYS, IGNORED_RESOURCES
+from lanpool.app.workflows.entry import GPU_KEYS, RESOURCE_KEYS, WORKFLOW_KEYS
+from lanpool.app.workflows.loader import load_workflows
+
+jsonschema = pytest.importorskip("jsonschema")
+
+REPO = Path(__file__).resolve().parents[2]
+DOCS = REPO / "docs"
+# Every project the tests and the README's demo use, in each dialect.
+PROJECTS = sorted(
+    [REPO, REPO / "tests" / "data" / "tui_project", *(REPO / "tests" / "fixtures" / "dialects").iterdir()],
+    key=str,
+)
+
+
+def _validator(name: str) -> "jsonschema.Draft7Validator":
+    schema = json.loads((DOCS / f"{name}.schema.json").read_text())
+    jsonschema.Draft7Validator.check_schema(schema)
+    return jsonschema.Draft7Validator(schema)
+
+
+def _files(root: Path) -> tuple[Path, Path]:
+    sub = root / (".lanpool" if (root / ".lanpool").is_dir() else ".dstack")
+    return sub / "workflows.yaml", sub / "variables.yaml"
+
+
+def _errors(name: str, document: object) -> list[str]:
+    return [e.message for e in _validator(name).iter_errors(document)]
+
+
+@pytest.mark.parametrize("root", PROJECTS, ids=lambda p: p.relative_to(REPO).as_posix() or "demo")
+def test_the_schemas_accept_every_project_lanpool_reads(root):
+    load_workflows(root)  # lanpool reads it...
+    workflows, variables = _files(root)
+    assert _errors("workflows", yaml.safe_load(workflows.read_text())) == []  # ...and so does an editor
+    if variables.is_file():
+        assert _errors("variables", yaml.safe_load(variables.read_text())) == []
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"name": "t", "comands": ["echo"]},  # a typo'd key
+        {"name": "t"},  # nothing to run
+        {"name": "t", "commands": "echo hi"},  # a string, not a list
+        {"name": "t", "commands": ["x"], "nodes": 0},
+        {"name": "t", "commands": ["x"], "executor": "vm"},
+        {"name": "t", "commands": ["x"], "artifacts": ["../outside"]},
+        {"name": "t", "commands": ["x"], "resources": {"gpus": 1}},
+        {"name": "t", "commands": ["x"], "env": {"1BAD": "x"}},
+    ],
+)
+def test_the_workflows_schema_refuses_what_lanpool_refuses(entry):
+    assert _errors("workflows", {"workflows": [entry]})
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        {"variables": {"train": {"lr": [1, 2]}}},  # a list value
+        {"variables": {"train": {"-lr": 1}}},  # not a variable name
+        {"variables": {"train": {"run_name": "x"}}},  # built in
+        {"vars": {}},
+    ],
+)
+def test_the_variables_schema_refuses_what_lanpool_refuses(document):
+    assert _errors("variables", document)
+
+
+def test_the_schema_knows_every_key_the_loader_knows():
+    """A key added to app/workflows/entry.py without the schema would be flagged in every editor."""
+    schema = json.loads((DOCS / "workflows.schema.json").read_text())
+    workflow = schema["definitions"]["workflow"]["properties"]
+    dialect_keys = {old for old, _ in ALIASES} | set(IGNORED_KEYS) | {"gpu", "deps"}
+    assert set(WORKFLOW_KEYS) | dialect_keys == set(workflow)
+    assert set(RESOURCE_KEYS) | set(IGNORED_RESOURCES) == set(workflow["resources"]["properties"])
+    gpu_object = next(s for s in workflow["resources"]["properties"]["gpu"]["anyOf"] if s["type"] == "object")
+    assert set(GPU_KEYS) == set(gpu_object["properties"])
