@@ -6,9 +6,21 @@ ArtifactRange (part of GetArtifacts) are their records. Registered in protocol/m
 """
 
 from dataclasses import field
+from pathlib import PurePosixPath
 from typing import ClassVar
 
 from lanpool.protocol.message_base import Message, record
+
+# A container job's absolute artifact `/opt/x` comes back as one file, the tar of it, named
+# `.lanpool-abs/opt/x.tar` in its workspace and its artifact list (agent/workspace/abs_artifacts.py).
+ABS_ARTIFACTS_DIR = ".lanpool-abs"
+ABS_ARTIFACT_SUFFIX = ".tar"
+
+
+def abs_artifact_name(path: str) -> str:
+    """The workspace-relative name the absolute artifact `path` comes back under."""
+    return f"{ABS_ARTIFACTS_DIR}/{PurePosixPath(path).relative_to('/').as_posix()}{ABS_ARTIFACT_SUFFIX}"
+
 
 # Hello.features: this agent answers GetArtifacts(direct=True) with a DirectOffer (see DirectOffer).
 ARTIFACT_DIRECT = "artifact-direct"

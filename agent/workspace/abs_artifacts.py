@@ -37,9 +37,10 @@ from lanpool.agent.errors import JobError
 from lanpool.agent.workspace.blobs import DISK_MARGIN
 from lanpool.agent.workspace.files import open_regular
 from lanpool.agent.workspace.staging import DIR_FLAGS, NEW_FILE, parent_dir_fd
+from lanpool.protocol.transfer_messages import ABS_ARTIFACT_SUFFIX, ABS_ARTIFACTS_DIR, abs_artifact_name
 
-PREFIX = ".lanpool-abs"  # reserved: the workspace's folder of absolute artifacts
-SUFFIX = ".tar"
+PREFIX = ABS_ARTIFACTS_DIR  # reserved: the workspace's folder of absolute artifacts
+SUFFIX = ABS_ARTIFACT_SUFFIX
 META_MAX = 1 << 20  # bytes of one pax or GNU long-name header: a name, not a file
 MAX_MEMBERS = 500_000  # a conda env holds ~50k files
 _MAX_WARNINGS = 5  # members left out are said one by one up to here, then counted
@@ -72,7 +73,7 @@ def check_absolute(path: str) -> str | None:
 
 def stored_name(path: str) -> str:
     """Where the absolute artifact `path` is kept in the workspace: `.lanpool-abs/opt/x.tar`."""
-    return f"{PREFIX}/{PurePosixPath(path).relative_to('/').as_posix()}{SUFFIX}"
+    return abs_artifact_name(path)
 
 
 def original_path(stored: str) -> str | None:

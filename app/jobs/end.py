@@ -16,6 +16,7 @@ from lanpool.app.runners.client import RunnerSession
 from lanpool.app.store import ARTIFACTS_REFUSED, JobRow, Store
 from lanpool.app.transfer.artifacts import Artifacts
 from lanpool.protocol import JobState, JobStatus
+from lanpool.protocol.transfer_messages import abs_artifact_name
 
 
 async def finish_job(
@@ -67,11 +68,12 @@ def _note_missing(store: Store, job_id: str) -> None:
 
 
 def missing_outputs(declared: list[str], files: list[str]) -> list[str]:
-    """The declared artifact paths with no file at or under them among `files`."""
+    """The declared artifact paths with no file at or under them among `files` (an absolute
+    one, a container job's, comes back as its one tar: protocol abs_artifact_name)."""
     have = [PurePosixPath(f) for f in files]
     missing = []
     for path in declared:
-        want = PurePosixPath(path)
+        want = PurePosixPath(abs_artifact_name(path) if path.startswith("/") else path)
         if not any(f == want or want in f.parents for f in have):
             missing.append(path)
     return missing

@@ -3,6 +3,7 @@ the ended container as one checked tar (`.lanpool-abs/opt/envx.tar`), put back a
 path into a dependent job's container before it starts; refused for a process job."""
 
 import asyncio
+import json
 import shutil
 import tarfile
 
@@ -120,3 +121,40 @@ def test_a_process_runner_refuses_an_absolute_artifact_in_one_line(agent):
 
     with pytest.raises(RunnerError, match="outside the workspace and this runner would run the job as a process"):
         asyncio.run(go())
+
+
+SETUP_AND_TRAIN = """
+workflows:
+  - name: setup
+    image: IMAGE
+    pull: never
+    commands:
+      - mkdir -p /opt/envx/bin
+      - printf '#!/bin/sh\\necho tool ran in $PWD\\n' > /opt/envx/bin/tool && chmod 755 /opt/envx/bin/tool
+    artifacts: [/opt/envx]
+  - name: train
+    image: IMAGE
+    pull: never
+    depends-on: [setup]
+    commands:
+      - /opt/envx/bin/tool
+"""
+
+
+def test_a_dependency_built_at_an_absolute_path_is_there_for_its_dependent_through_the_cli(
+    docker_agent, busybox_image, cli, make_project, tmp_path
+):
+    """dstack 2022's conda recipe as its users ran it: `setup` builds /opt/envx, `train` depends on
+    it and runs what it built; the controller stores and stages the artifact like any other, and
+    `artifacts download` brings it as the one tar."""
+    project = make_project(SETUP_AND_TRAIN.replace("IMAGE", busybox_image))
+    runner = ("--runner", docker_agent.address)
+    res = cli("headless", "run", "train", *runner, "--json", cwd=project, timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "tool ran in /workspace" in res.stdout
+    jobs = {j["workflow"]: j["job_id"] for j in json.loads(res.stdout.strip().splitlines()[-1])["jobs"]}
+    again = cli("headless", "run", "train", *runner, cwd=project, timeout=300)  # setup reused: staged from the store
+    assert again.returncode == 0 and "tool ran in /workspace" in again.stdout, again.stdout + again.stderr
+    assert "reus" in again.stdout + again.stderr
+    listed = cli("headless", "artifacts", "list", jobs["setup"], "--json", check=True)
+    assert ".lanpool-abs/opt/envx.tar" in listed.stdout

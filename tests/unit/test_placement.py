@@ -12,3 +12,13 @@ def test_missing_outputs_match_files_at_or_under_each_path():
     absent = ["checkpoint", "ck", "out.txt/x", "logs"]
     assert missing_outputs(absent, files) == absent
     assert missing_outputs(["x"], []) == ["x"]
+
+
+def test_an_absolute_artifact_is_produced_when_its_tar_came_back():
+    files = [".lanpool-abs/opt/conda/envs/x.tar", "out/a.txt"]
+    assert missing_outputs(["/opt/conda/envs/x", "out"], files) == []
+    assert missing_outputs(["/opt/conda/envs", "/opt/conda/envs/x/bin", "/root/.cache"], files) == [
+        "/opt/conda/envs",
+        "/opt/conda/envs/x/bin",
+        "/root/.cache",
+    ]
