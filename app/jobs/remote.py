@@ -145,7 +145,7 @@ class RemoteJob:
         """Where each node's stored log ends (node -> seq), `start` for node 0's when given. A
         Slurm job's nodes share its one log's line numbers: each resumes after the last stored."""
         if self.slurm:
-            end = start if start is not None else max(self.store.log_end(self.job_id, k) for k in range(self.size))
+            end = start if start is not None else self.store.one_log_end(self.job_id, self.size)
             return dict.fromkeys(range(self.size), end)
         ends = {at.node: self.store.log_end(self.job_id, at.node) for at in self.nodes}
         if start is not None:

@@ -35,6 +35,11 @@ class OutputRows(Table):
         ).fetchone()
         return row[0] if row else 0
 
+    def one_log_end(self, job_id: str, nodes: int) -> int:
+        """Where the one log of a job run whole by a Slurm runner ends: its lines are spread over
+        its `nodes` rows with that log's numbers (app/store/slurm_nodes.py), so the newest of any."""
+        return max(self.log_end(job_id, k) for k in range(max(1, nodes)))
+
     def log_line_count(self, job_id: str) -> int:
         count: int = self.conn.execute(
             "SELECT COALESCE(SUM(n_lines), 0) FROM log_chunks WHERE job_id = ?", (job_id,)

@@ -60,8 +60,7 @@ class Runs:
 
     def log_end(self, job_id: str) -> int:
         """Where node 0's stored log ends (a Slurm job's nodes: its one log's): a live follow starts there."""
-        nodes = slurm_nodes(self.store.job(job_id).spec)
-        return max(self.store.log_end(job_id, k) for k in range(max(1, nodes)))
+        return self.store.one_log_end(job_id, slurm_nodes(self.store.job(job_id).spec))
 
     # -- read models (app/views/overview.py) ----------------------------------------------------
 
