@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.docker_harness import BUSYBOX_IMAGE, busybox_rootfs_tar, remove_agent_containers
-from tests.harness import APP_MODULE, REPO, lanpool_env, start_agent, start_docker_agent, write_project
+from tests.harness import APP_MODULE, REPO, follow_until, lanpool_env, start_agent, start_docker_agent, write_project
 
 # A test's tier is its directory (tests/README.md): `-m unit` (or the path) selects one.
 TIERS = ("unit", "integration", "system")
@@ -115,6 +115,10 @@ def cli(controller_home: Path):
 
     run.popen = lambda *args, cwd=None, **kw: subprocess.Popen(  # type: ignore[attr-defined]
         [*APP_MODULE, *args], cwd=cwd, env=lanpool_env(controller_home), **kw
+    )
+    # `logs -f REF` until a line holds TEXT: one process, not a poll of new ones (tests/harness.py).
+    run.follow_until = lambda ref, text, timeout=60: follow_until(  # type: ignore[attr-defined]
+        ref, text, lanpool_env(controller_home), timeout
     )
     return run
 

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,6 +64,41 @@ def lanpool_env(home: Path | None, **extra: str) -> dict[str, str]:
 # (median), ~210 agents a run. Each home gets its own key (tests tell controllers apart by
 # it). Another `app` (an installed wheel) is still asked by its CLI, and the CLI's `authorize`
 # keeps its own tests (tests/system/test_wheel.py, test_mdns_hints.py).
+
+
+def follow_until(ref: str, text: str, env: dict[str, str], timeout: float = 60, app: Sequence[str] = APP_MODULE) -> str:
+    """`app headless logs -f REF` until a line holds `text`, then stopped; returns what it printed.
+    One process, where polling `logs` started a new one every 0.2-0.5 s (~0.3 s of CPU each)."""
+    proc = subprocess.Popen(
+        [*app, "headless", "logs", "-f", ref],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    seen: list[str] = []
+    found = threading.Event()
+
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            seen.append(line)
+            if text in line:
+                found.set()
+                return
+        found.set()  # the log ended (the job did) without it
+
+    threading.Thread(target=read, daemon=True).start()
+    try:
+        found.wait(timeout)
+    finally:
+        proc.kill()
+        proc.wait()
+    out = "".join(seen)
+    if text not in out:
+        raise AssertionError(f"{text!r} never appeared in the log of {ref} within {timeout:g} s:\n{out[-4000:]}")
+    return out
 
 
 def controller_key(env: dict[str, str], app: Sequence[str] = APP_MODULE) -> str:

@@ -38,17 +38,13 @@ workflows:
       - while true; do sleep 0.1; done
   - name: numbered
     commands:
-      - for i in $(seq 1 3000); do echo line-$i; sleep 0.001; done
+      # one process writing a line at a time (a bash loop forked `sleep` 3,000 times)
+      - python -c "import time; [print(f'line-{i}', flush=True) or time.sleep(0.001) for i in range(1, 3001)]"
 """
 
 
 def _wait_for_log(cli, ref: str, text: str, timeout: float = 30) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if text in cli("headless", "logs", ref).stdout:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{text!r} never appeared in the log of {ref}")
+    cli.follow_until(ref, text, timeout)
 
 
 def _run_name(stderr: str) -> str:

@@ -19,7 +19,7 @@ from lanpool.app.keys import load_or_create_client_key
 from lanpool.protocol.pairing import PAIRING_USER
 from lanpool.protocol.runtime import event_loop
 from lanpool.protocol.wire import exec_command
-from tests.harness import APP_MODULE, lanpool_env
+from tests.harness import APP_MODULE, follow_until, lanpool_env
 from tests.system.test_docker_executor import _status, _stop, submit, wait_for_line
 
 
@@ -282,9 +282,7 @@ def test_cli_exec_ports_and_refusals(loop_name, agent, cli, make_project):
     project = make_project(WORKFLOWS.replace("PORT", str(port)))
     res = cli("headless", "run", "serve", "--runner", agent.address, "-d", "--json", cwd=project, check=True)
     run = json.loads(res.stdout.strip().splitlines()[-1])["run"]
-    deadline = time.time() + 60
-    while "ready" not in cli("headless", "logs", run).stdout and time.time() < deadline:
-        time.sleep(0.3)
+    cli.follow_until(run, "ready")
     done = cli("headless", "exec", run, "--", "sh", "-c", "echo hi from $PWD; exit 4")
     assert done.returncode == 4 and done.stdout.startswith("hi from ") and "workspace" in done.stdout
     assert cli("headless", "exec", run, "--node", "3", "--", "true").stderr.count("\n") == 1
@@ -356,10 +354,7 @@ def test_2022_ports_count_and_a_passed_env_name(agent, cli, make_project, contro
     res = app("run", "serve", "--runner", agent.address, "-d", "--json")
     assert res.returncode == 0, res.stderr
     run = json.loads(res.stdout.strip().splitlines()[-1])["run"]
-    deadline, log = time.time() + 60, ""
-    while "listening on" not in log and time.time() < deadline:
-        log = app("logs", run).stdout
-        time.sleep(0.3)
+    log = follow_until(run, "listening on", env)
     picked = int(re.search(r"listening on (\d+) hello token=\*\*\*", log).group(1))  # masked here too
     forwards = subprocess.Popen(
         [*APP_MODULE, "headless", "ports", run, "--json"], stdout=subprocess.PIPE, text=True, env=env

@@ -51,10 +51,7 @@ def _start_idle_run(cli, make_project, runner: str, image: str = "") -> str:
     project = make_project(WORKFLOWS.replace("IMAGE", f"image: {image}" if image else ""))
     res = cli("headless", "run", "idle", "--runner", runner, "-d", "--json", cwd=project, check=True)
     run = json.loads(res.stdout.strip().splitlines()[-1])["run"]
-    deadline = time.monotonic() + 60
-    while "ready" not in cli("headless", "logs", run).stdout:
-        assert time.monotonic() < deadline, cli("headless", "logs", run).stdout
-        time.sleep(0.3)
+    cli.follow_until(run, "ready")
     return str(run)
 
 
