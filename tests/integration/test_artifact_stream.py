@@ -21,7 +21,9 @@ from lanpool.app.errors import ArtifactsRefused, LanpoolError
 from lanpool.app.store import ARTIFACTS_REFUSED
 from lanpool.app.transfer.pull import _pull_lock, staging_dir
 from lanpool.protocol import ArtifactData, ArtifactEnd, ArtifactsSent, Error, ErrorCode, JobState
-from tests.hostile_runner import BASHRC, Script, seed_job
+from tests.hostile_runner import BASHRC, Script, hostile, seed_job
+
+_ = hostile  # a fixture from hostile_runner: the tests name it
 
 
 def _follow(ctl: Controller, job_id: str, timeout: float = 30.0):

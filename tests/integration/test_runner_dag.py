@@ -11,7 +11,9 @@ import pytest
 from lanpool.app.errors import RunnerError
 from lanpool.protocol import SubmitJob
 from tests.harness import start_agent
-from tests.runner_jobs import across_restart, job_log, jobs_by, open_session, wait_state
+from tests.runner_jobs import across_restart, job_log, jobs_by, open_session, runner, wait_state
+
+_ = runner  # a fixture from runner_jobs: the tests name it
 
 KEY = "k" * 32
 

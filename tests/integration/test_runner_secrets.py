@@ -14,8 +14,10 @@ import pytest
 from lanpool.agent.executors.line_cutter import MAX_LINE
 from lanpool.protocol import SubmitJob
 from tests.harness import start_agent
-from tests.runner_jobs import ALL_CPUS, across_restart, job_log, open_session, wait_state
+from tests.runner_jobs import ALL_CPUS, across_restart, job_log, open_session, runner, wait_state
 from tests.unit.test_runner_secrets import TOKEN, _shown
+
+_ = runner  # a fixture from runner_jobs: the tests name it
 
 DIGEST = hashlib.sha256(TOKEN.encode()).hexdigest()[:16]
 

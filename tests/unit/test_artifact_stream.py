@@ -9,10 +9,6 @@ and `status` neither cuts a slow pull short nor calls its runner OFFLINE.
 
 import pytest
 
-from tests.hostile_runner import hostile
-
-_ = hostile  # a fixture from hostile_runner: the tests name it
-
 
 @pytest.mark.parametrize(("offset", "ok"), [(0, True), (90, True), (100, True), (101, False)])
 def test_the_agent_serves_only_offsets_inside_a_listed_file(offset, ok):

@@ -2,10 +2,6 @@
 steps it waits for are DONE, stages their artifacts itself, and fails dependents of a
 failed step. Real agents, real SSH; "no controller alive" = the CLI process has exited."""
 
-from tests.runner_jobs import runner
-
-_ = runner  # a fixture from runner_jobs: the tests name it
-
 
 def test_gc_keeps_a_finished_step_while_a_step_that_waits_for_it_has_not_run(tmp_path):
     from lanpool.agent.home import AgentHome

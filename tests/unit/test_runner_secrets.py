@@ -15,10 +15,6 @@ from lanpool.agent.jobs.masking import HOLD_SLACK, held_tail, mask_secrets
 from lanpool.agent.jobs.recovery import adoption_of
 from lanpool.agent.workspace.spool import LogSpool
 from lanpool.protocol import JobState
-from tests.runner_jobs import runner
-
-_ = runner  # a fixture from runner_jobs: the tests name it
-
 
 TOKEN = "tk-9f8e7d6c5b4a-SECRET"
 
