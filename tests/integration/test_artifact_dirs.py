@@ -1,6 +1,7 @@
 """Declared artifact directories exist (empty) before a job's commands run, as dstack made them
 (agent/workspace/staging.py make_artifact_dirs): made without following a link, never outside
-the workspace, and never in the way of a file the job writes."""
+the workspace, and never in the way of a file the job writes.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_artifact_dirs.py."""
 
 import json
 

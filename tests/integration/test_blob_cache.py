@@ -3,7 +3,7 @@
 Every PutBlob is untrusted: wrong content, gaps, size lies and oversized parts are
 refused in one line and leave nothing behind; a SubmitJob.files list cannot write
 outside its workspace or name a blob the runner does not have.
-"""
+The part with real agents and the CLI (integration); the rest: tests/unit/test_blob_cache.py."""
 
 import asyncio
 import os

@@ -1,4 +1,5 @@
-"""Shell completion (`app completion bash|zsh`, the hidden `app __complete`) and `app --help`."""
+"""Shell completion (`app completion bash|zsh`, the hidden `app __complete`) and `app --help`.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_completion.py."""
 
 import json
 import shutil

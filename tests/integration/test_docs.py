@@ -1,5 +1,6 @@
 """The README and docs/: a newcomer's README that links every doc, links that lead somewhere, every
-verb documented, and docs/benchmarks.md generated from docs/bench/*.json (never hand-copied)."""
+verb documented, and docs/benchmarks.md generated from docs/bench/*.json (never hand-copied).
+The part with real agents and the CLI (integration); the rest: tests/unit/test_docs.py."""
 
 import json
 import os

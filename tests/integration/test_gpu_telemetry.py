@@ -1,7 +1,8 @@
 """Per-job GPU telemetry: a real agent whose GPUs are faked at the edge (LANPOOL_FAKE_GPUS for the
 list, LANPOOL_FAKE_NVIDIA_SMI for the readings) writes the figures of the GPUs a job holds, and
 only those, into its metrics; `metrics --gpu` and the runners' GPU UTIL column show them; a
-broken or hostile nvidia-smi is skipped with a log line and never stops the agent or the job."""
+broken or hostile nvidia-smi is skipped with a log line and never stops the agent or the job.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_gpu_telemetry.py."""
 
 import json
 import stat

@@ -1,7 +1,8 @@
 """The controller against a hostile runner (tests/hostile_runner.py: real asyncssh, the
 real protocol encoder, real SQLite): a runner writes only its own job's log and state,
 a status it cannot read ends the follow with one line, job log text reaches no
-terminal as escapes. Artifacts from a hostile runner: tests/integration/test_artifact_stream.py."""
+terminal as escapes. Artifacts from a hostile runner: tests/integration/test_artifact_stream.py.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_hostile_runner.py."""
 
 import asyncio
 import logging

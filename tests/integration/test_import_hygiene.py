@@ -9,7 +9,7 @@ their sub-packages, read from the source (module level, inside functions, under 
   exceptions are listed with why.
 - No import cycle between modules, counting imports inside functions and for types.
 - No private name (`_x`) imported from another module.
-"""
+The part with real agents and the CLI (integration); the rest: tests/unit/test_import_hygiene.py."""
 
 import json
 import os

@@ -1,7 +1,8 @@
 """Each process job in its own Python environment: layered on the runner's base
 interpreter, requirements installed into a cached layer with pip's output in the job's log,
 `version:` matched to an interpreter of the runner or refused at submit, and the agent's
-own environment never written by a job. Offline: the packages are wheels made here."""
+own environment never written by a job. Offline: the packages are wheels made here.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_job_python_env.py."""
 
 import asyncio
 import base64

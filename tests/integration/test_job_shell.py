@@ -1,6 +1,7 @@
 """Into a running job: exec, a shell on a PTY, forwarded ports. Real agents, real asyncssh
 clients and the real `app` CLI; each door is tried from where it must stay shut too
-(a pairing connection, a job that ended, an undeclared port, a plain exec)."""
+(a pairing connection, a job that ended, an undeclared port, a plain exec).
+The part with real agents and the CLI (integration); the rest: tests/unit/test_job_shell.py, tests/system/test_job_shell.py."""
 
 import asyncio
 import hashlib

@@ -1,6 +1,7 @@
 """A process job's env after the first of its interpreter is written without `python -m venv`
 (agent/python/venv.py): the same env at its own path, made without a subprocess, and nothing
-a job does to its env reaches the next job's."""
+a job does to its env reaches the next job's.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_job_venv.py."""
 
 import asyncio
 import subprocess

@@ -1,6 +1,7 @@
 """Mutual pairing (a PAKE over the short code, bound to both keys) against a real agent,
 and the attacks on it: wrong codes, a fake runner, a relay in the middle, replayed
-pairing connections, label injection. After each, the agent still serves."""
+pairing connections, label injection. After each, the agent still serves.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_pairing.py."""
 
 import asyncio
 import json

@@ -1,6 +1,7 @@
 """Reading pip's dry-run report of a job's requirements, and the one line a large framework
 download gets before pip starts it: sizes of local files and of HEAD requests on loopback,
-what is worth saying, and a report or a pip that misbehaves. No network beyond 127.0.0.1."""
+what is worth saying, and a report or a pip that misbehaves. No network beyond 127.0.0.1.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_pip_report.py."""
 
 import asyncio
 import http.server

@@ -1,5 +1,6 @@
 """A process job's pipes (agent/executors/pipe_pump.py, line_cutter.py): every byte delivered once as whole
-lines, in few large reads, with a runaway line cut and its memory bounded, through real pipes and a real agent."""
+lines, in few large reads, with a runaway line cut and its memory bounded, through real pipes and a real agent.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_pipe_pump.py."""
 
 from lanpool.agent.executors.line_cutter import MAX_LINE
 

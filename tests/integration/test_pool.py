@@ -1,5 +1,6 @@
 """The runner pool for real: mDNS on loopback (and across network namespaces when
-root), pairing codes, liveness, host-key conflicts, GPU accounting and queueing."""
+root), pairing codes, liveness, host-key conflicts, GPU accounting and queueing.
+The part with real agents and the CLI (integration); the rest: tests/system/test_pool.py."""
 
 import asyncio
 import json

@@ -2,7 +2,7 @@
 
 A verb that reads the store asks for JobState only; the message classes and their
 validation load when something first names them, and every public name still resolves.
-"""
+The part with real agents and the CLI (integration); the rest: tests/unit/test_protocol_lazy.py."""
 
 import json
 import subprocess

@@ -1,4 +1,5 @@
-"""Removing runs (`app headless rm`/`prune`, app/runs/retention.py): real SQLite, real files, the real CLI."""
+"""Removing runs (`app headless rm`/`prune`, app/runs/retention.py): real SQLite, real files, the real CLI.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_retention.py."""
 
 import json
 

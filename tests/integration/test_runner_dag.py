@@ -1,6 +1,7 @@
 """Detached DAGs: a runner holds a run's whole chain, starts each step when the
 steps it waits for are DONE, stages their artifacts itself, and fails dependents of a
-failed step. Real agents, real SSH; "no controller alive" = the CLI process has exited."""
+failed step. Real agents, real SSH; "no controller alive" = the CLI process has exited.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_runner_dag.py."""
 
 import asyncio
 import json

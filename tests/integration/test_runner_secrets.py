@@ -2,7 +2,8 @@
 in its log however they are printed (split by terminal control sequences, straddling the cut of
 a long line), kept 0600 outside every job's reach across an agent restart, so a queued job
 still runs with its real values and a re-adopted container is still masked. Real agents over
-real SSH, a real Docker engine for the container tests (skipped where none answers)."""
+real SSH, a real Docker engine for the container tests (skipped where none answers).
+The part with real agents and the CLI (integration); the rest: tests/unit/test_runner_secrets.py, tests/system/test_runner_secrets.py."""
 
 import asyncio
 import hashlib

@@ -3,7 +3,7 @@
 Real CLI, real agent on loopback, real SQLite. The secret's value must reach the
 job and nowhere else: not the controller's SQLite (grepped as bytes, WAL included),
 not the agent's data dir (journal, spool), not a log in clear.
-"""
+The part with real agents and the CLI (integration); the rest: tests/unit/test_secrets.py."""
 
 import hashlib
 import json

@@ -1,7 +1,8 @@
 """A job's shell through the runner's one-time sshd (agent/shell/sshd.py, app/shell/sshd.py): the
 real client on a terminal, then the offer tried by hand from where it must stay shut (another
 key, a forwarding, a stranger's connection, a malformed key in the request) and the session's
-command script against hostile values."""
+command script against hostile values.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_shell_sshd.py, tests/system/test_shell_sshd.py."""
 
 import asyncio
 import contextlib

@@ -1,4 +1,5 @@
-"""The controller's SQLite store, on a real temp file."""
+"""The controller's SQLite store, on a real temp file.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_store.py."""
 
 import os
 import stat

@@ -1,5 +1,6 @@
 """Variable substitution: the syntaxes, shell variables left alone, built-ins,
-$variables_as_args, typed CLI overrides, and that no value can run anything."""
+$variables_as_args, typed CLI overrides, and that no value can run anything.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_substitution.py."""
 
 import json
 import os

@@ -1,6 +1,7 @@
 """Trust is the controller's own record: a runner gets jobs only after the user paired it,
 added it by address, or named its address with --runner. Real agents on loopback, real
-mDNS on 127.0.0.1, the real CLI; each happy path next to the attack it must refuse."""
+mDNS on 127.0.0.1, the real CLI; each happy path next to the attack it must refuse.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_trust.py."""
 
 import secrets
 import sqlite3

@@ -1,7 +1,8 @@
 """The TUI driven by Textual's pilot against a real agent on loopback: real SSH,
 real SQLite, real mDNS on 127.0.0.1. Keys are pressed as a user would; each test
 checks what the user would see (table cells, log lines, notifications) and what
-really happened (the store, the downloaded files)."""
+really happened (the store, the downloaded files).
+The part with real agents and the CLI (integration); the rest: tests/unit/test_tui.py."""
 
 import asyncio
 import json

@@ -1,4 +1,5 @@
-"""The log's scrollbars draw again only when their thumb moves (scrollbars.py)."""
+"""The log's scrollbars draw again only when their thumb moves (scrollbars.py).
+The part with real agents and the CLI (integration); the rest: tests/unit/test_tui_scrollbars.py."""
 
 import asyncio
 

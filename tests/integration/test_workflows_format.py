@@ -1,5 +1,6 @@
 """The whole workflow file format through load_workflows, in `.lanpool/` and `.dstack/`
-layouts, and the errors it reports (file:line, and exit code 2 through the CLI)."""
+layouts, and the errors it reports (file:line, and exit code 2 through the CLI).
+The part with real agents and the CLI (integration); the rest: tests/unit/test_workflows_format.py."""
 
 from lanpool.app.errors import ExitCode
 

@@ -1,5 +1,6 @@
 """Workflow files read again from the cache of their parsed values (app/workflows/yaml_cache.py):
-the same values, lines and errors as from YAML, and never anything else."""
+the same values, lines and errors as from YAML, and never anything else.
+The part with real agents and the CLI (integration); the rest: tests/unit/test_yaml_cache.py."""
 
 import sys
 

@@ -4,7 +4,8 @@ the TUI's LiveFeeds and, when root, across network namespaces.
 
 Each forgery: same name/other key, same key/other address, other name/same address,
 invalid keys and oversized TXT records. None may change a pinned record or crash anything,
-and a conflict lasts only while the forger is heard."""
+and a conflict lasts only while the forger is heard.
+The part with Docker, Slurm or namespaces (system); the rest: tests/integration/test_mdns_hints.py."""
 
 import json
 import os

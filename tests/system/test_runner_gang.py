@@ -2,7 +2,8 @@
 and start together, coordinated by node 0's agent (agent/gang/hub.py), with no controller alive;
 two gangs over the same runners both finish; a failing member stops the others. Attacks: a
 wrong token, a gang connection asking for anything but its barrier, a wrong node-0 host key.
-Real agents, real SSH on loopback; "no controller alive" = every controller session closed."""
+Real agents, real SSH on loopback; "no controller alive" = every controller session closed.
+The part with Docker, Slurm or namespaces (system); the rest: tests/integration/test_runner_gang.py."""
 
 import asyncio
 import dataclasses

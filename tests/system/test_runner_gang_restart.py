@@ -2,7 +2,8 @@
 which outlives its agent, is re-adopted and re-joins node 0's agent, and the gang goes on;
 a process member, which its agent stops on the way out, fails the gang on every node with a
 reason naming the node and the restart - never a gang left running with a node missing.
-Real agents, real SSH on loopback, no controller alive."""
+Real agents, real SSH on loopback, no controller alive.
+The part with Docker, Slurm or namespaces (system); the rest: tests/integration/test_runner_gang_restart.py."""
 
 import asyncio
 import dataclasses

@@ -1,6 +1,7 @@
 """`app agent gc`: finished jobs and cached blobs within a budget, oldest first; a job
 that has not finished keeps every file, and a queued one's are freed only when asked
-(`--queued`), with the agent stopped."""
+(`--queued`), with the agent stopped.
+The in-process part (unit); the rest: tests/integration/test_agent_gc.py."""
 
 import hashlib
 import os

@@ -5,7 +5,7 @@ Happy path against a real agent: several files in nested dirs arrive byte-exact 
 real asyncssh, the real protocol encoder, crafted streams): nothing is written outside the
 store, each refusal is one stored line, a cut stream resumes from the bytes already there,
 and `status` neither cuts a slow pull short nor calls its runner OFFLINE.
-"""
+The in-process part (unit); the rest: tests/integration/test_artifact_stream.py."""
 
 import pytest
 

@@ -1,4 +1,5 @@
-"""Shell completion (`app completion bash|zsh`, the hidden `app __complete`) and `app --help`."""
+"""Shell completion (`app completion bash|zsh`, the hidden `app __complete`) and `app --help`.
+The in-process part (unit); the rest: tests/integration/test_completion.py."""
 
 from pathlib import Path
 

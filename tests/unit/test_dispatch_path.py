@@ -1,5 +1,6 @@
 """The short path of `run`: the attach channel opened beside the submit, and the
-command line of `run`/`plan` parsed by their parser alone, the same as by the whole one."""
+command line of `run`/`plan` parsed by their parser alone, the same as by the whole one.
+The in-process part (unit); the rest: tests/integration/test_dispatch_path.py."""
 
 import pytest
 

@@ -1,5 +1,6 @@
 """The README and docs/: a newcomer's README that links every doc, links that lead somewhere, every
-verb documented, and docs/benchmarks.md generated from docs/bench/*.json (never hand-copied)."""
+verb documented, and docs/benchmarks.md generated from docs/bench/*.json (never hand-copied).
+The in-process part (unit); the rest: tests/integration/test_docs.py."""
 
 import re
 import sys

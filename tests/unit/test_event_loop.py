@@ -1,4 +1,5 @@
-"""protocol/runtime/event_loop.py: uvloop where installed, asyncio's loop when asked for or missing.\nThe PTY shells and port forwards on both loops: tests/integration/test_job_shell.py, tests/integration/test_port_forward.py."""
+"""protocol/runtime/event_loop.py: uvloop where installed, asyncio's loop when asked for or missing.\nThe PTY shells and port forwards on both loops: tests/integration/test_job_shell.py, tests/integration/test_port_forward.py.
+The in-process part (unit); the rest: tests/integration/test_event_loop.py."""
 
 import asyncio
 import builtins

@@ -6,7 +6,7 @@ with the machine's load, a module set does not). A verb that starts importing
 a new package, or many more of lanpool's modules, fails here, and so does an
 import that starts a child process (ctypes.util.find_library runs ldconfig and
 gcc: app/startup/library_lookup.py answers asyncssh's and ifaddr's lookups without).
-"""
+The in-process part (unit); the rest: tests/integration/test_import_budget.py."""
 
 import subprocess
 import sys

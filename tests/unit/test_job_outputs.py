@@ -1,6 +1,7 @@
 """Files a job leaves in its workspace are untrusted: the metrics file, artifacts, and the
 tars the agent unpacks. A link to a host file or a FIFO must do nothing: no data shipped,
-the agent responsive. Real agents (process executor; Docker too when an engine answers)."""
+the agent responsive. Real agents (process executor; Docker too when an engine answers).
+The in-process part (unit); the rest: tests/integration/test_job_outputs.py, tests/system/test_job_outputs.py."""
 
 import os
 import tarfile

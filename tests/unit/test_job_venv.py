@@ -1,6 +1,7 @@
 """A process job's env after the first of its interpreter is written without `python -m venv`
 (agent/python/venv.py): the same env at its own path, made without a subprocess, and nothing
-a job does to its env reaches the next job's."""
+a job does to its env reaches the next job's.
+The in-process part (unit); the rest: tests/integration/test_job_venv.py."""
 
 import lanpool.agent.executors  # noqa: F401 - first: agent.python.job_envs and the executors import each other
 from lanpool.agent.python.venv import VenvShape

@@ -1,5 +1,6 @@
 """A process job's pipes (agent/executors/pipe_pump.py, line_cutter.py): every byte delivered once as whole
-lines, in few large reads, with a runaway line cut and its memory bounded, through real pipes and a real agent."""
+lines, in few large reads, with a runaway line cut and its memory bounded, through real pipes and a real agent.
+The in-process part (unit); the rest: tests/integration/test_pipe_pump.py."""
 
 import asyncio
 import os

@@ -1,7 +1,8 @@
 """Each job of a DAG placed where it fits, on two real runners (one with a fake GPU at its
 edge, LANPOOL_FAKE_GPUS), its dependencies' artifacts moving through the controller; the
 job that can never fit named before anything runs; a declared artifact a job did not
-produce warned about in its log and `status`, and never reused from the cache."""
+produce warned about in its log and `status`, and never reused from the cache.
+The in-process part (unit); the rest: tests/integration/test_placement.py."""
 
 from lanpool.app.jobs.end import missing_outputs
 

@@ -1,5 +1,6 @@
 """Bounds on what a peer's frame may make the other side build, and on what an
-error reply echoes: unit checks of the decoders, then a real agent under attack."""
+error reply echoes: unit checks of the decoders, then a real agent under attack.
+The in-process part (unit); the rest: tests/integration/test_protocol_bounds.py."""
 
 import struct
 

@@ -2,7 +2,7 @@
 
 A verb that reads the store asks for JobState only; the message classes and their
 validation load when something first names them, and every public name still resolves.
-"""
+The in-process part (unit); the rest: tests/integration/test_protocol_lazy.py."""
 
 import sys
 

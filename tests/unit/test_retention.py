@@ -1,4 +1,5 @@
-"""Removing runs (`app headless rm`/`prune`, app/runs/retention.py): real SQLite, real files, the real CLI."""
+"""Removing runs (`app headless rm`/`prune`, app/runs/retention.py): real SQLite, real files, the real CLI.
+The in-process part (unit); the rest: tests/integration/test_retention.py."""
 
 import os
 import time

@@ -1,6 +1,7 @@
 """Detached DAGs: a runner holds a run's whole chain, starts each step when the
 steps it waits for are DONE, stages their artifacts itself, and fails dependents of a
-failed step. Real agents, real SSH; "no controller alive" = the CLI process has exited."""
+failed step. Real agents, real SSH; "no controller alive" = the CLI process has exited.
+The in-process part (unit); the rest: tests/integration/test_runner_dag.py."""
 
 
 def test_gc_keeps_a_finished_step_while_a_step_that_waits_for_it_has_not_run(tmp_path):

@@ -1,6 +1,7 @@
 """The runner's own queue: jobs that fit the runner but not what is free now
 wait there, journalled, and start when room frees, with no controller alive; stop on a
-queued job; max_duration and retry kept by the runner. Real agents, real SSH."""
+queued job; max_duration and retry kept by the runner. Real agents, real SSH.
+The in-process part (unit); the rest: tests/integration/test_runner_queue.py."""
 
 import pytest
 

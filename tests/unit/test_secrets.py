@@ -3,7 +3,7 @@
 Real CLI, real agent on loopback, real SQLite. The secret's value must reach the
 job and nowhere else: not the controller's SQLite (grepped as bytes, WAL included),
 not the agent's data dir (journal, spool), not a log in clear.
-"""
+The in-process part (unit); the rest: tests/integration/test_secrets.py."""
 
 import pytest
 

@@ -1,7 +1,8 @@
 """A job's shell through the runner's one-time sshd (agent/shell/sshd.py, app/shell/sshd.py): the
 real client on a terminal, then the offer tried by hand from where it must stay shut (another
 key, a forwarding, a stranger's connection, a malformed key in the request) and the session's
-command script against hostile values."""
+command script against hostile values.
+The in-process part (unit); the rest: tests/integration/test_shell_sshd.py, tests/system/test_shell_sshd.py."""
 
 import json
 import os

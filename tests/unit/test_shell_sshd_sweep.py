@@ -1,6 +1,7 @@
 """A one-time sshd's directory left behind by a killed agent (its session script holds the job's
 environment) is removed by the next agent: agent/shell/sshd.py sweep_stale, and the hostile
-look-alikes it must leave alone."""
+look-alikes it must leave alone.
+The in-process part (unit); the rest: tests/integration/test_shell_sshd_sweep.py."""
 
 from lanpool.agent.shell.sshd import sweep_stale
 

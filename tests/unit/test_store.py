@@ -1,4 +1,5 @@
-"""The controller's SQLite store, on a real temp file."""
+"""The controller's SQLite store, on a real temp file.
+The in-process part (unit); the rest: tests/integration/test_store.py."""
 
 import sqlite3
 from pathlib import Path

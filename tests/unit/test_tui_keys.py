@@ -1,5 +1,6 @@
 """The TUI's habits and small-terminal fit (pilot, on the snapshot tests' fixed store):
-k9s keys on tables, columns hidden by priority at 80 columns, log timestamps, metric families."""
+k9s keys on tables, columns hidden by priority at 80 columns, log timestamps, metric families.
+The in-process part (unit); the rest: tests/integration/test_tui_keys.py."""
 
 import pytest
 

@@ -1,4 +1,5 @@
-"""The log's scrollbars draw again only when their thumb moves (scrollbars.py)."""
+"""The log's scrollbars draw again only when their thumb moves (scrollbars.py).
+The in-process part (unit); the rest: tests/integration/test_tui_scrollbars.py."""
 
 import itertools
 

@@ -1,5 +1,6 @@
 """The TUI's start-up: what its first frame imports, what loads after it, and the
-pinned host keys read as text (without the SSH stack) as strictly as asyncssh reads them."""
+pinned host keys read as text (without the SSH stack) as strictly as asyncssh reads them.
+The in-process part (unit); the rest: tests/integration/test_tui_startup.py."""
 
 import base64
 import os

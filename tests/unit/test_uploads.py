@@ -1,6 +1,7 @@
 """Code goes up by content: through the real CLI and a real agent, files, modes and
 links arrive; a second run after a one-file edit sends one blob; a reused
-dependency's artifacts arrive; a file changing under the upload fails it."""
+dependency's artifacts arrive; a file changing under the upload fails it.
+The in-process part (unit); the rest: tests/integration/test_uploads.py."""
 
 import pytest
 

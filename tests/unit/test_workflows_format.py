@@ -1,5 +1,6 @@
 """The whole workflow file format through load_workflows, in `.lanpool/` and `.dstack/`
-layouts, and the errors it reports (file:line, and exit code 2 through the CLI)."""
+layouts, and the errors it reports (file:line, and exit code 2 through the CLI).
+The in-process part (unit); the rest: tests/integration/test_workflows_format.py."""
 
 from pathlib import Path
 

@@ -1,6 +1,7 @@
 """One refused workflow never blocks the rest (app/workflows/loader.py), and every layout dstack
 used: `.lanpool/` or `.dstack/`, `workflows.yaml` and `workflows/*.yaml`. Loaded in-process, then
-listed, `--help`ed, planned and run through the real CLI on a real agent."""
+listed, `--help`ed, planned and run through the real CLI on a real agent.
+The in-process part (unit); the rest: tests/integration/test_workflows_refused.py."""
 
 import textwrap
 from pathlib import Path
