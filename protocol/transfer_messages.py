@@ -17,6 +17,23 @@ ABS_ARTIFACTS_DIR = ".lanpool-abs"
 ABS_ARTIFACT_SUFFIX = ".tar"
 
 
+CONTAINER_WORKSPACE = "/workspace"  # where a container job sees its workspace (agent/executors/docker.py)
+
+
+def abs_artifact_problem(path: str) -> str | None:
+    """Why the absolute artifact path `path` may not be one, or None if it may: the one rule the
+    controller (when it reads a workflow) and the runner (when it takes a job) both apply."""
+    pure = PurePosixPath(path)
+    if "\0" in path or "\\" in path:
+        return f"artifact path {path[:200]!r} holds a NUL or a backslash"
+    if ".." in pure.parts or "//" in path or str(pure) != path.rstrip("/") or len(pure.parts) < 2:
+        return f"absolute artifact path {path[:200]!r} must be a normalised path below / (no '..', '.' or '//')"
+    if pure.is_relative_to(CONTAINER_WORKSPACE):
+        rel = pure.relative_to(CONTAINER_WORKSPACE).as_posix()
+        return f"artifact path {path!r} is in the workspace: write it relative ({rel!r})"
+    return None
+
+
 def abs_artifact_name(path: str) -> str:
     """The workspace-relative name the absolute artifact `path` comes back under."""
     return f"{ABS_ARTIFACTS_DIR}/{PurePosixPath(path).relative_to('/').as_posix()}{ABS_ARTIFACT_SUFFIX}"

@@ -38,6 +38,7 @@ from lanpool.agent.workspace.blobs import DISK_MARGIN
 from lanpool.agent.workspace.files import open_regular
 from lanpool.agent.workspace.staging import DIR_FLAGS, NEW_FILE, parent_dir_fd
 from lanpool.protocol.transfer_messages import ABS_ARTIFACT_SUFFIX, ABS_ARTIFACTS_DIR, abs_artifact_name
+from lanpool.protocol.transfer_messages import abs_artifact_problem as check_absolute
 
 PREFIX = ABS_ARTIFACTS_DIR  # reserved: the workspace's folder of absolute artifacts
 SUFFIX = ABS_ARTIFACT_SUFFIX
@@ -51,24 +52,10 @@ _META_TYPES = (
     tarfile.GNUTYPE_LONGNAME,
     tarfile.GNUTYPE_LONGLINK,
 )
-CONTAINER_WORKSPACE = "/workspace"  # where a container job sees its workspace (agent/executors/docker.py)
 
 
 class TarRefused(Exception):
     """The tar cannot be kept at all: malformed, or over its bound. One line."""
-
-
-def check_absolute(path: str) -> str | None:
-    """Why the absolute artifact path `path` may not be one, or None if it may."""
-    pure = PurePosixPath(path)
-    if "\0" in path or "\\" in path:
-        return f"artifact path {path[:200]!r} holds a NUL or a backslash"
-    if ".." in pure.parts or "//" in path or str(pure) != path.rstrip("/") or len(pure.parts) < 2:
-        return f"absolute artifact path {path[:200]!r} must be a normalised path below / (no '..', '.' or '//')"
-    if pure == PurePosixPath(CONTAINER_WORKSPACE) or pure.is_relative_to(CONTAINER_WORKSPACE):
-        rel = pure.relative_to(CONTAINER_WORKSPACE).as_posix()
-        return f"artifact path {path!r} is in the workspace: write it relative ({rel!r})"
-    return None
 
 
 def stored_name(path: str) -> str:

@@ -17,10 +17,11 @@ from pathlib import Path, PurePosixPath
 
 import msgpack
 
-from lanpool.agent.workspace.abs_artifacts import check_absolute, stored_name
+from lanpool.agent.workspace.abs_artifacts import stored_name
 from lanpool.agent.workspace.files import NotARegularFile, open_regular
 from lanpool.protocol import ArtifactData, ArtifactEnd, ArtifactFile, ArtifactsSent, Error, ErrorCode, encode_message
 from lanpool.protocol.errors import clip
+from lanpool.protocol.transfer_messages import abs_artifact_problem
 
 # Artifact bytes per ArtifactData frame, and per buffer written out: a few frames per
 # buffer, so a 1 GiB file is ~256 writes.
@@ -41,7 +42,7 @@ def check_artifact_path(path: str) -> str | None:
     container job's (agent/workspace/abs_artifacts.py; a process job's is refused at submit)."""
     p = PurePosixPath(path)
     if p.is_absolute():
-        return check_absolute(path)
+        return abs_artifact_problem(path)
     if not path:
         return f"artifact path {path!r} must be relative to the workspace"
     if ".." in p.parts:

@@ -16,6 +16,7 @@ from lanpool.app.workflows.line_map import LineMap
 from lanpool.app.workflows.model import ArtifactSpec, Dependency, Scalar, Workflow, WorkflowError, render_value
 from lanpool.app.workflows.resources import check_resources
 from lanpool.app.workflows.slurm import parse_slurm
+from lanpool.protocol.transfer_messages import abs_artifact_problem
 
 WORKFLOW_KEYS = (
     "name",
@@ -46,7 +47,6 @@ WORKFLOW_KEYS = (
 RESOURCE_KEYS = ("gpu", "cpu", "memory", "shm_size", "interruptible")
 GPU_KEYS = ("count", "name", "memory")
 MAX_NODES = 1024  # a gang larger than any LAN: a typo, not a plan
-CONTAINER_WORKSPACE = "/workspace"  # where a container job sees its workspace (the runner mounts it there)
 
 # A message and the key it is about -> the error, placed at that key's line.
 AtKey = Callable[[str, str], WorkflowError]
@@ -239,13 +239,9 @@ def check_artifact_path(path: str, err: AtKey) -> None:
         if ".." in p.parts:
             raise err(f"artifact path {path!r} must stay inside the workspace (relative, no '..')", "artifacts")
         return
-    if ".." in p.parts or "//" in path or "\0" in path or str(p) != path.rstrip("/") or len(p.parts) < 2:
-        raise err(
-            f"absolute artifact path {path!r} must be a normalised path below / (no '..', '.' or '//')", "artifacts"
-        )
-    if p.is_relative_to(CONTAINER_WORKSPACE):
-        rel = p.relative_to(CONTAINER_WORKSPACE).as_posix()
-        raise err(f"artifact path {path!r} is in the workspace: write it relative ({rel!r})", "artifacts")
+    problem = abs_artifact_problem(path)  # the runner's own rule (protocol)
+    if problem:
+        raise err(problem, "artifacts")
 
 
 def check_container_artifacts(paths: list[str], image: str, provider: str, executor: str, err: AtKey) -> None:
