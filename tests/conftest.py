@@ -9,7 +9,16 @@ from pathlib import Path
 import pytest
 
 from tests.docker_harness import BUSYBOX_IMAGE, busybox_rootfs_tar, remove_agent_containers
-from tests.harness import APP_MODULE, REPO, follow_until, lanpool_env, start_agent, start_docker_agent, write_project
+from tests.harness import (
+    APP_MODULE,
+    REPO,
+    SPAWNED,
+    follow_until,
+    lanpool_env,
+    start_agent,
+    start_docker_agent,
+    write_project,
+)
 
 # A test's tier is its directory (tests/README.md): `-m unit` (or the path) selects one.
 TIERS = ("unit", "integration", "system")
@@ -20,6 +29,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = item.path.parent.name
         if tier in TIERS:
             item.add_marker(tier)
+
+
+_FIRST_AGENT = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    item.stash[_FIRST_AGENT] = len(SPAWNED)  # agents started from here on are this test's
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failed test's report ends with the log tails of the agents it started or that still run
+    (a module's): a failure seen only in CI then says what the runner did."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.failed:
+        return
+    first = item.stash.get(_FIRST_AGENT, len(SPAWNED))
+    for k, agent in enumerate(SPAWNED):
+        if k >= first or agent.proc.poll() is None:
+            report.sections.append((f"agent {agent.name} log ({agent.log_path})", agent.log_tail(6000)))
 
 
 @pytest.fixture

@@ -183,6 +183,11 @@ class AgentProc:
                 self.proc.wait()
 
 
+# Every agent this process started, in order: a failing test's report ends with the logs of those it
+# started or that still run (tests/conftest.py), so a failure seen only in CI says what the runner did.
+SPAWNED: list[AgentProc] = []
+
+
 def spawn_agent(
     data_dir: Path,
     env: dict[str, str],
@@ -224,7 +229,9 @@ def spawn_agent(
         proc = subprocess.Popen(
             argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=new_session
         )
-    return AgentProc(proc, data_dir, host, 0, log_path, name)
+    agent = AgentProc(proc, data_dir, host, 0, log_path, name)
+    SPAWNED.append(agent)
+    return agent
 
 
 def start_agent(

@@ -14,8 +14,8 @@ from lanpool.agent.python.interpreters import Pythons
 from lanpool.agent.python.job_envs import JobPythons
 
 # After the main process exits, children that kept the pipes open get this
-# long before they are killed (unless a stop is under way: then the stop's own
-# grace period and SIGKILL decide).
+# long before they are killed (a stop under way: this long after its SIGKILL,
+# the stop's own grace period deciding until then).
 _DRAIN_TIMEOUT_S = 5.0
 
 # What a process job takes from the agent's own environment (docs/runners.md, "A process
@@ -184,6 +184,7 @@ class ProcessExecution:
             asyncio.create_task(pump(err_fd, "err", sink)),
         ]
         self._stopping = False
+        self._killed = asyncio.Event()
 
     def describe(self) -> Handle:
         return Handle(pid=self.pid)
@@ -197,7 +198,9 @@ class ProcessExecution:
         a container's processes die with it.
         """
         code = await self._proc.wait()
-        _done, pending = await asyncio.wait(self._pumps, timeout=None if self._stopping else _DRAIN_TIMEOUT_S)
+        if self._stopping:
+            await self._until_killed_or_drained()
+        _done, pending = await asyncio.wait(self._pumps, timeout=_DRAIN_TIMEOUT_S)
         if pending:
             self._killpg(signal.SIGKILL)
             _done, pending = await asyncio.wait(pending, timeout=1.0)
@@ -209,9 +212,24 @@ class ProcessExecution:
             self._status_fd = -1
         return Outcome(128 - code if code < 0 else code)
 
+    async def _until_killed_or_drained(self) -> None:
+        """A stopped job's output stays open while what is left of it (python saving a checkpoint)
+        runs, until its SIGKILL: from then on, only _DRAIN_TIMEOUT_S more. A process that left the
+        job's group (setsid) outlives the SIGKILL with the pipes open: without this bound the job
+        would stay RUNNING for as long as that process lives."""
+        drained = asyncio.ensure_future(asyncio.wait(self._pumps))
+        killed = asyncio.ensure_future(self._killed.wait())
+        try:
+            await asyncio.wait([drained, killed], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            drained.cancel()  # the wait only: the pumps go on
+            killed.cancel()
+
     def send_signal(self, sig: int) -> None:
         if sig == signal.SIGTERM:
             self._stopping = True
+        if sig == signal.SIGKILL:
+            self._killed.set()
         self._killpg(sig)
         if sig == signal.SIGKILL and self.pid != self._proc.pid:
             # bwrap outside the sandbox's group ends once its PID 1 is gone, unless it was stopped

@@ -434,6 +434,7 @@ class JobManager:
                 job.starting.cancel()
             return job
         grace = self.grace_s if grace_s is None else max(0.0, grace_s)
+        log.info("job %s: %s requested; SIGTERM, SIGKILL after %gs", job_id, verb, grace)
         job.system_line(f"lanpool: {verb} requested; SIGTERM, SIGKILL after {grace:g}s")
         self.supervisor.terminate(job, grace)
         return job

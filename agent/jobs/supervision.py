@@ -103,6 +103,7 @@ class Supervisor:
             await asyncio.wait_for(job.wait_run_over(execution), grace)
         except TimeoutError:
             if job.execution is execution and not job.record.terminal:
+                log.info("job %s: still running %gs after SIGTERM; SIGKILL", job.record.job_id, grace)
                 job.system_line(f"lanpool: still running {grace:g}s after SIGTERM; SIGKILL")
                 execution.send_signal(signal.SIGKILL)
 
