@@ -74,8 +74,8 @@ def _check_field(value: Any, where: str, name: str, tp: Any, bound: "_Bound", fa
             if bound.max_len is not None and len(value) > bound.max_len:
                 unit = "characters" if fast_tp is str else "bytes"
                 raise _invalid(f"{where}.{name}", f"{len(value)} {unit}, at most {bound.max_len}")
-            if bound.text and fast_tp is str and _CONTROL.search(value):
-                raise _invalid(f"{where}.{name}", "holds control characters")
+            if bound.text and fast_tp is str and not value.isprintable():
+                raise _invalid(f"{where}.{name}", "holds control or invisible characters")
         return value
     return _check(value, tp, f"{where}.{name}", bound)
 
@@ -89,7 +89,9 @@ class _Bound(Record):
     the field (list items, dict keys and values too) is held to it."""
 
     max_len: int | None = None  # characters of a str, bytes of a bytes
-    text: bool = False  # no control characters: the value is printed, or becomes an env value or a label
+    # Printable only (str.isprintable: no control, format or separator character but ' ', so no
+    # escape sequence nor a right-to-left override): the value is printed, or becomes a label.
+    text: bool = False
     pattern: re.Pattern[str] | None = None  # a str must match (the empty str always may: "not set")
     pattern_says: str = "must be letters, digits, '_', '.' or '-', not starting with '.', '_' or '-'"
     lo: int | float = INT64_MIN
@@ -102,7 +104,13 @@ class _Bound(Record):
 # 2**64-1 from a peer turns into an OverflowError later. Floats must be finite.
 _DEFAULT_BOUND = _Bound()
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # used in paths: no '/', no leading '.', no '..'
-_NAME = _Bound(max_len=256, text=True)
+# A name (a runner's, a run's, a workflow's) may be shown as a path or become part of one.
+_NAME = _Bound(
+    max_len=256,
+    text=True,
+    pattern=re.compile(r"(?!/)(?!\.\.\Z).*"),
+    pattern_says="must not start with '/' nor be '..'",
+)
 _PATH = _Bound(max_len=4096, text=True)
 _WORD = _Bound(max_len=64, text=True)
 _COUNT = _Bound(lo=0, hi=2**62)
@@ -185,7 +193,6 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "started_at": _Bound(lo=0),
     "finished_at": _Bound(lo=0),
 }
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 def _check(value: Any, tp: Any, where: str, bound: _Bound = _DEFAULT_BOUND) -> Any:
@@ -237,8 +244,8 @@ def _check(value: Any, tp: Any, where: str, bound: _Bound = _DEFAULT_BOUND) -> A
     if tp in (str, bytes) and bound.max_len is not None and len(value) > bound.max_len:
         raise _invalid(where, f"{len(value)} {'characters' if tp is str else 'bytes'}, at most {bound.max_len}")
     if tp is str:
-        if bound.text and _CONTROL.search(value):
-            raise _invalid(where, "holds control characters")
+        if bound.text and not value.isprintable():
+            raise _invalid(where, "holds control or invisible characters")
         if bound.pattern is not None and value and not bound.pattern.fullmatch(value):
             raise _invalid(where, bound.pattern_says)
     return value

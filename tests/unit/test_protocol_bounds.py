@@ -139,7 +139,7 @@ def test_a_log_chunk_near_the_frame_limit_still_decodes():
         ({"t": "stop", "job_id": "j" * 129}, "stop.job_id: 129 characters, at most 128"),
         (
             {"t": "submit", "job_id": "j", "run_name": "r\x1b]52;c;eA==\x07", "workflow": "w", "commands": ["x"]},
-            "submit.run_name: holds control characters",
+            "submit.run_name: holds control or invisible characters",
         ),
         (
             {

@@ -2,6 +2,7 @@
 fast paths must accept and refuse exactly what the full `_check` walk does, with the same words."""
 
 import dataclasses
+import re
 import typing
 
 import pytest
@@ -65,7 +66,7 @@ def test_a_log_chunk_with_a_bad_field_is_refused_with_where_and_why() -> None:
         ("seq", -1, "log.seq: out of range"),
         ("seq", True, "log.seq: expected int, got bool"),
         ("node", 70_000, "log.node: out of range"),
-        ("stream", "o\x1bt", "log.stream: holds control characters"),
+        ("stream", "o\x1bt", "log.stream: holds control or invisible characters"),
         ("at", float("nan"), "log.at: must be a finite number"),
         ("data", "text", "log.data: expected bytes, got str"),
     ]:
@@ -73,3 +74,22 @@ def test_a_log_chunk_with_a_bad_field_is_refused_with_where_and_why() -> None:
             decode_agent_message({**good, field: value})
     with pytest.raises(ProtocolError, match="missing field 'data'"):
         decode_agent_message({k: v for k, v in good.items() if k != "data"})
+
+
+def test_a_name_from_a_peer_is_printable_and_never_a_path_of_its_own() -> None:
+    """Found by the decoder fuzzing (Paired(name='/')): a runner's, a run's or a workflow's name may
+    be shown as a path or become part of one, and is printed: no '/' to start, not '..', nothing
+    invisible (a right-to-left override, a zero-width joiner)."""
+    from lanpool.protocol import Paired, decode_agent_message
+
+    assert decode_agent_message({"t": "paired", "name": "gpu-box 2"}) == Paired("gpu-box 2")
+    for value, says in [
+        ("/", "must not start with '/'"),
+        ("/etc", "must not start with '/'"),
+        ("..", "must not start with '/' nor be '..'"),
+        ("box\u202egnp.exe", "holds control or invisible characters"),
+        ("a\u200db", "holds control or invisible characters"),
+        ("a\u00a0b", "holds control or invisible characters"),
+    ]:
+        with pytest.raises(ProtocolError, match=re.escape(f"paired.name: {says}")):
+            decode_agent_message({"t": "paired", "name": value})
