@@ -27,6 +27,7 @@ from lanpool.agent.ssh.keys import authorize_key
 from lanpool.agent.ssh.pairing import Pairing
 from lanpool.protocol import DEFAULT_PORT
 from lanpool.protocol.runtime import event_loop
+from lanpool.protocol.schema import name_problem
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
     serve.add_argument(
         "--port", type=int, default=DEFAULT_PORT, help=f"TCP port, 0 for any free one (default {DEFAULT_PORT})"
     )
-    serve.add_argument("--name", help="runner name shown to controllers (default: host name)")
+    serve.add_argument("--name", type=_runner_name, help="runner name shown to controllers (default: host name)")
     serve.add_argument(
         "--data-dir",
         type=Path,
@@ -311,6 +312,15 @@ def _number(low: float, high: float, unit: str, *, integer: bool = False, low_ok
         return value
 
     return parse
+
+
+def _runner_name(text: str) -> str:
+    """An argparse type: a name controllers accept in the agent's hello (protocol/schema.py
+    name_problem), so a bad `--name` is one line here, not a runner every controller refuses."""
+    if problem := name_problem(text):
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise argparse.ArgumentTypeError(f"{shown!r}: a runner's name {problem}; give another")
+    return text
 
 
 def _size(text: str) -> int:

@@ -261,6 +261,16 @@ def _type_matches(value: Any, tp: Any) -> bool:
     return tp in (str, bytes, bool) and isinstance(value, tp)
 
 
+def name_problem(value: str) -> str:
+    """Why `value` cannot be a name on the wire (a runner's, a run's, a workflow's): the rule the
+    decoders hold a peer to, for the agent's own `--name` before it is sent; "" when it can."""
+    try:
+        _check(value, str, "", _NAME)
+    except ProtocolError as exc:
+        return exc.message.removeprefix(": ")
+    return ""
+
+
 def _invalid(where: str, problem: str) -> ProtocolError:
     return ProtocolError(ErrorCode.INVALID_MESSAGE, f"{where}: {problem}")
 

@@ -317,6 +317,10 @@ def test_case_inside_command_substitution_runs_a_hostile_value_as_text(agent, cl
         (("serve", "--max-queued-per-controller", "lots"), "'lots' is not a number of jobs"),
         (("pair", "--ttl", "0"), "0 minutes: give more than 0"),
         (("gc", "--keep-days", "-1"), "-1 days: give at least 0"),
+        # A name controllers would refuse in the agent's hello: refused here, before it listens.
+        (("serve", "--name", "/gpu"), "'/gpu': a runner's name must not start with '/'"),
+        (("serve", "--name", "box\u202e"), "a runner's name holds control or invisible characters"),
+        (("serve", "--name", "x" * 300), "a runner's name 300 characters, at most 256"),
     ],
 )
 def test_agent_option_values_are_checked_in_one_line(tmp_path, args, fragment):
