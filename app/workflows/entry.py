@@ -13,7 +13,15 @@ from typing import Any
 from lanpool.app.workflows.dialects import normalize
 from lanpool.app.workflows.limits import parse_limits
 from lanpool.app.workflows.line_map import LineMap
-from lanpool.app.workflows.model import ArtifactSpec, Dependency, Scalar, Workflow, WorkflowError, render_value
+from lanpool.app.workflows.model import (
+    ArtifactSpec,
+    Dependency,
+    Scalar,
+    Workflow,
+    WorkflowError,
+    flag,
+    render_value,
+)
 from lanpool.app.workflows.resources import check_resources
 from lanpool.app.workflows.slurm import parse_slurm
 from lanpool.protocol.transfer_messages import abs_artifact_problem
@@ -117,8 +125,8 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
     deps, include = _parse_depends_on(item, err)
     resume_from = _parse_resume_from(item, err)
     max_duration_s, retry_on, retry_limit, retry_delay_s = parse_limits(item, err)
-    hold_base = item.get("hold_base", True)
-    if not isinstance(hold_base, bool):
+    hold_base = flag(item.get("hold_base", True))
+    if hold_base is None:
         raise err("'hold_base' must be true or false", "hold_base")
     artifacts = _parse_artifacts(item, err)
     image = str(item.get("image", "") or "")
