@@ -226,7 +226,10 @@ def _env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _summary(ctl: Controller, job: JobRow) -> str:
+    # From the job's first start: a retried job's whole time, and how many tries it took.
     text = f"run {job.run_name}: {status_text(job)} in {duration(job.started_at, job.finished_at)}"
+    if job.retries:
+        text += f" ({job.retries + 1} attempts)"
     if job.error:
         text += f": {job.error}"
     files = ctl.runs.artifacts(job.id)
