@@ -66,18 +66,36 @@ def _workflow_help(ctl: Controller, project: Project, name: str, verb: str) -> N
     print("lanpool's options go before the workflow name (after it too, where no variable is spelled the same)")
     if wf.help:
         print(f"\n{wf.help}")
-    variables = ctl.variables(project, name)
-    if variables:
-        print(f"\nvariables (defaults from {project.variables_path}):")
-        width = max(len(v) for v in variables) + 2
-        for var, default in sorted(variables.items()):
-            print(f"  --{var.ljust(width)} {render_value(default)}")
+    own = project.variables_of(name)
+    # The workflows it depends on take the same overrides: theirs are listed apart, each with its owner.
+    theirs = {var: owner for var, owner in _variable_owners(ctl, project, name).items() if var not in own}
+    if own or theirs:
+        width = max(len(v) for v in [*own, *theirs]) + 2
+        if own:
+            print(f"\nvariables of {name} (defaults from {project.variables_path}):")
+            for var, default in sorted(own.items()):
+                print(f"  --{var.ljust(width)} {render_value(default)}")
+        if theirs:
+            print(f"\nvariables of the workflows {name} depends on (--VARIABLE sets them there too):")
+            for var, owner in sorted(theirs.items()):
+                print(f"  --{var.ljust(width)} {render_value(project.variables_of(owner).get(var, ''))}  ({owner})")
     else:
         print(f"\nno variables (define them in {project.variables_path})")
     print(
         "\noptions: --runner NAME|HOST[:PORT], -d/--detach, --no-cache, --reuse, --tag NAME, "
         "--env KEY=VALUE, --env-file FILE, --json"
     )
+
+
+def _variable_owners(ctl: Controller, project: Project, name: str) -> dict[str, str]:
+    """Each variable a run of `name` takes -> the workflow of its DAG whose default it shows."""
+    dag, todo = [], [name]
+    while todo:  # the workflows `name` depends on, nearest first (a tagged run is fixed: not planned)
+        wf = todo.pop(0)
+        if wf not in dag and wf in project.workflows:
+            dag.append(wf)
+            todo += [d.workflow for d in project.get(wf).depends_on if not d.tag]
+    return {var: next((w for w in dag if var in project.variables_of(w)), name) for var in ctl.variables(project, name)}
 
 
 def _list_workflows(project: Project, as_json: bool) -> None:
