@@ -12,7 +12,7 @@ from lanpool.app.cli import render
 from lanpool.app.cli.render import say
 from lanpool.app.controller import Controller, JobRow
 from lanpool.app.errors import ExitCode, LanpoolError, NotFoundError, UsageError
-from lanpool.app.views.formatting import ago, duration, size, status_text
+from lanpool.app.views.formatting import ago, clip, duration, size, status_text
 from lanpool.app.views.log_select import LogSelection, parse_since
 from lanpool.app.views.terminal_text import safe_line
 
@@ -76,9 +76,9 @@ async def _status_once(ctl: Controller, args: argparse.Namespace) -> int:
             pulling = ctl.artifacts.pull_percent(j.id) if not j.artifacts_pulled and j.id in partial else None
             rows.append(
                 [
-                    r.name,
+                    clip(r.name),
                     j.id,
-                    j.workflow,
+                    clip(j.workflow),
                     _where(j),
                     status_text(j, runner_state, pulling),
                     ago(j.submitted_at),
@@ -151,7 +151,7 @@ def _partial_pulls(ctl: Controller) -> set[str]:
 def _where(job: JobRow) -> str:
     """The RUNNER column: a Slurm runner's multi-node job says its node count."""
     nodes = job.slurm_nodes
-    return f"{job.runner} ({nodes} nodes, slurm)" if nodes and job.runner else job.runner or "-"
+    return f"{clip(job.runner)} ({nodes} nodes, slurm)" if nodes and job.runner else clip(job.runner or "-")
 
 
 async def stop(ctl: Controller, args: argparse.Namespace) -> int:

@@ -14,7 +14,7 @@ from lanpool.app.controller import ARTIFACTS_REFUSED, Controller, JobRow, Submit
 from lanpool.app.errors import ExitCode, LanpoolError, UsageError
 from lanpool.app.runs.env_overrides import parse_env_args, read_env_file
 from lanpool.app.startup.import_paused import import_paused
-from lanpool.app.views.formatting import duration, status_text
+from lanpool.app.views.formatting import clip, duration, status_text
 from lanpool.app.views.terminal_text import safe_line
 from lanpool.app.workflows import Project, find_project
 from lanpool.app.workflows.resolve import RUN_ARGS, render_value, uses_run_args
@@ -116,11 +116,11 @@ def _list_workflows(project: Project, as_json: bool) -> None:
         return
     where = project.workflows_file if len(project.files) < 2 else project.workflows_file.parent
     print(f"workflows in {where}:")
-    width = max((len(n) for n in [*project.workflows, *project.refused]), default=0)
+    width = max((len(clip(n)) for n in [*project.workflows, *project.refused]), default=0)
     for wf in project.workflows.values():
         print(f"  {wf.name.ljust(width)}  {wf.help}".rstrip())
     for name, error in project.refused.items():
-        print(safe_line(f"  {name.ljust(width)}  refused: {error.message}"))
+        print(safe_line(f"  {clip(name).ljust(width)}  refused: {error.message}"))
     for message in project.file_errors:
         print(safe_line(f"  (not read) {message}"))
 

@@ -55,6 +55,9 @@ WORKFLOW_KEYS = (
 RESOURCE_KEYS = ("gpu", "cpu", "memory", "shm_size", "interruptible")
 GPU_KEYS = ("count", "name", "memory")
 MAX_NODES = 1024  # a gang larger than any LAN: a typo, not a plan
+# A workflow's name is a column of `status` and goes on the wire (at most 256 there, with no
+# control characters: protocol/schema.py); longer is a paste gone wrong, refused with its file:line.
+MAX_NAME = 100
 
 # A message and the key it is about -> the error, placed at that key's line.
 AtKey = Callable[[str, str], WorkflowError]
@@ -84,6 +87,14 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
     name = item.get("name")
     if not isinstance(name, str) or not name.strip():
         raise WorkflowError("a workflow needs a 'name' (a string)", path, item.line)
+    if len(name) > MAX_NAME or not name.isprintable():
+        shown = repr(name[:40]) + ("..." if len(name) > 40 else "")
+        what = f"is {len(name)} characters long" if len(name) > MAX_NAME else "holds a control character"
+        raise WorkflowError(
+            f"workflow name {shown} {what}: name it in at most {MAX_NAME} printable characters",
+            path,
+            item.line_of("name"),
+        )
 
     def err(message: str, key: str) -> WorkflowError:
         return WorkflowError(f"workflow {name!r}: {message}", path, item.line_of(key))
