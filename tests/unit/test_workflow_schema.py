@@ -104,6 +104,8 @@ def test_every_workflow_example_in_the_docs_loads_and_validates(where, block, va
         {"name": "t", "commands": ["x"], "artifacts": ["../outside"]},
         {"name": "t", "commands": ["x"], "resources": {"gpus": 1}},
         {"name": "t", "commands": ["x"], "env": {"1BAD": "x"}},
+        {"name": "t" * 101, "commands": ["x"]},  # a name over 100 characters
+        {"name": "t", "commands": ["x"], "hold_base": "maybe"},  # a boolean field: true/false, yes/no, on/off
     ],
 )
 def test_the_workflows_schema_refuses_what_lanpool_refuses(entry):
