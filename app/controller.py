@@ -132,6 +132,12 @@ class Controller:
     def close(self) -> None:
         self.store.close()
 
+    def disk_full(self, exc: BaseException) -> "LanpoolError | None":
+        """`exc` as one line when it is a write this controller could not make for want of room."""
+        from lanpool.app.store.store import disk_full
+
+        return disk_full(exc, self.home.root)
+
     async def connect(self, host: str, port: int, *, trust: bool = False) -> "RunnerSession":
         return await self.pool.connect(host, port, trust=trust)
 

@@ -10,6 +10,7 @@ stop, artifacts, metrics), retention_verbs.py (rm, prune), runner_verbs.py
 import argparse
 import importlib
 import os
+import sqlite3
 import sys
 from collections.abc import Callable, Coroutine
 from typing import Any, cast
@@ -67,6 +68,12 @@ def main(argv: list[str]) -> int:
     except BrokenPipeError:  # `app headless ... | head`: the reader left, nothing is wrong
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return ExitCode.OK
+    except (sqlite3.Error, OSError) as exc:  # a full disk under LANPOOL_HOME: one line, not a traceback
+        full = ctl.disk_full(exc) if ctl is not None else None
+        if full is None:
+            raise
+        print(f"app: error: {safe_text(full.message)}", file=sys.stderr)
+        return int(full.exit_code)
     except KeyboardInterrupt:
         print(
             "\napp: interrupted; a job its runner took keeps running there "

@@ -11,8 +11,8 @@ from typing import Any
 from lanpool.app.cli import render
 from lanpool.app.cli.render import say
 from lanpool.app.controller import Controller, JobRow
-from lanpool.app.errors import ExitCode, LanpoolError, UsageError
-from lanpool.app.views.formatting import ago, duration, size, status_text
+from lanpool.app.errors import ExitCode, LanpoolError, NotFoundError, UsageError
+from lanpool.app.views.formatting import ago, clip, duration, size, status_text
 from lanpool.app.views.log_select import LogSelection, parse_since
 from lanpool.app.views.terminal_text import safe_line
 
@@ -76,9 +76,9 @@ async def _status_once(ctl: Controller, args: argparse.Namespace) -> int:
             pulling = ctl.artifacts.pull_percent(j.id) if not j.artifacts_pulled and j.id in partial else None
             rows.append(
                 [
-                    r.name,
+                    clip(r.name),
                     j.id,
-                    j.workflow,
+                    clip(j.workflow),
                     _where(j),
                     status_text(j, runner_state, pulling),
                     ago(j.submitted_at),
@@ -151,7 +151,7 @@ def _partial_pulls(ctl: Controller) -> set[str]:
 def _where(job: JobRow) -> str:
     """The RUNNER column: a Slurm runner's multi-node job says its node count."""
     nodes = job.slurm_nodes
-    return f"{job.runner} ({nodes} nodes, slurm)" if nodes and job.runner else job.runner or "-"
+    return f"{clip(job.runner)} ({nodes} nodes, slurm)" if nodes and job.runner else clip(job.runner or "-")
 
 
 async def stop(ctl: Controller, args: argparse.Namespace) -> int:
@@ -192,7 +192,10 @@ async def artifacts(ctl: Controller, args: argparse.Namespace) -> int:
 async def metrics(ctl: Controller, args: argparse.Namespace) -> int:
     jobs = ctl.runs.resolve(args.ref)
     await ctl.refresh(jobs)
-    points = [p for j in jobs for p in ctl.metrics(j.id) if not args.name or p["name"] in args.name]
+    points = [p for j in jobs for p in ctl.metrics(j.id)]
+    if args.name:
+        _check_metric_names(args.ref, args.name, points)
+        points = [p for p in points if p["name"] in args.name]
     if args.gpu:  # the agent's samples of the job's GPUs (agent/host/gpu_telemetry.py)
         points = [p for p in points if _GPU_METRIC.fullmatch(str(p["name"]))]
     if args.json:
@@ -220,6 +223,21 @@ async def metrics(ctl: Controller, args: argparse.Namespace) -> int:
     ]
     print(render.table(["METRIC", "LAST STEP", "LAST VALUE", "POINTS"], rows))
     return ExitCode.OK
+
+
+def _check_metric_names(ref: str, asked: list[str], points: list[dict[str, Any]]) -> None:
+    """A `--name` the job never logged is a mistake to say (a typo), not an empty answer."""
+    logged = sorted({str(p["name"]) for p in points})
+    missing = [n for n in dict.fromkeys(asked) if n not in logged]
+    if not missing:
+        return
+    names = ", ".join(repr(n) for n in missing)
+    if not logged:
+        have = "it has no metrics yet"
+    else:
+        shown = ", ".join(logged[:20]) + (f" ... and {len(logged) - 20} more" if len(logged) > 20 else "")
+        have = f"its metrics: {shown}"
+    raise NotFoundError(f"{safe_line(ref)[:80]} has no metric {safe_line(names)[:200]} ({safe_line(have)})")
 
 
 def _reason(job: JobRow) -> str:

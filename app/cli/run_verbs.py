@@ -14,7 +14,7 @@ from lanpool.app.controller import ARTIFACTS_REFUSED, Controller, JobRow, Submit
 from lanpool.app.errors import ExitCode, LanpoolError, UsageError
 from lanpool.app.runs.env_overrides import parse_env_args, read_env_file
 from lanpool.app.startup.import_paused import import_paused
-from lanpool.app.views.formatting import duration, status_text
+from lanpool.app.views.formatting import clip, duration, status_text
 from lanpool.app.views.terminal_text import safe_line
 from lanpool.app.workflows import Project, find_project
 from lanpool.app.workflows.resolve import RUN_ARGS, render_value, uses_run_args
@@ -66,18 +66,36 @@ def _workflow_help(ctl: Controller, project: Project, name: str, verb: str) -> N
     print("lanpool's options go before the workflow name (after it too, where no variable is spelled the same)")
     if wf.help:
         print(f"\n{wf.help}")
-    variables = ctl.variables(project, name)
-    if variables:
-        print(f"\nvariables (defaults from {project.variables_path}):")
-        width = max(len(v) for v in variables) + 2
-        for var, default in sorted(variables.items()):
-            print(f"  --{var.ljust(width)} {render_value(default)}")
+    own = project.variables_of(name)
+    # The workflows it depends on take the same overrides: theirs are listed apart, each with its owner.
+    theirs = {var: owner for var, owner in _variable_owners(ctl, project, name).items() if var not in own}
+    if own or theirs:
+        width = max(len(v) for v in [*own, *theirs]) + 2
+        if own:
+            print(f"\nvariables of {name} (defaults from {project.variables_path}):")
+            for var, default in sorted(own.items()):
+                print(f"  --{var.ljust(width)} {render_value(default)}")
+        if theirs:
+            print(f"\nvariables of the workflows {name} depends on (--VARIABLE sets them there too):")
+            for var, owner in sorted(theirs.items()):
+                print(f"  --{var.ljust(width)} {render_value(project.variables_of(owner).get(var, ''))}  ({owner})")
     else:
         print(f"\nno variables (define them in {project.variables_path})")
     print(
         "\noptions: --runner NAME|HOST[:PORT], -d/--detach, --no-cache, --reuse, --tag NAME, "
         "--env KEY=VALUE, --env-file FILE, --json"
     )
+
+
+def _variable_owners(ctl: Controller, project: Project, name: str) -> dict[str, str]:
+    """Each variable a run of `name` takes -> the workflow of its DAG whose default it shows."""
+    dag, todo = [], [name]
+    while todo:  # the workflows `name` depends on, nearest first (a tagged run is fixed: not planned)
+        wf = todo.pop(0)
+        if wf not in dag and wf in project.workflows:
+            dag.append(wf)
+            todo += [d.workflow for d in project.get(wf).depends_on if not d.tag]
+    return {var: next((w for w in dag if var in project.variables_of(w)), name) for var in ctl.variables(project, name)}
 
 
 def _list_workflows(project: Project, as_json: bool) -> None:
@@ -98,11 +116,11 @@ def _list_workflows(project: Project, as_json: bool) -> None:
         return
     where = project.workflows_file if len(project.files) < 2 else project.workflows_file.parent
     print(f"workflows in {where}:")
-    width = max((len(n) for n in [*project.workflows, *project.refused]), default=0)
+    width = max((len(clip(n)) for n in [*project.workflows, *project.refused]), default=0)
     for wf in project.workflows.values():
         print(f"  {wf.name.ljust(width)}  {wf.help}".rstrip())
     for name, error in project.refused.items():
-        print(safe_line(f"  {name.ljust(width)}  refused: {error.message}"))
+        print(safe_line(f"  {clip(name).ljust(width)}  refused: {error.message}"))
     for message in project.file_errors:
         print(safe_line(f"  (not read) {message}"))
 
@@ -226,7 +244,10 @@ def _env(args: argparse.Namespace) -> dict[str, str]:
 
 
 def _summary(ctl: Controller, job: JobRow) -> str:
+    # From the job's first start: a retried job's whole time, and how many tries it took.
     text = f"run {job.run_name}: {status_text(job)} in {duration(job.started_at, job.finished_at)}"
+    if job.retries:
+        text += f" ({job.retries + 1} attempts)"
     if job.error:
         text += f": {job.error}"
     files = ctl.runs.artifacts(job.id)

@@ -357,7 +357,7 @@ class RemoteJob:
                     if self.slurm and rows:
                         rows = by_node(rows, self.size)
                     if rows and self.masks:
-                        rows = [(*r[:5], mask(r[5], self.masks)) for r in rows]
+                        rows = [(*r[:5], mask(r[5], self.masks), *r[6:]) for r in rows]  # r[6]: the runner's time
                     if rows:
                         position = max(position, max(r[2] + r[3] for r in rows))
                         pending.add(rows)

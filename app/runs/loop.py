@@ -111,7 +111,7 @@ class RunLoop:
         if not plan.to_run:
             for planned in plan.jobs:
                 assert planned.reuse is not None  # nothing to run: every job is reused
-                say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
+                say(reusing(planned.workflow, planned.reuse))
             return outcome
         placement = Placement(self.pool, req.runner_spec, outcome.run_name, say, req.queue_timeout)
         manifest: Manifest | None = None
@@ -137,7 +137,7 @@ class RunLoop:
             for planned in plan.jobs:
                 if planned.action == "reuse":
                     assert planned.reuse is not None
-                    say(f"{planned.workflow}: reusing job {planned.reuse.id} ({planned.reason})")
+                    say(reusing(planned.workflow, planned.reuse))
                     done[planned.workflow] = planned.reuse
                     continue
                 job_id = job_ids[planned.workflow]
@@ -291,3 +291,8 @@ def _as_requested(job: ResolvedJob, requested: bool, req: RunRequest) -> Resolve
     if req.max_duration_s and requested:
         job = dataclasses.replace(job, max_duration_s=req.max_duration_s)
     return job
+
+
+def reusing(workflow: str, earlier: JobRow) -> str:
+    """The one line a reused job gets in a run (plan's WHY column says the same in its words)."""
+    return f"{workflow}: reusing job {earlier.id} of run {earlier.run_name} (same inputs)"

@@ -10,15 +10,16 @@ kept with the job so that a later plan can say which input changed.
 import dataclasses
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from lanpool.app.errors import UsageError
+from lanpool.app.errors import LanpoolError, UsageError
 from lanpool.app.home import ControllerHome
 from lanpool.app.store import JobRow, Store
 from lanpool.app.transfer.snapshot import file_hashes
 from lanpool.app.workflows import Project, WorkflowError
-from lanpool.app.workflows.model import Dependency
+from lanpool.app.workflows.model import Dependency, render_value
 from lanpool.app.workflows.resolve import RUN_ARGS, ResolvedJob, override_target, resolve
 
 # Built-ins are left as placeholders in keys: they differ on every run.
@@ -134,6 +135,17 @@ def make_plan(
         key = _digest(inputs)
         keys[name] = key
         planned = PlannedJob(name, job, deps, tagged, key, inputs)
+
+        def spec_with(variables: dict[str, Any], name: str = name) -> dict[str, Any] | None:
+            """The job's spec had its variables been `variables`: what of a change they explain."""
+            try:
+                old = {k: render_value(v) for k, v in variables.items()}
+                again = with_env(resolve(project, name, {**overrides, **old}, KEY_BUILTINS), env)
+            except LanpoolError:  # a variable since removed, a value its workflow refuses now
+                return None
+            spec: dict[str, Any] = _inputs(again, {}, {}, {})["spec"]
+            return spec
+
         _decide(
             planned,
             store,
@@ -142,6 +154,7 @@ def make_plan(
             requested=(name == workflow),
             no_cache=no_cache,
             reuse_requested=reuse_requested,
+            spec_with=spec_with,
         )
         plan.jobs.append(planned)
     return plan
@@ -228,6 +241,7 @@ def _decide(
     requested: bool,
     no_cache: bool,
     reuse_requested: bool,
+    spec_with: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
 ) -> None:
     if no_cache:
         job.reason = "--no-cache"
@@ -240,24 +254,35 @@ def _decide(
         job.action, job.reuse = "reuse", earlier
         job.reason = f"same inputs as job {earlier.id} (run {earlier.run_name})"
         return
-    job.reason = explain_change(store, project_dir, job)
+    job.reason = explain_change(store, project_dir, job, spec_with)
 
 
-def explain_change(store: Store, project_dir: str, job: PlannedJob) -> str:
-    last = store.last_inputs(project_dir, job.workflow)
+def explain_change(
+    store: Store,
+    project_dir: str,
+    job: PlannedJob,
+    spec_with: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
+) -> str:
+    """What differs from the job a rerun would have reused (store.last_inputs), each input once:
+    a field that differs only because a variable did (a `$lr` in the commands) is the variable's change."""
+    last = store.last_inputs(project_dir, job.workflow, job.inputs["variables"])
     if last is None:
         return "never ran with these inputs"
     last_id, before = last
     now = job.inputs
-    changed = []
-    for field_name in sorted(set(before.get("spec", {})) | set(now["spec"])):
-        if before.get("spec", {}).get(field_name) != now["spec"].get(field_name):
-            changed.append(field_name)
     var_changes = sorted(
         k
         for k in set(before.get("variables", {})) | set(now["variables"])
         if before.get("variables", {}).get(k) != now["variables"].get(k)
     )
+    old_spec = before.get("spec", {})
+    as_before = spec_with(before.get("variables", {})) if var_changes and spec_with else None
+    changed = []
+    for field_name in sorted(set(old_spec) | set(now["spec"])):
+        if old_spec.get(field_name) != now["spec"].get(field_name):
+            if as_before is not None and as_before.get(field_name) == old_spec.get(field_name):
+                continue  # the variables' doing: said once, below
+            changed.append(field_name)
     if var_changes:
         changed.append("variables " + ", ".join(var_changes))
     if before.get("files_digest") != now["files_digest"]:

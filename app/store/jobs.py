@@ -12,6 +12,7 @@ from lanpool.protocol import JobState
 # A job_events status that is no job state: a warning about a job (e.g. an output it did
 # not produce). Kept as an event, so the schema stays as it is.
 WARNING = "WARNING"
+_COMPARED = 50  # a workflow's newest jobs `plan` looks through for the one to compare with
 # The newest runs first, read from idx_runs_created_at (rowid: the same order for runs made at the same time).
 _NEWEST = "ORDER BY created_at DESC, rowid DESC LIMIT ?"
 
@@ -84,15 +85,23 @@ class JobRows(Table):
         ).fetchone()
         return JobRow(*row) if row else None
 
-    def last_inputs(self, project_dir: str, workflow: str) -> tuple[str, dict[str, Any]] | None:
-        """(job id, cache inputs) of the newest job of `workflow` in this project that recorded them."""
-        row = self.conn.execute(
-            "SELECT j.id, j.cache_inputs FROM jobs j JOIN runs r ON r.name = j.run_name "
+    def last_inputs(
+        self, project_dir: str, workflow: str, variables: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]] | None:
+        """(job id, cache inputs) of the job of `workflow` in this project that `plan` compares a
+        new one with: the one a rerun would have reused, the newest DONE job with these
+        `variables`; else the newest DONE one; else the newest that recorded its inputs.
+        Reads at most _COMPARED rows of that workflow (newest first), whatever the store holds."""
+        rows = self.conn.execute(
+            "SELECT j.id, j.cache_inputs, j.status = 'DONE' AS done FROM jobs j JOIN runs r ON r.name = j.run_name "
             "WHERE r.project_dir = ? AND j.workflow = ? AND j.cache_inputs IS NOT NULL "
-            "ORDER BY j.submitted_at DESC LIMIT 1",
-            (project_dir, workflow),
-        ).fetchone()
-        return (row[0], json.loads(row[1])) if row else None
+            "ORDER BY done DESC, j.submitted_at DESC LIMIT ?",
+            (project_dir, workflow, _COMPARED),
+        ).fetchall()
+        found = [(job_id, json.loads(inputs), done) for job_id, inputs, done in rows]
+        twin = next((f for f in found if f[2] and f[1].get("variables") == variables), None)
+        best = twin or next(iter(found), None)
+        return (best[0], best[1]) if best else None
 
     def create_job(
         self,

@@ -7,6 +7,7 @@ and jobs), outputs.py (logs and artifacts), cleanup.py (removing runs).
 """
 
 import contextlib
+import errno
 import os
 import sqlite3
 from pathlib import Path
@@ -19,9 +20,35 @@ from lanpool.app.store.outputs import OutputRows
 from lanpool.app.store.rows import ARTIFACTS_REFUSED, JobRow, RunRow
 from lanpool.app.store.runners import RunnerRows
 
-__all__ = ["ARTIFACTS_REFUSED", "JobRow", "RunRow", "Store"]
+__all__ = ["ARTIFACTS_REFUSED", "JobRow", "RunRow", "Store", "disk_full"]
 
 WAL_CHECKPOINT_PAGES = 16384  # 64 MiB of 4 KiB pages (see __init__)
+# Less than this free where the store lives: a write that failed there failed for want of room.
+# SQLite does not always say SQLITE_FULL: a WAL it cannot create or grow is a "disk I/O error".
+_ROOM_BYTES = 1 << 20
+
+
+def disk_full(exc: BaseException, where: Path) -> LanpoolError | None:
+    """The one line for a write the controller could not make because the disk holding
+    `where` (its data dir) is full; None for any other error. SQLite rolled the write's
+    transaction back, so what the store held is all there."""
+    if isinstance(exc, sqlite3.Error):
+        full = getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(exc)
+    elif isinstance(exc, OSError):
+        full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    else:
+        return None
+    try:
+        stat = os.statvfs(where)
+        full = full or stat.f_bavail * stat.f_frsize < _ROOM_BYTES
+    except OSError:
+        pass
+    if not full:
+        return None
+    return LanpoolError(
+        f"the disk holding {where} is full ({exc}): free space there (or set LANPOOL_HOME to a disk with room), "
+        "then `app headless status`: what was stored is kept, and a job that ran on on its runner is recorded then"
+    )
 
 
 class Store(RunnerRows, JobRows, OutputRows, CleanupRows):
@@ -40,7 +67,9 @@ class Store(RunnerRows, JobRows, OutputRows, CleanupRows):
             conn.execute("PRAGMA foreign_keys=ON")
             migrate(conn)
         except sqlite3.DatabaseError as exc:
-            raise LanpoolError(f"cannot open the lanpool database {path}: {exc}") from None
+            raise disk_full(exc, Path(path).parent) or LanpoolError(
+                f"cannot open the lanpool database {path}: {exc}"
+            ) from None
         self.conn = conn
 
     def close(self) -> None:

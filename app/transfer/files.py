@@ -169,6 +169,10 @@ def _link_file(src_dir_fd: int, parts: list[str], dst_root: Path) -> bool:
                     f"{_q('/'.join(parts))} is a directory under {dst_root}: not replacing it"
                 ) from None
             raise
+        try:  # the same download again: rename between two links of one inode does nothing, leaving tmp
+            os.unlink(tmp, dir_fd=dst_fd)
+        except FileNotFoundError:
+            pass
         return True
     finally:
         os.close(dst_fd)

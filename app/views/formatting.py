@@ -13,6 +13,14 @@ from lanpool.protocol import JobState
 RUNNER_HEADERS = ("NAME", "ADDRESS", "STATE", "GPUS FREE", "JOBS", "EXECUTOR", "SOURCE", "LAST SEEN")
 
 
+NAME_CHARS = 40  # a name's column in a table: a longer one (stored before names were bounded) is cut
+
+
+def clip(text: str, width: int = NAME_CHARS) -> str:
+    """`text` in at most `width` characters, ending in `...` where it was cut."""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
 def ago(ts: float | None, now: float | None = None) -> str:
     if not ts:
         return "-"

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from lanpool.app.workflows.line_map import LineMap
-from lanpool.app.workflows.model import WorkflowError
+from lanpool.app.workflows.model import WorkflowError, flag
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ def _deps(raw: Any, err: Any) -> list[str]:
 def _artifact(entry: Any, where: str, notes: list[str]) -> Any:
     """`- path: x` with `mount: true` (dstack mounted it live): lanpool copies it back when the job ends."""
     if isinstance(entry, dict) and "mount" in entry:
-        if entry.get("mount"):
+        if flag(entry.get("mount")):
             notes.append(
                 f"{where}artifact {entry.get('path')!r}: 'mount: true' is ignored; "
                 "lanpool copies artifacts back when the job ends"

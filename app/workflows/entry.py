@@ -13,7 +13,15 @@ from typing import Any
 from lanpool.app.workflows.dialects import normalize
 from lanpool.app.workflows.limits import parse_limits
 from lanpool.app.workflows.line_map import LineMap
-from lanpool.app.workflows.model import ArtifactSpec, Dependency, Scalar, Workflow, WorkflowError, render_value
+from lanpool.app.workflows.model import (
+    ArtifactSpec,
+    Dependency,
+    Scalar,
+    Workflow,
+    WorkflowError,
+    flag,
+    render_value,
+)
 from lanpool.app.workflows.resources import check_resources
 from lanpool.app.workflows.slurm import parse_slurm
 from lanpool.protocol.transfer_messages import abs_artifact_problem
@@ -47,6 +55,9 @@ WORKFLOW_KEYS = (
 RESOURCE_KEYS = ("gpu", "cpu", "memory", "shm_size", "interruptible")
 GPU_KEYS = ("count", "name", "memory")
 MAX_NODES = 1024  # a gang larger than any LAN: a typo, not a plan
+# A workflow's name is a column of `status` and goes on the wire (at most 256 there, with no
+# control characters: protocol/schema.py); longer is a paste gone wrong, refused with its file:line.
+MAX_NAME = 100
 
 # A message and the key it is about -> the error, placed at that key's line.
 AtKey = Callable[[str, str], WorkflowError]
@@ -76,6 +87,14 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
     name = item.get("name")
     if not isinstance(name, str) or not name.strip():
         raise WorkflowError("a workflow needs a 'name' (a string)", path, item.line)
+    if len(name) > MAX_NAME or not name.isprintable():
+        shown = repr(name[:40]) + ("..." if len(name) > 40 else "")
+        what = f"is {len(name)} characters long" if len(name) > MAX_NAME else "holds a control character"
+        raise WorkflowError(
+            f"workflow name {shown} {what}: name it in at most {MAX_NAME} printable characters",
+            path,
+            item.line_of("name"),
+        )
 
     def err(message: str, key: str) -> WorkflowError:
         return WorkflowError(f"workflow {name!r}: {message}", path, item.line_of(key))
@@ -117,8 +136,8 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
     deps, include = _parse_depends_on(item, err)
     resume_from = _parse_resume_from(item, err)
     max_duration_s, retry_on, retry_limit, retry_delay_s = parse_limits(item, err)
-    hold_base = item.get("hold_base", True)
-    if not isinstance(hold_base, bool):
+    hold_base = flag(item.get("hold_base", True))
+    if hold_base is None:
         raise err("'hold_base' must be true or false", "hold_base")
     artifacts = _parse_artifacts(item, err)
     image = str(item.get("image", "") or "")

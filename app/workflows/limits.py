@@ -5,7 +5,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from lanpool.app.workflows.model import WorkflowError
+from lanpool.app.workflows.model import WorkflowError, flag
 
 RETRY_ON = ("failure", "lost")
 RETRY_KEYS = ("on", "limit", "delay")
@@ -28,20 +28,18 @@ def parse_duration(value: Any, what: str, most: float) -> float:
 def parse_limits(item: Any, err: Callable[[str, str], WorkflowError]) -> tuple[float, list[str], int, float]:
     """max_duration seconds (0: none), and retry's on, limit and delay seconds."""
     max_duration = 0.0
-    if item.get("max_duration") not in (None, "off"):
+    if item.get("max_duration") is not None and flag(item["max_duration"]) is not False:  # `off`: no limit
         try:
             max_duration = parse_duration(item["max_duration"], "'max_duration'", MAX_DURATION_S)
         except ValueError as exc:
             raise err(str(exc), "max_duration") from None
     retry = item.get("retry")
-    if retry is None or retry is False:
+    if retry is None or flag(retry) is False:
         return max_duration, [], 0, 0.0
-    if retry is True:
+    if flag(retry):
         retry = {}
     if not isinstance(retry, dict):
         raise err("'retry' must be a mapping like {on: [failure], limit: 3, delay: 30s}", "retry")
-    # YAML 1.1 (what the loader speaks, as GitHub Actions' `on:` users know) reads a bare `on` key as true.
-    retry = {("on" if key is True else key): value for key, value in retry.items()}
     unknown = set(retry) - set(RETRY_KEYS)
     if unknown:
         raise err(f"'retry' takes {', '.join(RETRY_KEYS)}, not {sorted(map(str, unknown))}", "retry")

@@ -10,6 +10,22 @@ from lanpool.protocol.message_base import Record, record
 Scalar = str | int | float | bool
 
 
+# YAML 1.1's other booleans, as PyYAML spelled them. Workflow files are read with YAML 1.2's
+# (app/workflows/yaml_lines.py), where these are words; a field that takes a boolean still
+# takes them, so `hold_base: no` means what it did. Anywhere else (a variable, a key) they stay words.
+FLAG_WORDS = {
+    **{word: True for base in ("yes", "on") for word in (base, base.capitalize(), base.upper())},
+    **{word: False for base in ("no", "off") for word in (base, base.capitalize(), base.upper())},
+}
+
+
+def flag(value: object) -> bool | None:
+    """A boolean field's value: true/false, or yes/no/on/off; None for anything else."""
+    if isinstance(value, bool):
+        return value
+    return FLAG_WORDS.get(value) if isinstance(value, str) else None
+
+
 def render_value(value: object) -> str:
     """A value as shell or env text: YAML reads `true` as a bool, and the text wants `true` back, not `True`."""
     return str(value).lower() if isinstance(value, bool) else str(value)

@@ -22,6 +22,9 @@ from lanpool.app.workflows.line_map import LineMap
 log = logging.getLogger(__name__)
 
 KEEP = 64  # entries: each edit of a workflow file makes one; the oldest go
+# How yaml_lines reads a text, part of each entry's name: when the reading changes (YAML 1.2's
+# booleans), an entry written by the old reading is never taken for the new one's.
+READING = "core-booleans"
 _SCALARS = (str, int, float, bool, type(None))
 
 
@@ -36,7 +39,7 @@ def cache_dir() -> Path:
 
 
 def digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()
+    return hashlib.sha256(f"{READING}\0{text}".encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def load(text: str) -> tuple[bool, Any]:

@@ -1,9 +1,17 @@
 """YAML read with line numbers, so that an error in a workflow file can say `file:line`.
 
+Booleans are YAML 1.2's (its core schema): only true and false, in any of their three
+casings. PyYAML speaks YAML 1.1, where `on`, `off`, `yes` and `no` are booleans too, so
+`retry: {on: [failure]}` lost its key and a variable `answer: no` reached the job as
+`false`: here each means the word its author wrote. Where a field is a boolean, those four
+words are still taken as one (FLAG_WORDS, app/workflows/model.py `flag`), as dstack's 2022
+files were read.
+
 yaml is imported only to read a text not read before (app/workflows/yaml_cache.py).
 """
 
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +24,14 @@ from lanpool.app.workflows.model import WorkflowError
 def _line_loader() -> Any:
     import yaml
 
+    bool_tag = "tag:yaml.org,2002:bool"
+
     class _LineLoader(yaml.SafeLoader):  # type: ignore[misc]  # yaml has no types here (types-PyYAML not installed)
+        yaml_implicit_resolvers = {  # SafeLoader's, less YAML 1.1's booleans (its own dict stays as it is)
+            first: [(tag, regexp) for tag, regexp in resolvers if tag != bool_tag]
+            for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+        }
+
         def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> LineMap:
             mapping = LineMap(super().construct_mapping(node, deep=deep))
             mapping.line = node.start_mark.line + 1
@@ -26,6 +41,7 @@ def _line_loader() -> Any:
             }
             return mapping
 
+    _LineLoader.add_implicit_resolver(bool_tag, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
     _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _LineLoader.construct_mapping)
     return _LineLoader
 

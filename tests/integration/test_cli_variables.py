@@ -4,6 +4,7 @@ never dropped or taken for an option, a spelling that could mean two things is a
 error naming both, nothing is matched by prefix. Through the real CLI, on a real agent."""
 
 import json
+import re
 
 import pytest
 
@@ -174,6 +175,29 @@ def test_workflow_help_lists_variables_named_like_options(cli, project):
     assert "before the workflow name" in res.stdout
     plain = cli("headless", "plan", "plain", "--help", cwd=project, check=True)  # no variable `help`: the option
     assert "--lr" in plain.stdout and "0.1" in plain.stdout
+
+
+def test_workflow_help_says_whose_variables_it_lists(cli, make_project):
+    """`run train --help`: train's own variables (globals included), then its dependencies', each
+    with the workflow it belongs to; another workflow's are never shown as train's."""
+    project = make_project(
+        "workflows:\n"
+        "  - name: prepare\n    commands: ['echo ${{ size }}']\n"
+        "  - name: train\n    depends-on: [prepare]\n    commands: ['echo ${{ lr }} ${{ seed }}']\n"
+        "  - name: other\n    commands: ['echo ${{ unrelated }}']\n",
+        files={
+            ".lanpool/variables.yaml": "variables:\n  global:\n    seed: 7\n  prepare:\n    size: 100\n"
+            "  train:\n    lr: 0.1\n  other:\n    unrelated: x\n"
+        },
+    )
+    out = cli("headless", "run", "train", "--help", cwd=project, check=True).stdout
+    own, _, deps = out.partition("variables of the workflows train depends on")
+    assert "variables of train (defaults from" in own
+    assert "--lr " in own and "--seed " in own and "--size" not in own
+    assert re.search(r"--size +100 +\(prepare\)", deps), deps
+    assert "unrelated" not in out
+    plain = cli("headless", "run", "prepare", "--help", cwd=project, check=True).stdout
+    assert "variables of prepare" in plain and "depends on" not in plain and "--lr" not in plain
 
 
 HYPHENS = """

@@ -1,6 +1,7 @@
 """End to end through the real CLI: a real agent process on loopback, real SSH, real SQLite."""
 
 import json
+import re
 import signal
 import sqlite3
 import subprocess
@@ -116,6 +117,20 @@ def test_exit_code_of_the_job_is_the_exit_code_of_run(agent, cli, make_project):
     assert "before" in res.stdout and "never" not in res.stdout
     [job] = [r for r in _status(cli) if r["run"] == _run_name(res.stderr)][0]["jobs"]
     assert job["status"] == "FAILED" and job["exit_code"] == 3
+
+
+def test_a_retried_job_ends_with_its_whole_duration_and_its_attempts(agent, cli, make_project):
+    project = make_project(
+        "workflows:\n  - name: flaky\n    retry: {on: [failure], limit: 2}\n    commands:\n"
+        "      - sleep 1.5\n      - if [ ! -e tried ]; then touch tried; exit 3; fi\n      - sleep 1.5\n"
+    )
+    res = cli("headless", "run", "flaky", "--runner", agent.address, cwd=project)
+    assert res.returncode == 0, res.stderr
+    last = res.stderr.strip().splitlines()[-1]
+    assert re.fullmatch(r"run \S+: DONE \(0\) in (\d+\.\d)s \(2 attempts\)", last), last
+    assert float(re.search(r"in (\S+)s", last).group(1)) >= 4  # both attempts' sleeps, not the last one's
+    job = json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["jobs"][0]
+    assert job["attempts"] == 2 and job["finished_at"] - job["started_at"] >= 4
 
 
 def test_stop_is_graceful_and_keeps_artifacts(agent, cli, make_project):

@@ -31,6 +31,13 @@ def test_metrics_lines_reach_the_store_and_stay_out_of_the_log(agent, cli, make_
     table = cli("headless", "metrics", res.stderr.split()[1].rstrip(":"), "--name", "loss", check=True).stdout
     assert "loss" in table and "acc" not in table
 
+    # A name the job never logged (a typo) says which names it has, and fails.
+    for extra in ((), ("--json",)):
+        typo = cli("headless", "metrics", res.stderr.split()[1].rstrip(":"), "--name", "nosuch", *extra)
+        assert typo.returncode == 4 and typo.stdout == "", typo.stdout
+        assert len(typo.stderr.strip().splitlines()) == 1
+        assert "no metric 'nosuch'" in typo.stderr and "its metrics: acc, loss" in typo.stderr
+
 
 @pytest.mark.slow
 def test_lightning_metrics_from_the_autoencoder(agent, cli, tmp_path):

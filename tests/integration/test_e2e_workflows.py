@@ -2,6 +2,7 @@
 like the GPT-2 tutorial), reuse of unchanged steps, variables, tags, .dstack/ files."""
 
 import json
+import re
 
 WORKFLOWS = """
 workflows:
@@ -84,6 +85,9 @@ def test_three_step_dag_reuses_unchanged_steps(agent, cli, make_project):
     assert "prepare ran" not in second.stdout and "encode ran" not in second.stdout
     assert "train sees 13 bytes" in second.stdout
     assert "prepare: reusing job" in second.stderr and "encode: reusing job" in second.stderr
+    reused = next(line for line in second.stderr.splitlines() if line.startswith("prepare: reusing job"))
+    assert re.fullmatch(r"prepare: reusing job (\w+) of run [\w-]+ \(same inputs\)", reused), reused
+    assert reused.count(reused.split()[3]) == 1  # the job is named once
 
     # A file no workflow includes changes nothing; an included one re-runs its workflow and dependents.
     (project / "notes.md").write_text("edited\n")

@@ -358,3 +358,32 @@ async def _hello_raw(agent, key: asyncssh.SSHKey) -> None:
         agent.host, agent.port, username="lanpool", client_keys=[key], known_hosts=None, agent_path=None, config=[]
     ):
         pass
+
+
+def test_probing_an_unpaired_agent_is_not_an_error_in_its_log(fresh_agent, cli, make_project):
+    """Controllers that do not know it yet reach it (a run, the runners list, a bare TCP check,
+    a key it does not know): all normal for a fresh agent, none an ERROR in its log."""
+    import socket
+
+    project = make_project("workflows:\n  - name: a\n    commands: [echo a]\n")
+    for _ in range(2):
+        assert cli("headless", "run", "a", "--runner", fresh_agent.address, cwd=project).returncode == 3
+        cli("headless", "runners", check=True)
+        socket.create_connection(("127.0.0.1", fresh_agent.port), timeout=10).close()
+
+    async def stranger() -> None:
+        with pytest.raises(asyncssh.PermissionDenied):
+            await asyncssh.connect(
+                "127.0.0.1",
+                fresh_agent.port,
+                username="lanpool",
+                known_hosts=None,
+                client_keys=[asyncssh.generate_private_key("ssh-ed25519")],
+                agent_path=None,
+            )
+
+    asyncio.run(stranger())
+    assert fresh_agent.proc.poll() is None
+    time.sleep(0.5)  # the agent logs a closed connection after the client has gone
+    log = fresh_agent.log_path.read_text()
+    assert " ERROR " not in log and "Traceback" not in log, log[-3000:]

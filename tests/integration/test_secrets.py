@@ -9,6 +9,8 @@ import hashlib
 import json
 import stat
 import subprocess
+import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -125,6 +127,11 @@ def test_job_sees_secret_and_no_clear_value_is_kept(agent, cli, make_project, co
 
     logs = cli("headless", "logs", run, check=True).stdout
     assert logs.splitlines()[:4] == ["token=***", "Bearer ***", "***", "***"]
+    # A masked line keeps the time the runner gave it: `-t` stamps it, `--since` finds it.
+    stamped = cli("headless", "logs", "-t", run, check=True).stdout.splitlines()
+    assert stamped[0][:2] == "20" and stamped[0].endswith(" token=***"), stamped[:2]
+    assert datetime.fromisoformat(stamped[0][:23]).timestamp() > time.time() - 600
+    assert cli("headless", "logs", "--since", "1h", run, check=True).stdout.splitlines()[:4] == logs.splitlines()[:4]
 
     # The controller's SQLite (WAL and all) and the agent's data dir hold no clear value;
     # only secrets.json does. Each part of the multi-line value is looked for on its own.

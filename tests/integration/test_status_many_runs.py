@@ -147,3 +147,25 @@ def test_a_status_with_no_pull_under_way_does_not_load_the_artifact_stack(home):
     assert "lanpool.app.transfer.files" not in got["modules"] and "lanpool.app.transfer.artifacts" not in got["modules"]
     logs = _probe(home, "logs", "run-28")
     assert logs["rc"] == 0 and "lanpool.app.transfer.files" not in logs["modules"]
+
+
+def test_a_long_name_is_cut_in_its_column_not_widening_every_line(tmp_path: Path):
+    """A workflow or runner name longer than its column (stored before names were bounded at load)
+    ends in `...`; `--json` keeps it whole."""
+    home = tmp_path / "long"
+    home.mkdir()
+    store = Store(home / "lanpool.db")
+    long = "w" * 300
+    try:
+        store.create_run("short-run", long, "/proj")
+        store.create_job("j1", "short-run", long, {"name": "r" * 200, "host": "127.0.0.1", "port": 1}, {})
+        store.set_job_status("j1", JobState.DONE, exit_code=0, finished_at=2000.0, synced=1)
+    finally:
+        store.close()
+    res = _app(home, "status", "--no-refresh")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert max(len(line) for line in lines) < 200, lines
+    assert "w" * 37 + "..." in lines[1] and "w" * 41 not in lines[1]
+    assert "r" * 37 + "..." in lines[1]
+    assert json.loads(_app(home, "status", "--json", "--no-refresh").stdout)[0]["workflow"] == long

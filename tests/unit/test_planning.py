@@ -399,3 +399,26 @@ def test_a_tag_whose_job_failed_is_missing(root: Path, store: Store, home: Contr
     store.set_job_status(job.id, JobState.FAILED, exit_code=1)
     with pytest.raises(UsageError):
         _plan(root, store, home, "finetune")
+
+
+def test_plan_compares_with_the_job_a_rerun_would_reuse(root: Path, store: Store, home: ControllerHome):
+    """After an edit, `plan` compares with the DONE job of these variables, not with the newest job
+    (here a STOPPED one with another size), and names the one input that changed."""
+    twin = _record_done(store, home, root, _plan(root, store, home, "prepare").jobs[0])
+    other = _record_done(store, home, root, _plan(root, store, home, "prepare", {"size": "500"}).jobs[0])
+    store.set_job_status(other.id, JobState.STOPPED)
+    (root / "prepare.py").write_text("print('prepare v2')\n")
+    after = _plan(root, store, home, "prepare", reuse_requested=True).jobs[0]
+    assert after.reason == f"changed since job {twin.id}: files prepare.py"
+
+
+def test_a_changed_variable_is_named_once_not_in_every_field_it_reaches(root: Path, store: Store, home: ControllerHome):
+    """Only a DONE job with another size to compare with: the size changed (its `$size` in the
+    commands and its SIZE in the env are that change), and the edited file."""
+    other = _record_done(store, home, root, _plan(root, store, home, "prepare", {"size": "500"}).jobs[0])
+    (root / "prepare.py").write_text("print('prepare v2')\n")
+    after = _plan(root, store, home, "prepare", reuse_requested=True).jobs[0]
+    assert after.reason == f"changed since job {other.id}: variables size; files prepare.py"
+    (root / ".lanpool" / "workflows.yaml").write_text(WORKFLOWS.replace("--size $size", "--size $size --fast"))
+    edited = _plan(root, store, home, "prepare", reuse_requested=True).jobs[0]
+    assert edited.reason == f"changed since job {other.id}: commands; variables size; files prepare.py"

@@ -288,3 +288,17 @@ def test_upsert_runner_replaces_by_name_never_by_address(store):
     assert store.runner_by_address("10.0.0.2", 22)["name"] == "a"  # the trusted one first
     store.set_runner("b", trusted=1)
     assert store.runner("b")["trusted_at"] is not None
+
+
+def test_a_write_refused_for_want_of_room_is_one_line_and_other_errors_are_not_taken_for_it(tmp_path):
+    import errno
+    import sqlite3
+
+    from lanpool.app.store.store import disk_full
+
+    full = disk_full(sqlite3.OperationalError("database or disk is full"), tmp_path)
+    assert full is not None and f"the disk holding {tmp_path} is full" in full.message and "\n" not in full.message
+    assert disk_full(OSError(errno.ENOSPC, "No space left on device"), tmp_path) is not None
+    assert disk_full(sqlite3.OperationalError("database is locked"), tmp_path) is None  # tmp_path has room
+    assert disk_full(OSError(errno.EACCES, "Permission denied"), tmp_path) is None
+    assert disk_full(ValueError("x"), tmp_path) is None

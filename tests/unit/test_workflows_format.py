@@ -519,8 +519,8 @@ def test_variable_values_are_scalars(tmp_path: Path, value):
 
 
 def test_retry_as_the_docs_write_it_with_a_bare_on_key(tmp_path: Path):
-    """YAML 1.1 reads `on:` as true: `retry: {on: [failure, lost], limit: 3, delay: 30s}` (docs/jobs.md)
-    is what users write, and means what it says."""
+    """`retry: {on: [failure, lost], limit: 3, delay: 30s}` (docs/jobs.md) is what users write, and
+    means what it says (YAML 1.1 would read the key `on` as true)."""
     _write(
         tmp_path,
         "workflows:\n  - name: t\n    retry: {on: [failure, lost], limit: 3, delay: 30s}\n    commands: [true]\n"
@@ -530,3 +530,31 @@ def test_retry_as_the_docs_write_it_with_a_bare_on_key(tmp_path: Path):
     t = resolve(project, "t", {}, BUILTINS)
     assert (t.retry_on, t.retry_limit, t.retry_delay_s) == (["failure", "lost"], 3, 30.0)
     assert resolve(project, "u", {}, BUILTINS).retry_on == ["lost"]
+
+
+def test_on_off_yes_no_are_the_words_written_outside_boolean_fields(tmp_path: Path):
+    """YAML 1.2's booleans: a variable `answer: no` reaches the job as `no`, a key `on` stays `on`."""
+    _write(
+        tmp_path,
+        "workflows:\n  - name: t\n    env: {SWITCH: on, on: 1}\n    commands: ['echo ${{ answer }} ${{ mode }}']\n",
+    )
+    _write(tmp_path, "variables:\n  t:\n    answer: no\n    mode: Off\n    real: true\n", name="variables.yaml")
+    project = load_workflows(tmp_path)
+    assert project.variables["t"] == {"answer": "no", "mode": "Off", "real": True}
+    job = resolve(project, "t", {}, BUILTINS)
+    assert job.env["SWITCH"] == "on" and job.env["on"] == "1"
+    assert "echo no Off" in job.commands[0]
+
+
+@pytest.mark.parametrize(("written", "held"), [("true", True), ("no", False), ("Off", False), ("YES", True)])
+def test_a_boolean_field_takes_yes_no_on_off(tmp_path: Path, written, held):
+    _write(tmp_path, f"workflows:\n  - name: t\n    hold_base: {written}\n    max_duration: off\n    commands: [x]\n")
+    job = resolve(load_workflows(tmp_path), "t", {}, BUILTINS)
+    assert (job.hold_base, job.max_duration_s) == (held, 0)
+
+
+def test_a_boolean_field_refuses_other_words(tmp_path: Path):
+    path = _write(tmp_path, "workflows:\n  - name: t\n    commands: [x]\n    hold_base: maybe\n")
+    err = _error(tmp_path)
+    _assert_at(err, path, 4)
+    assert "'hold_base' must be true or false" in str(err)

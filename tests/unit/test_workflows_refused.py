@@ -177,3 +177,19 @@ def test_absolute_artifacts_are_refused_only_where_the_job_cannot_run_in_a_conta
         project.refused["inside"].message
     )
     assert "must be a normalised path below /" in project.refused["climbs"].message
+
+
+def test_an_overlong_or_unprintable_name_refuses_only_its_workflow(tmp_path):
+    long = "x" * 300
+    root = write_project(
+        tmp_path / "p",
+        f"workflows:\n  - name: ok\n    commands: [echo ok]\n  - name: {long}\n    commands: [echo long]\n"
+        '  - name: "tab\\there"\n    commands: [echo tab]\n  - name: ' + "y" * 100 + "\n    commands: [echo y]\n",
+    )
+    project = load_workflows(root)
+    assert sorted(project.workflows) == ["ok", "y" * 100]  # 100 characters is the most a name may have
+    path = root / ".lanpool" / "workflows.yaml"
+    message = project.refused[long].message
+    assert message.startswith(f"{path}:4: workflow name 'xxxx") and "is 300 characters long" in message
+    assert "at most 100 printable characters" in message and long not in message and "\n" not in message
+    assert "holds a control character" in project.refused["tab\there"].message
