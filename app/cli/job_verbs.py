@@ -155,13 +155,58 @@ def _where(job: JobRow) -> str:
 
 
 async def stop(ctl: Controller, args: argparse.Namespace) -> int:
-    for job in ctl.runs.resolve(args.ref):
+    """`stop RUN...` or `stop --all`: every job named, each stopped once, the unreachable ones said."""
+    jobs = _jobs_to_stop(ctl, args)
+    if jobs is None:
+        return ExitCode.OK
+    failed = 0
+    for job in jobs:
         if job.state.is_terminal():
             say(f"job {job.id} already ended: {job.status}")
             continue
-        job = await ctl.stop(job.id, abort=args.abort, grace_s=args.grace)
-        say(f"job {job.id}: {status_text(job)}")
-    return ExitCode.OK
+        try:
+            job = await ctl.stop(job.id, abort=args.abort, grace_s=args.grace)
+        except LanpoolError as exc:
+            if len(jobs) == 1:
+                raise
+            failed += 1  # one unreachable runner does not keep the others' jobs running
+            say(f"job {job.id} ({job.run_name}): not stopped: {exc.message}")
+            continue
+        say(f"job {job.id} ({job.run_name}): {status_text(job)}")
+    return ExitCode.FAILED if failed else ExitCode.OK
+
+
+def _jobs_to_stop(ctl: Controller, args: argparse.Namespace) -> list[JobRow] | None:
+    """The jobs `stop` names, each once, in the order given; None when the user said no."""
+    if args.all and args.refs:
+        raise UsageError("stop takes run names or --all, not both")
+    if not args.all:
+        if not args.refs:
+            raise UsageError("name the runs or jobs to stop (`app headless status` lists them), or give --all")
+        if args.yes:
+            raise UsageError("--yes goes with --all (stopping named runs asks nothing)")
+        seen: dict[str, JobRow] = {}
+        for ref in args.refs:  # every name checked before anything is stopped: a typo stops nothing
+            for job in ctl.runs.resolve(ref):
+                seen.setdefault(job.id, job)
+        return list(seen.values())
+    jobs = ctl.runs.unfinished()
+    if not jobs:
+        say("no unfinished runs: nothing to stop")
+        return None
+    runs = sorted({j.run_name for j in jobs})
+    what = f"{len(runs)} run(s) ({len(jobs)} job(s)): {', '.join(runs[:5])}" + (" ..." if len(runs) > 5 else "")
+    if args.yes:
+        return jobs
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise UsageError(f"stop --all would stop {what}; without a terminal to ask on, add --yes")
+    sys.stderr.write(safe_line(f"stop {what}? [y/N] "))
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()
+    if answer not in ("y", "yes"):
+        say("nothing stopped")
+        return None
+    return jobs
 
 
 async def artifacts(ctl: Controller, args: argparse.Namespace) -> int:

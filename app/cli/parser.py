@@ -104,10 +104,7 @@ def build_parser(only: str | None = None) -> _Parser:
         "gets them neutralised; a file or pipe always gets the bytes)",
     )
 
-    stop = sub.add_parser("stop", help="stop a run or job: SIGTERM, then SIGKILL after a grace period")
-    stop.add_argument("ref", metavar="RUN|JOB")
-    stop.add_argument("--abort", action="store_true", help="do not bring back artifacts")
-    stop.add_argument("--grace", type=float, default=None, help="seconds before SIGKILL (default: the runner's, 10)")
+    _add_stop(sub)
 
     art = sub.add_parser("artifacts", help="list or download a job's artifacts")
     art_sub = art.add_subparsers(dest="art_verb", required=True, metavar="VERB", parser_class=_Parser)
@@ -187,6 +184,15 @@ def build_parser(only: str | None = None) -> _Parser:
     secret_rm.add_argument("name", metavar="NAME")
     parser.verb_parsers = {"run": run, "plan": plan}
     return parser
+
+
+def _add_stop(sub: Any) -> None:
+    stop = sub.add_parser("stop", help="stop runs or jobs: SIGTERM, then SIGKILL after a grace period")
+    stop.add_argument("refs", nargs="*", metavar="RUN|JOB", help="one or more runs or jobs")
+    stop.add_argument("--all", action="store_true", help="every unfinished run of this controller (asks first)")
+    stop.add_argument("-y", "--yes", action="store_true", help="with --all: no question (needed without a terminal)")
+    stop.add_argument("--abort", action="store_true", help="do not bring back artifacts")
+    stop.add_argument("--grace", type=float, default=None, help="seconds before SIGKILL (default: the runner's, 10)")
 
 
 def _add_run(sub: Any) -> argparse.ArgumentParser:

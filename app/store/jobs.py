@@ -210,6 +210,15 @@ class JobRows(Table):
             raise NotFoundError(f"{ref!r} matches {len(rows)} jobs; give more of the job id")
         return [JobRow(*rows[0])]
 
+    def unfinished_jobs(self) -> list[JobRow]:
+        """Jobs not in a terminal state, oldest first (`stop --all`). A scan of jobs: run on request only."""
+        ended = tuple(str(s) for s in JobState if s.is_terminal())
+        marks = ", ".join("?" * len(ended))
+        rows = self.conn.execute(
+            f"SELECT {JOB_COLS} FROM jobs WHERE status NOT IN ({marks}) ORDER BY submitted_at", ended
+        ).fetchall()
+        return [JobRow(*r) for r in rows]
+
     def recent_runs(self, limit: int = 50) -> list[RunRow]:
         rows = self.conn.execute(f"SELECT name, workflow, project_dir, created_at, tag FROM runs {_NEWEST}", (limit,))
         return [RunRow(*r) for r in rows]

@@ -47,6 +47,10 @@ class Runs:
         """Their jobs' warnings and artifact files, by job id (none: not in the maps)."""
         return self.store.notes_of_recent(limit)
 
+    def unfinished(self) -> list[JobRow]:
+        """Every job of this controller that has not ended (`stop --all`), oldest first."""
+        return self.store.unfinished_jobs()
+
     def nodes(self, job_id: str) -> list[dict[str, Any]]:
         """The job's nodes (runner, status per node); empty for a job not yet placed."""
         return self.store.nodes(job_id)

@@ -1,0 +1,77 @@
+"""Issue #35, daily use: the habits dstack, SkyPilot and Slurm users bring, through the real CLI
+on a real agent. Each feature's bad input is tested beside it."""
+
+import json
+
+WORKFLOWS = """
+workflows:
+  - name: sleeper
+    commands:
+      - trap 'echo got TERM; exit 0' TERM
+      - echo ready
+      - while true; do sleep 0.1; done
+  - name: quick
+    commands:
+      - echo "quick $LANPOOL_RUN_NAME"
+"""
+
+
+def _run_name(stderr: str) -> str:
+    first = next(line for line in stderr.splitlines() if line.startswith("run "))
+    return first.split()[1].rstrip(":")
+
+
+def _status(cli, *extra: str) -> list[dict]:
+    return json.loads(cli("headless", "status", "--json", "--no-refresh", *extra, check=True).stdout)
+
+
+def _job_status(cli, run: str) -> str:
+    [entry] = [r for r in _status(cli) if r["run"] == run]
+    return entry["jobs"][-1]["status"]
+
+
+def _detached(cli, agent, project, workflow: str = "sleeper", *extra: str) -> str:
+    res = cli("headless", "run", *extra, "--runner", agent.address, "-d", workflow, cwd=project, check=True)
+    return _run_name(res.stderr)
+
+
+# -- 1. stop RUN..., stop --all ----------------------------------------------------------------
+
+
+def test_stop_several_runs_at_once(agent, cli, make_project):
+    project = make_project(WORKFLOWS)
+    runs = [_detached(cli, agent, project) for _ in range(2)]
+    for run in runs:
+        cli.follow_until(run, "ready")
+    res = cli("headless", "stop", *runs, "--grace", "20", check=True)
+    for run in runs:
+        assert f"({run}): STOPPED" in res.stderr, res.stderr
+        assert _job_status(cli, run) == "STOPPED"
+
+
+def test_stop_with_a_bad_name_stops_nothing(agent, cli, make_project):
+    project = make_project(WORKFLOWS)
+    run = _detached(cli, agent, project)
+    cli.follow_until(run, "ready")
+    res = cli("headless", "stop", run, "no-such-run")
+    assert res.returncode == 4 and "no run or job named 'no-such-run'" in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert _job_status(cli, run) in ("RUNNING", "QUEUED", "SUBMITTED")
+    assert cli("headless", "stop", "--all", "--yes", check=True).returncode == 0
+    assert _job_status(cli, run) == "STOPPED"
+
+
+def test_stop_all_asks_for_yes_without_a_terminal(agent, cli, make_project):
+    project = make_project(WORKFLOWS)
+    runs = [_detached(cli, agent, project) for _ in range(2)]
+    cli("headless", "run", "--runner", agent.address, "quick", cwd=project, check=True)  # ended: not stopped
+    refused = cli("headless", "stop", "--all")
+    assert refused.returncode == 2
+    assert refused.stderr.strip().count("\n") == 0 and "2 run(s)" in refused.stderr and "--yes" in refused.stderr
+    assert cli("headless", "stop", "--all", runs[0]).returncode == 2  # names and --all: which one?
+    assert cli("headless", "stop").returncode == 2  # nothing named
+    res = cli("headless", "stop", "--all", "--yes", check=True)
+    assert all(run in res.stderr for run in runs), res.stderr
+    assert all(_job_status(cli, run) in ("STOPPED", "ABORTED") for run in runs)
+    again = cli("headless", "stop", "--all", "--yes", check=True)
+    assert "nothing to stop" in again.stderr
