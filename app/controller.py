@@ -19,6 +19,7 @@ from lanpool.app.errors import LanpoolError, NotFoundError, RunnerError, UsageEr
 from lanpool.app.home import ControllerHome
 from lanpool.app.runners.pool import DEFAULT_PORT, Pool, RunnerState, parse_address
 from lanpool.app.store import ARTIFACTS_REFUSED, JobRow, Store
+from lanpool.app.store.run_filter import RunFilter
 from lanpool.protocol import JobState
 
 # Start-up time: `status` and `logs` of stored runs need only the store. What talks
@@ -48,6 +49,7 @@ __all__ = [
     "JobRow",
     "LogSink",
     "Removal",
+    "RunFilter",
     "RunOutcome",
     "Submitted",
     "parse_address",

@@ -6,11 +6,12 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from lanpool.app.cli import render
 from lanpool.app.cli.render import say
-from lanpool.app.controller import Controller, JobRow
+from lanpool.app.controller import Controller, JobRow, RunFilter
 from lanpool.app.errors import ExitCode, LanpoolError, UsageError
 from lanpool.app.views.formatting import ago, duration, size, status_text
 from lanpool.app.views.log_select import LogSelection, parse_since
@@ -42,23 +43,30 @@ _GPU_METRIC = re.compile(r"gpu\d+_(util|mem_mb|power_w)")  # what the runner sam
 async def _status_once(ctl: Controller, args: argparse.Namespace) -> int:
     # A handful of queries whatever the number of runs (`-n 10000` too): runs, their jobs, and
     # the jobs' warnings and artifacts, each read once.
-    runs = ctl.runs.recent(args.limit)
-    jobs = ctl.runs.jobs_of_recent(args.limit)
+    only = _run_filter(args)
+    runs = ctl.runs.recent(args.limit, only)
+    jobs = ctl.runs.jobs_of_recent(args.limit, only)
     if not args.no_refresh:
         await ctl.refresh([j for r in runs for j in jobs.get(r.name, [])])
-        jobs = ctl.runs.jobs_of_recent(args.limit)
-    warnings, artifacts = ctl.runs.notes_of_recent(args.limit)
+        jobs = ctl.runs.jobs_of_recent(args.limit, only)
+    warnings, artifacts = ctl.runs.notes_of_recent(args.limit, only)
     if args.json:
         out = [
             {
                 "run": r.name,
                 "workflow": r.workflow,
+                "project": r.project,
+                "project_dir": r.project_dir,
+                "tag": r.tag,
                 "created_at": r.created_at,
                 "jobs": [_job_json(j, warnings.get(j.id, []), artifacts.get(j.id, [])) for j in jobs.get(r.name, [])],
             }
             for r in runs
         ]
         print(json.dumps(out, indent=2))
+        return ExitCode.OK
+    if not runs and only:
+        print("no runs match: `app headless status` without filters lists them all")
         return ExitCode.OK
     if not runs:
         print("no runs yet: `app headless run WORKFLOW` starts one")
@@ -77,6 +85,7 @@ async def _status_once(ctl: Controller, args: argparse.Namespace) -> int:
             rows.append(
                 [
                     r.name,
+                    r.project or "-",
                     j.id,
                     j.workflow,
                     _where(j),
@@ -87,7 +96,7 @@ async def _status_once(ctl: Controller, args: argparse.Namespace) -> int:
                     _reason(j),
                 ]
             )
-    headers = ["RUN", "JOB", "WORKFLOW", "RUNNER", "STATUS", "SUBMITTED", "DURATION", "ARTIFACTS", "REASON"]
+    headers = ["RUN", "PROJECT", "JOB", "WORKFLOW", "RUNNER", "STATUS", "SUBMITTED", "DURATION", "ARTIFACTS", "REASON"]
     print(render.table(headers, rows))
     for line in warned:
         print(safe_line(f"warning: {line}"))
@@ -136,6 +145,20 @@ async def _chosen_logs(
 def _check_node(ctl: Controller, job: JobRow, node: int) -> None:
     if not 0 <= node < (size := ctl.node_count(job.id)):
         raise UsageError(f"job {job.id} runs on {size} node(s): --node takes 0 to {size - 1}, not {node}")
+
+
+def _run_filter(args: argparse.Namespace) -> RunFilter:
+    """`status`'s filters; `--project` is a name, or a dir when it looks like a path (`.`, `../x`, `/a/b`)."""
+    project = (getattr(args, "project", None) or "").strip()
+    as_dir = project.startswith(".") or "/" in project or os.sep in project
+    return RunFilter(
+        states=tuple(dict.fromkeys(s for given in args.states or [] for s in given)),
+        workflow=args.workflow or "",
+        runner=args.runner or "",
+        tag=args.tag or "",
+        project="" if as_dir else project,
+        project_dir=str(Path(project).expanduser().resolve()) if as_dir else "",
+    )
 
 
 def _partial_pulls(ctl: Controller) -> set[str]:

@@ -85,6 +85,7 @@ def build_parser(only: str | None = None) -> _Parser:
         metavar="SECONDS",
         help="redraw every SECONDS (default 2) until Ctrl-C, like `watch`",
     )
+    _status_filters(status)
 
     logs = sub.add_parser("logs", help="print a run's or job's log")
     logs.add_argument("ref", metavar="RUN|JOB")
@@ -184,6 +185,42 @@ def build_parser(only: str | None = None) -> _Parser:
     secret_rm.add_argument("name", metavar="NAME")
     parser.verb_parsers = {"run": run, "plan": plan}
     return parser
+
+
+def _status_filters(status: argparse.ArgumentParser) -> None:
+    status.add_argument(
+        "--state",
+        dest="states",
+        type=_states,
+        action="append",
+        default=None,
+        metavar="STATE[,STATE]",
+        help="only runs with a job in one of these states: queued, submitted, running, done, failed, "
+        "stopped, aborted, lost, or `active` (the first three) (repeatable)",
+    )
+    status.add_argument("--workflow", help="only runs of this workflow (or with a job of it)")
+    status.add_argument("--runner", help="only runs with a job on this runner")
+    status.add_argument("--tag", help="only the run with this tag")
+    status.add_argument("--project", help="only runs of this project: its name (the dir's last part) or its dir")
+
+
+_ACTIVE = ("QUEUED", "SUBMITTED", "RUNNING")  # `--state active`: what `stop --all` would stop
+
+
+def _states(text: str) -> tuple[str, ...]:
+    """`--state running,failed` as job states (JobState values), checked."""
+    from lanpool.protocol import JobState
+
+    states: list[str] = []
+    for word in (w.strip().upper() for w in text.split(",")):
+        if word == "ACTIVE":
+            states += _ACTIVE
+        elif word in JobState.__members__:
+            states.append(word)
+        else:
+            valid = ", ".join(s.lower() for s in JobState.__members__)
+            raise argparse.ArgumentTypeError(f"{word.lower()[:40]!r} is not a state; give one of {valid}, or active")
+    return tuple(states)
 
 
 def _add_stop(sub: Any) -> None:

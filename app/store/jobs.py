@@ -5,7 +5,9 @@ import time
 from typing import Any
 
 from lanpool.app.errors import NotFoundError
-from lanpool.app.store.rows import JOB_COLS, JOB_FIELDS, JobRow, RunRow, Table, escape_like
+from lanpool.app.store.migrations import project_name
+from lanpool.app.store.rows import JOB_COLS, JOB_FIELDS, RUN_COLS, JobRow, RunRow, Table, escape_like
+from lanpool.app.store.run_filter import RunFilter
 from lanpool.app.store.transactions import atomic
 from lanpool.protocol import JobState
 
@@ -14,6 +16,12 @@ from lanpool.protocol import JobState
 WARNING = "WARNING"
 # The newest runs first, read from idx_runs_created_at (rowid: the same order for runs made at the same time).
 _NEWEST = "ORDER BY created_at DESC, rowid DESC LIMIT ?"
+
+
+def _newest(limit: int, only: RunFilter | None) -> tuple[str, list[object]]:
+    """The names of the `limit` newest runs that `only` lets through, as a subquery and its params."""
+    where, params = (only or RunFilter()).where()
+    return f"SELECT name FROM runs WHERE {where} {_NEWEST}", [*params, limit]
 
 
 class JobRows(Table):
@@ -37,8 +45,9 @@ class JobRows(Table):
                     previous = row[0]
                     self.conn.execute("UPDATE runs SET tag = NULL WHERE tag = ?", (tag,))
             self.conn.execute(
-                "INSERT INTO runs (name, workflow, project_dir, created_at, tag, variables) VALUES (?, ?, ?, ?, ?, ?)",
-                (name, workflow, project_dir, time.time(), tag, json.dumps(variables or {})),
+                "INSERT INTO runs (name, workflow, project_dir, created_at, tag, variables, project) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (name, workflow, project_dir, time.time(), tag, json.dumps(variables or {}), project_name(project_dir)),
             )
         return previous
 
@@ -219,36 +228,43 @@ class JobRows(Table):
         ).fetchall()
         return [JobRow(*r) for r in rows]
 
-    def recent_runs(self, limit: int = 50) -> list[RunRow]:
-        rows = self.conn.execute(f"SELECT name, workflow, project_dir, created_at, tag FROM runs {_NEWEST}", (limit,))
+    def recent_runs(self, limit: int = 50, only: RunFilter | None = None) -> list[RunRow]:
+        names, params = _newest(limit, only)
+        rows = self.conn.execute(
+            f"SELECT {RUN_COLS} FROM runs WHERE name IN ({names}) ORDER BY created_at DESC, rowid DESC", params
+        )
         return [RunRow(*r) for r in rows]
 
     # `status` of any number of runs asks three queries, not three per job.
-    def jobs_of_recent(self, limit: int) -> dict[str, list[JobRow]]:
-        """The jobs of the `limit` newest runs, by run name, each run's in submission order."""
+    def jobs_of_recent(self, limit: int, only: RunFilter | None = None) -> dict[str, list[JobRow]]:
+        """The jobs of the `limit` newest runs (that `only` lets through), by run name, each run's in
+        submission order."""
+        names, params = _newest(limit, only)
         out: dict[str, list[JobRow]] = {}
         rows = self.conn.execute(
-            f"SELECT {JOB_COLS} FROM jobs WHERE run_name IN (SELECT name FROM runs {_NEWEST}) ORDER BY submitted_at",
-            (limit,),
+            f"SELECT {JOB_COLS} FROM jobs WHERE run_name IN ({names}) ORDER BY submitted_at", params
         )
         for row in rows:
             job = JobRow(*row)
             out.setdefault(job.run_name, []).append(job)
         return out
 
-    def notes_of_recent(self, limit: int) -> tuple[dict[str, list[str]], dict[str, list[tuple[str, int]]]]:
+    def notes_of_recent(
+        self, limit: int, only: RunFilter | None = None
+    ) -> tuple[dict[str, list[str]], dict[str, list[tuple[str, int]]]]:
         """The warnings and the artifact files (path, size) of the jobs of the `limit` newest runs,
         by job id, in the order `warnings` and `artifacts` give them."""
-        of_recent = f"SELECT id FROM jobs WHERE run_name IN (SELECT name FROM runs {_NEWEST})"
+        names, params = _newest(limit, only)
+        of_recent = f"SELECT id FROM jobs WHERE run_name IN ({names})"
         warnings: dict[str, list[str]] = {}
         for job_id, detail in self.conn.execute(
             f"SELECT job_id, detail FROM job_events WHERE job_id IN ({of_recent}) AND status = ? ORDER BY rowid",
-            (limit, WARNING),
+            (*params, WARNING),
         ):
             warnings.setdefault(job_id, []).append(detail)
         artifacts: dict[str, list[tuple[str, int]]] = {}
         for job_id, path, size in self.conn.execute(
-            f"SELECT job_id, path, size FROM artifacts WHERE job_id IN ({of_recent}) ORDER BY job_id, path", (limit,)
+            f"SELECT job_id, path, size FROM artifacts WHERE job_id IN ({of_recent}) ORDER BY job_id, path", params
         ):
             artifacts.setdefault(job_id, []).append((path, size))
         return warnings, artifacts

@@ -5,6 +5,7 @@ Append new migrations; never edit one that has shipped.
 
 import sqlite3
 from collections.abc import Callable
+from pathlib import PurePath
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -213,6 +214,20 @@ def _m012_slurm_jobs_have_their_nodes(db: "sqlite_utils.Database") -> None:
         )
 
 
+def _m013_run_projects(db: "sqlite_utils.Database") -> None:
+    # A run's project by name (its dir's last part): `status` shows it in a column and
+    # `status --project NAME` finds its runs from an index. project_dir stays as it was.
+    db.execute("ALTER TABLE runs ADD COLUMN project TEXT NOT NULL DEFAULT ''")
+    for name, project_dir in db.execute("SELECT name, project_dir FROM runs").fetchall():
+        db.execute("UPDATE runs SET project = ? WHERE name = ?", (project_name(project_dir), name))
+    db.execute("CREATE INDEX idx_runs_project ON runs (project, created_at)")
+
+
+def project_name(project_dir: str | None) -> str:
+    """What `status` calls a project: its dir's last part (`/home/me/gpt` -> `gpt`)."""
+    return PurePath(project_dir or "").name
+
+
 MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m001_initial,
     _m002_cache,
@@ -226,6 +241,7 @@ MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m010_runs_by_time,
     _m011_job_retries,
     _m012_slurm_jobs_have_their_nodes,
+    _m013_run_projects,
 ]
 
 

@@ -75,3 +75,41 @@ def test_stop_all_asks_for_yes_without_a_terminal(agent, cli, make_project):
     assert all(_job_status(cli, run) in ("STOPPED", "ABORTED") for run in runs)
     again = cli("headless", "stop", "--all", "--yes", check=True)
     assert "nothing to stop" in again.stderr
+
+
+# -- 2. status filters and the project column ----------------------------------------------------
+
+
+def test_status_filters_by_state_workflow_runner_tag_and_project(agent, cli, make_project):
+    alpha, beta = make_project(WORKFLOWS, name="alpha"), make_project(WORKFLOWS, name="beta")
+    done = _run_name(
+        cli("headless", "run", "--runner", agent.address, "--tag", "t1", "quick", cwd=alpha, check=True).stderr
+    )
+    running = _detached(cli, agent, beta)
+    cli.follow_until(running, "ready")
+    cli("headless", "status", check=True)  # asks the runner: RUNNING in the store
+    try:
+        names = lambda *f: [r["run"] for r in _status(cli, *f)]  # noqa: E731
+        assert names("--state", "running") == [running]
+        assert names("--state", "active") == [running]
+        assert names("--state", "done,failed") == [done]
+        assert names("--workflow", "quick") == [done]
+        assert names("--runner", "test-runner") == [running, done]
+        assert names("--runner", "nobody") == []
+        assert names("--tag", "t1") == [done]
+        assert names("--project", "alpha") == [done]
+        assert names("--project", str(beta)) == [running]
+        assert _status(cli, "--project", "alpha")[0]["project_dir"] == str(alpha)
+        table = cli("headless", "status", "--no-refresh", "--project", "beta", check=True).stdout
+        assert table.splitlines()[0].split()[:3] == ["RUN", "PROJECT", "JOB"]
+        assert running in table and " beta " in table and done not in table
+        none = cli("headless", "status", "--no-refresh", "--workflow", "nothing", check=True).stdout
+        assert "no runs match" in none
+    finally:
+        cli("headless", "stop", running)
+
+
+def test_status_refuses_an_unknown_state_in_one_line(cli):
+    res = cli("headless", "status", "--state", "runing")
+    assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
+    assert "'runing' is not a state" in res.stderr and "running" in res.stderr
