@@ -40,7 +40,26 @@ _REASON_CHARS = 60
 _GPU_METRIC = re.compile(r"gpu\d+_(util|mem_mb|power_w)")  # what the runner samples, not what a job logs
 
 
+async def _one_run(ctl: Controller, args: argparse.Namespace) -> int:
+    """`status RUN`: that run (or job) in full (app/cli/show_run.py)."""
+    from lanpool.app.cli.show_run import print_run
+
+    if _run_filter(args):
+        raise UsageError("status RUN shows that run; the filters (--state, --workflow ...) go without a RUN")
+    jobs = ctl.runs.resolve(args.ref)
+    if not args.no_refresh:
+        await ctl.refresh(jobs)
+        jobs = [ctl.runs.job(j.id) for j in jobs]
+    states = {j.runner: ctl.pool.state_of(j.runner) for j in jobs if j.runner}
+    # A secret's value given with `--env` (the stored env has only placeholders otherwise): masked too.
+    secrets = list(ctl.secrets.values_for(ctl.secrets.names()).values())
+    print_run(ctl.runs.detail(jobs, states, secrets), args.json)
+    return ExitCode.OK
+
+
 async def _status_once(ctl: Controller, args: argparse.Namespace) -> int:
+    if getattr(args, "ref", None):
+        return await _one_run(ctl, args)
     # A handful of queries whatever the number of runs (`-n 10000` too): runs, their jobs, and
     # the jobs' warnings and artifacts, each read once.
     only = _run_filter(args)

@@ -71,7 +71,10 @@ def build_parser(only: str | None = None) -> _Parser:
     run = _add_run(sub)
     plan = _add_plan(sub)
 
-    status = sub.add_parser("status", help="runs and their jobs, newest first")
+    status = sub.add_parser("status", help="runs and their jobs, newest first; with RUN: that run in full")
+    status.add_argument(
+        "ref", nargs="?", metavar="RUN|JOB", help="one run (or job) in full: jobs, nodes, resources ..."
+    )
     status.add_argument("-n", "--limit", type=int, default=20, help="how many runs (default 20)")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument("--no-refresh", action="store_true", help="do not ask runners about unfinished jobs")

@@ -51,6 +51,15 @@ class JobRows(Table):
             )
         return previous
 
+    def run_variables(self, name: str) -> dict[str, Any]:
+        """The run's resolved variables, as recorded when it started ({} for none, or an unknown run)."""
+        row = self.conn.execute("SELECT variables FROM runs WHERE name = ?", (name,)).fetchone()
+        try:
+            found = json.loads(row[0]) if row and row[0] else {}
+        except ValueError:
+            return {}
+        return found if isinstance(found, dict) else {}
+
     def tagged_job(self, tag: str, workflow: str) -> JobRow | None:
         """The DONE job of `workflow` in the run tagged `tag`."""
         row = self.conn.execute(

@@ -51,6 +51,14 @@ class Runs:
         """Their jobs' warnings and artifact files, by job id (none: not in the maps)."""
         return self.store.notes_of_recent(limit, only)
 
+    def detail(
+        self, jobs: list[JobRow], runner_states: dict[str, str | None], secret_values: list[str]
+    ) -> dict[str, Any]:
+        """`jobs` (a run's, or one job) in full: `status RUN` (app/views/run_detail.py)."""
+        from lanpool.app.views.run_detail import run_detail
+
+        return run_detail(self.store, jobs, runner_states, secret_values)
+
     def unfinished(self) -> list[JobRow]:
         """Every job of this controller that has not ended (`stop --all`), oldest first."""
         return self.store.unfinished_jobs()

@@ -2,6 +2,7 @@
 on a real agent. Each feature's bad input is tested beside it."""
 
 import json
+import subprocess
 
 WORKFLOWS = """
 workflows:
@@ -113,3 +114,73 @@ def test_status_refuses_an_unknown_state_in_one_line(cli):
     res = cli("headless", "status", "--state", "runing")
     assert res.returncode == 2 and len(res.stderr.strip().splitlines()) == 1
     assert "'runing' is not a state" in res.stderr and "running" in res.stderr
+
+
+# -- 3. status RUN: one run in full --------------------------------------------------------------
+
+DETAILED = """
+workflows:
+  - name: detailed
+    env:
+      - PLAIN=visible
+      - HF_TOKEN=${{ secrets.hf }}
+    resources:
+      cpu: 1
+    commands:
+      - echo "lr=${{ lr }}"
+      - mkdir -p out && echo x > out/model.txt
+    artifacts: [out]
+"""
+
+
+def test_status_run_shows_the_run_in_full_with_secrets_masked(agent, cli, make_project):
+    project = make_project(DETAILED, files={".lanpool/variables.yaml": "variables:\n  detailed:\n    lr: 0.1\n"})
+    secret = cli.popen("headless", "secrets", "set", "hf", stdin=subprocess.PIPE, text=True)
+    secret.communicate("hf-secret-value\n", timeout=60)
+    assert secret.returncode == 0
+    res = cli(
+        "headless",
+        "run",
+        "--runner",
+        agent.address,
+        "--env",
+        "WANDB_API_KEY=wandb-value",
+        "--env",
+        "OTHER=hf-secret-value",
+        "detailed",
+        "--lr",
+        "0.5",
+        cwd=project,
+    )
+    assert res.returncode == 0, res.stderr
+    run = _run_name(res.stderr)
+    detail = json.loads(cli("headless", "status", run, "--json", check=True).stdout)
+    [job] = detail["jobs"]
+    assert detail["run"] == run and detail["project"] == "project" and str(detail["variables"]["lr"]) == "0.5"
+    assert job["status"] == "DONE" and job["exit_code"] == 0 and job["attempts"] == 1
+    assert job["runner"] == "test-runner" and job["resources"].get("cpu") == 1
+    assert job["env"]["PLAIN"] == "visible" and job["env"]["HF_TOKEN"] == "${{ secrets.hf }}"
+    assert job["env"]["WANDB_API_KEY"] == "***" and job["env"]["OTHER"] == "***"
+    assert job["artifacts"] == [{"path": "out/model.txt", "size": 2}]
+    assert job["started_at"] and job["finished_at"] and [e["status"] for e in job["events"]][0] == "SUBMITTED"
+    text = cli("headless", "status", run, check=True).stdout
+    for expected in (
+        f"Run:        {run}",
+        "State:      DONE   Exit: 0",
+        "Runner:     test-runner",
+        "cpu=1",
+        "out/model.txt",
+    ):
+        assert expected in text, text
+    assert "wandb-value" not in text and "hf-secret-value" not in text
+    job_only = json.loads(cli("headless", "status", job["job"][:6], "--json", "--no-refresh", check=True).stdout)
+    assert [j["job"] for j in job_only["jobs"]] == [job["job"]]
+
+
+def test_status_of_an_unknown_run_or_with_filters_is_one_line(cli):
+    missing = cli("headless", "status", "no-such-run")
+    assert (
+        missing.returncode == 4 and len(missing.stderr.strip().splitlines()) == 1 and "no run or job" in missing.stderr
+    )
+    both = cli("headless", "status", "some-run", "--state", "running")
+    assert both.returncode == 2 and "filters" in both.stderr and len(both.stderr.strip().splitlines()) == 1
