@@ -245,6 +245,8 @@ def _add_run(sub: Any) -> argparse.ArgumentParser:
     )
     run.add_argument("workflow", nargs="?", help="workflow name (omit to list the workflows)")
     _run_options(run)
+    _run_name_option(run)
+    _resource_options(run)
     _plan_options(run)
     return run
 
@@ -258,6 +260,7 @@ def _add_plan(sub: Any) -> argparse.ArgumentParser:
         description="lanpool's options go before the workflow name, the workflow's variables after it.",
     )
     plan.add_argument("workflow", help="workflow name")
+    _resource_options(plan)
     _plan_options(plan)
     return plan
 
@@ -305,6 +308,70 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="give up when no runner could take the job for this long (its runner offline); default: wait",
     )
+
+
+def _run_name_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--name",
+        dest="run_name",
+        type=_run_name,
+        metavar="NAME",
+        help="the run's name (unique; letters, digits, - _ .), instead of a new one like pink-fly-1",
+    )
+
+
+def _resource_options(p: argparse.ArgumentParser) -> None:
+    """`--gpu`, `--cpu`, `--memory`: the requested workflow's `resources:` at run time, checked by
+    the workflow's own rule (app/workflows/resources.py). A workflow variable of the same name
+    is still given after the workflow name (app/cli/workflow_args.py: there a variable wins)."""
+    p.add_argument(
+        "--gpu",
+        type=_resource("gpu"),
+        metavar="N|NAME:N",
+        help="GPUs for the job, over the workflow's resources.gpu (2, or A100:2; 0: none)",
+    )
+    p.add_argument("--cpu", type=_resource("cpu"), metavar="N", help="CPUs for the job, over resources.cpu")
+    p.add_argument(
+        "--memory",
+        type=_resource("memory"),
+        metavar="SIZE",
+        help="memory for the job (32G, 512MB), over resources.memory",
+    )
+
+
+def _resource(key: str) -> Callable[[str], dict[str, int | str]]:
+    def parse(text: str) -> dict[str, int | str]:
+        from lanpool.app.workflows.resources import normalize_resources
+
+        value: object = text
+        if key == "gpu" and ":" in text:  # NAME:COUNT, as `sky launch --gpus A100:2`
+            name, _, count = text.rpartition(":")
+            value = {"name": name.strip(), "count": count.strip()}
+            if not name.strip():
+                raise argparse.ArgumentTypeError(f"{text!r}: give N or NAME:N (A100:2)")
+        try:
+            return normalize_resources({key: value})
+        except ValueError as exc:  # its message names `resources.KEY`: here the option was given
+            raise argparse.ArgumentTypeError(
+                str(exc).replace(f"resources.{key}.count", f"--{key}").replace(f"resources.{key}", f"--{key}")
+            ) from None
+
+    return parse
+
+
+_RUN_NAME_CHARS = 64
+
+
+def _run_name(text: str) -> str:
+    """`--name`: it names directories (downloads) and is typed in commands: a plain word."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", text) or len(text) > _RUN_NAME_CHARS:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a run name: up to {_RUN_NAME_CHARS} letters, digits, '-', '_' or '.', "
+            "starting with a letter or digit"
+        )
+    return text
 
 
 def _plan_options(p: argparse.ArgumentParser) -> None:
@@ -376,6 +443,8 @@ def _options_parser(verb: str) -> _Parser:
     only = _Parser(prog=f"app headless {verb}", add_help=False)
     if verb == "run":
         _run_options(only)
+        _run_name_option(only)
+    _resource_options(only)
     _plan_options(only)
     return only
 

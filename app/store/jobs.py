@@ -2,14 +2,16 @@
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lanpool.app.errors import NotFoundError
 from lanpool.app.store.migrations import project_name
 from lanpool.app.store.rows import JOB_COLS, JOB_FIELDS, RUN_COLS, JobRow, RunRow, Table, escape_like
-from lanpool.app.store.run_filter import RunFilter
 from lanpool.app.store.transactions import atomic
 from lanpool.protocol import JobState
+
+if TYPE_CHECKING:  # `status` with filters builds one; a run never does (start-up time)
+    from lanpool.app.store.run_filter import RunFilter
 
 # A job_events status that is no job state: a warning about a job (e.g. an output it did
 # not produce). Kept as an event, so the schema stays as it is.
@@ -18,9 +20,9 @@ WARNING = "WARNING"
 _NEWEST = "ORDER BY created_at DESC, rowid DESC LIMIT ?"
 
 
-def _newest(limit: int, only: RunFilter | None) -> tuple[str, list[object]]:
+def _newest(limit: int, only: "RunFilter | None") -> tuple[str, list[object]]:
     """The names of the `limit` newest runs that `only` lets through, as a subquery and its params."""
-    where, params = (only or RunFilter()).where()
+    where, params = only.where() if only else ("1", [])
     return f"SELECT name FROM runs WHERE {where} {_NEWEST}", [*params, limit]
 
 
@@ -237,7 +239,7 @@ class JobRows(Table):
         ).fetchall()
         return [JobRow(*r) for r in rows]
 
-    def recent_runs(self, limit: int = 50, only: RunFilter | None = None) -> list[RunRow]:
+    def recent_runs(self, limit: int = 50, only: "RunFilter | None" = None) -> list[RunRow]:
         names, params = _newest(limit, only)
         rows = self.conn.execute(
             f"SELECT {RUN_COLS} FROM runs WHERE name IN ({names}) ORDER BY created_at DESC, rowid DESC", params
@@ -245,7 +247,7 @@ class JobRows(Table):
         return [RunRow(*r) for r in rows]
 
     # `status` of any number of runs asks three queries, not three per job.
-    def jobs_of_recent(self, limit: int, only: RunFilter | None = None) -> dict[str, list[JobRow]]:
+    def jobs_of_recent(self, limit: int, only: "RunFilter | None" = None) -> dict[str, list[JobRow]]:
         """The jobs of the `limit` newest runs (that `only` lets through), by run name, each run's in
         submission order."""
         names, params = _newest(limit, only)
@@ -259,7 +261,7 @@ class JobRows(Table):
         return out
 
     def notes_of_recent(
-        self, limit: int, only: RunFilter | None = None
+        self, limit: int, only: "RunFilter | None" = None
     ) -> tuple[dict[str, list[str]], dict[str, list[tuple[str, int]]]]:
         """The warnings and the artifact files (path, size) of the jobs of the `limit` newest runs,
         by job id, in the order `warnings` and `artifacts` give them."""

@@ -184,3 +184,81 @@ def test_status_of_an_unknown_run_or_with_filters_is_one_line(cli):
     )
     both = cli("headless", "status", "some-run", "--state", "running")
     assert both.returncode == 2 and "filters" in both.stderr and len(both.stderr.strip().splitlines()) == 1
+
+
+# -- 4. --gpu/--cpu/--memory at run time, and --name ------------------------------------------------
+
+CLASHING = """
+workflows:
+  - name: clash
+    resources:
+      cpu: 1
+    commands:
+      - echo "gpu=${{ gpu }} name=${{ name }} run=$LANPOOL_RUN_NAME"
+"""
+
+
+def test_resource_overrides_are_planned_and_sent_and_name_names_the_run(agent, cli, make_project):
+    project = make_project(WORKFLOWS)
+    plan = cli("headless", "plan", "--cpu", "2", "--memory", "1G", "quick", cwd=project, check=True).stdout
+    assert "resources of quick (the command line's over the workflow's): cpu=2, memory=1024MB" in plan
+    planned = json.loads(cli("headless", "plan", "--json", "quick", "--cpu", "3", cwd=project, check=True).stdout)
+    assert planned["jobs"][-1]["resources"] == {"cpu": 3}  # an option after the name: no variable `cpu` here
+    res = cli("headless", "run", "--runner", agent.address, "--cpu", "1", "--name", "my.run-1", "quick", cwd=project)
+    assert res.returncode == 0, res.stderr
+    assert "quick my.run-1" in res.stdout
+    detail = json.loads(cli("headless", "status", "my.run-1", "--json", "--no-refresh", check=True).stdout)
+    assert detail["jobs"][0]["resources"] == {"cpu": 1}
+    taken = cli("headless", "run", "--runner", agent.address, "--name", "my.run-1", "quick", cwd=project)
+    assert taken.returncode == 2 and len(taken.stderr.strip().splitlines()) == 1
+    assert "--name my.run-1: a run of that name exists" in taken.stderr
+    assert len(_status(cli, "--workflow", "quick")) == 1  # nothing was started for the taken name
+
+
+def test_bad_resources_and_names_are_one_line_each(cli, make_project):
+    project = make_project(WORKFLOWS)
+    for words, says in [
+        (("--gpu", "two"), "--gpu must be a whole number"),
+        (("--gpu", ":2"), "give N or NAME:N"),
+        (("--cpu", "-1"), "--cpu"),
+        (("--cpu", "100000"), "--cpu must be at most 65536"),
+        (("--memory", "12XB"), "--memory must be a size like 16GB"),
+        (("--memory", "0"), "--memory must be a size from 1MB"),
+        (("--name", "../etc"), "is not a run name"),
+        (("--name", "a" * 65), "is not a run name"),
+        (("--name", "-x"), ""),  # an option-looking name: argparse says it needs a value
+    ]:
+        res = cli("headless", "run", *words, "quick", cwd=project)
+        assert res.returncode == 2, (words, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1 and says in res.stderr, (words, res.stderr)
+        assert "Traceback" not in res.stderr
+    after = cli("headless", "plan", "quick", "--memory", "lots", cwd=project)  # after the name: checked the same
+    assert after.returncode == 2 and "--memory must be a size" in after.stderr
+
+
+def test_variables_called_gpu_and_name_are_given_after_the_workflow_name(agent, cli, make_project):
+    project = make_project(
+        CLASHING, files={".lanpool/variables.yaml": "variables:\n  clash:\n    gpu: 0\n    name: x\n"}
+    )
+    res = cli(
+        "headless",
+        "run",
+        "--runner",
+        agent.address,
+        "--gpu",
+        "0",
+        "--name",
+        "clash-run",
+        "clash",
+        "--gpu",
+        "7",
+        "--name",
+        "val",
+        cwd=project,
+    )
+    assert res.returncode == 0, res.stderr
+    assert "gpu=7 name=val run=clash-run" in res.stdout
+    assert "note: --gpu is variable 'gpu'" in res.stderr and "note: --name is variable 'name'" in res.stderr
+    assert json.loads(cli("headless", "status", "clash-run", "--json", "--no-refresh", check=True).stdout)["jobs"][0][
+        "resources"
+    ] == {"cpu": 1}
