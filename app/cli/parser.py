@@ -109,6 +109,7 @@ def build_parser(only: str | None = None) -> _Parser:
     )
 
     _add_stop(sub)
+    _add_attach(sub)
 
     art = sub.add_parser("artifacts", help="list or download a job's artifacts")
     art_sub = art.add_subparsers(dest="art_verb", required=True, metavar="VERB", parser_class=_Parser)
@@ -235,6 +236,29 @@ def _add_stop(sub: Any) -> None:
     stop.add_argument("--grace", type=float, default=None, help="seconds before SIGKILL (default: the runner's, 10)")
 
 
+def _add_attach(sub: Any) -> None:
+    attach = sub.add_parser(
+        "attach", help="follow a run's log and forward its job's ports, in one command (Ctrl-C detaches)"
+    )
+    attach.add_argument("ref", metavar="RUN|JOB")
+    attach.add_argument("--no-ports", action="store_true", help="follow the log only")
+    _notify_options(attach)
+
+
+def _notify_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--notify",
+        action="store_true",
+        help="a desktop notification when the job ends (notify-send with a display, osascript on macOS)",
+    )
+    p.add_argument(
+        "--notify-cmd",
+        metavar="CMD",
+        help="run CMD when the job ends, with LANPOOL_RUN_NAME, LANPOOL_JOB_ID, LANPOOL_WORKFLOW, "
+        "LANPOOL_JOB_STATE and LANPOOL_EXIT_CODE in its env (split like a shell line, run without one)",
+    )
+
+
 def _add_run(sub: Any) -> argparse.ArgumentParser:
     run: argparse.ArgumentParser = sub.add_parser(
         "run",
@@ -246,6 +270,7 @@ def _add_run(sub: Any) -> argparse.ArgumentParser:
     run.add_argument("workflow", nargs="?", help="workflow name (omit to list the workflows)")
     _run_options(run)
     _run_name_option(run)
+    _notify_options(run)
     _resource_options(run)
     _plan_options(run)
     return run
@@ -444,6 +469,7 @@ def _options_parser(verb: str) -> _Parser:
     if verb == "run":
         _run_options(only)
         _run_name_option(only)
+        _notify_options(only)
     _resource_options(only)
     _plan_options(only)
     return only

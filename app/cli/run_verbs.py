@@ -115,6 +115,7 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
     if args.help:
         _workflow_help(ctl, project, args.workflow, "run")
         return ExitCode.OK
+    notify_cmd = _notify_cmd(args)  # a bad one is refused before anything runs
     import_paused("lanpool.app.runs.loop")  # the SSH stack, ~60% of a `run`'s imports (Controller.run uses it)
     submitted: list[Submitted] = []
     forwards: list[asyncio.Task[None]] = []
@@ -189,6 +190,10 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
         say(f"run {outcome.run_name}: every job reused; nothing ran")
         return ExitCode.OK
     say(_summary(ctl, job))
+    if args.notify or notify_cmd:
+        from lanpool.app.cli.attach_verbs import notify_end
+
+        notify_end(job, notify_cmd, args.notify)
     if job.artifacts_pulled == ARTIFACTS_REFUSED and not job.exit_code:  # it exited 0, but what it made was refused
         return ExitCode.FAILED
     return job.exit_code if job.exit_code is not None else ExitCode.FAILED
@@ -227,6 +232,19 @@ async def plan(ctl: Controller, args: argparse.Namespace) -> int:
             f"resources of {args.workflow} (the command line's over the workflow's): {shown_resources(asked.job.resources)}"
         )
     return ExitCode.OK
+
+
+def _notify_cmd(args: argparse.Namespace) -> list[str] | None:
+    """`--notify-cmd` as its argv, checked; `--notify` and `--notify-cmd` need a followed run."""
+    if not args.notify and args.notify_cmd is None:
+        return None
+    if args.detach:
+        raise UsageError("--notify needs a followed run: with -d, `app headless attach RUN --notify` notifies later")
+    if args.notify_cmd is None:
+        return None
+    from lanpool.app.notify import notify_command
+
+    return notify_command(args.notify_cmd)
 
 
 def _resources(args: argparse.Namespace) -> dict[str, int | str]:

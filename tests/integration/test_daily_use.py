@@ -2,7 +2,16 @@
 on a real agent. Each feature's bad input is tested beside it."""
 
 import json
+import os
+import signal
+import socket
 import subprocess
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.harness import APP_MODULE, lanpool_env
 
 WORKFLOWS = """
 workflows:
@@ -262,3 +271,167 @@ def test_variables_called_gpu_and_name_are_given_after_the_workflow_name(agent, 
     assert json.loads(cli("headless", "status", "clash-run", "--json", "--no-refresh", check=True).stdout)["jobs"][0][
         "resources"
     ] == {"cpu": 1}
+
+
+# -- 5. attach; 6. notifications ------------------------------------------------------------------
+
+SERVED = """
+workflows:
+  - name: served
+    ports: [PORT]
+    commands:
+      - python3 -m http.server PORT --bind 127.0.0.1 >/dev/null 2>&1 &
+      - trap 'echo got TERM; exit 5' TERM
+      - echo 'ready $(touch PWNED) `touch PWNED2`; touch PWNED3'
+      - while true; do sleep 0.1; done
+"""
+
+NOTIFIER = """#!/bin/sh
+printf '%s|%s|%s|%s|%s|%s\\n' "$LANPOOL_RUN_NAME" "$LANPOOL_JOB_ID" "$LANPOOL_WORKFLOW" "$LANPOOL_JOB_STATE" "$LANPOOL_EXIT_CODE" "$*" >> "$(dirname "$0")/notified"
+"""
+
+
+def _read_until(stream, text: str, timeout: float = 60) -> str:
+    """Lines of `stream` until one holds `text` (a thread reads: a bound, never a hang)."""
+    seen: list[str] = []
+    found = threading.Event()
+
+    def read() -> None:
+        for line in stream:
+            seen.append(line)
+            if text in line:
+                break
+        found.set()
+
+    threading.Thread(target=read, daemon=True).start()
+    found.wait(timeout)
+    out = "".join(seen)
+    assert text in out, f"{text!r} not seen in {timeout:g} s:\n{out[-3000:]}"
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _notifier(tmp_path: Path) -> Path:
+    script = tmp_path / "bin" / "notifier"
+    script.parent.mkdir(exist_ok=True)
+    script.write_text(NOTIFIER)
+    script.chmod(0o755)
+    return script
+
+
+def test_attach_follows_forwards_detaches_and_notifies(agent, cli, make_project, tmp_path):
+    port = _free_port()
+    project = make_project(SERVED.replace("PORT", str(port)))
+    run = _detached(cli, agent, project, "served")
+    first = cli.popen("headless", "attach", run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        forwarded = _read_until(first.stderr, f"port {port}: http://127.0.0.1:")
+        url = forwarded.split(f"port {port}: ")[1].split()[0]
+        assert "ready $(touch PWNED)" in _read_until(first.stdout, "ready")
+        for _ in range(50):
+            try:
+                assert b"Directory listing" in urllib.request.urlopen(url, timeout=5).read()
+                break
+            except OSError:
+                time.sleep(0.2)
+        else:
+            raise AssertionError(f"{url} never answered")
+        first.send_signal(signal.SIGINT)  # detach
+        assert first.wait(60) == 0
+        assert "detached; the job keeps running" in first.stderr.read()
+    finally:
+        first.kill()
+    assert (
+        _job_status(cli, run) == "RUNNING"
+        or json.loads(cli("headless", "status", run, "--json").stdout)["jobs"][0]["status"] == "RUNNING"
+    )
+    notifier = _notifier(tmp_path)
+    second = cli.popen(
+        "headless",
+        "attach",
+        run,
+        "--notify-cmd",
+        f"{notifier} --from attach",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        _read_until(second.stderr, f"attached to run {run}")
+        cli("headless", "stop", run, check=True)
+        assert second.wait(60) == 5  # the job's own exit code, as `run` exits
+    finally:
+        second.kill()
+    [line] = (notifier.parent / "notified").read_text().splitlines()
+    name, job_id, workflow, state, code, argv = line.split("|")
+    assert (name, workflow, state, code, argv) == (run, "served", "STOPPED", "5", "--from attach") and job_id
+    assert not list(agent.data_dir.rglob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
+    ended = cli("headless", "attach", run)  # an ended run: one line, its exit code
+    assert ended.returncode == 5 and "already ended: STOPPED (5)" in ended.stderr
+
+
+def test_attach_and_notify_refuse_bad_input_in_one_line(agent, cli, make_project, tmp_path):
+    project = make_project(WORKFLOWS)
+    for args, code, says in [
+        (("attach", "no-such-run"), 4, "no run or job named"),
+        (("attach", "x", "--notify-cmd", "no-such-program-here --x"), 2, "no program 'no-such-program-here'"),
+        (("attach", "x", "--notify-cmd", "'unclosed"), 2, "No closing quotation"),
+        (("run", "-d", "--notify", "quick"), 2, "--notify needs a followed run"),
+        (("run", "--notify-cmd", "", "quick"), 2, "--notify-cmd needs a command"),
+    ]:
+        res = cli("headless", *args, cwd=project)
+        assert res.returncode == code and says in res.stderr, (args, res.stderr)
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert _status(cli) == []  # nothing ran
+
+
+def test_run_notifies_on_the_desktop_and_through_a_command(agent, controller_home, make_project, tmp_path):
+    """A desktop with a display: `notify-send` (a stand-in on PATH) gets the title and body as
+    arguments; the command gets the run in its env; the job's hostile output reaches neither."""
+    project = make_project(FAILING)
+    notifier = _notifier(tmp_path)
+    send = notifier.parent / "notify-send"
+    send.write_text('#!/bin/sh\nfor a in "$@"; do printf "%s\\n" "$a"; done >> "$(dirname "$0")/desktop"\n')
+    send.chmod(0o755)
+    env = {**lanpool_env(controller_home), "DISPLAY": ":99", "PATH": f"{notifier.parent}:{os.environ['PATH']}"}
+    res = subprocess.run(
+        [
+            *APP_MODULE,
+            "headless",
+            "run",
+            "--runner",
+            agent.address,
+            "--notify",
+            "--notify-cmd",
+            "notifier",
+            "--name",
+            "loud-run",
+            "fails",
+        ],
+        cwd=project,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert res.returncode == 3, res.stderr
+    desktop = (notifier.parent / "desktop").read_text().splitlines()
+    assert desktop[0] == "--app-name=lanpool" and desktop[1] == "lanpool: loud-run FAILED"
+    assert desktop[2].startswith("fails (job ") and desktop[2].endswith(", exit 3")
+    [line] = (notifier.parent / "notified").read_text().splitlines()
+    assert line.split("|")[2:5] == ["fails", "FAILED", "3"]
+    assert not list(project.glob("PWNED*")) and not list(tmp_path.glob("PWNED*"))
+
+
+FAILING = """
+workflows:
+  - name: fails
+    commands:
+      - echo '$(touch ../PWNED) `touch ../PWNED2`'
+      - exit 3
+"""
