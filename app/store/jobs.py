@@ -5,7 +5,6 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from lanpool.app.errors import NotFoundError
-from lanpool.app.store.migrations import project_name
 from lanpool.app.store.rows import JOB_COLS, JOB_FIELDS, RUN_COLS, JobRow, RunRow, Table, escape_like
 from lanpool.app.store.transactions import atomic
 from lanpool.protocol import JobState
@@ -47,9 +46,9 @@ class JobRows(Table):
                     previous = row[0]
                     self.conn.execute("UPDATE runs SET tag = NULL WHERE tag = ?", (tag,))
             self.conn.execute(
-                "INSERT INTO runs (name, workflow, project_dir, created_at, tag, variables, project) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (name, workflow, project_dir, time.time(), tag, json.dumps(variables or {}), project_name(project_dir)),
+                # `project`, the dir's last part, is the store's to set (migration 13's trigger)
+                "INSERT INTO runs (name, workflow, project_dir, created_at, tag, variables) VALUES (?, ?, ?, ?, ?, ?)",
+                (name, workflow, project_dir, time.time(), tag, json.dumps(variables or {})),
             )
         return previous
 

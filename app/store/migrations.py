@@ -5,7 +5,6 @@ Append new migrations; never edit one that has shipped.
 
 import sqlite3
 from collections.abc import Callable
-from pathlib import PurePath
 from types import ModuleType
 from typing import TYPE_CHECKING
 
@@ -217,15 +216,23 @@ def _m012_slurm_jobs_have_their_nodes(db: "sqlite_utils.Database") -> None:
 def _m013_run_projects(db: "sqlite_utils.Database") -> None:
     # A run's project by name (its dir's last part): `status` shows it in a column and
     # `status --project NAME` finds its runs from an index. project_dir stays as it was.
+    # A trigger names each new run's project, so every writer of runs (create_run, and code
+    # written before this column) gets it without knowing the column; the same expression
+    # names the runs already stored.
     db.execute("ALTER TABLE runs ADD COLUMN project TEXT NOT NULL DEFAULT ''")
-    for name, project_dir in db.execute("SELECT name, project_dir FROM runs").fetchall():
-        db.execute("UPDATE runs SET project = ? WHERE name = ?", (project_name(project_dir), name))
+    db.execute(f"UPDATE runs SET project = {_LAST_PART.format(path='project_dir')}")
+    db.execute(
+        f"""CREATE TRIGGER runs_project_name AFTER INSERT ON runs WHEN NEW.project = ''
+            BEGIN UPDATE runs SET project = {_LAST_PART.format(path="NEW.project_dir")} WHERE rowid = NEW.rowid; END"""
+    )
     db.execute("CREATE INDEX idx_runs_project ON runs (project, created_at)")
 
 
-def project_name(project_dir: str | None) -> str:
-    """What `status` calls a project: its dir's last part (`/home/me/gpt` -> `gpt`)."""
-    return PurePath(project_dir or "").name
+# A path's last part in SQL (`/home/me/gpt` -> `gpt`): rtrim drops the trailing characters that
+# are not '/', which is the last part; what remains is the part before it.
+_LAST_PART = (
+    "substr(COALESCE({path}, ''), length(rtrim(COALESCE({path}, ''), replace(COALESCE({path}, ''), '/', ''))) + 1)"
+)
 
 
 MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [

@@ -3,6 +3,7 @@ on a real agent. Each feature's bad input is tested beside it."""
 
 import json
 import os
+import pty
 import signal
 import socket
 import subprocess
@@ -435,3 +436,46 @@ workflows:
       - echo '$(touch ../PWNED) `touch ../PWNED2`'
       - exit 3
 """
+
+
+def _on_a_terminal(controller_home: Path, answer: str, *args: str) -> str:
+    """`app headless ARGS` with a pseudo-terminal for stdin and stderr, answering `answer`; what it wrote."""
+    main, side = pty.openpty()
+    proc = subprocess.Popen(
+        [*APP_MODULE, "headless", *args],
+        stdin=side,
+        stdout=subprocess.PIPE,
+        stderr=side,
+        env=lanpool_env(controller_home),
+    )
+    os.close(side)
+    seen = b""
+    deadline = time.monotonic() + 60
+    while b"[y/N]" not in seen and time.monotonic() < deadline:
+        try:
+            seen += os.read(main, 4096)
+        except OSError:
+            break
+    os.write(main, answer.encode() + b"\n")
+    proc.wait(90)
+    while True:
+        try:
+            chunk = os.read(main, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    os.close(main)
+    return seen.decode(errors="replace")
+
+
+def test_stop_all_on_a_terminal_asks_showing_how_many(agent, cli, make_project, controller_home):
+    project = make_project(WORKFLOWS)
+    run = _detached(cli, agent, project)
+    cli.follow_until(run, "ready")
+    said_no = _on_a_terminal(controller_home, "n", "stop", "--all")
+    assert f"stop 1 run(s) (1 job(s)): {run}? [y/N]" in said_no and "nothing stopped" in said_no
+    assert _job_status(cli, run) not in ("STOPPED", "ABORTED")
+    said_yes = _on_a_terminal(controller_home, "y", "stop", "--all")
+    assert f"({run}): STOPPED" in said_yes, said_yes

@@ -91,3 +91,27 @@ def test_migration_13_names_the_projects_of_existing_runs_and_keeps_every_row(tm
     finally:
         new.close()
     assert sqlite3.connect(path).execute("PRAGMA user_version").fetchone()[0] == len(migrations.MIGRATIONS)
+
+
+@pytest.mark.parametrize(
+    ("project_dir", "name"),
+    [
+        ("/home/me/gpt", "gpt"),
+        ("/srv/my proj.v2", "my proj.v2"),
+        ("/data/ünï", "ünï"),
+        ("/", ""),
+        ("", ""),
+        ("rel", "rel"),
+    ],
+)
+def test_every_new_run_gets_its_projects_name_whoever_writes_it(tmp_path, project_dir, name):
+    s = Store(tmp_path / "lanpool.db")
+    try:
+        s.create_run("by-the-store", "w", project_dir)
+        s.conn.execute(
+            "INSERT INTO runs (name, workflow, project_dir, created_at) VALUES ('raw', 'w', ?, 1)", (project_dir,)
+        )
+        got = dict(s.conn.execute("SELECT name, project FROM runs").fetchall())
+        assert got == {"by-the-store": name, "raw": name}
+    finally:
+        s.close()
