@@ -30,9 +30,11 @@ if TYPE_CHECKING:
     from lanpool.app.jobs.remote import JobServices, LogSink
     from lanpool.app.runners.client import RunnerSession
     from lanpool.app.runs.planning import Plan
+    from lanpool.app.runs.resource_overrides import shown_resources
     from lanpool.app.runs.result import RunOutcome, Submitted
     from lanpool.app.runs.retention import DEFAULT_PRUNE_AGE, Removal, Retention, parse_age
     from lanpool.app.secret_store import SecretStore
+    from lanpool.app.store.run_filter import RunFilter
     from lanpool.app.transfer.artifacts import Artifacts
     from lanpool.app.views.runs import Runs
     from lanpool.app.workflows import Project
@@ -48,10 +50,12 @@ __all__ = [
     "JobRow",
     "LogSink",
     "Removal",
+    "RunFilter",
     "RunOutcome",
     "Submitted",
     "parse_address",
     "parse_age",
+    "shown_resources",
 ]
 
 
@@ -60,10 +64,12 @@ __all__ = [
 _LATER = {
     "DEFAULT_PRUNE_AGE": "lanpool.app.runs.retention",
     "Removal": "lanpool.app.runs.retention",
+    "RunFilter": "lanpool.app.store.run_filter",
     "parse_age": "lanpool.app.runs.retention",
     "LogSink": "lanpool.app.jobs.remote",
     "RunOutcome": "lanpool.app.runs.result",
     "Submitted": "lanpool.app.runs.result",
+    "shown_resources": "lanpool.app.runs.resource_overrides",
 }
 
 
@@ -159,9 +165,18 @@ class Controller:
         no_cache: bool = False,
         reuse: bool = False,
         env: dict[str, str] | None = None,
+        resources: dict[str, int | str] | None = None,
     ) -> "Plan":
-        """What a run would do: each job of the DAG, run or reused, and why."""
-        return self._plan(self.store, project, workflow_name, overrides, no_cache, reuse, env)
+        """What a run would do: each job of the DAG, run or reused, and why; `resources`
+        (`--gpu/--cpu/--memory`) shown on the requested workflow's job, as `run` would send it."""
+        plan = self._plan(self.store, project, workflow_name, overrides, no_cache, reuse, env)
+        if resources:
+            from lanpool.app.runs.resource_overrides import with_resources
+
+            for planned in plan.jobs:
+                if planned.workflow == workflow_name:
+                    planned.job = with_resources(planned.job, resources)
+        return plan
 
     def plan_in_thread(
         self,
@@ -224,12 +239,16 @@ class Controller:
         env: dict[str, str] | None = None,
         max_duration_s: float | None = None,
         queue_timeout: float | None = None,
+        resources: dict[str, int | str] | None = None,
+        run_name: str | None = None,
     ) -> "RunOutcome":
         """Run a workflow's plan: reused jobs are skipped, the others run in order, each
         getting its dependencies' artifacts, each a gang of its nodes (app/jobs/remote.py).
 
         With follow=False the single job to run is submitted and left running.
         `env`: `--env`/`--env-file` (app/runs/env_overrides.py), applied to every job of the run.
+        `resources`: `--gpu/--cpu/--memory` over the requested workflow's (app/runs/resource_overrides.py);
+        `run_name`: `--name`, refused when taken.
         """
         # The loop lives in app/runs/loop.py, imported here: only `run` needs it (start-up time).
         from lanpool.app.runs.loop import RunLoop, RunRequest
@@ -249,6 +268,8 @@ class Controller:
             env=env,
             max_duration_s=max_duration_s,
             queue_timeout=queue_timeout,
+            resources=resources,
+            run_name=run_name,
         )
         return await loop.run(project, request, sink, say or (lambda _text: None), on_submitted)
 

@@ -3,7 +3,7 @@
 Every verb calls the same Controller API as the TUI. Errors are one line on
 stderr and an ExitCode; `run` exits with the job's own exit code. The verbs
 live by area: app/cli/run_verbs.py (run, plan), job_verbs.py (status, logs,
-stop, artifacts, metrics), retention_verbs.py (rm, prune), runner_verbs.py
+stop, artifacts, metrics), attach_verbs.py (attach), retention_verbs.py (rm, prune), runner_verbs.py
 (runners, key), secret_verbs.py (secrets); the command line itself in parser.py.
 """
 
@@ -31,6 +31,7 @@ _HANDLERS: dict[str, tuple[str, str]] = {
     "status": ("job_verbs", "status"),
     "logs": ("job_verbs", "logs"),
     "stop": ("job_verbs", "stop"),
+    "attach": ("attach_verbs", "attach"),
     "artifacts": ("job_verbs", "artifacts"),
     "metrics": ("job_verbs", "metrics"),
     "rm": ("retention_verbs", "rm"),
@@ -75,6 +76,12 @@ def main(argv: list[str]) -> int:
         print(f"app: error: {safe_text(full.message)}", file=sys.stderr)
         return int(full.exit_code)
     except KeyboardInterrupt:
+        if args.verb == "attach":  # detaching is what Ctrl-C is for there: not an interruption
+            print(
+                f"\napp: detached; the job keeps running (`app headless attach {safe_text(args.ref)}` again)",
+                file=sys.stderr,
+            )
+            return ExitCode.OK
         print(
             "\napp: interrupted; a job its runner took keeps running there "
             "(`app headless status` lists them; `app headless stop RUN` stops one)",

@@ -6,11 +6,12 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 from typing import Any
 
 from lanpool.app.cli import render
 from lanpool.app.cli.render import say
-from lanpool.app.controller import Controller, JobRow
+from lanpool.app.controller import Controller, JobRow, RunFilter
 from lanpool.app.errors import ExitCode, LanpoolError, NotFoundError, UsageError
 from lanpool.app.views.formatting import ago, clip, duration, size, status_text
 from lanpool.app.views.log_select import LogSelection, parse_since
@@ -39,26 +40,52 @@ _REASON_CHARS = 60
 _GPU_METRIC = re.compile(r"gpu\d+_(util|mem_mb|power_w)")  # what the runner samples, not what a job logs
 
 
+async def _one_run(ctl: Controller, args: argparse.Namespace) -> int:
+    """`status RUN`: that run (or job) in full (app/cli/show_run.py)."""
+    from lanpool.app.cli.show_run import print_run
+
+    if _run_filter(args):
+        raise UsageError("status RUN shows that run; the filters (--state, --workflow ...) go without a RUN")
+    jobs = ctl.runs.resolve(args.ref)
+    if not args.no_refresh:
+        await ctl.refresh(jobs)
+        jobs = [ctl.runs.job(j.id) for j in jobs]
+    states = {j.runner: ctl.pool.state_of(j.runner) for j in jobs if j.runner}
+    # A secret's value given with `--env` (the stored env has only placeholders otherwise): masked too.
+    secrets = list(ctl.secrets.values_for(ctl.secrets.names()).values())
+    print_run(ctl.runs.detail(jobs, states, secrets), args.json)
+    return ExitCode.OK
+
+
 async def _status_once(ctl: Controller, args: argparse.Namespace) -> int:
+    if getattr(args, "ref", None):
+        return await _one_run(ctl, args)
     # A handful of queries whatever the number of runs (`-n 10000` too): runs, their jobs, and
     # the jobs' warnings and artifacts, each read once.
-    runs = ctl.runs.recent(args.limit)
-    jobs = ctl.runs.jobs_of_recent(args.limit)
+    only = _run_filter(args)
+    runs = ctl.runs.recent(args.limit, only)
+    jobs = ctl.runs.jobs_of_recent(args.limit, only)
     if not args.no_refresh:
         await ctl.refresh([j for r in runs for j in jobs.get(r.name, [])])
-        jobs = ctl.runs.jobs_of_recent(args.limit)
-    warnings, artifacts = ctl.runs.notes_of_recent(args.limit)
+        jobs = ctl.runs.jobs_of_recent(args.limit, only)
+    warnings, artifacts = ctl.runs.notes_of_recent(args.limit, only)
     if args.json:
         out = [
             {
                 "run": r.name,
                 "workflow": r.workflow,
+                "project": r.project,
+                "project_dir": r.project_dir,
+                "tag": r.tag,
                 "created_at": r.created_at,
                 "jobs": [_job_json(j, warnings.get(j.id, []), artifacts.get(j.id, [])) for j in jobs.get(r.name, [])],
             }
             for r in runs
         ]
         print(json.dumps(out, indent=2))
+        return ExitCode.OK
+    if not runs and only:
+        print("no runs match: `app headless status` without filters lists them all")
         return ExitCode.OK
     if not runs:
         print("no runs yet: `app headless run WORKFLOW` starts one")
@@ -77,6 +104,7 @@ async def _status_once(ctl: Controller, args: argparse.Namespace) -> int:
             rows.append(
                 [
                     clip(r.name),
+                    clip(r.project or "-"),
                     j.id,
                     clip(j.workflow),
                     _where(j),
@@ -87,7 +115,7 @@ async def _status_once(ctl: Controller, args: argparse.Namespace) -> int:
                     _reason(j),
                 ]
             )
-    headers = ["RUN", "JOB", "WORKFLOW", "RUNNER", "STATUS", "SUBMITTED", "DURATION", "ARTIFACTS", "REASON"]
+    headers = ["RUN", "PROJECT", "JOB", "WORKFLOW", "RUNNER", "STATUS", "SUBMITTED", "DURATION", "ARTIFACTS", "REASON"]
     print(render.table(headers, rows))
     for line in warned:
         print(safe_line(f"warning: {line}"))
@@ -138,6 +166,20 @@ def _check_node(ctl: Controller, job: JobRow, node: int) -> None:
         raise UsageError(f"job {job.id} runs on {size} node(s): --node takes 0 to {size - 1}, not {node}")
 
 
+def _run_filter(args: argparse.Namespace) -> RunFilter:
+    """`status`'s filters; `--project` is a name, or a dir when it looks like a path (`.`, `../x`, `/a/b`)."""
+    project = (getattr(args, "project", None) or "").strip()
+    as_dir = project.startswith(".") or "/" in project or os.sep in project
+    return RunFilter(
+        states=tuple(dict.fromkeys(s for given in args.states or [] for s in given)),
+        workflow=args.workflow or "",
+        runner=args.runner or "",
+        tag=args.tag or "",
+        project="" if as_dir else project,
+        project_dir=str(Path(project).expanduser().resolve()) if as_dir else "",
+    )
+
+
 def _partial_pulls(ctl: Controller) -> set[str]:
     """Jobs with a pull's state in the artifact store (`JOB.part`, `JOB.part.json`, ...: a pull
     under way or left to resume). Only those are asked how far they are, so a `status` of
@@ -155,13 +197,58 @@ def _where(job: JobRow) -> str:
 
 
 async def stop(ctl: Controller, args: argparse.Namespace) -> int:
-    for job in ctl.runs.resolve(args.ref):
+    """`stop RUN...` or `stop --all`: every job named, each stopped once, the unreachable ones said."""
+    jobs = _jobs_to_stop(ctl, args)
+    if jobs is None:
+        return ExitCode.OK
+    failed = 0
+    for job in jobs:
         if job.state.is_terminal():
             say(f"job {job.id} already ended: {job.status}")
             continue
-        job = await ctl.stop(job.id, abort=args.abort, grace_s=args.grace)
-        say(f"job {job.id}: {status_text(job)}")
-    return ExitCode.OK
+        try:
+            job = await ctl.stop(job.id, abort=args.abort, grace_s=args.grace)
+        except LanpoolError as exc:
+            if len(jobs) == 1:
+                raise
+            failed += 1  # one unreachable runner does not keep the others' jobs running
+            say(f"job {job.id} ({job.run_name}): not stopped: {exc.message}")
+            continue
+        say(f"job {job.id} ({job.run_name}): {status_text(job)}")
+    return ExitCode.FAILED if failed else ExitCode.OK
+
+
+def _jobs_to_stop(ctl: Controller, args: argparse.Namespace) -> list[JobRow] | None:
+    """The jobs `stop` names, each once, in the order given; None when the user said no."""
+    if args.all and args.refs:
+        raise UsageError("stop takes run names or --all, not both")
+    if not args.all:
+        if not args.refs:
+            raise UsageError("name the runs or jobs to stop (`app headless status` lists them), or give --all")
+        if args.yes:
+            raise UsageError("--yes goes with --all (stopping named runs asks nothing)")
+        seen: dict[str, JobRow] = {}
+        for ref in args.refs:  # every name checked before anything is stopped: a typo stops nothing
+            for job in ctl.runs.resolve(ref):
+                seen.setdefault(job.id, job)
+        return list(seen.values())
+    jobs = ctl.runs.unfinished()
+    if not jobs:
+        say("no unfinished runs: nothing to stop")
+        return None
+    runs = sorted({j.run_name for j in jobs})
+    what = f"{len(runs)} run(s) ({len(jobs)} job(s)): {', '.join(runs[:5])}" + (" ..." if len(runs) > 5 else "")
+    if args.yes:
+        return jobs
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise UsageError(f"stop --all would stop {what}; without a terminal to ask on, add --yes")
+    sys.stderr.write(safe_line(f"stop {what}? [y/N] "))
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()
+    if answer not in ("y", "yes"):
+        say("nothing stopped")
+        return None
+    return jobs
 
 
 async def artifacts(ctl: Controller, args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ _USAGE = (
     "       app headless VERB ...   the controller for scripts and CI\n"
     "       app agent VERB ...      the runner daemon\n"
     '       app completion bash|zsh a shell completion script: eval "$(app completion bash)" in ~/.bashrc\n'
+    "       app help [TOPIC]        the documentation installed with lanpool (`app help` lists the topics)\n"
     "       app --version\n"
 )
 
@@ -79,6 +80,10 @@ def _load(first: str) -> Callable[[list[str]], int] | None:
         return _version
     if first == "completion":
         return _completion
+    if first == "help":
+        from lanpool.app.cli.help_topics import main as help_main
+
+        return help_main
     if first == "__complete":  # hidden: what the completion scripts call on each Tab
         from lanpool.app.cli.completion import main as complete_main
 
@@ -110,7 +115,10 @@ def _help() -> str:
         lines.append(f"app {word} verbs:")
         lines += [f"  {verb:<12}{text}" for verb, text in verb_helps(parser)]
         lines.append("")
-    lines.append("Start with `app headless run --help` or the README (docs/ holds the reference).")
+    lines.append(
+        "Start with `app headless run --help`; `app help` lists the documentation installed with lanpool "
+        "(`app help cli`: every verb; `app help lan-walkthrough`: two machines in five minutes)."
+    )
     return "\n".join(lines)
 
 

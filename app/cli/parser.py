@@ -71,7 +71,10 @@ def build_parser(only: str | None = None) -> _Parser:
     run = _add_run(sub)
     plan = _add_plan(sub)
 
-    status = sub.add_parser("status", help="runs and their jobs, newest first")
+    status = sub.add_parser("status", help="runs and their jobs, newest first; with RUN: that run in full")
+    status.add_argument(
+        "ref", nargs="?", metavar="RUN|JOB", help="one run (or job) in full: jobs, nodes, resources ..."
+    )
     status.add_argument("-n", "--limit", type=int, default=20, help="how many runs (default 20)")
     status.add_argument("--json", action="store_true", help="machine-readable output")
     status.add_argument("--no-refresh", action="store_true", help="do not ask runners about unfinished jobs")
@@ -85,6 +88,7 @@ def build_parser(only: str | None = None) -> _Parser:
         metavar="SECONDS",
         help="redraw every SECONDS (default 2) until Ctrl-C, like `watch`",
     )
+    _status_filters(status)
 
     logs = sub.add_parser("logs", help="print a run's or job's log")
     logs.add_argument("ref", metavar="RUN|JOB")
@@ -104,10 +108,8 @@ def build_parser(only: str | None = None) -> _Parser:
         "gets them neutralised; a file or pipe always gets the bytes)",
     )
 
-    stop = sub.add_parser("stop", help="stop a run or job: SIGTERM, then SIGKILL after a grace period")
-    stop.add_argument("ref", metavar="RUN|JOB")
-    stop.add_argument("--abort", action="store_true", help="do not bring back artifacts")
-    stop.add_argument("--grace", type=float, default=None, help="seconds before SIGKILL (default: the runner's, 10)")
+    _add_stop(sub)
+    _add_attach(sub)
 
     art = sub.add_parser("artifacts", help="list or download a job's artifacts")
     art_sub = art.add_subparsers(dest="art_verb", required=True, metavar="VERB", parser_class=_Parser)
@@ -189,6 +191,74 @@ def build_parser(only: str | None = None) -> _Parser:
     return parser
 
 
+def _status_filters(status: argparse.ArgumentParser) -> None:
+    status.add_argument(
+        "--state",
+        dest="states",
+        type=_states,
+        action="append",
+        default=None,
+        metavar="STATE[,STATE]",
+        help="only runs with a job in one of these states: queued, submitted, running, done, failed, "
+        "stopped, aborted, lost, or `active` (the first three) (repeatable)",
+    )
+    status.add_argument("--workflow", help="only runs of this workflow (or with a job of it)")
+    status.add_argument("--runner", help="only runs with a job on this runner")
+    status.add_argument("--tag", help="only the run with this tag")
+    status.add_argument("--project", help="only runs of this project: its name (the dir's last part) or its dir")
+
+
+_ACTIVE = ("QUEUED", "SUBMITTED", "RUNNING")  # `--state active`: what `stop --all` would stop
+
+
+def _states(text: str) -> tuple[str, ...]:
+    """`--state running,failed` as job states (JobState values), checked."""
+    from lanpool.protocol import JobState
+
+    states: list[str] = []
+    for word in (w.strip().upper() for w in text.split(",")):
+        if word == "ACTIVE":
+            states += _ACTIVE
+        elif word in JobState.__members__:
+            states.append(word)
+        else:
+            valid = ", ".join(s.lower() for s in JobState.__members__)
+            raise argparse.ArgumentTypeError(f"{word.lower()[:40]!r} is not a state; give one of {valid}, or active")
+    return tuple(states)
+
+
+def _add_stop(sub: Any) -> None:
+    stop = sub.add_parser("stop", help="stop runs or jobs: SIGTERM, then SIGKILL after a grace period")
+    stop.add_argument("refs", nargs="*", metavar="RUN|JOB", help="one or more runs or jobs")
+    stop.add_argument("--all", action="store_true", help="every unfinished run of this controller (asks first)")
+    stop.add_argument("-y", "--yes", action="store_true", help="with --all: no question (needed without a terminal)")
+    stop.add_argument("--abort", action="store_true", help="do not bring back artifacts")
+    stop.add_argument("--grace", type=float, default=None, help="seconds before SIGKILL (default: the runner's, 10)")
+
+
+def _add_attach(sub: Any) -> None:
+    attach = sub.add_parser(
+        "attach", help="follow a run's log and forward its job's ports, in one command (Ctrl-C detaches)"
+    )
+    attach.add_argument("ref", metavar="RUN|JOB")
+    attach.add_argument("--no-ports", action="store_true", help="follow the log only")
+    _notify_options(attach)
+
+
+def _notify_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--notify",
+        action="store_true",
+        help="a desktop notification when the job ends (notify-send with a display, osascript on macOS)",
+    )
+    p.add_argument(
+        "--notify-cmd",
+        metavar="CMD",
+        help="run CMD when the job ends, with LANPOOL_RUN_NAME, LANPOOL_JOB_ID, LANPOOL_WORKFLOW, "
+        "LANPOOL_JOB_STATE and LANPOOL_EXIT_CODE in its env (split like a shell line, run without one)",
+    )
+
+
 def _add_run(sub: Any) -> argparse.ArgumentParser:
     run: argparse.ArgumentParser = sub.add_parser(
         "run",
@@ -199,6 +269,9 @@ def _add_run(sub: Any) -> argparse.ArgumentParser:
     )
     run.add_argument("workflow", nargs="?", help="workflow name (omit to list the workflows)")
     _run_options(run)
+    _run_name_option(run)
+    _notify_options(run)
+    _resource_options(run)
     _plan_options(run)
     return run
 
@@ -212,6 +285,7 @@ def _add_plan(sub: Any) -> argparse.ArgumentParser:
         description="lanpool's options go before the workflow name, the workflow's variables after it.",
     )
     plan.add_argument("workflow", help="workflow name")
+    _resource_options(plan)
     _plan_options(plan)
     return plan
 
@@ -259,6 +333,70 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="give up when no runner could take the job for this long (its runner offline); default: wait",
     )
+
+
+def _run_name_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--name",
+        dest="run_name",
+        type=_run_name,
+        metavar="NAME",
+        help="the run's name (unique; letters, digits, - _ .), instead of a new one like pink-fly-1",
+    )
+
+
+def _resource_options(p: argparse.ArgumentParser) -> None:
+    """`--gpu`, `--cpu`, `--memory`: the requested workflow's `resources:` at run time, checked by
+    the workflow's own rule (app/workflows/resources.py). A workflow variable of the same name
+    is still given after the workflow name (app/cli/workflow_args.py: there a variable wins)."""
+    p.add_argument(
+        "--gpu",
+        type=_resource("gpu"),
+        metavar="N|NAME:N",
+        help="GPUs for the job, over the workflow's resources.gpu (2, or A100:2; 0: none)",
+    )
+    p.add_argument("--cpu", type=_resource("cpu"), metavar="N", help="CPUs for the job, over resources.cpu")
+    p.add_argument(
+        "--memory",
+        type=_resource("memory"),
+        metavar="SIZE",
+        help="memory for the job (32G, 512MB), over resources.memory",
+    )
+
+
+def _resource(key: str) -> Callable[[str], dict[str, int | str]]:
+    def parse(text: str) -> dict[str, int | str]:
+        from lanpool.app.workflows.resources import normalize_resources
+
+        value: object = text
+        if key == "gpu" and ":" in text:  # NAME:COUNT, as `sky launch --gpus A100:2`
+            name, _, count = text.rpartition(":")
+            value = {"name": name.strip(), "count": count.strip()}
+            if not name.strip():
+                raise argparse.ArgumentTypeError(f"{text!r}: give N or NAME:N (A100:2)")
+        try:
+            return normalize_resources({key: value})
+        except ValueError as exc:  # its message names `resources.KEY`: here the option was given
+            raise argparse.ArgumentTypeError(
+                str(exc).replace(f"resources.{key}.count", f"--{key}").replace(f"resources.{key}", f"--{key}")
+            ) from None
+
+    return parse
+
+
+_RUN_NAME_CHARS = 64
+
+
+def _run_name(text: str) -> str:
+    """`--name`: it names directories (downloads) and is typed in commands: a plain word."""
+    import re
+
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]*", text) or len(text) > _RUN_NAME_CHARS:
+        raise argparse.ArgumentTypeError(
+            f"{text[:40]!r} is not a run name: up to {_RUN_NAME_CHARS} letters, digits, '-', '_' or '.', "
+            "starting with a letter or digit"
+        )
+    return text
 
 
 def _plan_options(p: argparse.ArgumentParser) -> None:
@@ -330,6 +468,9 @@ def _options_parser(verb: str) -> _Parser:
     only = _Parser(prog=f"app headless {verb}", add_help=False)
     if verb == "run":
         _run_options(only)
+        _run_name_option(only)
+        _notify_options(only)
+    _resource_options(only)
     _plan_options(only)
     return only
 

@@ -83,7 +83,7 @@ def _workflow_help(ctl: Controller, project: Project, name: str, verb: str) -> N
         print(f"\nno variables (define them in {project.variables_path})")
     print(
         "\noptions: --runner NAME|HOST[:PORT], -d/--detach, --no-cache, --reuse, --tag NAME, "
-        "--env KEY=VALUE, --env-file FILE, --json"
+        "--env KEY=VALUE, --env-file FILE, --gpu N, --cpu N, --memory SIZE, --name NAME, --json"
     )
 
 
@@ -133,6 +133,7 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
     if args.help:
         _workflow_help(ctl, project, args.workflow, "run")
         return ExitCode.OK
+    notify_cmd = _notify_cmd(args)  # a bad one is refused before anything runs
     import_paused("lanpool.app.runs.loop")  # the SSH stack, ~60% of a `run`'s imports (Controller.run uses it)
     submitted: list[Submitted] = []
     forwards: list[asyncio.Task[None]] = []
@@ -169,6 +170,8 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
             env=_env(args),
             max_duration_s=args.max_duration,
             queue_timeout=args.queue_timeout,
+            resources=_resources(args),
+            run_name=args.run_name,
         )
     except LanpoolError as exc:
         if not submitted:
@@ -205,6 +208,10 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
         say(f"run {outcome.run_name}: every job reused; nothing ran")
         return ExitCode.OK
     say(_summary(ctl, job))
+    if args.notify or notify_cmd:
+        from lanpool.app.cli.attach_verbs import notify_end
+
+        notify_end(job, notify_cmd, args.notify)
     if job.artifacts_pulled == ARTIFACTS_REFUSED and not job.exit_code:  # it exited 0, but what it made was refused
         return ExitCode.FAILED
     return job.exit_code if job.exit_code is not None else ExitCode.FAILED
@@ -215,9 +222,13 @@ async def plan(ctl: Controller, args: argparse.Namespace) -> int:
     if args.help:
         _workflow_help(ctl, project, args.workflow, "plan")
         return ExitCode.OK
-    the_plan = ctl.plan(project, args.workflow, args.overrides, args.no_cache, args.reuse, _env(args))
+    resources = _resources(args)
+    the_plan = ctl.plan(project, args.workflow, args.overrides, args.no_cache, args.reuse, _env(args), resources)
     if args.json:
-        print(json.dumps(the_plan.to_json(), indent=2))
+        out = the_plan.to_json()
+        for planned, shown_job in zip(the_plan.jobs, out["jobs"], strict=True):
+            shown_job["resources"] = planned.job.resources  # with --gpu/--cpu/--memory applied
+        print(json.dumps(out, indent=2))
         return ExitCode.OK
     print(f"plan for {args.workflow}: {len(the_plan.to_run)} of {len(the_plan.jobs)} job(s) to run")
     rows = [
@@ -231,7 +242,35 @@ async def plan(ctl: Controller, args: argparse.Namespace) -> int:
         for j in the_plan.jobs
     ]
     print(render.table(["WORKFLOW", "ACTION", "DEPENDS ON", "KEY", "WHY"], rows))
+    if resources:
+        from lanpool.app.controller import shown_resources
+
+        asked = next(j for j in the_plan.jobs if j.workflow == args.workflow)
+        print(
+            f"resources of {args.workflow} (the command line's over the workflow's): {shown_resources(asked.job.resources)}"
+        )
     return ExitCode.OK
+
+
+def _notify_cmd(args: argparse.Namespace) -> list[str] | None:
+    """`--notify-cmd` as its argv, checked; `--notify` and `--notify-cmd` need a followed run."""
+    if not args.notify and args.notify_cmd is None:
+        return None
+    if args.detach:
+        raise UsageError("--notify needs a followed run: with -d, `app headless attach RUN --notify` notifies later")
+    if args.notify_cmd is None:
+        return None
+    from lanpool.app.notify import notify_command
+
+    return notify_command(args.notify_cmd)
+
+
+def _resources(args: argparse.Namespace) -> dict[str, int | str]:
+    """`--gpu`, `--cpu`, `--memory` as one map (each already checked by the parser)."""
+    out: dict[str, int | str] = {}
+    for given in (args.gpu, args.cpu, args.memory):
+        out.update(given or {})
+    return out
 
 
 def _env(args: argparse.Namespace) -> dict[str, str]:

@@ -20,6 +20,7 @@ import asyncio
 import dataclasses
 import logging
 import secrets
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -68,6 +69,8 @@ class RunRequest(Record):
     env: dict[str, str] | None = None
     max_duration_s: float | None = None
     queue_timeout: float | None = None
+    resources: dict[str, int | str] | None = None  # `--gpu`, `--cpu`, `--memory` (app/runs/resource_overrides.py)
+    run_name: str | None = None  # `--name`: the run's name, else a new memorable one
 
 
 @dataclass(eq=False)  # never compared: no __eq__ compiled at import
@@ -92,6 +95,8 @@ class RunLoop:
         say: Callable[[str], None],
         on_submitted: Callable[[Submitted], None] | None,
     ) -> RunOutcome:
+        if req.run_name is not None and self.store.run_name_taken(req.run_name):
+            raise UsageError(name_taken(req.run_name))  # before anything is planned or sent
         if req.resume is not None and not req.resume.strip():
             raise UsageError("--resume needs a run name, a job id or WORKFLOW:TAG")
         cli_resume = self.resumes.job_and_checkpoint(req.resume) if req.resume else None
@@ -101,11 +106,14 @@ class RunLoop:
         if not req.follow and multinode and len(plan.to_run) > 1:
             raise UsageError("--detach takes a multi-node job alone, not in a chain: run its dependencies first")
         follow = req.follow
-        outcome = RunOutcome(run_name=new_run_name(self.store.run_name_taken))
+        outcome = RunOutcome(run_name=req.run_name or new_run_name(self.store.run_name_taken))
         job_ids = {p.workflow: secrets.token_hex(6) for p in plan.to_run}
-        previous = self.store.create_run(
-            outcome.run_name, req.workflow_name, str(project.root), req.tag, plan.jobs[-1].job.variables
-        )
+        try:
+            previous = self.store.create_run(
+                outcome.run_name, req.workflow_name, str(project.root), req.tag, plan.jobs[-1].job.variables
+            )
+        except sqlite3.IntegrityError:  # `--name` taken (checked, or by a run started meanwhile)
+            raise UsageError(name_taken(outcome.run_name)) from None
         if previous:
             say(f"tag {req.tag!r} moved from run {previous} to run {outcome.run_name}")
         if not plan.to_run:
@@ -123,7 +131,7 @@ class RunLoop:
         # at once; a run that waits for one reads the files again once it has one (below).
         early = _EarlySnapshot(project.root)
         try:
-            sized = [_sized(p.job, _requested(p, req), req.nodes) for p in plan.to_run]
+            sized = [_sized(p.job, _requested(p, req), req.nodes, req.resources) for p in plan.to_run]
             await placement.check(sized)
             if not follow and len(plan.to_run) > 1:
                 chain = await placement.one_runner(sized, job_ids[plan.to_run[0].workflow])
@@ -277,15 +285,27 @@ def _requested(planned: PlannedJob, req: RunRequest) -> bool:
     return planned.workflow == req.workflow_name
 
 
-def _sized(job: ResolvedJob, requested: bool, nodes: int | None) -> ResolvedJob:
-    """`--nodes N` sizes the requested workflow's job only."""
-    return dataclasses.replace(job, nodes=nodes) if nodes and requested else job
+def _sized(
+    job: ResolvedJob, requested: bool, nodes: int | None, resources: dict[str, int | str] | None = None
+) -> ResolvedJob:
+    """`--nodes N` and `--gpu/--cpu/--memory` size the requested workflow's job only."""
+    if not requested:
+        return job
+    if resources:  # imported when asked for: `run`'s modules stay within their budget (start-up time)
+        from lanpool.app.runs.resource_overrides import with_resources
+
+        job = with_resources(job, resources)
+    return dataclasses.replace(job, nodes=nodes) if nodes else job
+
+
+def name_taken(name: str) -> str:
+    return f"--name {name}: a run of that name exists; choose another (or `app headless rm {name}` first)"
 
 
 def _as_requested(job: ResolvedJob, requested: bool, req: RunRequest) -> ResolvedJob:
     """The job with the command line's options applied: `--env` to every job of the run;
     `--nodes`, `--port` and `--max-duration` to the requested workflow's job only."""
-    job = _sized(with_env(job, req.env), requested, req.nodes)
+    job = _sized(with_env(job, req.env), requested, req.nodes, req.resources)
     if req.ports and requested:
         job = dataclasses.replace(job, ports=sorted({*job.ports, *req.ports}))
     if req.max_duration_s and requested:

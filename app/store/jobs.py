@@ -2,12 +2,15 @@
 
 import json
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lanpool.app.errors import NotFoundError
-from lanpool.app.store.rows import JOB_COLS, JOB_FIELDS, JobRow, RunRow, Table, escape_like
+from lanpool.app.store.rows import JOB_COLS, JOB_FIELDS, RUN_COLS, JobRow, RunRow, Table, escape_like
 from lanpool.app.store.transactions import atomic
 from lanpool.protocol import JobState
+
+if TYPE_CHECKING:  # `status` with filters builds one; a run never does (start-up time)
+    from lanpool.app.store.run_filter import RunFilter
 
 # A job_events status that is no job state: a warning about a job (e.g. an output it did
 # not produce). Kept as an event, so the schema stays as it is.
@@ -15,6 +18,12 @@ WARNING = "WARNING"
 _COMPARED = 50  # a workflow's newest jobs `plan` looks through for the one to compare with
 # The newest runs first, read from idx_runs_created_at (rowid: the same order for runs made at the same time).
 _NEWEST = "ORDER BY created_at DESC, rowid DESC LIMIT ?"
+
+
+def _newest(limit: int, only: "RunFilter | None") -> tuple[str, list[object]]:
+    """The names of the `limit` newest runs that `only` lets through, as a subquery and its params."""
+    where, params = only.where() if only else ("1", [])
+    return f"SELECT name FROM runs WHERE {where} {_NEWEST}", [*params, limit]
 
 
 class JobRows(Table):
@@ -38,10 +47,20 @@ class JobRows(Table):
                     previous = row[0]
                     self.conn.execute("UPDATE runs SET tag = NULL WHERE tag = ?", (tag,))
             self.conn.execute(
+                # `project`, the dir's last part, is the store's to set (migration 13's trigger)
                 "INSERT INTO runs (name, workflow, project_dir, created_at, tag, variables) VALUES (?, ?, ?, ?, ?, ?)",
                 (name, workflow, project_dir, time.time(), tag, json.dumps(variables or {})),
             )
         return previous
+
+    def run_variables(self, name: str) -> dict[str, Any]:
+        """The run's resolved variables, as recorded when it started ({} for none, or an unknown run)."""
+        row = self.conn.execute("SELECT variables FROM runs WHERE name = ?", (name,)).fetchone()
+        try:
+            found = json.loads(row[0]) if row and row[0] else {}
+        except ValueError:
+            return {}
+        return found if isinstance(found, dict) else {}
 
     def tagged_job(self, tag: str, workflow: str) -> JobRow | None:
         """The DONE job of `workflow` in the run tagged `tag`."""
@@ -219,36 +238,52 @@ class JobRows(Table):
             raise NotFoundError(f"{ref!r} matches {len(rows)} jobs; give more of the job id")
         return [JobRow(*rows[0])]
 
-    def recent_runs(self, limit: int = 50) -> list[RunRow]:
-        rows = self.conn.execute(f"SELECT name, workflow, project_dir, created_at, tag FROM runs {_NEWEST}", (limit,))
+    def unfinished_jobs(self) -> list[JobRow]:
+        """Jobs not in a terminal state, oldest first (`stop --all`). A scan of jobs: run on request only."""
+        ended = tuple(str(s) for s in JobState if s.is_terminal())
+        marks = ", ".join("?" * len(ended))
+        rows = self.conn.execute(
+            f"SELECT {JOB_COLS} FROM jobs WHERE status NOT IN ({marks}) ORDER BY submitted_at", ended
+        ).fetchall()
+        return [JobRow(*r) for r in rows]
+
+    def recent_runs(self, limit: int = 50, only: "RunFilter | None" = None) -> list[RunRow]:
+        names, params = _newest(limit, only)
+        rows = self.conn.execute(
+            f"SELECT {RUN_COLS} FROM runs WHERE name IN ({names}) ORDER BY created_at DESC, rowid DESC", params
+        )
         return [RunRow(*r) for r in rows]
 
     # `status` of any number of runs asks three queries, not three per job.
-    def jobs_of_recent(self, limit: int) -> dict[str, list[JobRow]]:
-        """The jobs of the `limit` newest runs, by run name, each run's in submission order."""
+    def jobs_of_recent(self, limit: int, only: "RunFilter | None" = None) -> dict[str, list[JobRow]]:
+        """The jobs of the `limit` newest runs (that `only` lets through), by run name, each run's in
+        submission order."""
+        names, params = _newest(limit, only)
         out: dict[str, list[JobRow]] = {}
         rows = self.conn.execute(
-            f"SELECT {JOB_COLS} FROM jobs WHERE run_name IN (SELECT name FROM runs {_NEWEST}) ORDER BY submitted_at",
-            (limit,),
+            f"SELECT {JOB_COLS} FROM jobs WHERE run_name IN ({names}) ORDER BY submitted_at", params
         )
         for row in rows:
             job = JobRow(*row)
             out.setdefault(job.run_name, []).append(job)
         return out
 
-    def notes_of_recent(self, limit: int) -> tuple[dict[str, list[str]], dict[str, list[tuple[str, int]]]]:
+    def notes_of_recent(
+        self, limit: int, only: "RunFilter | None" = None
+    ) -> tuple[dict[str, list[str]], dict[str, list[tuple[str, int]]]]:
         """The warnings and the artifact files (path, size) of the jobs of the `limit` newest runs,
         by job id, in the order `warnings` and `artifacts` give them."""
-        of_recent = f"SELECT id FROM jobs WHERE run_name IN (SELECT name FROM runs {_NEWEST})"
+        names, params = _newest(limit, only)
+        of_recent = f"SELECT id FROM jobs WHERE run_name IN ({names})"
         warnings: dict[str, list[str]] = {}
         for job_id, detail in self.conn.execute(
             f"SELECT job_id, detail FROM job_events WHERE job_id IN ({of_recent}) AND status = ? ORDER BY rowid",
-            (limit, WARNING),
+            (*params, WARNING),
         ):
             warnings.setdefault(job_id, []).append(detail)
         artifacts: dict[str, list[tuple[str, int]]] = {}
         for job_id, path, size in self.conn.execute(
-            f"SELECT job_id, path, size FROM artifacts WHERE job_id IN ({of_recent}) ORDER BY job_id, path", (limit,)
+            f"SELECT job_id, path, size FROM artifacts WHERE job_id IN ({of_recent}) ORDER BY job_id, path", params
         ):
             artifacts.setdefault(job_id, []).append((path, size))
         return warnings, artifacts

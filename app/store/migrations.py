@@ -213,6 +213,28 @@ def _m012_slurm_jobs_have_their_nodes(db: "sqlite_utils.Database") -> None:
         )
 
 
+def _m013_run_projects(db: "sqlite_utils.Database") -> None:
+    # A run's project by name (its dir's last part): `status` shows it in a column and
+    # `status --project NAME` finds its runs from an index. project_dir stays as it was.
+    # A trigger names each new run's project, so every writer of runs (create_run, and code
+    # written before this column) gets it without knowing the column; the same expression
+    # names the runs already stored.
+    db.execute("ALTER TABLE runs ADD COLUMN project TEXT NOT NULL DEFAULT ''")
+    db.execute(f"UPDATE runs SET project = {_LAST_PART.format(path='project_dir')}")
+    db.execute(
+        f"""CREATE TRIGGER runs_project_name AFTER INSERT ON runs WHEN NEW.project = ''
+            BEGIN UPDATE runs SET project = {_LAST_PART.format(path="NEW.project_dir")} WHERE rowid = NEW.rowid; END"""
+    )
+    db.execute("CREATE INDEX idx_runs_project ON runs (project, created_at)")
+
+
+# A path's last part in SQL (`/home/me/gpt` -> `gpt`): rtrim drops the trailing characters that
+# are not '/', which is the last part; what remains is the part before it.
+_LAST_PART = (
+    "substr(COALESCE({path}, ''), length(rtrim(COALESCE({path}, ''), replace(COALESCE({path}, ''), '/', ''))) + 1)"
+)
+
+
 MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m001_initial,
     _m002_cache,
@@ -226,6 +248,7 @@ MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m010_runs_by_time,
     _m011_job_retries,
     _m012_slurm_jobs_have_their_nodes,
+    _m013_run_projects,
 ]
 
 

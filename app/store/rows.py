@@ -20,6 +20,7 @@ class RunRow(Record):
     project_dir: str
     created_at: float
     tag: str | None
+    project: str = ""  # the project dir's last part (migration 13)
 
 
 @record
@@ -64,7 +65,7 @@ JOB_COLS = (
     "id, run_name, workflow, runner, host, port, status, exit_code, error, submitted_at, started_at, "
     "finished_at, artifacts_archive, artifacts_pulled, spec, synced, retries"
 )
-RUN_COLS = "name, workflow, project_dir, created_at, tag"
+RUN_COLS = "name, workflow, project_dir, created_at, tag, project"
 
 
 class Table:

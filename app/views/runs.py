@@ -8,13 +8,16 @@ never shares the event loop's.
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lanpool.app.home import ControllerHome
 from lanpool.app.store import JobRow, RunRow, Store
 from lanpool.app.store.slurm_nodes import slurm_nodes
 from lanpool.app.views import overview
 from lanpool.app.views.overview import JobLine, LogWindow, MetricsReader
+
+if TYPE_CHECKING:
+    from lanpool.app.store.run_filter import RunFilter
 
 T = TypeVar("T")
 
@@ -33,19 +36,34 @@ class Runs:
         """Jobs named by a run name or a job id (a unique prefix of one works too)."""
         return self.store.resolve_jobs(ref)
 
-    def recent(self, limit: int = 50) -> list[RunRow]:
-        return self.store.recent_runs(limit)
+    def recent(self, limit: int = 50, only: "RunFilter | None" = None) -> list[RunRow]:
+        """The `limit` newest runs (those `only` lets through: `status --state ...`)."""
+        return self.store.recent_runs(limit, only)
 
     def jobs_of(self, run_name: str) -> list[JobRow]:
         return self.store.jobs_of_run(run_name)
 
-    def jobs_of_recent(self, limit: int) -> dict[str, list[JobRow]]:
-        """The jobs of the `limit` newest runs (those `recent(limit)` lists), by run name."""
-        return self.store.jobs_of_recent(limit)
+    def jobs_of_recent(self, limit: int, only: "RunFilter | None" = None) -> dict[str, list[JobRow]]:
+        """The jobs of the `limit` newest runs (those `recent(limit, only)` lists), by run name."""
+        return self.store.jobs_of_recent(limit, only)
 
-    def notes_of_recent(self, limit: int) -> tuple[dict[str, list[str]], dict[str, list[tuple[str, int]]]]:
+    def notes_of_recent(
+        self, limit: int, only: "RunFilter | None" = None
+    ) -> tuple[dict[str, list[str]], dict[str, list[tuple[str, int]]]]:
         """Their jobs' warnings and artifact files, by job id (none: not in the maps)."""
-        return self.store.notes_of_recent(limit)
+        return self.store.notes_of_recent(limit, only)
+
+    def detail(
+        self, jobs: list[JobRow], runner_states: dict[str, str | None], secret_values: list[str]
+    ) -> dict[str, Any]:
+        """`jobs` (a run's, or one job) in full: `status RUN` (app/views/run_detail.py)."""
+        from lanpool.app.views.run_detail import run_detail
+
+        return run_detail(self.store, jobs, runner_states, secret_values)
+
+    def unfinished(self) -> list[JobRow]:
+        """Every job of this controller that has not ended (`stop --all`), oldest first."""
+        return self.store.unfinished_jobs()
 
     def nodes(self, job_id: str) -> list[dict[str, Any]]:
         """The job's nodes (runner, status per node); empty for a job not yet placed."""

@@ -57,7 +57,8 @@ def _app(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
 def test_status_shows_the_newest_runs_each_with_all_its_jobs(home):
     out = _app(home, "status", "--no-refresh")
     assert out.returncode == 0, out.stderr
-    rows = [line.split()[:2] for line in out.stdout.splitlines()[1:] if line.startswith("run-")]
+    # RUN PROJECT JOB ...
+    rows = [line.split()[0:3:2] for line in out.stdout.splitlines()[1:] if line.startswith("run-")]
     runs = list(dict.fromkeys(run for run, _job in rows))
     # Newest first, 20 by default; the last two were made at the same time: each shown once.
     assert runs[:2] in (["run-28", "run-29"], ["run-29", "run-28"])

@@ -173,3 +173,23 @@ def test_a_project_with_its_own_app_and_training_packages_keeps_both(installed, 
         assert (done.returncode, done.stdout.split()) == (0, ["theirs-app", "theirs-training", "lanpool.app.cli.main"])
         done = _app(installed, "--version", env=env, cwd=cwd)
         assert (done.returncode, done.stdout.strip()) == (0, f"lanpool {__version__}"), done.stderr
+
+
+def test_the_installed_app_has_its_documentation(installed, tmp_path):
+    """`app help` lists the docs shipped in the wheel, `app help TOPIC` prints one, and `app --help`
+    says so: a `pip install` has the reference without the repository."""
+    (wheel,) = (installed.parent.parent / "dist").glob("lanpool-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    shipped = {p.name for p in (REPO / "docs").glob("*.md")} | {p.name for p in (REPO / "docs").glob("*.schema.json")}
+    assert {f"lanpool/docs/{name}" for name in shipped} <= names
+    assert not any(n.startswith("lanpool/docs/bench/") or n.endswith(".svg") for n in names)  # only the text
+    env = _env(tmp_path / "home")
+    listing = _app(installed, "help", env=env, cwd=tmp_path)
+    assert listing.returncode == 0 and "cli  " in listing.stdout and "The headless CLI" in listing.stdout, listing
+    cli_doc = _app(installed, "help", "cli", env=env, cwd=tmp_path)
+    assert cli_doc.returncode == 0 and cli_doc.stdout == (REPO / "docs" / "cli.md").read_text()
+    schema = _app(installed, "help", "workflows.schema", env=env, cwd=tmp_path)
+    assert json.loads(schema.stdout)["title"]
+    unknown = _app(installed, "help", "../../etc/passwd", env=env, cwd=tmp_path)
+    assert unknown.returncode == 2 and unknown.stderr.count("\n") == 1 and "no topic" in unknown.stderr
+    assert "app help" in _app(installed, "--help", env=env, cwd=tmp_path).stdout

@@ -51,7 +51,7 @@ LAYERS = {
         ("transfer",),  # code up by content, artifacts back
         ("runners",),  # trust, sessions, the direct connection, placement by free resources
         ("store", "workflows", "startup"),  # the SQLite file; workflow files; start-up time
-        ("keys", "secret_store"),
+        ("keys", "secret_store", "notify"),  # notify: a job's end on the desktop or a user's command
         ("home",),
         ("errors",),
     ],
