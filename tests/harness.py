@@ -66,6 +66,39 @@ def lanpool_env(home: Path | None, **extra: str) -> dict[str, str]:
 # keeps its own tests (tests/system/test_wheel.py, test_mdns_hints.py).
 
 
+def stored_jobs(controller_home: Path) -> list[dict]:
+    """The controller's jobs rows as its store holds them now, newest first: read in this process
+    (SQLite, read-only), where polling `status --json` started a new `app` every 0.3 s."""
+    import sqlite3
+
+    path = controller_home / "lanpool.db"
+    if not path.exists():
+        return []
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    db.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in db.execute("SELECT * FROM jobs ORDER BY submitted_at DESC")]
+    except sqlite3.OperationalError:  # not made yet (a controller still migrating it)
+        return []
+    finally:
+        db.close()
+
+
+def wait_stored_job(controller_home: Path, ok, what: str, timeout: float = 60) -> dict:
+    """The first stored job for which `ok(row)` holds, waiting up to `timeout` s (bounds of seconds:
+    a loaded machine is slow); fails saying `what` was awaited and what the store held."""
+    deadline = time.monotonic() + timeout
+    while True:
+        jobs = stored_jobs(controller_home)
+        for row in jobs:
+            if ok(row):
+                return row
+        if time.monotonic() > deadline:
+            held = [(j["workflow"], j["status"], j["error"]) for j in jobs]
+            raise AssertionError(f"{what}: not within {timeout:g} s; the store holds {held}")
+        time.sleep(0.2)
+
+
 def follow_until(ref: str, text: str, env: dict[str, str], timeout: float = 60, app: Sequence[str] = APP_MODULE) -> str:
     """`app headless logs -f REF` until a line holds `text`, then stopped; returns what it printed.
     One process, where polling `logs` started a new one every 0.2-0.5 s (~0.3 s of CPU each)."""

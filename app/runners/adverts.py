@@ -45,6 +45,10 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 MIN_CLEARING_BROWSE_S = 1.0
 # How long the CLI listens before deciding that a recorded conflict's claim is gone.
 CONFLICT_BROWSE_S = 1.5
+# A browse that heard nobody at all, not even the runners that announce themselves, may
+# only have been too slow (a loaded machine answers late): it ends no claim heard more
+# recently than this. Hearing others but not the claim is what ends one.
+SILENT_BROWSE_TRUSTED_AFTER_S = 120.0
 
 
 def record_advert(store: Store, advert: "Advert") -> tuple[str, int] | None:
@@ -138,7 +142,8 @@ async def fold_browse(
     store: Store, client_key: asyncssh.SSHKey, adverts: list["Advert"], started_at: float, browsed_s: float
 ) -> None:
     """Everything one browse heard (from `started_at`, for `browsed_s` seconds): the
-    adverts, then the conflicts whose claim it no longer heard are over."""
+    adverts, then the conflicts whose claim it no longer heard are over (a browse that heard
+    nobody at all: only those last heard SILENT_BROWSE_TRUSTED_AFTER_S ago)."""
     heard: dict[str, set[str]] = {}
     for advert in adverts:
         key = host_key_or_none(advert.host_key)
@@ -160,7 +165,8 @@ async def fold_browse(
     if browsed_s < MIN_CLEARING_BROWSE_S:
         return
     for row in store.runners():
-        if row["conflict_key"] and (row["conflict_seen"] or 0) < started_at:
+        seen = row["conflict_seen"] or 0
+        if row["conflict_key"] and seen < started_at and (adverts or seen < started_at - SILENT_BROWSE_TRUSTED_AFTER_S):
             log.info("the conflicting claim on runner %s is no longer heard: conflict over", row["name"])
             clear_conflict(store, row["name"])
 

@@ -339,10 +339,13 @@ def test_label_cannot_add_lines_to_authorized_keys(fresh_agent):
     code = _status(fresh_agent)["pairing_code"]
     # Control characters: the message is refused as it is decoded.
     refused = asyncio.run(_raw_attempt(fresh_agent, _key(), code, label=f"laptop\n{evil} evil\r\n"))
-    assert "control characters" in refused
+    assert "control or invisible characters" in refused
     assert _authorized(fresh_agent) == []
-    # Line and paragraph separators, odd spaces, quotes: cleaned by the runner into one short comment.
-    label = f'laptop\u2028{evil}\u2029\u00a0command="sh" {evil}'
+    # Line and paragraph separators, odd spaces: invisible, refused the same way.
+    refused = asyncio.run(_raw_attempt(fresh_agent, _key(), code, label=f"laptop\u2028{evil}\u2029\u00a0x"))
+    assert "control or invisible characters" in refused
+    # Quotes, an option and a key in plain text: cleaned by the runner into one short comment.
+    label = f'laptop {evil} command="sh" {evil}'
     assert asyncio.run(_raw_attempt(fresh_agent, _key(), code, label=label)) == "paired"
     (line,) = _authorized(fresh_agent)  # exactly one line
     assert line.startswith(host_key_text(_public(_key())) + " lanpool:laptop ssh-ed25519 ")
