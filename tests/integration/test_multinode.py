@@ -2,24 +2,22 @@
 one failed node failing the job."""
 
 import json
+import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from tests.harness import REPO, training_project
+from tests.harness import REPO, training_project, wait_stored_job
 
 
-def _running_run(cli, timeout: float = 30) -> str:
-    """The newest run, once its job is RUNNING (started by a `run` in another process)."""
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        runs = json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout)
-        if runs and runs[0]["jobs"] and runs[0]["jobs"][0]["status"] == "RUNNING":
-            return runs[0]["run"]
-        time.sleep(0.2)
-    raise AssertionError("the 2-node job never started")
+def _running_run(cli, timeout: float = 60) -> str:
+    """The newest run, once its job is RUNNING (started by a `run` in another process, which keeps
+    the store up to date: read here, not by polling `status` processes)."""
+    home = Path(os.environ["LANPOOL_HOME"])  # the controller_home fixture's
+    return wait_stored_job(home, lambda j: j["status"] == "RUNNING", "the 2-node job RUNNING", timeout)["run_name"]
 
 
 @pytest.mark.slow
@@ -123,16 +121,10 @@ workflows:
 """,
     )
     proc = cli.popen("headless", "run", "long", cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if (
-            proc.poll() is None
-            and _pids_of_node(1, two_agents)
-            and (runs := json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout))
-            and "epoch 2" in cli("headless", "logs", runs[0]["run"]).stdout
-        ):
-            break
-        time.sleep(0.5)
+    cli.follow_until(_running_run(cli), "epoch 2", timeout=90)
+    deadline = time.time() + 30
+    while proc.poll() is None and not _pids_of_node(1, two_agents) and time.time() < deadline:
+        time.sleep(0.2)
     frozen = _pids_of_node(1, two_agents)
     assert frozen, "node 1's trainer never started"
     for pid in frozen:

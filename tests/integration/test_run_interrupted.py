@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.harness import APP_MODULE, lanpool_env, start_agent
+from tests.harness import APP_MODULE, lanpool_env, start_agent, wait_stored_job
 
 FILES, FILE_MB = 60, 4
 
@@ -105,13 +105,10 @@ def test_ctrl_c_during_a_chain_lists_the_steps_not_started_and_stop_then_rm_work
         cli("headless", "runners", "add", agent.address, check=True)
         project = make_project(CHAIN)
         run = _start(controller_home, project, "second")
-        deadline = time.monotonic() + 60
-        seen = ""
-        while "first-started" not in seen and time.monotonic() < deadline:
-            jobs = json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout or "[]")
-            if jobs and jobs[0]["jobs"]:
-                seen = cli("headless", "logs", jobs[0]["run"]).stdout
-            time.sleep(0.2)
+        first = wait_stored_job(
+            controller_home, lambda j: j["workflow"] == "first" and j["status"] == "RUNNING", "the first step RUNNING"
+        )
+        cli.follow_until(first["id"], "first-started", timeout=60)
         run.send_signal(signal.SIGINT)
         _out, err = run.communicate(timeout=90)  # Ctrl-C stops what it sent: seconds, more on a loaded machine
         assert run.returncode == 130 and "Traceback" not in err, err
