@@ -209,7 +209,8 @@ class LogView(ScrollView, can_focus=True):
         if not text or not self.lines:
             return False
         low = text.lower()
-        middle = int(self.scroll_y) + self.size.height // 2
+        # From the view's middle line; a log shorter than half the view has none there: its end.
+        middle = min(int(self.scroll_y) + self.size.height // 2, len(self.lines))
         order = range(middle + 1, len(self.lines)) if forward else range(middle - 1, -1, -1)
         for y in order:
             if low in self.lines[y].text.lower():
