@@ -132,7 +132,7 @@ class Actions(JobView):
                 request.workflow,
                 request.overrides,
                 request.no_cache,
-                False,
+                request.reuse,
                 request.env or None,
             )
         except LanpoolError as exc:
@@ -141,7 +141,7 @@ class Actions(JobView):
         rows = [
             f"{'[green]RUN  [/green]' if j.action == 'run' else '[cyan]REUSE[/cyan]'} {j.workflow}"
             + (f"  ← {', '.join(j.deps)}" if j.deps else "")
-            + (f"  ({j.reason})" if j.reason else "")
+            + (f"  ({_dialog_words(j.reason)})" if j.reason else "")
             for j in plan.jobs
         ]
         dialog.show_plan("\n".join(rows))
@@ -190,6 +190,7 @@ class Actions(JobView):
             say=say,
             on_submitted=submitted,
             no_cache=request.no_cache,
+            reuse=request.reuse,
             nodes=request.nodes,
             env=request.env or None,
         )
@@ -354,6 +355,32 @@ class Actions(JobView):
         self.ctl.pool.forget(name)
         self.notify(f"forgot runner {name}")
         self.show_runners()
+
+    def action_forget_offline(self) -> None:
+        """Forget every OFFLINE runner at once: those found by mDNS that went away pile up."""
+        if self.active_tab() != "runners":
+            self.notify("F forgets the offline runners: in Runners (2)")
+            return
+        names = [v.name for v in self.ctl.pool.views() if v.state == "OFFLINE"]
+        if not names:
+            self.notify("no runner is OFFLINE")
+            return
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                for name in names:
+                    self.ctl.pool.forget(name)  # the same path as - on one runner
+                self.notify(f"forgot {len(names)} offline runner(s)")
+                self.show_runners()
+
+        shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+        question = f"Forget {len(names)} OFFLINE runner(s) and their pinned host keys?\n{shown}"
+        self.push_screen(ConfirmDialog(question, "Forget"), answered)
+
+
+def _dialog_words(reason: str) -> str:
+    """A plan's reason in the Run dialog's words: its boxes, not the CLI's flags."""
+    return reason.replace("--no-cache", "no cache").replace("--reuse", "tick reuse")
 
 
 def _what(removal: Removal) -> str:

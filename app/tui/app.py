@@ -58,7 +58,7 @@ class LanpoolApp(Actions):
         Binding("r", "run", "Run"),
         Binding("s", "stop", "Stop"),
         Binding("x", "abort", "Abort", show=False),
-        Binding("e", "shell", "Shell in job", show=False),
+        Binding("e", "shell", "Shell"),
         Binding("slash", "search", "Filter/Search"),
         Binding("d", "download", "Download", show=False),
         Binding("D", "delete_run", "Delete run", show=False),
@@ -69,6 +69,7 @@ class LanpoolApp(Actions):
         Binding("p", "pair", "Pair", show=False),
         Binding("plus,a", "add_runner", "Add runner", show=False),
         Binding("minus,delete", "remove_runner", "Remove runner", show=False),
+        Binding("F", "forget_offline", "Forget offline runners", show=False),
         Binding("question_mark", "help", "Help"),
         Binding("q", "quit", "Quit"),
     ]
@@ -78,6 +79,7 @@ class LanpoolApp(Actions):
         ("j / k, g / G", "Runs, Runners: down / up, first / last row (also Home / End)"),
         ("r", "run a workflow (dialog: variables, nodes, runner, plan)"),
         ("s / x", "stop / abort the selected job (asks first)"),
+        ("e", "a shell in the selected running job (on the node the log shows); exit it to come back"),
         ("/", "Runs: filter by text; Logs: search the log (n / N: next / previous match)"),
         ("[ ]", "Logs: show one node / all nodes (multi-node jobs)"),
         ("g / G", "Logs: top (pages older lines in from the store) / follow the end"),
@@ -87,6 +89,7 @@ class LanpoolApp(Actions):
         ("d", "download the selected job's artifacts to a directory"),
         ("D", "delete the selected job's run: its jobs, logs, artifacts (asks first)"),
         ("p / a / -", "Runners: pair (with the runner's code) / add by address / remove"),
+        ("F", "Runners: forget every OFFLINE runner (asks first)"),
         ("ctrl+p", "command palette"),
         ("?", "this help"),
         ("q", "quit (jobs keep running on their runners)"),
@@ -166,10 +169,6 @@ class LanpoolApp(Actions):
 
     def get_default_screen(self) -> Screen[Any]:
         return AppScreen(id="_default")  # its own blank lines drawn once (app/tui/widgets/panes.py)
-
-    def on_resize(self) -> None:
-        # 80 columns: the key bar drops its padding, so that `? Help` and `q Quit` still show.
-        self.query_one(Footer).narrow = self.size.width < 120
 
     def on_mount(self) -> None:
         self.sub_title = str(self.project_dir) if self.project_dir else "loading…"  # the workflows: just after
@@ -272,17 +271,21 @@ class LanpoolApp(Actions):
         self.push_screen(HelpScreen(self.KEYS_HELP))
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            if command.title != "Keys":  # Textual's key panel: ours (?) lists every key, with what it does
+                yield command
         for title, help_text, action in [
             ("Run a workflow", "open the Run dialog", self.action_run),
             ("Stop job", "stop the selected job", self.action_stop),
             ("Abort job", "stop the selected job without artifacts", self.action_abort),
+            ("Shell in job", "a shell in the selected running job (exit it to come back)", self.action_shell),
             ("Download artifacts", "copy the selected job's artifacts to a directory", self.action_download),
             ("Save log", "write the selected job's whole log to a file", self.action_save_log),
             ("Copy log", "copy the shown log lines to the clipboard", self.action_copy_log),
             ("Pair runner", "pair with a runner using its code", self.action_pair),
             ("Add runner", "add a runner by address", self.action_add_runner),
             ("Remove runner", "forget the selected runner", self.action_remove_runner),
+            ("Forget offline runners", "forget every OFFLINE runner and its pinned key", self.action_forget_offline),
             ("Delete run", "delete the selected job's run, its logs and artifacts", self.action_delete_run),
             ("Prune runs", "delete ended runs older than an age (default 7d)", self.action_prune),
             ("Show runs", "the runs list", lambda: self.action_tab("runs")),

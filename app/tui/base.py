@@ -94,8 +94,9 @@ class LanpoolBase(App[None]):
         self.query_one("#runners-table", RunnersTable).show_runners(views, self.clock())
         live = sum(1 for v in views if v.state in ("LIVE", "BUSY"))
         gpus = sum(v.gpus_free for v in views if v.state in ("LIVE", "BUSY"))
+        offline = "  F: forget offline" if any(v.state == "OFFLINE" for v in views) else ""
         hint = (
-            f"{len(views)} runner(s), {live} answering, {gpus} GPU(s) free.  p: pair  a: add  -: remove"
+            f"{len(views)} runner(s), {live} answering, {gpus} GPU(s) free.  p: pair  a: add  -: remove{offline}"
             if views
             else "no runners yet: start `app agent serve` on a GPU machine of this LAN, "
             "or press a to add one by address"

@@ -147,22 +147,23 @@ class JobView(LanpoolBase):
         where = ", ".join(n["runner"] for n in nodes) if nodes else (job.runner or "-")
         status = status_text(job)
         view = self.query_one(LogView)
-        parts = [
-            f"run {job.run_name}",
-            f"job {job.id}",
-            job.workflow,
-            f"on {where}",
-            status,
-            duration(job.started_at, job.finished_at, self.clock()),
-        ]
+        who = [f"run {job.run_name}", f"job {job.id}"]
+        where_what = [job.workflow, f"on {where}"]
+        state = [status, duration(job.started_at, job.finished_at, self.clock())]
+        more = []
         if len(nodes) > 1:
-            parts.append(f"node {self.node}" if self.node is not None else f"all {len(nodes)} nodes")
+            more.append(f"node {self.node}" if self.node is not None else f"all {len(nodes)} nodes")
         if not job.state.is_terminal():
-            parts.append("following" if view.following else "paused (G follows)")
+            more.append("following" if view.following else "paused (G follows)")
         if job.error:
-            parts.append(job.error)
-        parts += [f"warning: {w}" for w in self.ctl.runs.warnings(job.id)]  # e.g. an artifact not produced
-        set_header(self.query_one("#log-header", Label), "  ·  ".join(parts))
+            more.append(job.error)
+        more += [f"warning: {w}" for w in self.ctl.runs.warnings(job.id)]  # e.g. an artifact not produced
+        text = "  ·  ".join(who + where_what + state + more)
+        if len(text) > self.size.width - 2:  # .header's padding
+            # Narrow (80 columns): the state and duration before the workflow and runner, which
+            # the Runs list shows too, and tighter separators, so the end cut off is the least wanted.
+            text = " · ".join(who + state + where_what + more)
+        set_header(self.query_one("#log-header", Label), text)
 
     # -- live log --------------------------------------------------------------------------
 
