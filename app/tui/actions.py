@@ -1,25 +1,21 @@
 """What the user starts from the TUI: runs, stop and abort, downloads, deleting and
-pruning old runs, and the runner pool's pair/add/remove. Each asks first where it acts on something (a
+pruning old runs (the runner pool's keys are the Runners pane's, app/tui/panes/runners.py). Each asks first where it acts on something (a
 dialog), then does its I/O in a worker; a failed worker becomes a notification
 (LanpoolBase.on_worker_state_changed)."""
 
 import asyncio
-import socket
 import subprocess
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from textual import work
-from textual.widgets import Label, ProgressBar
 
-from lanpool.app.controller import DEFAULT_PRUNE_AGE, Controller, Removal, Submitted, parse_address, parse_age
+from lanpool.app.controller import DEFAULT_PRUNE_AGE, Removal, Submitted, parse_age
 from lanpool.app.errors import LanpoolError
-from lanpool.app.home import ControllerHome
 from lanpool.app.secret_store import secret_refs
 from lanpool.app.tui.dialogs.simple import ConfirmDialog, Field, FormDialog
 from lanpool.app.tui.job_view import JobView
-from lanpool.app.tui.widgets.tables import RunnersTable, RunsTable
+from lanpool.app.tui.widgets.tables import RunsTable
 from lanpool.app.views.formatting import size
 from lanpool.protocol import JobState
 
@@ -206,41 +202,7 @@ class Actions(JobView):
         if not job_id:
             self.notify("select a job in Runs first")
             return
-        job = self.ctl.runs.job(job_id)
-        # Never the project: files there would join the next snapshot (app/home.py).
-        default = str(ControllerHome.downloads(job.run_name))
-
-        def chosen(answer: dict[str, str] | None) -> None:
-            if answer:
-                self._download(job_id, Path(answer["dir"]).expanduser())
-
-        self.push_screen(
-            FormDialog(
-                f"Download the artifacts of job {job_id} (run {job.run_name})",
-                [Field("dir", "to directory", default)],
-                ok="Download",
-            ),
-            chosen,
-        )
-
-    @work(group="download", exclusive=True, exit_on_error=False)
-    async def _download(self, job_id: str, output: Path) -> None:
-        box = self.query_one("#download-box")
-        bar = self.query_one("#download-progress", ProgressBar)
-        label = self.query_one("#download-label", Label)
-        box.display = True
-        label.update(f"downloading to {output}…")
-        bar.update(total=None, progress=0)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(total=max(total, 1), progress=done)
-
-        try:
-            files = await self.ctl.download_artifacts(job_id, output, progress)
-        finally:
-            box.display = False
-        self.notify(f"{len(files)} file(s), {size(sum(n for _, n in files))} -> {output}")
-        self.show_artifacts()
+        self.artifacts.download(job_id)
 
     # -- delete / prune -------------------------------------------------------------------
 
@@ -292,90 +254,6 @@ class Actions(JobView):
             self.job_id = None
         self.notify(f"deleted {len(removal.runs)} run(s), {len(removal.jobs)} job(s): {size(removal.freed)} freed")
         self.show_runs()
-
-    # -- runners --------------------------------------------------------------------------
-
-    def action_pair(self) -> None:
-        selected = self.query_one(RunnersTable).selected_key or ""
-
-        def chosen(answer: dict[str, str] | None) -> None:
-            if answer:
-                self._pair(answer["target"], answer["code"])
-
-        self.push_screen(
-            FormDialog(
-                "Pair with a runner: `app agent pair` on it shows a code",
-                [Field("target", "runner name or HOST[:PORT]", selected), Field("code", "pairing code")],
-                ok="Pair",
-            ),
-            chosen,
-        )
-
-    @work(group="runners", exit_on_error=False)
-    async def _pair(self, target: str, code: str) -> None:
-        name = await self.ctl.pool.pair(target, code, label=socket.gethostname())
-        self.notify(f"paired with runner {name}")
-        self.show_runners()
-
-    def action_add_runner(self) -> None:
-        def chosen(answer: dict[str, str] | None) -> None:
-            if answer:
-                self._add_runner(answer["address"])
-
-        self.push_screen(
-            FormDialog(
-                "Add a runner by address (where multicast does not reach)",
-                [Field("address", "HOST[:PORT]", placeholder=f"192.168.1.20:{Controller.DEFAULT_PORT}")],
-                ok="Add",
-            ),
-            chosen,
-        )
-
-    @work(group="runners", exit_on_error=False)
-    async def _add_runner(self, address: str) -> None:
-        host, port = parse_address(address, Controller.DEFAULT_PORT)
-        name = await self.ctl.add_runner(host, port)  # the user's act: trusted from now on
-        await self.feeds.check_runners()
-        self.notify(f"added runner {name} at {host}:{port}")
-        self.show_runners()
-
-    def action_remove_runner(self) -> None:
-        name = self.query_one(RunnersTable).selected_key
-        if self.active_tab() != "runners" or not name:
-            self.notify("select a runner in Runners first")
-            return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                self._remove_runner(name)
-
-        self.push_screen(ConfirmDialog(f"Forget runner {name} and its pinned host key?", "Remove"), answered)
-
-    def _remove_runner(self, name: str) -> None:
-        self.ctl.pool.forget(name)
-        self.notify(f"forgot runner {name}")
-        self.show_runners()
-
-    def action_forget_offline(self) -> None:
-        """Forget every OFFLINE runner at once: those found by mDNS that went away pile up."""
-        if self.active_tab() != "runners":
-            self.notify("F forgets the offline runners: in Runners (2)")
-            return
-        names = [v.name for v in self.ctl.pool.views() if v.state == "OFFLINE"]
-        if not names:
-            self.notify("no runner is OFFLINE")
-            return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                for name in names:
-                    self.ctl.pool.forget(name)  # the same path as - on one runner
-                self.notify(f"forgot {len(names)} offline runner(s)")
-                self.show_runners()
-
-        shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
-        question = f"Forget {len(names)} OFFLINE runner(s) and their pinned host keys?\n{shown}"
-        self.push_screen(ConfirmDialog(question, "Forget"), answered)
 
 
 def _dialog_words(reason: str) -> str:

@@ -19,21 +19,22 @@ from typing import Any, ClassVar
 from textual import events, on, work
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import Header, Input, Label, ProgressBar, Select
+from textual.widgets import Header, Input, Label, Select
 
 from lanpool.app.controller import Controller
 from lanpool.app.tui.actions import Actions
 from lanpool.app.tui.base import LOG_WINDOW, RUNS_FIRST, RUNS_LIMIT
 from lanpool.app.tui.dialogs.simple import HelpScreen
 from lanpool.app.tui.live import LiveFeeds
-from lanpool.app.tui.widgets.artifacts_list import ArtifactsList
+from lanpool.app.tui.panes.artifacts import ArtifactsPane
+from lanpool.app.tui.panes.runners import RunnersPane
 from lanpool.app.tui.widgets.footer import Footer
 from lanpool.app.tui.widgets.log_view import LogView
 from lanpool.app.tui.widgets.metrics_chart import MetricsChart
 from lanpool.app.tui.widgets.panes import AppScreen, Pane, Tabbed
-from lanpool.app.tui.widgets.tables import RunnersTable, RunsTable
+from lanpool.app.tui.widgets.tables import RunsTable
 from lanpool.app.views import overview
 
 __all__ = ["LOG_WINDOW", "LanpoolApp"]
@@ -111,7 +112,9 @@ class LanpoolApp(Actions):
         self.clock = clock
         self._discover = discover
         self._probe_every_s = probe_every_s
-        self.feeds = LiveFeeds(self.ctl, self._runners_changed, self._on_log, self._job_ended, self._error)
+        self.runners = RunnersPane(self.ctl, clock)
+        self.artifacts = ArtifactsPane(self.ctl)
+        self.feeds = LiveFeeds(self.ctl, self.runners.changed, self._on_log, self._job_ended, self._error)
         self.job_id = None
         self.node = None
         self._pending = []
@@ -121,7 +124,6 @@ class LanpoolApp(Actions):
         self._metrics_dirty = False
         self._focus_next = None
         self._key_at = None
-        self._runners_dirty = True
         self._last_sync = 0.0
         self.runs_filter = ""
         self.runs_status = ""
@@ -136,20 +138,13 @@ class LanpoolApp(Actions):
                     yield Input(placeholder="filter: run, job, workflow, runner, tag, variable  (/)", id="runs-filter")
                     yield Select([(s, s) for s in overview.STATUS_CHOICES], prompt="any status", id="runs-status")
                 yield RunsTable(id="runs-table")
-            with Pane("Runners", id="runners"):
-                yield RunnersTable(id="runners-table")
-                yield Label("", id="runners-hint", classes="hint")
+            yield self.runners
             with Pane("Logs", id="logs"):
                 yield Label("no job selected: pick one in Runs (Enter)", id="log-header", classes="header")
                 yield LogView(max_lines=LOG_WINDOW, id="log")
             with Pane("Metrics", id="metrics"):
                 yield MetricsChart(id="chart")
-            with Pane("Artifacts", id="artifacts"):
-                yield Label("no job selected", id="artifacts-header", classes="header")
-                yield ArtifactsList(id="artifacts-table")
-                with Vertical(id="download-box"):
-                    yield Label("", id="download-label")
-                    yield ProgressBar(id="download-progress", show_eta=False)
+            yield self.artifacts
         yield Footer()
 
     async def on_event(self, event: events.Event) -> None:
@@ -175,10 +170,9 @@ class LanpoolApp(Actions):
         self.show_runs(first=RUNS_FIRST)
         self.call_after_refresh(self.show_runs)  # the rest of the list, after the first frame
         # Not on the first screen, and its query reads every job's status (no index): after it too.
-        self.call_after_refresh(self.show_runners)
+        self.call_after_refresh(self.runners.refresh_runners)
         self.set_interval(REFRESH_S, self._tick)
         self.set_interval(FLUSH_S, self._flush_log)
-        self.query_one("#download-box").display = False
         self.query_one("#runs-table").focus()
         # The workflows (yaml) and the network stacks (zeroconf, asyncssh: the feeds) load once the
         # first screen is up, ~0.3 s of a 1 s start otherwise (scripts/bench-tui); r loads the
@@ -205,8 +199,8 @@ class LanpoolApp(Actions):
         tab = self.active_tab()
         if tab == "runs":
             self.show_runs()
-        if self._runners_dirty or tab == "runners":
-            self.show_runners()
+        if self.runners.stale or tab == "runners":
+            self.runners.refresh_runners()
         if self.job_id:
             self._show_job_header()
             if tab == "metrics":
@@ -264,6 +258,35 @@ class LanpoolApp(Actions):
         else:
             self.action_tab("runs")
             self.query_one("#runs-filter", Input).focus()
+
+    # -- the Runners pane ------------------------------------------------------------------------
+
+    def action_pair(self) -> None:
+        self.runners.pair()
+
+    def action_add_runner(self) -> None:
+        self.runners.add_by_address()
+
+    @on(RunnersPane.Added)
+    def _runner_added(self) -> None:
+        self._check_runners()
+
+    @work(group="runners", exit_on_error=False)
+    async def _check_runners(self) -> None:
+        await self.feeds.check_runners()  # a runner just added: its state now, not at the next probe
+        self.runners.refresh_runners()
+
+    def action_remove_runner(self) -> None:
+        if self.active_tab() != "runners":
+            self.notify("select a runner in Runners first")
+            return
+        self.runners.forget_selected()
+
+    def action_forget_offline(self) -> None:
+        if self.active_tab() != "runners":
+            self.notify("F forgets the offline runners: in Runners (2)")
+            return
+        self.runners.forget_offline()
 
     # -- help -----------------------------------------------------------------------------
 

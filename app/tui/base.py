@@ -15,13 +15,15 @@ from typing import TYPE_CHECKING
 from textual.app import App
 from textual.css.query import NoMatches
 from textual.widget import Widget
-from textual.widgets import Label, TabbedContent
+from textual.widgets import TabbedContent
 from textual.worker import Worker, WorkerState
 
 from lanpool.app.controller import Controller
 from lanpool.app.errors import LanpoolError
 from lanpool.app.tui.live import LiveFeeds
-from lanpool.app.tui.widgets.tables import RunnersTable, RunsTable
+from lanpool.app.tui.panes.artifacts import ArtifactsPane
+from lanpool.app.tui.panes.runners import RunnersPane
+from lanpool.app.tui.widgets.tables import RunsTable
 from lanpool.app.views.overview import LogLine, MetricsReader
 
 if TYPE_CHECKING:
@@ -56,7 +58,8 @@ class LanpoolBase(App[None]):
     _metrics_dirty: bool
     _key_at: float | None  # time.monotonic() of a key whose frame is not out yet (LanpoolApp.on_event)
     _focus_next: "Widget | None"  # a tab switch's focus, given after its frame (JobView.action_tab)
-    _runners_dirty: bool
+    runners: RunnersPane
+    artifacts: ArtifactsPane
     runs_filter: str
     runs_status: str
 
@@ -87,26 +90,6 @@ class LanpoolBase(App[None]):
         the next call), the columns sized for all."""
         lines = self.ctl.runs.job_lines(self.runs_filter, self.runs_status, RUNS_LIMIT)
         self.query_one("#runs-table", RunsTable).show_jobs(lines, self.clock(), first)
-
-    def show_runners(self) -> None:
-        self._runners_dirty = False
-        views = self.ctl.pool.views()
-        self.query_one("#runners-table", RunnersTable).show_runners(views, self.clock())
-        live = sum(1 for v in views if v.state in ("LIVE", "BUSY"))
-        gpus = sum(v.gpus_free for v in views if v.state in ("LIVE", "BUSY"))
-        offline = "  F: forget offline" if any(v.state == "OFFLINE" for v in views) else ""
-        hint = (
-            f"{len(views)} runner(s), {live} answering, {gpus} GPU(s) free.  p: pair  a: add  -: remove{offline}"
-            if views
-            else "no runners yet: start `app agent serve` on a GPU machine of this LAN, "
-            "or press a to add one by address"
-        )
-        label = self.query_one("#runners-hint", Label)
-        if str(label.content) != hint:  # an update reflows the screen: only when it changed
-            label.update(hint)
-
-    def _runners_changed(self) -> None:
-        self._runners_dirty = True
 
     def _selected_job(self) -> str | None:
         """The job an action is for: the highlighted row in Runs, else the job shown."""

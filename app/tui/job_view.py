@@ -17,22 +17,13 @@ from textual.widgets import Label, TabbedContent
 
 from lanpool.app.tui.base import LOG_PAGE, LOG_WINDOW, LanpoolBase
 from lanpool.app.tui.dialogs.simple import Field, FormDialog
-from lanpool.app.tui.widgets.artifacts_list import ArtifactsList
+from lanpool.app.tui.widgets.headers import set_header
 from lanpool.app.tui.widgets.log_view import LogView
 from lanpool.app.tui.widgets.metrics_chart import MetricsChart
 from lanpool.app.views import overview
-from lanpool.app.views.formatting import duration, size, status_text
+from lanpool.app.views.formatting import duration, status_text
 from lanpool.app.views.overview import MetricsReader
 from lanpool.protocol import JobState
-
-
-def set_header(label: Label, text: str) -> None:
-    """A one-line header's text (.header: one row, full width, so no layout): a Label's update
-    reflows the whole screen, and the Logs tab's header was set every second (its duration),
-    a layout that a key pressed then waited for (scripts/bench-tui)."""
-    if str(label.content) != text:
-        label.update(text, layout=False)
-
 
 # A key not yet answered holds the log's flush back at most this long (if its frame never comes,
 # e.g. a key that changed nothing, lines still reach the screen).
@@ -62,7 +53,7 @@ class JobView(LanpoolBase):
             self.query_one(target).focus()
         # The Metrics tab's chart: on its TabActivated (a click on the tab sends one too).
         if tab == "runners":
-            self.call_after_refresh(self.show_runners)
+            self.call_after_refresh(self.runners.refresh_runners)
         elif tab == "runs":
             # The list as it was comes back at once (its rows render from the table's cache);
             # bringing it up to date (a query, and changed cells re-render every visible row)
@@ -103,7 +94,7 @@ class JobView(LanpoolBase):
         self._load_log(job_id)
         if self.active_tab() == "metrics":
             self.show_metrics(force=True)
-        self.show_artifacts()
+        self.artifacts.show_job(self.job_id)
         job = self.ctl.runs.job(job_id)
         if not job.synced and job.state is not JobState.QUEUED:
             # From the line after the window just read: every line shown once.
@@ -214,7 +205,7 @@ class JobView(LanpoolBase):
             return  # a run's worker ended while the app closes: its widgets are gone or going
         if job_id == self.job_id:
             self._show_job_header()
-            self.show_artifacts()
+            self.artifacts.show_job(self.job_id)
             self.show_metrics(force=True)
         self.show_runs()
 
@@ -236,21 +227,6 @@ class JobView(LanpoolBase):
             series = overview.metric_series(self._metrics.points)
             title = f"{job.workflow} · run {job.run_name}" + ("" if series else ": no metrics yet")
             self.query_one(MetricsChart).show_series(series, title)
-
-    def show_artifacts(self) -> None:
-        if not self.job_id:
-            return
-        job = self.ctl.runs.job(self.job_id)
-        files = self.ctl.runs.artifacts(self.job_id)
-        total = sum(n for _, n in files)
-        if files:
-            text = f"run {job.run_name} · job {job.id}: {len(files)} file(s), {size(total)}.  d: download"
-        elif job.state.is_terminal():
-            text = f"run {job.run_name} · job {job.id}: no artifacts"
-        else:
-            text = f"run {job.run_name} · job {job.id}: artifacts come back when the job ends"
-        set_header(self.query_one("#artifacts-header", Label), text)
-        self.query_one(ArtifactsList).show_files(files)
 
     # -- keys of the Logs tab --------------------------------------------------------------
 
