@@ -170,7 +170,7 @@ def test_enter_in_a_run_dialog_field_runs(screen_app, monkeypatch):
     asked = []
 
     async def body(pilot):
-        monkeypatch.setattr(pilot.app, "_run", lambda request: asked.append(request))
+        monkeypatch.setattr(pilot.app, "start_run", lambda request: asked.append(request))
         dialog = await _run_dialog(pilot)
         await pilot.press("tab", "enter")
         await settle(pilot)
@@ -184,7 +184,7 @@ def test_the_plan_offers_reuse_as_the_dialog_names_it(screen_app, monkeypatch):
     asked = []
 
     async def body(pilot):
-        monkeypatch.setattr(pilot.app, "_run", lambda request: asked.append(request))
+        monkeypatch.setattr(pilot.app, "start_run", lambda request: asked.append(request))
         dialog = await _run_dialog(pilot)
         await _until(pilot, lambda: "RUN" in str(dialog.query_one("#plan").render()))
         plan = str(dialog.query_one("#plan").render())

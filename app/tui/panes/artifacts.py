@@ -5,6 +5,7 @@ The pane owns which job it shows (`job_id`); the app tells it (`show_job`) when 
 changes or the job ends.
 """
 
+from functools import partial
 from pathlib import Path
 
 from textual.app import ComposeResult
@@ -17,6 +18,7 @@ from lanpool.app.tui.dialogs.simple import Field, FormDialog
 from lanpool.app.tui.widgets.artifacts_list import ArtifactsList
 from lanpool.app.tui.widgets.headers import set_header
 from lanpool.app.tui.widgets.panes import Pane
+from lanpool.app.tui.workers import run_on_app
 from lanpool.app.views.formatting import size
 
 
@@ -63,9 +65,7 @@ class ArtifactsPane(Pane):
             if answer:
                 output = Path(answer["dir"]).expanduser()
                 # On the app: its one handler reports a failure (a worker's StateChanged does not bubble).
-                self.app.run_worker(
-                    self._download(job_id, output), group="download", exclusive=True, exit_on_error=False
-                )
+                run_on_app(self, partial(self._download, job_id, output), "download", exclusive=True)
 
         self.app.push_screen(
             FormDialog(

@@ -10,6 +10,7 @@ After it added a runner it posts `Added`: the app has the feeds check the pool a
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 from textual.app import ComposeResult
 from textual.message import Message
@@ -19,6 +20,7 @@ from lanpool.app.controller import Controller, parse_address
 from lanpool.app.tui.dialogs.simple import ConfirmDialog, Field, FormDialog
 from lanpool.app.tui.widgets.panes import Pane
 from lanpool.app.tui.widgets.tables import RunnersTable
+from lanpool.app.tui.workers import run_on_app
 
 
 class RunnersPane(Pane):
@@ -68,7 +70,7 @@ class RunnersPane(Pane):
     def pair(self) -> None:
         def chosen(answer: dict[str, str] | None) -> None:
             if answer:
-                self.app.run_worker(self._pair(answer["target"], answer["code"]), group="runners", exit_on_error=False)
+                run_on_app(self, partial(self._pair, answer["target"], answer["code"]), "runners")
 
         self.app.push_screen(
             FormDialog(
@@ -87,7 +89,7 @@ class RunnersPane(Pane):
     def add_by_address(self) -> None:
         def chosen(answer: dict[str, str] | None) -> None:
             if answer:
-                self.app.run_worker(self._add(answer["address"]), group="runners", exit_on_error=False)
+                run_on_app(self, partial(self._add, answer["address"]), "runners")
 
         self.app.push_screen(
             FormDialog(
