@@ -32,3 +32,16 @@ def test_chart_ticks_are_whole_steps_and_log_values():
     assert ticks[1] == -1.0 and ticks[-1] == 0.0
     assert log_ticks(-3, 4)[1] == ["0.001", "0.01", "0.1", "1", "10", "100", "1000", "10000"]
     assert log_ticks(0.1, 0.2)[1] == ["1.26", "1.58"]  # within one factor of two: the ends
+
+
+def test_every_bound_key_has_a_help_row():
+    """`e` was bound but in no help (issue #35): each binding has a row in `?`, which the palette's
+    Keys opens, and which docs/tui.md follows (tests/integration/test_tui_daily.py)."""
+    from lanpool.app.tui.keys import BINDINGS, KEYS_HELP
+
+    names = {"slash": "/", "question_mark": "?", "left_square_bracket": "[", "right_square_bracket": "]"}
+    names |= {"plus": "+", "minus": "-"}
+    shown = {token for key, _ in KEYS_HELP for token in key.replace(",", " ").split()}
+    for binding in BINDINGS:
+        keys = [names.get(k, k) for k in binding.key.split(",")]
+        assert shown & set(keys), f"{binding.key} ({binding.description}) has no row in KEYS_HELP"
