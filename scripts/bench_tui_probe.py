@@ -427,7 +427,7 @@ async def follow(args) -> dict:
     gc.callbacks.append(on_gc)
     received = {"lines": 0, "chunks": 0, "first": None, "last": None}
     shown = {"lines": 0, "appends": 0, "first": None, "last": None}
-    on_log = tui._on_log
+    on_log = tui.log_sink
 
     def counting_on_log(job_id: str, stream: str, data: bytes) -> None:
         if job_id == tui.job_id and stream != "met":
@@ -441,7 +441,7 @@ async def follow(args) -> dict:
                 received["last_no"] = int(tail)
         on_log(job_id, stream, data)
 
-    tui._on_log = counting_on_log  # the sink the Run worker and the feeds call
+    tui.log_sink = counting_on_log  # the sink the Run worker and the feeds call
     tui.feeds._on_log = counting_on_log
     rng = random.Random(7)
     samples: list[dict] = []
@@ -454,7 +454,7 @@ async def follow(args) -> dict:
     async def sample_memory(view) -> None:
         while True:
             memory.append(
-                {"t": now(), "rss_mib": rss_mib(), "view_lines": len(view.lines), "pending": len(tui._pending)}
+                {"t": now(), "rss_mib": rss_mib(), "view_lines": len(view.lines), "pending": len(tui.logs.pending)}
             )
             shown = view.lines[-1].text[:10] if view.lines else ""
             streaming = received["last"] is not None and now() - received["last"] < 0.2
@@ -497,7 +497,9 @@ async def follow(args) -> dict:
         await pilot.pause(0.5)
         submitted_at = now()
         before = tui.job_id  # the newest job of an earlier run may be highlighted
-        tui._run(RunRequest(args.workflow, runner=args.runner, no_cache=True))  # what the Run dialog's submit starts
+        tui.start_run(
+            RunRequest(args.workflow, runner=args.runner, no_cache=True)
+        )  # what the Run dialog's submit starts
         # Following: the Logs tab shows the job's lines.
         first_line = await frames.wait(
             lambda text: (
@@ -590,7 +592,7 @@ async def follow(args) -> dict:
         traffic_lag = lag[lag_before:]
         # let the end of the job come in (status, artifacts, the last flush)
         for _ in range(100):
-            if tui.ctl.store.job(job_id).synced and not tui._pending:
+            if tui.ctl.store.job(job_id).synced and not tui.logs.pending:
                 break
             await asyncio.sleep(0.1)
         await pilot.pause(0.3)

@@ -35,7 +35,7 @@ async def shoot(out: Path, size: tuple[int, int], runner: str) -> list[Path]:
     async with tui.run_test(size=size, notifications=False) as pilot:
         tui.sub_title = "~/lanpool"  # not this machine's path
         for workflow in ("hello", "train"):
-            tui._run(RunRequest(workflow, runner=runner))  # what the Run dialog's submit starts
+            tui.start_run(RunRequest(workflow, runner=runner))  # what the Run dialog's submit starts
             deadline = time.time() + 600
             while True:
                 await pilot.pause(0.5)

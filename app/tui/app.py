@@ -1,40 +1,51 @@
 """The lanpool TUI: runners, runs, live logs, loss curves and artifacts.
 
-The app owns the Controller and the background feeds (app/tui/live.py); widgets
-only show what the app hands them and post messages. Anything that touches
-SSH, zeroconf or files runs in a worker; a failed worker becomes an error
-notification, never a crash.
+The app owns the Controller and the background feeds (app/tui/live.py) and wires the tabs, one
+component each (app/tui/panes/): each owns its state and says what happened with messages; the
+app answers them (a job highlighted in Runs is shown in Logs, Metrics and Artifacts; a runner
+added is checked at once) and hands the panes what they show. Anything that touches SSH,
+zeroconf or files runs in a worker on the app; a failed worker becomes an error notification,
+never a crash (`on_worker_state_changed`).
 
-This module is the shell: layout, keys, timers, the Runs filter, the command
-palette. The areas it stacks on are app/tui/base.py (shared state, the lists),
-app/tui/job_view.py (the selected job's log, metrics, artifacts) and
-app/tui/actions.py (run, stop, download, runners).
+This module is the shell: layout, keys (each handed to the pane it is for), timers, the selected
+job and its live log, the command palette. The Run dialog's work is app/tui/run_flow.py.
 """
 
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from textual import events, on, work
-from textual.app import ComposeResult, SystemCommand
-from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import BindingType
+from textual.css.query import NoMatches
+from textual.notifications import SeverityLevel
 from textual.screen import Screen
-from textual.widgets import Header, Input, Label, ProgressBar, Select
+from textual.widget import Widget
+from textual.widgets import Header, TabbedContent
+from textual.worker import Worker, WorkerState
 
 from lanpool.app.controller import Controller
-from lanpool.app.tui.actions import Actions
-from lanpool.app.tui.base import LOG_WINDOW, RUNS_FIRST, RUNS_LIMIT
+from lanpool.app.errors import LanpoolError
+from lanpool.app.tui import keys
 from lanpool.app.tui.dialogs.simple import HelpScreen
 from lanpool.app.tui.live import LiveFeeds
-from lanpool.app.tui.widgets.artifacts_list import ArtifactsList
+from lanpool.app.tui.panes.artifacts import ArtifactsPane
+from lanpool.app.tui.panes.logs import LOG_WINDOW, LogsPane
+from lanpool.app.tui.panes.metrics import MetricsPane
+from lanpool.app.tui.panes.runners import RunnersPane
+from lanpool.app.tui.panes.runs import RUNS_FIRST, RUNS_LIMIT, RunsPane
+from lanpool.app.tui.run_flow import RunFlow
 from lanpool.app.tui.widgets.footer import Footer
-from lanpool.app.tui.widgets.log_view import LogView
-from lanpool.app.tui.widgets.metrics_chart import MetricsChart
-from lanpool.app.tui.widgets.panes import AppScreen, Pane, Tabbed
-from lanpool.app.tui.widgets.tables import RunnersTable, RunsTable
-from lanpool.app.views import overview
+from lanpool.app.tui.widgets.panes import AppScreen, Tabbed
+from lanpool.protocol import JobState
+
+if TYPE_CHECKING:  # the Run dialog and the workflows (yaml) load when r is first pressed, not before the first frame
+    from lanpool.app.tui.dialogs.run_dialog import RunDialog, RunRequest
+    from lanpool.app.workflows import Project
 
 __all__ = ["LOG_WINDOW", "LanpoolApp"]
 
@@ -44,53 +55,24 @@ LOAD_AFTER_S = 0.1  # after the first frame: what the first screen does not need
 # Unfinished jobs not followed here (a `run -d`, another terminal's run) are brought up to date
 # this often: a state shown is at most ~2 s behind its runner's (one connection per runner).
 SYNC_EVERY_S = 2.0
+# A key not yet answered holds the log's flush back at most this long (if its frame never comes,
+# e.g. a key that changed nothing, lines still reach the screen).
+KEY_HOLDS_FLUSH_S = 0.1
+# Where the focus goes when a tab is shown.
+TAB_FOCUS = {
+    "runs": "#runs-table",
+    "runners": "#runners-table",
+    "logs": "#log",
+    "metrics": "#metric-picker",
+    "artifacts": "#artifacts-table",
+}
 
 
-class LanpoolApp(Actions):
+class LanpoolApp(App[None]):
     TITLE = "lanpool"
     CSS_PATH = "lanpool.tcss"
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("1", "tab('runs')", "Runs"),
-        Binding("2", "tab('runners')", "Runners"),
-        Binding("3", "tab('logs')", "Logs"),
-        Binding("4", "tab('metrics')", "Metrics"),
-        Binding("5", "tab('artifacts')", "Artifacts"),
-        Binding("r", "run", "Run"),
-        Binding("s", "stop", "Stop"),
-        Binding("x", "abort", "Abort", show=False),
-        Binding("e", "shell", "Shell in job", show=False),
-        Binding("slash", "search", "Filter/Search"),
-        Binding("d", "download", "Download", show=False),
-        Binding("D", "delete_run", "Delete run", show=False),
-        Binding("w", "save_log", "Save log", show=False),
-        Binding("c", "copy_log", "Copy log", show=False),
-        Binding("left_square_bracket", "node(-1)", "Prev node", show=False),
-        Binding("right_square_bracket", "node(1)", "Next node", show=False),
-        Binding("p", "pair", "Pair", show=False),
-        Binding("plus,a", "add_runner", "Add runner", show=False),
-        Binding("minus,delete", "remove_runner", "Remove runner", show=False),
-        Binding("question_mark", "help", "Help"),
-        Binding("q", "quit", "Quit"),
-    ]
-    KEYS_HELP = [
-        ("1 2 3 4 5", "Runs, Runners, Logs, Metrics, Artifacts"),
-        ("Enter", "open the selected job's log (Runs)"),
-        ("j / k, g / G", "Runs, Runners: down / up, first / last row (also Home / End)"),
-        ("r", "run a workflow (dialog: variables, nodes, runner, plan)"),
-        ("s / x", "stop / abort the selected job (asks first)"),
-        ("/", "Runs: filter by text; Logs: search the log (n / N: next / previous match)"),
-        ("[ ]", "Logs: show one node / all nodes (multi-node jobs)"),
-        ("g / G", "Logs: top (pages older lines in from the store) / follow the end"),
-        ("t", "Logs: show / hide each line's arrival time (the runner's clock)"),
-        ("space / l / m", "Metrics: show or hide a metric / log scale / smoothing (off, 0.6, 0.9)"),
-        ("w / c", "Logs: save the whole log to a file / copy the shown lines"),
-        ("d", "download the selected job's artifacts to a directory"),
-        ("D", "delete the selected job's run: its jobs, logs, artifacts (asks first)"),
-        ("p / a / -", "Runners: pair (with the runner's code) / add by address / remove"),
-        ("ctrl+p", "command palette"),
-        ("?", "this help"),
-        ("q", "quit (jobs keep running on their runners)"),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = keys.BINDINGS
+    KEYS_HELP = keys.KEYS_HELP
 
     def __init__(
         self,
@@ -103,50 +85,34 @@ class LanpoolApp(Actions):
         super().__init__()
         self.ctl = controller or Controller()
         self.project_dir = project_dir
-        self.project = None
+        self.project: Project | None = None
         self.project_error = ""
         self.clock = clock
         self._discover = discover
         self._probe_every_s = probe_every_s
-        self.feeds = LiveFeeds(self.ctl, self._runners_changed, self._on_log, self._job_ended, self._error)
-        self.job_id = None
-        self.node = None
-        self._pending = []
-        self._metrics = None
-        self._metrics_shown = None
-        self._oldest = {}
-        self._metrics_dirty = False
-        self._focus_next = None
-        self._key_at = None
-        self._runners_dirty = True
+        # The tabs, made here so that the feeds' callbacks can name them before they are mounted.
+        self.runs = RunsPane(self.ctl, clock)
+        self.runners = RunnersPane(self.ctl, clock)
+        self.logs = LogsPane(self.ctl, clock)
+        self.metrics = MetricsPane(self.ctl)
+        self.artifacts = ArtifactsPane(self.ctl)
+        self.run_flow = RunFlow(self)
+        self.feeds = LiveFeeds(self.ctl, self.runners.changed, self.log_sink, self.job_ended, self._error)
+        self.job_id: str | None = None  # the job the Logs/Metrics/Artifacts tabs show
+        self._focus_next: Widget | None = None  # a tab switch's focus, given after its frame (action_tab)
+        self._key_at: float | None = None  # time.monotonic() of a key whose frame is not out yet (on_event)
         self._last_sync = 0.0
-        self.runs_filter = ""
-        self.runs_status = ""
 
     # -- layout ------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield Header()
         with Tabbed(initial="runs", id="tabs"):
-            with Pane("Runs", id="runs"):
-                with Horizontal(id="runs-bar"):
-                    yield Input(placeholder="filter: run, job, workflow, runner, tag, variable  (/)", id="runs-filter")
-                    yield Select([(s, s) for s in overview.STATUS_CHOICES], prompt="any status", id="runs-status")
-                yield RunsTable(id="runs-table")
-            with Pane("Runners", id="runners"):
-                yield RunnersTable(id="runners-table")
-                yield Label("", id="runners-hint", classes="hint")
-            with Pane("Logs", id="logs"):
-                yield Label("no job selected: pick one in Runs (Enter)", id="log-header", classes="header")
-                yield LogView(max_lines=LOG_WINDOW, id="log")
-            with Pane("Metrics", id="metrics"):
-                yield MetricsChart(id="chart")
-            with Pane("Artifacts", id="artifacts"):
-                yield Label("no job selected", id="artifacts-header", classes="header")
-                yield ArtifactsList(id="artifacts-table")
-                with Vertical(id="download-box"):
-                    yield Label("", id="download-label")
-                    yield ProgressBar(id="download-progress", show_eta=False)
+            yield self.runs
+            yield self.runners
+            yield self.logs
+            yield self.metrics
+            yield self.artifacts
         yield Footer()
 
     async def on_event(self, event: events.Event) -> None:
@@ -167,19 +133,14 @@ class LanpoolApp(Actions):
     def get_default_screen(self) -> Screen[Any]:
         return AppScreen(id="_default")  # its own blank lines drawn once (app/tui/widgets/panes.py)
 
-    def on_resize(self) -> None:
-        # 80 columns: the key bar drops its padding, so that `? Help` and `q Quit` still show.
-        self.query_one(Footer).narrow = self.size.width < 120
-
     def on_mount(self) -> None:
         self.sub_title = str(self.project_dir) if self.project_dir else "loading…"  # the workflows: just after
-        self.show_runs(first=RUNS_FIRST)
-        self.call_after_refresh(self.show_runs)  # the rest of the list, after the first frame
+        self.runs.refresh_runs(first=RUNS_FIRST)
+        self.call_after_refresh(self.runs.refresh_runs)  # the rest of the list, after the first frame
         # Not on the first screen, and its query reads every job's status (no index): after it too.
-        self.call_after_refresh(self.show_runners)
+        self.call_after_refresh(self.runners.refresh_runners)
         self.set_interval(REFRESH_S, self._tick)
         self.set_interval(FLUSH_S, self._flush_log)
-        self.query_one("#download-box").display = False
         self.query_one("#runs-table").focus()
         # The workflows (yaml) and the network stacks (zeroconf, asyncssh: the feeds) load once the
         # first screen is up, ~0.3 s of a 1 s start otherwise (scripts/bench-tui); r loads the
@@ -198,6 +159,25 @@ class LanpoolApp(Actions):
         await self.feeds.close()
         self.ctl.close()
 
+    def load_project(self) -> None:
+        """Read the project's workflows, once (after the first frame, or when r needs them)."""
+        if self.project is not None or self.project_error:
+            return
+        from lanpool.app.workflows import find_project  # with yaml and the workflow parser: after the first frame
+
+        root = self.project_dir or find_project(Path.cwd())
+        if root is None:
+            self.project_error = "no .lanpool/workflows.yaml here or above: `app PATH` opens a project"
+            self.sub_title = "no project"
+            return
+        try:
+            self.project = self.ctl.load_project(root)
+            self.sub_title = str(root)
+        except LanpoolError as exc:
+            self.project_error = exc.message
+            self.sub_title = f"{root}: workflows have errors"
+            self.notify(exc.message, title="workflows", severity="error", timeout=10)
+
     # -- periodic -------------------------------------------------------------------------
 
     def _tick(self) -> None:
@@ -205,13 +185,13 @@ class LanpoolApp(Actions):
             return  # quitting: the timer may fire once more while the widgets are taken down
         tab = self.active_tab()
         if tab == "runs":
-            self.show_runs()
-        if self._runners_dirty or tab == "runners":
-            self.show_runners()
+            self.runs.refresh_runs()
+        if self.runners.stale or tab == "runners":
+            self.runners.refresh_runners()
         if self.job_id:
-            self._show_job_header()
+            self.logs.refresh_header()
             if tab == "metrics":
-                self.show_metrics()
+                self.metrics.refresh_metrics()
         now = self.clock()
         if now - self._last_sync >= SYNC_EVERY_S:
             self._last_sync = now
@@ -229,42 +209,233 @@ class LanpoolApp(Actions):
         if pending:
             await self.ctl.refresh(pending)
 
-    # -- the Runs list ----------------------------------------------------------------------
+    # -- tabs -----------------------------------------------------------------------------
 
-    @on(RunsTable.RowHighlighted, "#runs-table")
-    def _highlighted(self, event: RunsTable.RowHighlighted) -> None:
-        if event.cursor_row != event.data_table.cursor_row:
-            return  # stale: the cursor moved on since (a list rebuild, then the row of a job just submitted)
-        if event.row_key.value and event.row_key.value != self.job_id:
-            self.select_job(event.row_key.value)
+    def active_tab(self) -> str:
+        return self.query_one("#tabs", TabbedContent).active
 
-    @on(RunsTable.RowSelected, "#runs-table")
-    def _selected(self, event: RunsTable.RowSelected) -> None:
-        if event.row_key.value:
-            if event.row_key.value != self.job_id:
-                self.select_job(event.row_key.value)
-            self.action_tab("logs")
+    def action_tab(self, tab: str) -> None:
+        self.query_one("#tabs", TabbedContent).active = tab
+        target = TAB_FOCUS.get(tab)
+        if target and tab in ("logs", "metrics"):
+            # Focus moves after the frame that shows the tab: the blurred and the focused widget
+            # restyle (:focus), 4-11 ms of the key's frame (scripts/bench-tui). A key or click that
+            # comes before that frame moves it first (on_event), so none goes astray.
+            # Not for the tables: they draw a focused cursor, so a frame before the focus would
+            # render every shown row twice (unfocused, then focused) instead of from their caches.
+            self._focus_next = self.query_one(target)
+            self.call_after_refresh(self.apply_focus)
+        elif target:
+            self._focus_next = None
+            self.query_one(target).focus()
+        # The Metrics tab's chart: on its TabActivated (a click on the tab sends one too).
+        if tab == "runners":
+            self.call_after_refresh(self.runners.refresh_runners)
+        elif tab == "runs":
+            # The list as it was comes back at once (its rows render from the table's cache);
+            # bringing it up to date (a query, and changed cells re-render every visible row)
+            # runs after that frame: the key gets its answer first (scripts/bench-tui).
+            self.call_after_refresh(self.runs.refresh_runs)
 
-    @on(Input.Changed, "#runs-filter")
-    def _filter(self, event: Input.Changed) -> None:
-        self.runs_filter = event.value.strip()
-        self.show_runs()
+    def apply_focus(self) -> None:
+        """The focus a tab switch asked for, if not given yet."""
+        widget, self._focus_next = self._focus_next, None
+        if widget is not None and widget.is_attached:
+            # At once, not by widget.focus()'s call_later: a key being routed goes to it (on_event).
+            widget.screen.set_focus(widget)
 
-    @on(Input.Submitted, "#runs-filter")
-    def _filter_done(self) -> None:
-        self.query_one("#runs-table").focus()
+    @on(TabbedContent.TabActivated)
+    def _tab_activated(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane is self.metrics:
+            self.metrics.tab_shown()
 
-    @on(Select.Changed, "#runs-status")
-    def _status(self, event: Select.Changed) -> None:
-        self.runs_status = event.value if isinstance(event.value, str) else ""  # the blank choice: any
-        self.show_runs()
+    # -- the selected job: what the panes say, and its live log ---------------------------------
+
+    @on(RunsPane.JobHighlighted)
+    def _highlighted(self, event: RunsPane.JobHighlighted) -> None:
+        if event.job_id != self.job_id:
+            self.select_job(event.job_id)
+
+    @on(RunsPane.JobOpened)
+    def _opened(self, event: RunsPane.JobOpened) -> None:
+        if event.job_id != self.job_id:
+            self.select_job(event.job_id)
+        self.action_tab("logs")
+
+    @on(RunsPane.RunsDeleted)
+    def _runs_deleted(self, event: RunsPane.RunsDeleted) -> None:
+        if self.job_id in event.removal.jobs:  # the log shown was of a job now gone
+            self.job_id = None
+
+    def select_job(self, job_id: str) -> None:
+        """Show this job in Logs, Metrics and Artifacts; follow it live if it still runs."""
+        self.job_id = job_id
+        self.logs.show_job(job_id)
+        self.metrics.show_job(job_id, visible=self.active_tab() == "metrics")
+        self.artifacts.show_job(job_id)
+        job = self.ctl.runs.job(job_id)
+        if not job.synced and job.state is not JobState.QUEUED:
+            # From the line after the window just read: every line shown once.
+            self.feeds.follow(job_id, self.ctl.runs.log_end(job_id))
+
+    def _selected_job(self) -> str | None:
+        """The job an action is for: the highlighted row in Runs, else the job shown."""
+        if self.active_tab() == "runs":
+            return self.runs.selected or self.job_id
+        return self.job_id
+
+    def log_sink(self, job_id: str, stream: str, data: bytes) -> None:
+        """Sink for every followed job's new log chunks (called on the event loop)."""
+        if job_id != self.job_id:
+            return
+        if stream == "met":
+            self.metrics.points_came()
+        else:
+            self.logs.add_chunk(stream, data)
+
+    def _flush_log(self) -> None:
+        if not self._running:
+            return
+        if self._key_at is not None and time.monotonic() - self._key_at < KEY_HOLDS_FLUSH_S:
+            return  # a key's frame is not out yet: these lines come with the next flush
+        self.logs.flush()
+        if self.metrics.stale and self.active_tab() == "metrics":
+            self.metrics.refresh_metrics()
+
+    def job_ended(self, job_id: str) -> None:
+        job = self.ctl.runs.job(job_id)
+        severity: SeverityLevel = "information" if job.state is JobState.DONE else "warning"
+        self.notify(
+            f"run {job.run_name} ({job.workflow}): {job.status}"
+            + (f" ({job.exit_code})" if job.exit_code is not None else ""),
+            severity=severity,
+        )
+        if self._closing or self._exit:
+            return  # a run's worker ended while the app closes: its widgets are gone or going
+        if job_id == self.job_id:
+            self.logs.refresh_header()
+            self.artifacts.show_job(job_id)
+            self.metrics.refresh_metrics(force=True)
+        self.runs.refresh_runs()
+
+    # -- keys: each to the pane it is for ---------------------------------------------------------
+
+    def _job_or_say(self) -> str | None:
+        job_id = self._selected_job()
+        if not job_id:
+            self.notify("select a job in Runs first")
+        return job_id
+
+    def action_run(self) -> None:
+        self.run_flow.open()
+
+    def on_run_dialog_plan_wanted(self, event: "RunDialog.PlanWanted") -> None:
+        self.run_flow.plan(event.dialog, event.request)
+
+    @work(group="runs", exit_on_error=False)
+    async def start_run(self, request: "RunRequest") -> None:
+        """What the Run dialog's Run starts (app/tui/run_flow.py)."""
+        await self.run_flow.run(request)
+
+    def action_stop(self, abort: bool = False) -> None:
+        if job_id := self._job_or_say():
+            self.runs.stop(job_id, abort)
+
+    def action_abort(self) -> None:
+        self.action_stop(abort=True)
+
+    def action_delete_run(self) -> None:
+        if job_id := self._job_or_say():
+            self.runs.delete_run(job_id)
+
+    def action_prune(self) -> None:
+        self.runs.prune()
+
+    def action_download(self) -> None:
+        if job_id := self._job_or_say():
+            self.artifacts.download(job_id)
+
+    def action_shell(self) -> None:
+        """`app headless ssh JOB` on this terminal, the TUI suspended until the shell exits; on the
+        node the log shows, when it shows one node of several."""
+        job_id = self._job_or_say()
+        if not job_id:
+            return
+        job = self.ctl.runs.job(job_id)
+        if job.state is not JobState.RUNNING:
+            self.notify(f"job {job_id} is {job.status}: a shell opens in a running job only")
+            return
+        with self.suspend():
+            # A process of its own: the shell owns the terminal, with no event loop of ours in between.
+            node = [] if self.logs.node is None or self.logs.job_id != job_id else ["--node", str(self.logs.node)]
+            subprocess.run(
+                [sys.executable, "-m", "lanpool.app.cli.main", "headless", "ssh", job_id, *node], check=False
+            )
 
     def action_search(self) -> None:
         if self.active_tab() == "logs":
-            self.search_log()
+            self.logs.search()
         else:
             self.action_tab("runs")
-            self.query_one("#runs-filter", Input).focus()
+            self.runs.focus_filter()
+
+    def action_node(self, step: int) -> None:
+        self.logs.cycle_node(step)
+
+    def action_save_log(self) -> None:
+        self.logs.save()
+
+    def action_copy_log(self) -> None:
+        self.logs.copy()
+
+    def action_pair(self) -> None:
+        self.runners.pair()
+
+    def action_add_runner(self) -> None:
+        self.runners.add_by_address()
+
+    @on(RunnersPane.Added)
+    def _runner_added(self) -> None:
+        self._check_runners()
+
+    @work(group="runners", exit_on_error=False)
+    async def _check_runners(self) -> None:
+        await self.feeds.check_runners()  # a runner just added: its state now, not at the next probe
+        self.runners.refresh_runners()
+
+    def action_remove_runner(self) -> None:
+        if self.active_tab() != "runners":
+            self.notify("select a runner in Runners first")
+            return
+        self.runners.forget_selected()
+
+    def action_forget_offline(self) -> None:
+        if self.active_tab() != "runners":
+            self.notify("F forgets the offline runners: in Runners (2)")
+            return
+        self.runners.forget_offline()
+
+    # -- errors ---------------------------------------------------------------------------
+
+    def _error(self, text: str) -> None:
+        self.notify(text, severity="warning", timeout=8)
+
+    def _handle_exception(self, error: Exception) -> None:
+        # A lanpool error raised by a handler (a job gone from the store, a bad address)
+        # is the user's news, not a reason to quit: show it, keep the app running.
+        if isinstance(error, LanpoolError):
+            self.notify(error.message, title="error", severity="error", timeout=10)
+            return
+        super()._handle_exception(error)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """One place turns a failed worker into a notification: the panes run theirs on the app."""
+        if event.state is WorkerState.ERROR and event.worker.error is not None:
+            error = event.worker.error
+            if isinstance(error, NoMatches) and (self._closing or self._exit):
+                return  # a worker (a run just submitted) ended while the app closes: its widgets are gone
+            message = getattr(error, "message", None) or f"{type(error).__name__}: {error}"
+            self.notify(message, title="error", severity="error", timeout=10)
 
     # -- help -----------------------------------------------------------------------------
 
@@ -272,17 +443,21 @@ class LanpoolApp(Actions):
         self.push_screen(HelpScreen(self.KEYS_HELP))
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        for command in super().get_system_commands(screen):
+            if command.title != "Keys":  # Textual's key panel: ours (?) lists every key, with what it does
+                yield command
         for title, help_text, action in [
             ("Run a workflow", "open the Run dialog", self.action_run),
             ("Stop job", "stop the selected job", self.action_stop),
             ("Abort job", "stop the selected job without artifacts", self.action_abort),
+            ("Shell in job", "a shell in the selected running job (exit it to come back)", self.action_shell),
             ("Download artifacts", "copy the selected job's artifacts to a directory", self.action_download),
             ("Save log", "write the selected job's whole log to a file", self.action_save_log),
             ("Copy log", "copy the shown log lines to the clipboard", self.action_copy_log),
             ("Pair runner", "pair with a runner using its code", self.action_pair),
             ("Add runner", "add a runner by address", self.action_add_runner),
             ("Remove runner", "forget the selected runner", self.action_remove_runner),
+            ("Forget offline runners", "forget every OFFLINE runner and its pinned key", self.action_forget_offline),
             ("Delete run", "delete the selected job's run, its logs and artifacts", self.action_delete_run),
             ("Prune runs", "delete ended runs older than an age (default 7d)", self.action_prune),
             ("Show runs", "the runs list", lambda: self.action_tab("runs")),

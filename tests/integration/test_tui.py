@@ -20,9 +20,9 @@ from textual.widgets import DataTable, Input, Label, Select  # noqa: E402
 
 from lanpool.app.controller import Controller  # noqa: E402
 from lanpool.app.tui.app import LOG_WINDOW, LanpoolApp  # noqa: E402
-from lanpool.app.tui.base import LOG_PAGE  # noqa: E402
 from lanpool.app.tui.dialogs.run_dialog import RunDialog  # noqa: E402
 from lanpool.app.tui.dialogs.simple import ConfirmDialog, FormDialog  # noqa: E402
+from lanpool.app.tui.panes.logs import LOG_PAGE  # noqa: E402
 from lanpool.app.tui.widgets.log_view import LogView  # noqa: E402
 from tests.harness import start_agent  # noqa: E402
 from tests.unit.test_tui import (  # noqa: F401 (fixtures, used by name)

@@ -98,7 +98,7 @@ def test_unchanged_rows_are_not_touched(screen_app, monkeypatch):
             pilot.app.action_tab("runs")
         assert calls == []  # the clock is fixed: nothing changed, nothing re-rendered
         pilot.app.ctl.store.set_job_status("7c41d09e2f18", "DONE", finished_at=NOW - 10, exit_code=0, synced=1)
-        pilot.app.show_runs()
+        pilot.app.runs.refresh_runs()
         assert {a[0] for a in calls} == {"7c41d09e2f18"}  # only the changed row
 
     run(screen_app, (140, 30), body)
@@ -130,7 +130,7 @@ def test_back_to_the_runs_tab_renders_no_cell_again(screen_app, monkeypatch):
         assert rendered, "a new theme renders every cell again"
         rendered.clear()
         pilot.app.ctl.store.set_job_status("7c41d09e2f18", "DONE", finished_at=NOW - 10, exit_code=0, synced=1)
-        pilot.app.show_runs()  # a real change still shows
+        pilot.app.runs.refresh_runs()  # a real change still shows
         await pilot.pause(0.3)
         assert rendered and "DONE (0)" in str(table.get_cell("7c41d09e2f18", "status"))
 
@@ -209,7 +209,7 @@ def test_cells_show_brackets_as_typed(screen_app, monkeypatch):
 def test_selecting_a_long_log_reads_its_tail_then_pages(screen_app):
     """Selecting a job reads only the last LOG_PAGE lines of its log (not the whole window: the
     key waited for it); scrolling to the top pages the older ones in, in order."""
-    from lanpool.app.tui.base import LOG_PAGE
+    from lanpool.app.tui.panes.logs import LOG_PAGE
 
     total = 2 * LOG_PAGE + 500
     store = screen_app.ctl.store
@@ -333,7 +333,7 @@ def _row(i: int, name: str = "") -> tuple[str, list]:
 
 def _table_only(pilot, monkeypatch) -> RunsTable:
     """The Runs table, left to the test's rows: the app neither refreshes it nor opens its rows' jobs."""
-    monkeypatch.setattr(pilot.app, "show_runs", lambda *a, **k: None)
+    monkeypatch.setattr(pilot.app.runs, "refresh_runs", lambda *a, **k: None)
     monkeypatch.setattr(pilot.app, "select_job", lambda job_id: None)
     return pilot.app.query_one(RunsTable)
 

@@ -131,3 +131,31 @@ def test_app_in_a_real_terminal_runs_a_workflow(pane, agent, cli, make_project):
         time.sleep(0.1)
     assert exit_file.read_text().strip() == "0", pane.screen()
     assert "Traceback" not in pane.screen()
+
+
+def test_the_key_bar_follows_the_terminal_size(pane, make_project):
+    """In a real terminal: started at 80x24 the key bar keeps `? Help` and `q Quit`; wider, the
+    tab keys and the palette come back; narrow again, the short form (issue #35: it kept the
+    form of the size it started at)."""
+    project = make_project(WORKFLOWS)
+    pane.tmux("new-session", "-d", "-x", "80", "-y", "24", "-s", "tui", "-c", str(project), str(APP))
+    pane.tmux("set-option", "-t", "tui", "window-size", "manual")  # resize-window sets the size, not a client
+
+    def key_bar(text: str) -> str:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            lines = pane.screen().rstrip("\n").splitlines()
+            if lines and text in lines[-1]:
+                return lines[-1]
+            time.sleep(0.2)
+        raise AssertionError(f"{text!r} never showed in the key bar; the screen:\n{pane.screen()}")
+
+    bar = key_bar("q Quit")
+    assert "? Help" in bar and "e Shell" in bar and "1 Runs" not in bar
+    pane.tmux("resize-window", "-t", "tui", "-x", "160", "-y", "40")
+    bar = key_bar("1 Runs")
+    assert "? Help" in bar and "q Quit" in bar and "palette" in bar
+    pane.tmux("resize-window", "-t", "tui", "-x", "80", "-y", "24")
+    bar = key_bar("q Quit")
+    assert "1 Runs" not in bar
+    pane.keys("q")

@@ -9,6 +9,11 @@ names and set/missing only, never a value).
 
 The env field is `run --env`: KEY=VALUE words, split as a shell would (quote a
 value with spaces), checked by the same rules (app/runs/env_overrides.py).
+
+It opens on the workflow picker; Enter in any field runs (as ctrl+r). Under 32
+lines (an 80x24 terminal) every field is one line high (Textual's compact
+widgets), so that the whole dialog, plan and buttons included, shows without
+scrolling.
 """
 
 import shlex
@@ -41,6 +46,7 @@ class RunRequest:
     runner: str | None = None
     no_cache: bool = False
     env: dict[str, str] = field(default_factory=dict)  # `--env`: over the workflow's env
+    reuse: bool = False  # `--reuse`: the requested workflow too is reused when its inputs are unchanged
 
 
 SecretsOf = Callable[[Project, str, dict[str, str]], list[tuple[str, bool]]]  # (name, set?) per secret used
@@ -89,6 +95,9 @@ class RunDialog(ModalScreen[RunRequest | None]):
                     yield Label("nodes")
                     yield Input(value="", placeholder="from the workflow", id="nodes", type="integer")
                     yield Checkbox("no cache", id="no-cache")
+                    yield Checkbox(
+                        "reuse", id="reuse", tooltip="reuse an earlier run of this workflow with the same inputs"
+                    )
                 with Horizontal(classes="row"):
                     yield Label("runner")
                     yield Select(
@@ -112,8 +121,13 @@ class RunDialog(ModalScreen[RunRequest | None]):
         return f"{name}  {helptext}" if helptext else name
 
     async def on_mount(self) -> None:
+        # The scrolling boxes take no focus of their own: Tab goes from the workflow to its first
+        # variable (a field focused inside a box scrolls it into view).
+        for box in self.query(VerticalScroll):
+            box.can_focus = False
         self._fit()
         await self._show_variables()
+        self.query_one("#workflow", Select).focus()  # else nothing has it: Enter did nothing, Tab twice to a field
 
     def on_resize(self) -> None:
         self._fit()
@@ -122,6 +136,8 @@ class RunDialog(ModalScreen[RunRequest | None]):
         """The body gets the screen's height less the frame, the error line and the buttons."""
         small = self.size.height < 32
         self.set_class(small, "-small")
+        for widget in self.query("Input, Select, Checkbox, Button"):
+            widget.compact = small  # type: ignore[attr-defined]
         frame = 2 + (0 if small else 2) + 1 + (3 if small else 4) + 4  # border, padding, error, buttons, margins
         self.query_one("#run-body").styles.max_height = max(4, self.size.height - frame)
 
@@ -138,7 +154,12 @@ class RunDialog(ModalScreen[RunRequest | None]):
             rows.append(
                 Horizontal(
                     Label(f"{name} ({kind})", classes="var-name"),
-                    Input(value=render_value(default), id=_var_id(name), classes="var-value"),
+                    Input(
+                        value=render_value(default),
+                        id=_var_id(name),
+                        classes="var-value",
+                        compact=self.has_class("-small"),
+                    ),
                     classes="var-row",
                 )
             )
@@ -205,6 +226,7 @@ class RunDialog(ModalScreen[RunRequest | None]):
             str(runner) if runner else None,
             self.query_one("#no-cache", Checkbox).value,
             env,
+            self.query_one("#reuse", Checkbox).value,
         )
 
     def _env(self) -> dict[str, str]:
@@ -243,6 +265,10 @@ class RunDialog(ModalScreen[RunRequest | None]):
         request = self.request()
         if request is not None:
             self.dismiss(request)
+
+    @on(Input.Submitted)
+    def _enter(self) -> None:
+        self.action_submit()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "run":

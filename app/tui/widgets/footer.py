@@ -14,10 +14,13 @@ for a new footer (~a quarter of the CPU of going back to the Runs tab).
 
 `narrow` (an 80-column terminal): compact keys, no tab keys 1-5 (the tab bar above
 shows the tabs; `?` lists the keys) and no palette key, so `? Help` and `q Quit` fit.
+The footer sets it from its own width at each resize: the app's Resize handler saw only
+the first size, so a terminal resized later kept the other form until a restart.
 """
 
 from collections.abc import Hashable
 
+from textual import events
 from textual.app import ComposeResult
 from textual.reactive import reactive
 from textual.screen import Screen
@@ -25,6 +28,7 @@ from textual.widgets import Footer as TextualFooter
 from textual.widgets._footer import FooterKey  # not exported; the class whose data_bind leaks
 
 TAB_KEYS = frozenset("12345")
+NARROW_BELOW = 120  # columns: under this, the short form
 
 
 class Footer(TextualFooter):
@@ -48,6 +52,9 @@ class Footer(TextualFooter):
         if self._bindings_ready and self.is_attached and screen is self.screen and self._keys_shown() == self._shown:
             return  # the same keys: nothing to rebuild
         super().bindings_changed(screen)
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.narrow = event.size.width < NARROW_BELOW
 
     def watch_narrow(self, narrow: bool) -> None:
         self.compact = narrow

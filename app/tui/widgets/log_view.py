@@ -2,10 +2,10 @@
 
 Only the visible lines are rendered (Textual's line API), and at most
 `max_lines` are held: older lines stay in SQLite and come back a page at a
-time when the user scrolls to the top (the app answers `WantOlder`). A page
+time when the user scrolls to the top (the Logs pane, app/tui/panes/logs.py, answers `WantOlder`). A page
 that comes in on a full window pushes out the newest lines: the view is then
 detached from the live end (new lines wait in the store) until `G`, which asks
-the app for the log's end again (`WantNewest`).
+the pane for the log's end again (`WantNewest`).
 """
 
 import re
@@ -49,13 +49,13 @@ class LogView(ScrollView, can_focus=True):
 
     @dataclass
     class WantOlder(Message):
-        """Scrolled to the top of the window: the app may prepend older lines."""
+        """Scrolled to the top of the window: the pane may prepend older lines."""
 
         view: "LogView"
 
     @dataclass
     class WantNewest(Message):
-        """G on a window that paged back past its newest lines: the app reloads the log's end."""
+        """G on a window that paged back past its newest lines: the pane reloads the log's end."""
 
         view: "LogView"
 
@@ -209,7 +209,8 @@ class LogView(ScrollView, can_focus=True):
         if not text or not self.lines:
             return False
         low = text.lower()
-        middle = int(self.scroll_y) + self.size.height // 2
+        # From the view's middle line; a log shorter than half the view has none there: its end.
+        middle = min(int(self.scroll_y) + self.size.height // 2, len(self.lines))
         order = range(middle + 1, len(self.lines)) if forward else range(middle - 1, -1, -1)
         for y in order:
             if low in self.lines[y].text.lower():

@@ -6,6 +6,10 @@ not flatten `train_loss` at 2.5 into the x-axis. The picker (space) chooses whic
 metrics show; `l` toggles a log y-axis, `m` cycles the smoothing (an exponential
 moving average, as TensorBoard's slider).
 
+The ticks are ours, not plotext's: steps are whole numbers (plotext put 37.2 under a
+step axis), and a log axis is labelled with values (0.1, 0.5, 1), not with the
+exponents plotext is given (-1.69).
+
 The plots (textual-plotext) are imported and mounted when the chart is first shown:
 the Metrics tab is not on the first screen, and plotext's import is ~60 ms of
 start-up. Until then the chart keeps what it was last asked to draw.
@@ -69,6 +73,34 @@ def smooth(values: list[float], weight: float) -> list[float]:
         last = last * weight + (1 - weight) * v
         out.append(last / (1 - weight**n))
     return out
+
+
+def step_ticks(lo: float, hi: float, most: int = 6) -> list[int]:
+    """Whole-number ticks over [lo, hi], at most `most`, on a 1-2-5 spacing."""
+    first, last = math.floor(lo), math.ceil(hi)
+    wanted = max(last - first, 1) / max(most - 1, 1)
+    step = 1
+    for scale in (10**k for k in range(16)):
+        step = next((m * scale for m in (1, 2, 5) if m * scale >= wanted), 0)
+        if step:
+            break
+    return list(range(math.ceil(first / step) * step, last + 1, step))
+
+
+def log_ticks(lo: float, hi: float) -> tuple[list[float], list[str]]:
+    """Ticks for a log10 axis over exponents [lo, hi]: where they go (exponents) and their labels
+    (values): each power of ten, and its 2x and 5x where the axis spans less than two decades."""
+    marks = (1, 2, 5) if hi - lo < 2 else (1,)
+    ticks, labels = [], []
+    for exponent in range(math.floor(lo), math.ceil(hi) + 1):
+        for mark in marks:
+            at = exponent + math.log10(mark)
+            if lo - 1e-9 <= at <= hi + 1e-9:
+                ticks.append(at)
+                labels.append(f"{mark * 10.0**exponent:g}")
+    if not ticks:  # less than a factor of two between the ends: the ends themselves
+        ticks, labels = [lo, hi], [f"{10**lo:.3g}", f"{10**hi:.3g}"]
+    return ticks, labels
 
 
 class Picker(SelectionList[str]):
@@ -215,18 +247,24 @@ class MetricsChart(Widget):
         plt.clear_figure()
         plt.title(title)
         plt.xlabel("step")
+        xs: list[float] = []
+        ys: list[float] = []
         for name in names:
             steps, values = series[name]
             values = smooth(values, self.smoothing)
             if self.log_scale:  # plotext's log axis needs positive values: the others are left out
                 kept = [(s, v) for s, v in zip(steps, values, strict=True) if v > 0]
                 steps, values = [s for s, _ in kept], [math.log10(v) for _, v in kept]
+            xs += steps
+            ys += values
             if len(steps) == 1:
                 plt.scatter(steps, values, label=name)
             elif steps:
                 plt.plot(steps, values, label=name)
-        if self.log_scale:
-            plt.ylabel("log10")
+        if xs:
+            plt.xticks([float(t) for t in step_ticks(min(xs), max(xs))])
+        if self.log_scale and ys:
+            plt.yticks(*log_ticks(min(ys), max(ys)))
         getattr(plot, "redraw", plot.refresh)()
 
 
