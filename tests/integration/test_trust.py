@@ -112,7 +112,9 @@ def _damage_key(home, name: str, key: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "bad_key", ["ssh-ed25519 not-base64!!", "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQC", "", "x" * 100_000]
+    "bad_key",
+    ["ssh-ed25519 not-base64!!", "ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQC", "", "x" * 100_000],
+    ids=["not-base64", "cut-rsa", "empty", "100k-chars"],  # a 100k-character id floods every report
 )
 def test_malformed_stored_key_is_one_line_and_others_keep_working(
     tmp_path, controller_home, cli, make_project, bad_key
