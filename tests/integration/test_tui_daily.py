@@ -3,7 +3,6 @@ on the snapshot tests' fixed store: a search in a short log, the `e` key's visib
 80x24 and after a resize, the command palette, the charts' ticks, the Run dialog's focus and
 reuse, and forgetting offline runners at once."""
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -20,18 +19,10 @@ from lanpool.app.tui.widgets.footer import Footer  # noqa: E402
 from lanpool.app.tui.widgets.metrics_chart import MetricsChart  # noqa: E402
 from tests.harness import REPO  # noqa: E402
 from tests.integration import test_tui_snapshots as snaps  # noqa: E402
+from tests.integration.test_tui_keys import run  # noqa: E402
 from tests.integration.test_tui_snapshots import _logs_of_done_job, _on_done_job, _until  # noqa: E402
 
 screen_app = pytest.fixture(snaps.screen_app.__wrapped__)  # the snapshots' fixed store and clock
-
-
-def run(app, size, body):
-    async def go():
-        async with app.run_test(size=size, notifications=False) as pilot:
-            await pilot.pause(0.2)
-            await body(pilot)
-
-    asyncio.run(go())
 
 
 def screen_text(app) -> str:
