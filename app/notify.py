@@ -1,7 +1,7 @@
 """Notice when a job ends: a desktop notification where the desktop offers one, and the
 user's own command (`--notify-cmd`) for anything else (a chat hook, a sound, a phone).
 
-`run --notify` and `attach --notify` call `notify_job_end`; the TUI may call it too (it
+`run --notify`, `attach --notify` and the TUI (`app --notify`) call `notify_job_end` (it
 blocks for at most NOTIFY_WAIT_S: call it from a worker). What a job printed never reaches
 a notification: the title and body are made of the run's name, workflow, state and exit
 code, and the command gets them in environment variables (LANPOOL_RUN_NAME, LANPOOL_JOB_ID,

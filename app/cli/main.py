@@ -10,7 +10,8 @@ if TYPE_CHECKING:  # argparse is imported only by the verbs that parse
     import argparse
 
 _USAGE = (
-    "usage: app [PATH]                the terminal UI on the project at PATH (default: here)\n"
+    "usage: app [PATH]                the terminal UI on the project at PATH (default: here);\n"
+    "                                 --notify, --notify-cmd CMD: also tell when a job ends\n"
     "       app headless VERB ...   the controller for scripts and CI\n"
     "       app agent VERB ...      the runner daemon\n"
     '       app completion bash|zsh a shell completion script: eval "$(app completion bash)" in ~/.bashrc\n'
@@ -88,9 +89,9 @@ def _load(first: str) -> Callable[[list[str]], int] | None:
         from lanpool.app.cli.completion import main as complete_main
 
         return complete_main
-    if first.startswith("-"):
+    if first.startswith("-") and first != "--notify" and not first.startswith("--notify-cmd"):
         return None
-    return _tui  # `app` or `app PATH`
+    return _tui  # `app`, `app PATH`, `app --notify ...`
 
 
 def _tui(argv: list[str]) -> int:

@@ -4,15 +4,44 @@ import sys
 from pathlib import Path
 
 
+def _notify_options(argv: list[str]) -> tuple[bool, str | None, list[str]]:
+    """`--notify` and `--notify-cmd CMD` (or `--notify-cmd=CMD`) taken out of `argv`, anywhere in it."""
+    desktop, command, rest = False, None, []
+    args = iter(argv)
+    for arg in args:
+        if arg == "--notify":
+            desktop = True
+        elif arg == "--notify-cmd":
+            command = next(args, "")
+        elif arg.startswith("--notify-cmd="):
+            command = arg.split("=", 1)[1]
+        else:
+            rest.append(arg)
+    return desktop, command, rest
+
+
 def main(argv: list[str]) -> int:
-    """`app [PATH]`: open the TUI on the project at PATH (default: the current dir)."""
-    if len(argv) > 1:
+    """`app [--notify] [--notify-cmd CMD] [PATH]`: open the TUI on the project at PATH (default:
+    the current dir); with the options, a job that ends also notifies as `run --notify` does."""
+    from lanpool.app.errors import LanpoolError
+
+    desktop, command_text, argv = _notify_options(argv)
+    if len(argv) > 1 or (argv and argv[0].startswith("-")):
         print(
-            f"app: error: unexpected arguments {' '.join(argv[1:])!r}: `app [PATH]` opens the TUI, "
-            "`app headless ...` is for scripts (see --help)",
+            f"app: error: unexpected arguments {' '.join(argv[1:] or argv)!r}: `app [--notify] [--notify-cmd CMD] "
+            "[PATH]` opens the TUI, `app headless ...` is for scripts (see --help)",
             file=sys.stderr,
         )
         return 2
+    command = None
+    if command_text is not None:
+        from lanpool.app.notify import notify_command
+
+        try:
+            command = notify_command(command_text)
+        except LanpoolError as exc:
+            print(f"app: error: {exc.message}", file=sys.stderr)
+            return int(exc.exit_code)
     project = Path(argv[0]).expanduser() if argv else None
     if project is not None and not project.is_dir():
         print(f"app: error: {project} is not a directory: `app [PATH]` opens the project at PATH", file=sys.stderr)
@@ -20,11 +49,9 @@ def main(argv: list[str]) -> int:
     if not (sys.stdin.isatty() and sys.stdout.isatty()):
         print("app: error: the TUI needs a terminal: use `app headless ...` from scripts (see --help)", file=sys.stderr)
         return 2
-    from lanpool.app.errors import LanpoolError
-
     LanpoolApp = load_app()
     try:
-        tui = LanpoolApp(project.resolve() if project else None)
+        tui = LanpoolApp(project.resolve() if project else None, notify_desktop=desktop, notify_command=command)
     except LanpoolError as exc:
         print(f"app: error: {exc.message}", file=sys.stderr)
         return int(exc.exit_code)

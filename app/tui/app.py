@@ -81,9 +81,15 @@ class LanpoolApp(App[None]):
         clock: Callable[[], float] = time.time,
         discover: bool = True,
         probe_every_s: float = 3.0,
+        notify_desktop: bool = False,
+        notify_command: list[str] | None = None,
     ) -> None:
         super().__init__()
         self.ctl = controller or Controller()
+        # `app --notify`, `--notify-cmd CMD`: each job that ends while the TUI is open is also
+        # shown on the desktop / given to the command (app/notify.py), beside the toast.
+        self.notify_desktop = notify_desktop
+        self.notify_command = notify_command
         self.project_dir = project_dir
         self.project: Project | None = None
         self.project_error = ""
@@ -293,6 +299,15 @@ class LanpoolApp(App[None]):
         else:
             self.logs.add_chunk(stream, data)
 
+    @work(thread=True, group="notify")
+    def _notify_elsewhere(self, run_name: str, job_id: str, workflow: str, state: str, code: int | None) -> None:
+        """The desktop notification and the user's command, in a thread: either may take seconds."""
+        from lanpool.app.notify import JobEnd, notify_job_end
+
+        end = JobEnd(run_name, job_id, workflow, state, code)
+        for problem in notify_job_end(end, self.notify_command, self.notify_desktop):
+            self.call_from_thread(self.notify, problem, severity="warning", timeout=8)
+
     def _flush_log(self) -> None:
         if not self._running:
             return
@@ -310,6 +325,8 @@ class LanpoolApp(App[None]):
             + (f" ({job.exit_code})" if job.exit_code is not None else ""),
             severity=severity,
         )
+        if self.notify_desktop or self.notify_command:
+            self._notify_elsewhere(job.run_name, job_id, job.workflow, job.status, job.exit_code)
         if self._closing or self._exit:
             return  # a run's worker ended while the app closes: its widgets are gone or going
         if job_id == self.job_id:

@@ -193,6 +193,11 @@ def test_sftp_is_not_served(agent):
         (("/no/such/dir",), "is not a directory"),
         (("one", "two"), "unexpected arguments"),
         ((), "the TUI needs a terminal"),  # stdin/stdout are pipes here
+        (("--notify", "--bogus"), "unexpected arguments"),
+        (("--notify-cmd", "no-such-program-here --x"), "--notify-cmd: no program 'no-such-program-here'"),
+        (("--notify-cmd", "'unclosed"), "quote it as you would in a shell"),
+        (("--notify", "--notify-cmd=true", "/no/such/dir"), "is not a directory"),
+        (("--notify",), "the TUI needs a terminal"),
     ],
 )
 def test_app_entry_bad_input_is_one_line(cli, args, fragment):

@@ -3,6 +3,7 @@ on the snapshot tests' fixed store: a search in a short log, the `e` key's visib
 80x24 and after a resize, the command palette, the charts' ticks, the Run dialog's focus and
 reuse, and forgetting offline runners at once."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -250,3 +251,45 @@ def test_docs_name_every_key_of_the_help(screen_app):
     for key, _ in screen_app.KEYS_HELP:
         first = key.split()[0]
         assert f"`{first}`" in docs, key
+
+
+# -- a job's end, told elsewhere (app --notify, --notify-cmd) ------------------------------------
+
+
+def test_a_job_that_ends_is_told_to_the_desktop_and_the_command(screen_app, tmp_path, monkeypatch):
+    """As `run --notify --notify-cmd CMD` (app/notify.py): the command gets the job in its env,
+    the desktop (a stand-in notify-send on PATH, a display set) gets a title and a body; neither
+    holds anything the job printed. A command that fails is a warning toast, never a crash."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    told, shown = tmp_path / "told", tmp_path / "shown"
+    for name, body in [
+        ("tell-me", f'env | grep ^LANPOOL_ | sort > "{told}"\n'),
+        ("notify-send", f'printf "%s\\n" "$@" > "{shown}"\n'),
+        ("fail-me", "echo no route to the chat >&2; exit 3\n"),
+    ]:
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("DISPLAY", ":99")
+    screen_app.notify_desktop, screen_app.notify_command = True, [str(bin_dir / "tell-me")]
+
+    jobs = []
+
+    async def body(pilot):
+        jobs.append(pilot.app.ctl.runs.job(snaps.DONE_JOB))
+        pilot.app.job_ended(snaps.DONE_JOB)
+        await _until(pilot, lambda: told.exists() and shown.exists() and told.read_text(), tries=400)
+        pilot.app.notify_command = [str(bin_dir / "fail-me")]
+        pilot.app.notify_desktop = False
+        pilot.app.job_ended(snaps.DONE_JOB)
+        await _until(pilot, lambda: any("no route" in n.message for n in pilot.app._notifications), tries=400)
+        assert pilot.app.is_running
+
+    run(screen_app, (100, 30), body)
+    (job,) = jobs
+    env = dict(line.split("=", 1) for line in told.read_text().splitlines())
+    assert env["LANPOOL_JOB_ID"] == snaps.DONE_JOB and env["LANPOOL_RUN_NAME"] == job.run_name
+    assert env["LANPOOL_JOB_STATE"] == job.status and env["LANPOOL_WORKFLOW"] == job.workflow
+    title, text = shown.read_text().splitlines()[-2:]
+    assert title == f"lanpool: {job.run_name} {job.status}" and snaps.DONE_JOB in text
