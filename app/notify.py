@@ -120,5 +120,7 @@ def notify_job_end(end: JobEnd, command: list[str] | None = None, desktop: bool 
             continue
         if proc.returncode:
             last = (err or b"").decode(errors="replace").strip().splitlines()[-1:] or [""]
-            problems.append(_plain(f"notification command {argv[0]} exited {proc.returncode}: {last[0]}"))
+            # The program's name, not its path: a long path would push the error out of the clipped line.
+            name = os.path.basename(argv[0]) or argv[0]
+            problems.append(_plain(f"notification command {name} exited {proc.returncode}: {last[0]}"))
     return problems

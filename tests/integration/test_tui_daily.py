@@ -283,7 +283,9 @@ def test_a_job_that_ends_is_told_to_the_desktop_and_the_command(screen_app, tmp_
         pilot.app.notify_command = [str(bin_dir / "fail-me")]
         pilot.app.notify_desktop = False
         pilot.app.job_ended(snaps.DONE_JOB)
-        await _until(pilot, lambda: any("no route" in n.message for n in pilot.app._notifications), tries=400)
+        # Named by the program's name, whatever its path's length, so the error itself shows.
+        failed = "notification command fail-me exited 3: no route to the chat"
+        await _until(pilot, lambda: any(n.message == failed for n in pilot.app._notifications), tries=400)
         assert pilot.app.is_running
 
     run(screen_app, (100, 30), body)
