@@ -24,11 +24,41 @@ from tests.harness import (
 TIERS = ("unit", "integration", "system")
 
 
+# The files that take longest (the sum of their tests' `--durations` in CI), started first: xdist
+# hands out whole files (groups, in the system tier) in collection order when told not to reorder
+# them (scripts/test: --no-loadscope-reorder), so no worker ends alone on one long file while the
+# others idle. Its own default puts the files with most tests first, which are not the longest.
+LONGEST_FIRST = (
+    "integration/test_multinode",  # ~210 s
+    "integration/test_daily_use",
+    "integration/test_runner_gang",
+    "integration/test_job_python_env",
+    "integration/test_mdns_hints",
+    "integration/test_pool",
+    "integration/test_gang_retry",
+    "integration/test_tui",  # ~90 s
+    "system/test_slurm_recovery",  # the Slurm files are one group (tests/system/conftest.py): ~260 s
+    "system/test_slurm_executor",
+    "system/test_slurm_controller",
+    "system/test_docker_executor",  # ~60 s
+    "system/test_runner_gang_restart",  # with test_runner_gang, one group
+    "system/test_runner_secrets",
+    "system/test_training_autoencoder",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         tier = item.path.parent.name
         if tier in TIERS:
             item.add_marker(tier)
+
+    def order(item: pytest.Item) -> tuple[str, int]:
+        name = f"{item.path.parent.name}/{item.path.stem}"
+        # Tiers keep their order (their directories' names sort as they are collected).
+        return item.path.parent.name, LONGEST_FIRST.index(name) if name in LONGEST_FIRST else len(LONGEST_FIRST)
+
+    items.sort(key=order)  # stable: a file's tests keep their order
 
 
 _FIRST_AGENT = pytest.StashKey[int]()

@@ -221,11 +221,20 @@ class AgentProc:
 SPAWNED: list[AgentProc] = []
 
 
+def default_runner_name(base: str = "test-runner") -> str:
+    """An agent's name when a test gives none: `base`, with the xdist worker's id where workers
+    share the machine's loopback (the system tier: tests/system/conftest.py). Two workers'
+    agents both called `test-runner` would be a name conflict on loopback mDNS; a worker in a
+    network namespace of its own (tests/netns_python) hears only its own agents."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    return f"{base}-{worker}" if worker and not os.environ.get("LANPOOL_TESTS_OWN_NETNS") else base
+
+
 def spawn_agent(
     data_dir: Path,
     env: dict[str, str],
     *,
-    name: str = "test-runner",
+    name: str | None = None,
     host: str = LOOPBACK,
     port: int = 0,
     grace: float = 3.0,
@@ -241,6 +250,7 @@ def spawn_agent(
     data_dir.mkdir(parents=True, exist_ok=True)
     (data_dir / "agent.json").unlink(missing_ok=True)  # listening() must not read a previous agent's
     log_path = log_path or data_dir.parent / f"{data_dir.name}.log"
+    name = name or default_runner_name()
     argv = [
         *app,
         "agent",
@@ -273,7 +283,7 @@ def start_agent(
     *,
     authorize: bool = True,
     grace: float = 3.0,
-    name: str = "test-runner",
+    name: str | None = None,
     port: int = 0,
     extra_args: Sequence[str] = (),
     extra_env: dict[str, str] | None = None,
@@ -309,9 +319,10 @@ def start_docker_agent(
     *extra_args: str,
     env: dict | None = None,
     grace: float = 2.0,
-    name: str = "docker-runner",
+    name: str | None = None,
 ) -> AgentProc:
     """start_agent with extra `app agent serve` arguments (--executor ...) and env."""
+    name = name or default_runner_name("docker-runner")
     return start_agent(data_dir, controller_home, grace=grace, name=name, extra_args=extra_args, extra_env=env)
 
 

@@ -68,6 +68,8 @@ def pane(tmp_path, controller_home):
     env = lanpool_env(controller_home)
     env["TERM"] = "xterm-256color"
     env.pop("TMUX", None)  # never talk to a tmux server this test did not start
+    for name in ("COLUMNS", "LINES"):  # set in xdist workers (80x24); Textual would size to them, not the pane
+        env.pop(name, None)
     sock_dir = Path(tempfile.mkdtemp(prefix="lanpool-tmux-"))  # short: a socket path has ~100 bytes
     p = Pane(sock_dir / "sock", env)
     yield p
@@ -100,7 +102,7 @@ def test_app_in_a_real_terminal_runs_a_workflow(pane, agent, cli, make_project):
 
     pane.keys("2")
     screen = pane.wait_for("LIVE")
-    assert "test-runner" in screen and agent.address in screen
+    assert agent.name in screen and agent.address in screen
 
     pane.keys("r")
     screen = pane.wait_for("Run a workflow of")
@@ -120,7 +122,7 @@ def test_app_in_a_real_terminal_runs_a_workflow(pane, agent, cli, make_project):
     # The row of the runs table (notifications may name the run too).
     [row] = [line.split() for line in screen.splitlines() if line.startswith(f" {run_name} ")]
     # How long ago it ended depends on the machine's load: seconds, not a fixed figure.
-    assert row[2:6] == ["hello", "test-runner", "DONE", "(0)"] and row[7] == "ago", row
+    assert row[2:6] == ["hello", agent.name, "DONE", "(0)"] and row[7] == "ago", row
     assert row[6].endswith("s") and row[6][:-1].isdigit() and int(row[6][:-1]) < 60, row
     assert " error" not in screen, screen
 
