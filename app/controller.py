@@ -8,6 +8,7 @@ their logs into the store, and pulls artifacts back.
 """
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from lanpool.app.runs.resource_overrides import shown_resources
     from lanpool.app.runs.result import RunOutcome, Submitted
     from lanpool.app.runs.retention import DEFAULT_PRUNE_AGE, Removal, Retention, parse_age
+    from lanpool.app.runs.sweep import SweepOutcome
     from lanpool.app.secret_store import SecretStore
     from lanpool.app.store.run_filter import RunFilter
     from lanpool.app.transfer.artifacts import Artifacts
@@ -272,6 +274,42 @@ class Controller:
             run_name=run_name,
         )
         return await loop.run(project, request, sink, say or (lambda _text: None), on_submitted)
+
+    async def sweep(
+        self,
+        project: "Project",
+        workflow_name: str,
+        specs: list[str],
+        *,
+        say: Callable[[str], None] | None = None,
+        on_submitted: "Callable[[Submitted], None] | None" = None,
+        **options: Any,
+    ) -> "SweepOutcome":
+        """`run --sweep VAR=V1,V2 ...`: one run, one detached job per point of the grid
+        (app/runs/sweep.py); `options` are Controller.run's. A point that ran before with the same
+        inputs is reused unless `no_cache`."""
+        from lanpool.app.runs.loop import RunLoop, RunRequest
+        from lanpool.app.runs.sweep import parse_grid, run_sweep
+
+        request = RunRequest(workflow_name=workflow_name, **options)
+        request = dataclasses.replace(request, reuse=not request.no_cache)
+        known: dict[str, object] = dict(self.variables(project, workflow_name))
+        grid = parse_grid(specs, workflow_name, known, request.overrides)
+        loop = RunLoop(self.store, self.home, self.pool, self.jobs, self.secrets, self.plan)
+        return await run_sweep(loop, project, request, grid, known, say or (lambda _text: None), on_submitted)
+
+    def sweep_plan(
+        self, project: "Project", workflow_name: str, specs: list[str], overrides: dict[str, str], **options: Any
+    ) -> "list[tuple[dict[str, str], Plan]]":
+        """`plan --sweep ...`: each point of the grid with its plan (`options`: plan's)."""
+        from lanpool.app.runs.sweep import parse_grid
+
+        grid = parse_grid(specs, workflow_name, dict(self.variables(project, workflow_name)), overrides)
+        reuse = not options.pop("no_cache", False)
+        return [
+            (point, self.plan(project, workflow_name, {**overrides, **point}, not reuse, reuse, **options))
+            for point in grid.points
+        ]
 
     # -- jobs ------------------------------------------------------------------------------
 

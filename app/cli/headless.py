@@ -3,7 +3,7 @@
 Every verb calls the same Controller API as the TUI. Errors are one line on
 stderr and an ExitCode; `run` exits with the job's own exit code. The verbs
 live by area: app/cli/run_verbs.py (run, plan), job_verbs.py (status, logs,
-stop, artifacts, metrics), attach_verbs.py (attach), retention_verbs.py (rm, prune), runner_verbs.py
+stop, artifacts, metrics), compare_verbs.py (compare), attach_verbs.py (attach), retention_verbs.py (rm, prune), runner_verbs.py
 (runners, key), secret_verbs.py (secrets); the command line itself in parser.py.
 """
 
@@ -34,6 +34,7 @@ _HANDLERS: dict[str, tuple[str, str]] = {
     "attach": ("attach_verbs", "attach"),
     "artifacts": ("job_verbs", "artifacts"),
     "metrics": ("job_verbs", "metrics"),
+    "compare": ("compare_verbs", "compare"),
     "rm": ("retention_verbs", "rm"),
     "prune": ("retention_verbs", "prune"),
     "runners": ("runner_verbs", "runners"),

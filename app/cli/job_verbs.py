@@ -4,7 +4,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,7 +36,6 @@ async def status(ctl: Controller, args: argparse.Namespace) -> int:
 # Why a job is waiting or ended badly, shown in the table (`--json` has the whole text).
 _REASON_STATES = ("QUEUED", "FAILED", "LOST")
 _REASON_CHARS = 60
-_GPU_METRIC = re.compile(r"gpu\d+_(util|mem_mb|power_w)")  # what the runner samples, not what a job logs
 
 
 async def _one_run(ctl: Controller, args: argparse.Namespace) -> int:
@@ -284,7 +282,9 @@ async def metrics(ctl: Controller, args: argparse.Namespace) -> int:
         _check_metric_names(args.ref, args.name, points)
         points = [p for p in points if p["name"] in args.name]
     if args.gpu:  # the agent's samples of the job's GPUs (agent/host/gpu_telemetry.py)
-        points = [p for p in points if _GPU_METRIC.fullmatch(str(p["name"]))]
+        from lanpool.app.views.compare import GPU_METRIC  # what the runner samples, not what a job logs
+
+        points = [p for p in points if GPU_METRIC.fullmatch(str(p["name"]))]
     if args.json:
         print(json.dumps(points, indent=2))
         return ExitCode.OK

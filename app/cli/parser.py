@@ -164,6 +164,19 @@ def build_parser(only: str | None = None) -> _Parser:
     metrics.add_argument("--json", action="store_true", help="every point as JSON")
     metrics.add_argument("--gpu", action="store_true", help="only the GPU figures the runner sampled (gpuN_util, ...)")
 
+    compare = sub.add_parser(
+        "compare", help="runs side by side: the variables that differ, state, duration, each metric's last and best"
+    )
+    compare.add_argument("refs", nargs="+", metavar="RUN|JOB", help="runs (their workflow's jobs) or job ids")
+    compare.add_argument("--metric", action="append", help="only this metric (repeatable; default: every one logged)")
+    compare.add_argument("--sort", metavar="METRIC", help="order the rows by this metric's best, best first")
+    compare.add_argument(
+        "--mode",
+        choices=("min", "max"),
+        help="which way is better (default: max for names like acc, f1, score; else min, as for a loss)",
+    )
+    compare.add_argument("--json", action="store_true", help="the rows as JSON: variables, status, each metric")
+
     sub.add_parser("key", help="print the path of this controller's public key (for `app agent authorize`)")
 
     # Into a running job (app/cli/shell_verbs.py).
@@ -409,6 +422,14 @@ def _plan_options(p: argparse.ArgumentParser) -> None:
         "--reuse", action="store_true", help="reuse the requested workflow too when its inputs are unchanged"
     )
     p.add_argument("--tag", help="name this run, so `depends-on: [WORKFLOW:TAG]` can use its artifacts")
+    p.add_argument(
+        "--sweep",
+        action="append",
+        default=[],
+        metavar="VAR=V1,V2,...",
+        help="one job per value, all in one run (repeatable: every combination); a point that ran before "
+        "with the same inputs is reused; `compare RUN` puts them side by side",
+    )
     p.add_argument(
         "--env",
         action="append",

@@ -9,10 +9,10 @@ from pathlib import Path
 from lanpool.app.cli import render
 from lanpool.app.cli.parser import apply_options, verb_options
 from lanpool.app.cli.render import say
+from lanpool.app.cli.run_options import env_of, options_of_run, resources_of
 from lanpool.app.cli.workflow_args import read_tail, tail_value
 from lanpool.app.controller import ARTIFACTS_REFUSED, Controller, JobRow, Submitted
 from lanpool.app.errors import ExitCode, LanpoolError, UsageError
-from lanpool.app.runs.env_overrides import parse_env_args, read_env_file
 from lanpool.app.startup.import_paused import import_paused
 from lanpool.app.views.formatting import clip, duration, status_text
 from lanpool.app.views.terminal_text import safe_line
@@ -83,7 +83,7 @@ def _workflow_help(ctl: Controller, project: Project, name: str, verb: str) -> N
         print(f"\nno variables (define them in {project.variables_path})")
     print(
         "\noptions: --runner NAME|HOST[:PORT], -d/--detach, --no-cache, --reuse, --tag NAME, "
-        "--env KEY=VALUE, --env-file FILE, --gpu N, --cpu N, --memory SIZE, --name NAME, --json"
+        "--env KEY=VALUE, --env-file FILE, --gpu N, --cpu N, --memory SIZE, --name NAME, --sweep VAR=V1,V2, --json"
     )
 
 
@@ -133,6 +133,10 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
     if args.help:
         _workflow_help(ctl, project, args.workflow, "run")
         return ExitCode.OK
+    if args.sweep:  # one run of a job per point (app/cli/sweep_verbs.py)
+        from lanpool.app.cli.sweep_verbs import run_sweep
+
+        return await run_sweep(ctl, project, args)
     notify_cmd = _notify_cmd(args)  # a bad one is refused before anything runs
     import_paused("lanpool.app.runs.loop")  # the SSH stack, ~60% of a `run`'s imports (Controller.run uses it)
     submitted: list[Submitted] = []
@@ -153,25 +157,7 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
 
     try:
         outcome = await ctl.run(
-            project,
-            args.workflow,
-            args.runner,
-            args.overrides,
-            sink=render.LogPrinter(),
-            say=say,
-            on_submitted=announce,
-            follow=not args.detach,
-            no_cache=args.no_cache,
-            reuse=args.reuse,
-            tag=args.tag,
-            nodes=args.nodes,
-            resume=args.resume,
-            ports=args.ports,
-            env=_env(args),
-            max_duration_s=args.max_duration,
-            queue_timeout=args.queue_timeout,
-            resources=_resources(args),
-            run_name=args.run_name,
+            project, args.workflow, sink=render.LogPrinter(), say=say, on_submitted=announce, **options_of_run(args)
         )
     except LanpoolError as exc:
         if not submitted:
@@ -222,8 +208,12 @@ async def plan(ctl: Controller, args: argparse.Namespace) -> int:
     if args.help:
         _workflow_help(ctl, project, args.workflow, "plan")
         return ExitCode.OK
-    resources = _resources(args)
-    the_plan = ctl.plan(project, args.workflow, args.overrides, args.no_cache, args.reuse, _env(args), resources)
+    if args.sweep:
+        from lanpool.app.cli.sweep_verbs import plan_sweep
+
+        return plan_sweep(ctl, project, args)
+    resources = resources_of(args)
+    the_plan = ctl.plan(project, args.workflow, args.overrides, args.no_cache, args.reuse, env_of(args), resources)
     if args.json:
         out = the_plan.to_json()
         for planned, shown_job in zip(the_plan.jobs, out["jobs"], strict=True):
@@ -263,23 +253,6 @@ def _notify_cmd(args: argparse.Namespace) -> list[str] | None:
     from lanpool.app.notify import notify_command
 
     return notify_command(args.notify_cmd)
-
-
-def _resources(args: argparse.Namespace) -> dict[str, int | str]:
-    """`--gpu`, `--cpu`, `--memory` as one map (each already checked by the parser)."""
-    out: dict[str, int | str] = {}
-    for given in (args.gpu, args.cpu, args.memory):
-        out.update(given or {})
-    return out
-
-
-def _env(args: argparse.Namespace) -> dict[str, str]:
-    """--env-file FILEs in order, then each --env: the later wins (app/runs/env_overrides.py)."""
-    env: dict[str, str] = {}
-    for path in args.env_file:
-        env.update(read_env_file(path))
-    env.update(parse_env_args(args.env))
-    return env
 
 
 def _summary(ctl: Controller, job: JobRow) -> str:

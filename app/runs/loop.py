@@ -71,6 +71,7 @@ class RunRequest(Record):
     queue_timeout: float | None = None
     resources: dict[str, int | str] | None = None  # `--gpu`, `--cpu`, `--memory` (app/runs/resource_overrides.py)
     run_name: str | None = None  # `--name`: the run's name, else a new memorable one
+    in_run: bool = False  # run_name names a run made already (a sweep's, app/runs/sweep.py): join it
 
 
 @dataclass(eq=False)  # never compared: no __eq__ compiled at import
@@ -95,7 +96,7 @@ class RunLoop:
         say: Callable[[str], None],
         on_submitted: Callable[[Submitted], None] | None,
     ) -> RunOutcome:
-        if req.run_name is not None and self.store.run_name_taken(req.run_name):
+        if req.run_name is not None and not req.in_run and self.store.run_name_taken(req.run_name):
             raise UsageError(name_taken(req.run_name))  # before anything is planned or sent
         if req.resume is not None and not req.resume.strip():
             raise UsageError("--resume needs a run name, a job id or WORKFLOW:TAG")
@@ -108,10 +109,12 @@ class RunLoop:
         follow = req.follow
         outcome = RunOutcome(run_name=req.run_name or new_run_name(self.store.run_name_taken))
         job_ids = {p.workflow: secrets.token_hex(6) for p in plan.to_run}
+        previous = None
         try:
-            previous = self.store.create_run(
-                outcome.run_name, req.workflow_name, str(project.root), req.tag, plan.jobs[-1].job.variables
-            )
+            if not req.in_run:
+                previous = self.store.create_run(
+                    outcome.run_name, req.workflow_name, str(project.root), req.tag, plan.jobs[-1].job.variables
+                )
         except sqlite3.IntegrityError:  # `--name` taken (checked, or by a run started meanwhile)
             raise UsageError(name_taken(outcome.run_name)) from None
         if previous:
@@ -120,6 +123,7 @@ class RunLoop:
             for planned in plan.jobs:
                 assert planned.reuse is not None  # nothing to run: every job is reused
                 say(reusing(planned.workflow, planned.reuse))
+                outcome.reused.append(planned.reuse)
             return outcome
         placement = Placement(self.pool, req.runner_spec, outcome.run_name, say, req.queue_timeout)
         manifest: Manifest | None = None
@@ -147,6 +151,7 @@ class RunLoop:
                     assert planned.reuse is not None
                     say(reusing(planned.workflow, planned.reuse))
                     done[planned.workflow] = planned.reuse
+                    outcome.reused.append(planned.reuse)
                     continue
                 job_id = job_ids[planned.workflow]
                 job = resolve(

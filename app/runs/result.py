@@ -31,6 +31,7 @@ class RunOutcome:
     run_name: str
     submitted: list[Submitted] = field(default_factory=list)
     jobs: list[JobRow] = field(default_factory=list)  # jobs that ran, in order, final state
+    reused: list[JobRow] = field(default_factory=list)  # earlier jobs it reused (same inputs), in order
 
     @property
     def last(self) -> JobRow | None:

@@ -62,6 +62,18 @@ class JobRows(Table):
             return {}
         return found if isinstance(found, dict) else {}
 
+    def job_variables(self, job_id: str) -> dict[str, Any]:
+        """The variables a job ran with: those of its cache inputs, else its run's ({} for none)."""
+        row = self.conn.execute("SELECT cache_inputs, run_name FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row is None:
+            return {}
+        try:
+            inputs = json.loads(row[0]) if row[0] else {}
+        except ValueError:
+            inputs = {}
+        found = inputs.get("variables") if isinstance(inputs, dict) else None
+        return found if isinstance(found, dict) else self.run_variables(row[1])
+
     def tagged_job(self, tag: str, workflow: str) -> JobRow | None:
         """The DONE job of `workflow` in the run tagged `tag`."""
         row = self.conn.execute(

@@ -18,6 +18,7 @@ from lanpool.app.views.overview import JobLine, LogWindow, MetricsReader
 
 if TYPE_CHECKING:
     from lanpool.app.store.run_filter import RunFilter
+    from lanpool.app.views.compare import Comparison
 
 T = TypeVar("T")
 
@@ -35,6 +36,29 @@ class Runs:
     def resolve(self, ref: str) -> list[JobRow]:
         """Jobs named by a run name or a job id (a unique prefix of one works too)."""
         return self.store.resolve_jobs(ref)
+
+    def compared(
+        self, refs: list[str], metrics: list[str] | None = None, mode: str | None = None, sort: str | None = None
+    ) -> "Comparison":
+        """The jobs `refs` name, side by side (app/views/compare.py). A run gives the jobs of the
+        workflow it was asked to run (a sweep's points; its dependencies' jobs are left out: name
+        one by its job id); a job id gives that job. Each job once, in the order named."""
+        from lanpool.app.views.compare import compare
+
+        jobs: dict[str, JobRow] = {}
+        for ref in refs:
+            found = self.store.resolve_jobs(ref)
+            run = self.store.run(ref) if found and found[0].run_name == ref else None
+            if run is not None:
+                found = [j for j in found if j.workflow == run.workflow] or found
+            jobs.update((j.id, j) for j in found if j.id not in jobs)
+        variables = {job_id: self.store.job_variables(job_id) for job_id in jobs}
+        points = {}
+        for job_id in jobs:
+            reader = MetricsReader(job_id)  # the one parser of metric lines (`metrics`, the TUI)
+            reader.update(self.store)
+            points[job_id] = reader.points
+        return compare(list(jobs.values()), variables, points, metrics=metrics, mode=mode, sort=sort)
 
     def recent(self, limit: int = 50, only: "RunFilter | None" = None) -> list[RunRow]:
         """The `limit` newest runs (those `only` lets through: `status --state ...`)."""

@@ -38,7 +38,7 @@ _ALL = _LIGHT | {"asyncssh", "cryptography", "ifaddr", "typing_extensions", "yam
 # The counts are today's plus ~10%: a verb that starts importing a new package, or a big slice of
 # lanpool it does not need, fails here; a deliberate change updates the number.
 BUDGET: dict[str, tuple[set[str], int]] = {
-    "run": (_ALL, 49),
+    "run": (_ALL, 55),  # 50 with app/cli/run_options.py (run and sweep share it)
     "status": (_LIGHT, 36),
     "logs": (_LIGHT, 36),
     "runners": (_LIGHT, 32),

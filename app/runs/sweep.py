@@ -1,0 +1,126 @@
+"""A sweep (`run W --sweep lr=1e-4,3e-4 --sweep batch=32,64`): one run of N jobs, one per point of
+the grid (the product of the values, in the order given), each an ordinary job of W with its own
+variables: its own cache key (a point that already ran with the same inputs is reused, and said
+so), its own place (each goes to a runner with room, else waits in a runner's queue, as any job
+does), its own log and metrics. `app headless compare RUN` puts the points side by side.
+
+Every point is sent detached, one after another; a followed sweep then waits for all of them and
+ends with their comparison, a detached one (`-d`) returns once the last is sent, so the laptop may
+close. A point's dependencies are planned with it: run them first (`app headless run prepare`) and
+every point reuses them, rather than each point running its own.
+"""
+
+import dataclasses
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from lanpool.app.errors import UsageError
+from lanpool.app.runs.loop import RunLoop, RunRequest, name_taken
+from lanpool.app.runs.names import new_run_name
+from lanpool.app.runs.result import Submitted
+from lanpool.app.store import JobRow
+from lanpool.app.workflows import Project
+
+MAX_POINTS = 1000  # one run's jobs: a bigger grid is a typo more often than a plan
+MAX_VALUES = 1000  # of one variable
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The swept variables, each with its values, and the points: one {variable: value} each."""
+
+    axes: dict[str, list[str]]
+    points: list[dict[str, str]]
+
+
+def parse_grid(specs: list[str], workflow: str, known: dict[str, object], overrides: dict[str, str]) -> Grid:
+    """`--sweep VAR=V1,V2,...` (repeatable) as a grid; every mistake is one line naming it."""
+    axes: dict[str, list[str]] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise UsageError(f"--sweep {spec!r}: write VARIABLE=VALUE,VALUE,... (e.g. --sweep lr=1e-4,3e-4)")
+        if name not in known:
+            have = ", ".join(sorted(known)[:20]) or "none (define them in .lanpool/variables.yaml)"
+            raise UsageError(f"--sweep {name}: {workflow} has no variable {name!r}; its variables: {have}")
+        if name in axes:
+            raise UsageError(f"--sweep {name} is given twice: put all its values in one --sweep {name}=V1,V2")
+        if name in overrides:
+            raise UsageError(f"--{name} and --sweep {name}: give one (a swept variable takes each value in turn)")
+        values = [v.strip() for v in text.split(",")]
+        if any(not v for v in values):
+            raise UsageError(f"--sweep {spec!r}: an empty value; separate the values with single commas")
+        if len(values) > MAX_VALUES:
+            raise UsageError(f"--sweep {name}: {len(values)} values; at most {MAX_VALUES}")
+        axes[name] = list(dict.fromkeys(values))  # a value given twice is one point
+    size = 1
+    for values in axes.values():
+        size *= len(values)
+    if size > MAX_POINTS:
+        raise UsageError(f"--sweep: {size} points; one run takes at most {MAX_POINTS} (sweep fewer values)")
+    points = [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
+    return Grid(axes, points)
+
+
+def point_text(point: dict[str, str]) -> str:
+    return " ".join(f"{k}={v}" for k, v in point.items())
+
+
+@dataclass
+class SweepOutcome:
+    run_name: str
+    submitted: list[Submitted] = field(default_factory=list)  # the points sent, in order
+    reused: list[JobRow] = field(default_factory=list)  # points that had run already, with the same inputs
+    points: dict[str, dict[str, str]] = field(default_factory=dict)  # job id -> its point
+
+    @property
+    def job_ids(self) -> list[str]:
+        return [s.job_id for s in self.submitted] + [j.id for j in self.reused]
+
+
+async def run_sweep(
+    loop: RunLoop,
+    project: Project,
+    req: RunRequest,
+    grid: Grid,
+    known: dict[str, object],
+    say: Callable[[str], None],
+    on_submitted: Callable[[Submitted], None] | None = None,
+) -> SweepOutcome:
+    """Make the run, then send each point of `grid` to it as a detached job of its own."""
+    store = loop.store
+    if req.run_name is not None and store.run_name_taken(req.run_name):
+        raise UsageError(name_taken(req.run_name))
+    if req.nodes and req.nodes > 1 or req.resume:
+        raise UsageError("--sweep runs single-node jobs, each from scratch: drop --nodes/--resume")
+    name = req.run_name or new_run_name(store.run_name_taken)
+    # The run's variables: the defaults with the command line's, each swept one as its list of values.
+    variables: dict[str, object] = {**known, **req.overrides, **grid.axes}
+    previous = store.create_run(name, req.workflow_name, str(project.root), req.tag, variables)
+    if previous:
+        say(f"tag {req.tag!r} moved from run {previous} to run {name}")
+    outcome = SweepOutcome(name)
+    say(f"run {name}: a sweep of {len(grid.points)} point(s) over {', '.join(grid.axes)}")
+    for k, point in enumerate(grid.points, 1):
+        label = f"point {k}/{len(grid.points)} ({point_text(point)})"
+        one = dataclasses.replace(
+            req, overrides={**req.overrides, **point}, run_name=name, in_run=True, follow=False, tag=None
+        )
+        sent = await loop.run(project, one, None, _prefixed(say, label), None)
+        for sub in sent.submitted:
+            say(f"{label}: job {sub.job_id} on runner {sub.runner}")
+            outcome.submitted.append(sub)
+            outcome.points[sub.job_id] = point
+            if on_submitted:
+                on_submitted(sub)
+        wanted = [j for j in sent.reused if j.workflow == req.workflow_name]
+        for job in wanted:  # the point itself ran before (its dependencies' reuse is the run's own business)
+            outcome.reused.append(job)
+            outcome.points[job.id] = point
+    return outcome
+
+
+def _prefixed(say: Callable[[str], None], label: str) -> Callable[[str], None]:
+    return lambda text: say(f"{label}: {text}")

@@ -1,0 +1,131 @@
+"""Sweeps (`run W --sweep VAR=V1,V2 ...`): one run, a job per point, spread over the runners, each
+point reused when it ran before with the same inputs, compared side by side. Through the real CLI
+on real agents; each runner has one GPU, faked at the edge (LANPOOL_FAKE_GPUS), so a runner takes
+one point at a time and the others wait in the runners' queues."""
+
+import json
+
+import pytest
+
+from tests.harness import start_agent
+
+WORKFLOWS = """
+workflows:
+  - name: train
+    resources: {gpu: 1}
+    commands:
+      # val_loss = lr * 10 / k at step 100 k, k = 1..3 (with `batch` in the line, so it is an input).
+      - >-
+        awk -v lr=${{ lr }} 'BEGIN { for (k = 1; k <= 3; k++) printf "{\\"step\\": %d, \\"name\\": \\"val_loss\\", \\"value\\": %g}\\n", 100 * k, lr * 10 / k }'
+        >> "$LANPOOL_METRICS_FILE"
+      - echo "trained lr=${{ lr }} batch=${{ batch }} on $LANPOOL_RUNNER_NAME"
+      - sleep 1
+"""
+VARIABLES = "variables:\n  train:\n    lr: 0.3\n    batch: 16\n"
+
+
+@pytest.fixture
+def gpu_runners(tmp_path, controller_home, cli):
+    agents = [
+        start_agent(tmp_path / f"g{i}", controller_home, name=f"gpu-{i}", extra_env={"LANPOOL_FAKE_GPUS": "0"})
+        for i in range(2)
+    ]
+    for a in agents:
+        cli("headless", "runners", "add", a.address, check=True)
+    yield agents
+    for a in agents:
+        a.stop()
+
+
+def _sweep(cli, project, *args: str, check: bool = True):
+    return cli("headless", "run", "train", *args, "--json", cwd=project, check=check, timeout=240)
+
+
+def test_a_grid_runs_each_point_once_on_both_runners_and_compares_them(gpu_runners, cli, make_project):
+    project = make_project(WORKFLOWS, files={".lanpool/variables.yaml": VARIABLES})
+    res = _sweep(cli, project, "--sweep", "lr=0.06,0.3", "--sweep", "batch=32,64")
+    out = json.loads(res.stdout.splitlines()[-1])
+    run, jobs = out["run"], out["jobs"]
+    assert [j["point"] for j in jobs] == [
+        {"lr": "0.06", "batch": "32"},
+        {"lr": "0.06", "batch": "64"},
+        {"lr": "0.3", "batch": "32"},
+        {"lr": "0.3", "batch": "64"},
+    ]
+    assert {j["status"] for j in jobs} == {"DONE"}
+    assert {j["runner"] for j in jobs} == {"gpu-0", "gpu-1"}, jobs  # both runners took points
+    assert "4 of 4 point(s) DONE" in res.stderr
+
+    table = json.loads(cli("headless", "compare", run, "--sort", "val_loss", "--json", check=True).stdout)
+    assert table["varying"] == ["lr", "batch"]
+    rows = table["jobs"]
+    assert len(rows) == 4 and all(r["run"] == run for r in rows)
+    assert [r["variables"]["lr"] for r in rows] == ["0.06", "0.06", "0.3", "0.3"]  # best val_loss first
+    for r in rows:
+        lr = float(r["variables"]["lr"])
+        assert (
+            abs(r["metrics"]["val_loss"]["best"] - lr * 10 / 3) < 1e-4 and r["metrics"]["val_loss"]["best_step"] == 300
+        )
+    logs = cli("headless", "logs", rows[0]["job_id"], check=True).stdout
+    assert f"trained lr=0.06 batch={rows[0]['variables']['batch']} on " in logs
+
+    # The same grid again, one point more: the four reused (plan says so first), one runs.
+    plan = json.loads(
+        cli(
+            "headless",
+            "plan",
+            "train",
+            "--sweep",
+            "lr=0.06,0.3,0.9",
+            "--sweep",
+            "batch=32",
+            "--json",
+            cwd=project,
+            check=True,
+        ).stdout
+    )
+    assert [p["action"] for p in plan] == ["reuse", "reuse", "run"]
+    again = _sweep(cli, project, "--sweep", "lr=0.06,0.3,0.9", "--sweep", "batch=32")
+    second = json.loads(again.stdout.splitlines()[-1])
+    assert [j["run"] == run for j in second["jobs"]] == [False, True, True]  # the new point first, then the reused
+    assert "3 of 3 point(s) DONE (2 reused)" in again.stderr
+
+
+def test_a_detached_sweep_returns_at_once_and_its_points_run_without_the_controller(gpu_runners, cli, make_project):
+    project = make_project(WORKFLOWS, files={".lanpool/variables.yaml": VARIABLES})
+    res = _sweep(cli, project, "-d", "--sweep", "lr=0.1,0.2,0.4")
+    out = json.loads(res.stdout)
+    assert len(out["jobs"]) == 3 and "detached:" in res.stderr
+    for job in out["jobs"]:  # the controller is gone; each point ends on its runner
+        cli.follow_until(job["job_id"], "trained lr=", timeout=120)
+    rows = json.loads(cli("headless", "compare", out["run"], "--json", check=True).stdout)["jobs"]
+    assert sorted(r["variables"]["lr"] for r in rows) == ["0.1", "0.2", "0.4"]
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--sweep", "nosuch=1,2"], "--sweep nosuch: train has no variable 'nosuch'; its variables: batch, lr"),
+        (["--sweep", "lr"], "--sweep 'lr': write VARIABLE=VALUE,VALUE,... (e.g. --sweep lr=1e-4,3e-4)"),
+        (["--sweep", "lr=1,,2"], "--sweep 'lr=1,,2': an empty value; separate the values with single commas"),
+        (
+            ["--sweep", "lr=1", "--sweep", "lr=2"],
+            "--sweep lr is given twice: put all its values in one --sweep lr=V1,V2",
+        ),
+        (
+            ["--sweep", "lr=1,2", "--lr", "3"],
+            "--lr and --sweep lr: give one (a swept variable takes each value in turn)",
+        ),
+        (
+            ["--sweep", "lr=" + ",".join(map(str, range(40))), "--sweep", "batch=" + ",".join(map(str, range(30)))],
+            "--sweep: 1200 points; one run takes at most 1000 (sweep fewer values)",
+        ),
+        (["--sweep", "lr=1,2", "--port", "8080"], "--port forwards one job's port to this machine"),
+    ],
+)
+def test_a_bad_sweep_is_one_line_and_nothing_runs(cli, make_project, controller_home, args, says):
+    project = make_project(WORKFLOWS, files={".lanpool/variables.yaml": VARIABLES})
+    res = cli("headless", "run", "train", *args, cwd=project)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.startswith(f"app: error: {says}") and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout) == []  # nothing stored
