@@ -285,26 +285,27 @@ class Controller:
         on_submitted: "Callable[[Submitted], None] | None" = None,
         **options: Any,
     ) -> "SweepOutcome":
-        """`run --sweep VAR=V1,V2 ...`: one run, one detached job per point of the grid
-        (app/runs/sweep.py); `options` are Controller.run's. A point that ran before with the same
+        """`run --sweep VAR=V1,V2 ...` (else the workflow's `sweep:`): one run, one detached job per
+        point (app/runs/sweep.py); `options` are Controller.run's. A point that ran before with the same
         inputs is reused unless `no_cache`."""
         from lanpool.app.runs.loop import RunLoop, RunRequest
-        from lanpool.app.runs.sweep import parse_grid, run_sweep
+        from lanpool.app.runs.sweep import grid_of, run_sweep
 
         request = RunRequest(workflow_name=workflow_name, **options)
         request = dataclasses.replace(request, reuse=not request.no_cache)
         known: dict[str, object] = dict(self.variables(project, workflow_name))
-        grid = parse_grid(specs, workflow_name, known, request.overrides)
+        grid = grid_of(project, workflow_name, specs, known, request.overrides)
         loop = RunLoop(self.store, self.home, self.pool, self.jobs, self.secrets, self.plan)
         return await run_sweep(loop, project, request, grid, known, say or (lambda _text: None), on_submitted)
 
     def sweep_plan(
         self, project: "Project", workflow_name: str, specs: list[str], overrides: dict[str, str], **options: Any
     ) -> "list[tuple[dict[str, str], Plan]]":
-        """`plan --sweep ...`: each point of the grid with its plan (`options`: plan's)."""
-        from lanpool.app.runs.sweep import parse_grid
+        """`plan --sweep ...` (else the workflow's `sweep:`): each point with its plan (`options`: plan's).
+        A random sweep without a seed draws new points each time: its plan shows one draw."""
+        from lanpool.app.runs.sweep import grid_of
 
-        grid = parse_grid(specs, workflow_name, dict(self.variables(project, workflow_name)), overrides)
+        grid = grid_of(project, workflow_name, specs, dict(self.variables(project, workflow_name)), overrides)
         reuse = not options.pop("no_cache", False)
         return [
             (point, self.plan(project, workflow_name, {**overrides, **point}, not reuse, reuse, **options))

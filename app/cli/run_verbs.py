@@ -133,7 +133,7 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
     if args.help:
         _workflow_help(ctl, project, args.workflow, "run")
         return ExitCode.OK
-    if args.sweep:  # one run of a job per point (app/cli/sweep_verbs.py)
+    if args.sweep or _has_sweep(project, args.workflow):  # one run of a job per point (app/cli/sweep_verbs.py)
         from lanpool.app.cli.sweep_verbs import run_sweep
 
         return await run_sweep(ctl, project, args)
@@ -208,7 +208,7 @@ async def plan(ctl: Controller, args: argparse.Namespace) -> int:
     if args.help:
         _workflow_help(ctl, project, args.workflow, "plan")
         return ExitCode.OK
-    if args.sweep:
+    if args.sweep or _has_sweep(project, args.workflow):
         from lanpool.app.cli.sweep_verbs import plan_sweep
 
         return plan_sweep(ctl, project, args)
@@ -240,6 +240,12 @@ async def plan(ctl: Controller, args: argparse.Namespace) -> int:
             f"resources of {args.workflow} (the command line's over the workflow's): {shown_resources(asked.job.resources)}"
         )
     return ExitCode.OK
+
+
+def _has_sweep(project: Project, workflow: str) -> bool:
+    """The workflow has a `sweep:` (an unknown or refused one: the usual path says why)."""
+    found = project.workflows.get(workflow)
+    return found is not None and found.sweep is not None
 
 
 def _notify_cmd(args: argparse.Namespace) -> list[str] | None:

@@ -12,6 +12,8 @@ every point reuses them, rather than each point running its own.
 
 import dataclasses
 import itertools
+import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -21,9 +23,9 @@ from lanpool.app.runs.names import new_run_name
 from lanpool.app.runs.result import Submitted
 from lanpool.app.store import JobRow
 from lanpool.app.workflows import Project
-
-MAX_POINTS = 1000  # one run's jobs: a bigger grid is a typo more often than a plan
-MAX_VALUES = 1000  # of one variable
+from lanpool.app.workflows.model import Scalar, SweepSpec
+from lanpool.app.workflows.resolve import render_value
+from lanpool.app.workflows.sweep_spec import MAX_POINTS, MAX_VALUES
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,19 @@ class Grid:
 
     axes: dict[str, list[str]]
     points: list[dict[str, str]]
+    seed: int | None = None  # a random sweep's: the same seed draws the same points
+
+
+def grid_of(
+    project: Project, workflow: str, specs: list[str], known: dict[str, object], overrides: dict[str, str]
+) -> Grid:
+    """The command line's `--sweep`s, else the workflow's `sweep:` (the command line's replace it)."""
+    if specs:
+        return parse_grid(specs, workflow, known, overrides)
+    spec = project.get(workflow).sweep
+    if spec is None:
+        raise UsageError(f"{workflow} has no 'sweep:': give --sweep VAR=V1,V2")
+    return spec_grid(spec, workflow, known, overrides)
 
 
 def parse_grid(specs: list[str], workflow: str, known: dict[str, object], overrides: dict[str, str]) -> Grid:
@@ -62,6 +77,39 @@ def parse_grid(specs: list[str], workflow: str, known: dict[str, object], overri
         raise UsageError(f"--sweep: {size} points; one run takes at most {MAX_POINTS} (sweep fewer values)")
     points = [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
     return Grid(axes, points)
+
+
+def spec_grid(spec: SweepSpec, workflow: str, known: dict[str, object], overrides: dict[str, str]) -> Grid:
+    """The points of a workflow's `sweep:` (app/workflows/sweep_spec.py): every combination of a
+    grid, or `samples` draws of a random sweep (`seed`: the same points every time; none: a new
+    seed, which the run records)."""
+    for name in spec.variables:
+        if name not in known:
+            have = ", ".join(sorted(known)[:20]) or "none (define them in .lanpool/variables.yaml)"
+            raise UsageError(f"{workflow}'s sweep: no variable {name!r}; its variables: {have}")
+        if name in overrides:
+            raise UsageError(f"--{name}: {workflow}'s sweep sets {name}; sweep other values with --sweep {name}=V1,V2")
+    if spec.method == "grid":
+        axes = {name: [render_value(v) for v in values] for name, (_kind, values) in spec.variables.items()}
+        return Grid(axes, [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())])
+    seed = spec.seed if spec.seed is not None else random.SystemRandom().randrange(2**31)
+    rng = random.Random(seed)
+    points = [
+        {name: _draw(rng, kind, values) for name, (kind, values) in spec.variables.items()} for _ in range(spec.samples)
+    ]
+    axes = {name: list(dict.fromkeys(p[name] for p in points)) for name in spec.variables}
+    return Grid(axes, points, seed)
+
+
+def _draw(rng: random.Random, kind: str, values: list[Scalar]) -> str:
+    if kind == "choice":
+        return render_value(rng.choice(values))
+    low, high = float(values[0]), float(values[1])
+    if kind == "int_uniform":
+        return str(rng.randint(int(low), int(high)))
+    if kind == "log_uniform":
+        return f"{math.exp(rng.uniform(math.log(low), math.log(high))):.6g}"
+    return f"{rng.uniform(low, high):.6g}"
 
 
 def point_text(point: dict[str, str]) -> str:
@@ -102,7 +150,8 @@ async def run_sweep(
     if previous:
         say(f"tag {req.tag!r} moved from run {previous} to run {name}")
     outcome = SweepOutcome(name)
-    say(f"run {name}: a sweep of {len(grid.points)} point(s) over {', '.join(grid.axes)}")
+    drawn = f", drawn with seed {grid.seed} (`seed: {grid.seed}` draws them again)" if grid.seed is not None else ""
+    say(f"run {name}: a sweep of {len(grid.points)} point(s) over {', '.join(grid.axes)}{drawn}")
     for k, point in enumerate(grid.points, 1):
         label = f"point {k}/{len(grid.points)} ({point_text(point)})"
         one = dataclasses.replace(

@@ -24,6 +24,7 @@ from lanpool.app.workflows.model import (
 )
 from lanpool.app.workflows.resources import check_resources
 from lanpool.app.workflows.slurm import parse_slurm
+from lanpool.app.workflows.sweep_spec import parse_sweep
 from lanpool.protocol.transfer_messages import abs_artifact_problem
 
 WORKFLOW_KEYS = (
@@ -51,6 +52,7 @@ WORKFLOW_KEYS = (
     "retry",
     "slurm",
     "hold_base",
+    "sweep",
 )
 RESOURCE_KEYS = ("gpu", "cpu", "memory", "shm_size", "interruptible")
 GPU_KEYS = ("count", "name", "memory")
@@ -173,6 +175,7 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
         retry_limit=retry_limit,
         retry_delay_s=retry_delay_s,
         hold_base=hold_base,
+        sweep=parse_sweep(item, err),
         file=path,
         line=item.line,
         key_lines=dict(item.key_lines),

@@ -70,6 +70,19 @@ class ArtifactSpec(Record):
 
 
 @record
+class SweepSpec(Record):
+    """A workflow's `sweep:`: the variables swept, each as its values (grid) or a distribution
+    (random: `choice`, `uniform`, `log_uniform`, `int_uniform` -> [lo, hi]); app/runs/sweep.py
+    makes the points."""
+
+    method: str = "grid"  # or "random"
+    samples: int = 0  # random: how many points
+    seed: int | None = None  # random: the same seed draws the same points
+    # variable -> ("values", [v, ...]) or (distribution, [lo, hi]) / ("choice", [v, ...])
+    variables: dict[str, tuple[str, list[Scalar]]] = field(default_factory=dict)
+
+
+@record
 class Workflow(Record):
     """One entry of `workflows:`. Text fields may still hold `$variables`."""
 
@@ -103,6 +116,7 @@ class Workflow(Record):
     retry_delay_s: float = 0.0
     # The runner's torch/Lightning (and CUDA) held at the base's versions while pip installs (agent/python/job_envs.py).
     hold_base: bool = True
+    sweep: SweepSpec | None = None  # `sweep:`: `run` makes a job per point (app/runs/sweep.py)
     file: Path | None = None
     line: int | None = None
     key_lines: dict[str, int] = field(default_factory=dict, compare=False)

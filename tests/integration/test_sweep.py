@@ -129,3 +129,25 @@ def test_a_bad_sweep_is_one_line_and_nothing_runs(cli, make_project, controller_
     assert res.returncode == 2, res.stderr
     assert res.stderr.startswith(f"app: error: {says}") and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout) == []  # nothing stored
+
+
+RANDOM_SWEEP = """
+    sweep:
+      method: random
+      samples: 3
+      seed: 5
+      variables:
+        lr: {log_uniform: [0.01, 1.0]}
+        batch: [8, 16]
+"""
+
+
+def test_a_workflows_random_sweep_draws_the_same_points_again_and_reuses_them(gpu_runners, cli, make_project):
+    project = make_project(WORKFLOWS + RANDOM_SWEEP, files={".lanpool/variables.yaml": VARIABLES})
+    first = cli("headless", "run", "train", "--json", cwd=project, check=True, timeout=240)
+    assert "a sweep of 3 point(s) over lr, batch, drawn with seed 5" in first.stderr
+    points = [j["point"] for j in json.loads(first.stdout.splitlines()[-1])["jobs"]]
+    assert len(points) == 3 and all(0.01 <= float(p["lr"]) <= 1.0 and p["batch"] in ("8", "16") for p in points)
+    again = cli("headless", "run", "train", "--json", cwd=project, check=True, timeout=240)
+    assert [j["point"] for j in json.loads(again.stdout.splitlines()[-1])["jobs"]] == points
+    assert "3 of 3 point(s) DONE (3 reused)" in again.stderr
