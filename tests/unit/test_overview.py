@@ -144,3 +144,16 @@ def test_metrics_reader_reads_only_new_points_and_series_sort_by_step(store):
     assert reader.update(store) is False  # nothing new: nothing re-read
     series = overview.metric_series(reader.points)
     assert series == {"train_loss": ([1, 2], [0.9, 0.5]), "val_loss": ([2], [0.7])}
+
+
+def test_a_metrics_chunk_is_read_whole_and_line_by_line_only_when_it_must():
+    from lanpool.app.views.overview import _json_lines
+
+    good = b'{"step": 1, "name": "a", "value": 1}\n\n{"step": 2, "name": "a", "value": 2}\n'
+    assert [p["step"] for p in _json_lines(good)] == [1, 2]
+    assert [p["step"] for p in _json_lines(good.decode())] == [1, 2]  # text as bytes
+    bad = b'{"step": 1, "name": "a"}\nnot json\n{"step": 2, "name": "a"}\n'
+    assert [p["step"] for p in _json_lines(bad)] == [1, 2]  # the bad line alone is skipped
+    two = b'{"step": 1, "name": "a"}, {"step": 9, "name": "a"}\n{"step": 2, "name": "a"}\n'
+    assert [p["step"] for p in _json_lines(two)] == [2]  # a line of two values is no point, as before
+    assert _json_lines(b"") == [] and _json_lines(b"\n  \n") == []
