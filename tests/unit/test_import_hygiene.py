@@ -44,7 +44,7 @@ EXCEPTIONS = {("lanpool.app.cli.main", "agent")}
 # module) and anything in a lower layer, never a sibling of its layer or anything above it.
 LAYERS = {
     "app": [
-        ("cli", "tui"),  # the front ends
+        ("cli", "tui", "api"),  # the front ends (api: lanpool.run and friends, docs/api.md)
         ("controller",),  # their one door
         ("runs", "shell", "views"),  # a run from plan to result; into running jobs; what front ends show
         ("jobs",),  # one job (a gang of 1..N nodes) on its runners
@@ -351,7 +351,7 @@ def test_the_contracts_can_fail(tmp_path):
 
 
 # Front ends (and the TUI's background feeds) use the Controller; nothing it is made of uses it back.
-FRONT_ENDS = ("lanpool.app.cli", "lanpool.app.tui")
+FRONT_ENDS = ("lanpool.app.cli", "lanpool.app.tui", "lanpool.app.api")
 
 
 def test_the_controller_is_imported_only_by_front_ends():
@@ -370,6 +370,7 @@ def test_the_controller_is_imported_only_by_front_ends():
 FORBIDDEN = {
     "lanpool.app.cli": ("lanpool.app.store", "lanpool.app.runs.planning"),
     "lanpool.app.tui": ("lanpool.app.store", "lanpool.app.runs.planning", "lanpool.app.cli"),
+    "lanpool.app.api": ("lanpool.app.store", "lanpool.app.runs.planning", "lanpool.app.cli", "lanpool.app.tui"),
 }
 
 
