@@ -372,8 +372,19 @@ class Controller:
             sessions=sessions,
         )
 
-    async def stop(self, job_id: str, abort: bool = False, grace_s: float | None = None) -> JobRow:
-        """Stop every node of the job at once; it ends STOPPED/ABORTED as one."""
+    async def stop(
+        self, job_id: str, abort: bool = False, grace_s: float | None = None, why: str | None = None
+    ) -> JobRow:
+        """Stop every node of the job at once; it ends STOPPED/ABORTED as one. `why`: kept as the
+        job's reason (a sweep's early stopping says its rank)."""
+        if why:
+            ended = await self._stop(job_id, abort, grace_s)
+            if ended.state is JobState.STOPPED:
+                self.store.set_job_status(job_id, ended.status, why, error=why)
+            return self.store.job(job_id)
+        return await self._stop(job_id, abort, grace_s)
+
+    async def _stop(self, job_id: str, abort: bool, grace_s: float | None) -> JobRow:
         job = self.store.job(job_id)
         if job.state.is_terminal():
             return job

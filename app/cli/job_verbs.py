@@ -33,8 +33,9 @@ async def status(ctl: Controller, args: argparse.Namespace) -> int:
         return ExitCode.OK
 
 
-# Why a job is waiting or ended badly, shown in the table (`--json` has the whole text).
-_REASON_STATES = ("QUEUED", "FAILED", "LOST")
+# Why a job is waiting or ended badly, shown in the table (`--json` has the whole text); a STOPPED
+# job has a reason only when one was given (a sweep's stop_worst).
+_REASON_STATES = ("QUEUED", "FAILED", "LOST", "STOPPED")
 _REASON_CHARS = 60
 
 

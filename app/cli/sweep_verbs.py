@@ -4,6 +4,7 @@ sent (app/runs/sweep.py), followed and compared (app/views/compare.py)."""
 import argparse
 import asyncio
 import json
+from typing import TYPE_CHECKING
 
 from lanpool.app.cli import render
 from lanpool.app.cli.render import say
@@ -13,6 +14,9 @@ from lanpool.app.errors import ExitCode, UsageError
 from lanpool.app.startup.import_paused import import_paused
 from lanpool.app.views.formatting import duration, status_text
 from lanpool.app.workflows import Project
+
+if TYPE_CHECKING:
+    from lanpool.app.runs.sweep import SweepOutcome
 
 FOLLOWED_AT_ONCE = 16  # points followed together; the others keep running and are read when their turn comes
 
@@ -40,6 +44,8 @@ async def run_sweep(ctl: Controller, project: Project, args: argparse.Namespace)
         )
         return ExitCode.OK
     limit = asyncio.Semaphore(FOLLOWED_AT_ONCE)
+    stopped: dict[str, str] = {}  # job id -> why the sweep stopped it (stop_worst)
+    judge = asyncio.create_task(_stop_worst(ctl, outcome, mine, stopped)) if outcome.stop_worst else None
 
     async def follow(job_id: str) -> None:
         async with limit:
@@ -50,6 +56,9 @@ async def run_sweep(ctl: Controller, project: Project, args: argparse.Namespace)
 
     try:
         await asyncio.gather(*(follow(s.job_id) for s in outcome.submitted))
+        if judge is not None:
+            judge.cancel()
+            await asyncio.gather(judge, return_exceptions=True)
     except asyncio.CancelledError:
         say(
             f"run {outcome.run_name}: its jobs keep running: `app headless compare {outcome.run_name}`, "
@@ -62,10 +71,12 @@ async def run_sweep(ctl: Controller, project: Project, args: argparse.Namespace)
         from lanpool.app.cli.compare_verbs import print_comparison
 
         print_comparison(ctl, ctl.runs.compared(compared))
-    failed = [i for i in compared if ctl.runs.job(i).status != "DONE"]
+    failed = [i for i in compared if ctl.runs.job(i).status != "DONE" and i not in stopped]
+    done = len(compared) - len(failed) - len(stopped)
     say(
-        f"run {outcome.run_name}: {len(compared) - len(failed)} of {len(compared)} point(s) DONE"
+        f"run {outcome.run_name}: {done} of {len(compared)} point(s) DONE"
         + (f" ({len(outcome.reused)} reused)" if outcome.reused else "")
+        + (f", {len(stopped)} stopped by stop_worst" if stopped else "")
     )
     return ExitCode.FAILED if failed else ExitCode.OK
 
@@ -115,3 +126,35 @@ def plan_sweep(ctl: Controller, project: Project, args: argparse.Namespace) -> i
             f"`app headless run {sorted(deps)[0]}` first, and every point reuses it"
         )
     return ExitCode.OK
+
+
+JUDGED_EVERY_S = 1.0  # how often a followed sweep looks at its points' metrics (stop_worst)
+
+
+async def _stop_worst(ctl: Controller, outcome: "SweepOutcome", job_ids: list[str], stopped: dict[str, str]) -> None:
+    """A followed sweep's early stopping (app/runs/halving.py): each point's metric, as its log
+    comes in, ranked at each rung; a point in the worse part is stopped, saying why. Runs until
+    cancelled (the sweep's points have all ended)."""
+    from lanpool.app.runs.halving import Rungs
+    from lanpool.app.views.compare import better_is
+    from lanpool.app.views.overview import MetricsReader
+
+    rule = outcome.stop_worst
+    assert rule is not None
+    rungs = Rungs(rule, better_is(rule.metric, rule.mode or None))
+    readers = {job_id: MetricsReader(job_id) for job_id in job_ids}
+    stops: list[asyncio.Task[object]] = []
+    try:
+        while True:
+            await asyncio.sleep(JUDGED_EVERY_S)
+            for job_id, reader in readers.items():
+                if job_id in stopped or not ctl.runs.read_metrics(reader):
+                    continue
+                for verdict in rungs.observe(job_id, reader.points):
+                    if verdict.stop and not ctl.runs.job(job_id).state.is_terminal():
+                        why = verdict.reason(rule.metric)
+                        stopped[job_id] = why
+                        say(f"run {outcome.run_name}: point {_point_text(outcome.points[job_id])}: {why}")
+                        stops.append(asyncio.create_task(ctl.stop(job_id, why=why)))
+    finally:
+        await asyncio.gather(*stops, return_exceptions=True)  # each stop recorded before the sweep ends

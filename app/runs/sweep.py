@@ -23,7 +23,7 @@ from lanpool.app.runs.names import new_run_name
 from lanpool.app.runs.result import Submitted
 from lanpool.app.store import JobRow
 from lanpool.app.workflows import Project
-from lanpool.app.workflows.model import Scalar, SweepSpec
+from lanpool.app.workflows.model import Scalar, StopWorst, SweepSpec
 from lanpool.app.workflows.resolve import render_value
 from lanpool.app.workflows.sweep_spec import MAX_POINTS, MAX_VALUES
 
@@ -35,15 +35,17 @@ class Grid:
     axes: dict[str, list[str]]
     points: list[dict[str, str]]
     seed: int | None = None  # a random sweep's: the same seed draws the same points
+    stop_worst: StopWorst | None = None  # early stopping, decided by the controller that follows it
 
 
 def grid_of(
     project: Project, workflow: str, specs: list[str], known: dict[str, object], overrides: dict[str, str]
 ) -> Grid:
     """The command line's `--sweep`s, else the workflow's `sweep:` (the command line's replace it)."""
-    if specs:
-        return parse_grid(specs, workflow, known, overrides)
     spec = project.get(workflow).sweep
+    if specs:  # the points are the command line's; the workflow's early stopping still holds
+        grid = parse_grid(specs, workflow, known, overrides)
+        return dataclasses.replace(grid, stop_worst=spec.stop_worst if spec else None)
     if spec is None:
         raise UsageError(f"{workflow} has no 'sweep:': give --sweep VAR=V1,V2")
     return spec_grid(spec, workflow, known, overrides)
@@ -91,14 +93,15 @@ def spec_grid(spec: SweepSpec, workflow: str, known: dict[str, object], override
             raise UsageError(f"--{name}: {workflow}'s sweep sets {name}; sweep other values with --sweep {name}=V1,V2")
     if spec.method == "grid":
         axes = {name: [render_value(v) for v in values] for name, (_kind, values) in spec.variables.items()}
-        return Grid(axes, [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())])
+        points = [dict(zip(axes, combo, strict=True)) for combo in itertools.product(*axes.values())]
+        return Grid(axes, points, stop_worst=spec.stop_worst)
     seed = spec.seed if spec.seed is not None else random.SystemRandom().randrange(2**31)
     rng = random.Random(seed)
     points = [
         {name: _draw(rng, kind, values) for name, (kind, values) in spec.variables.items()} for _ in range(spec.samples)
     ]
     axes = {name: list(dict.fromkeys(p[name] for p in points)) for name in spec.variables}
-    return Grid(axes, points, seed)
+    return Grid(axes, points, seed, spec.stop_worst)
 
 
 def _draw(rng: random.Random, kind: str, values: list[Scalar]) -> str:
@@ -122,6 +125,7 @@ class SweepOutcome:
     submitted: list[Submitted] = field(default_factory=list)  # the points sent, in order
     reused: list[JobRow] = field(default_factory=list)  # points that had run already, with the same inputs
     points: dict[str, dict[str, str]] = field(default_factory=dict)  # job id -> its point
+    stop_worst: StopWorst | None = None
 
     @property
     def job_ids(self) -> list[str]:
@@ -149,9 +153,13 @@ async def run_sweep(
     previous = store.create_run(name, req.workflow_name, str(project.root), req.tag, variables)
     if previous:
         say(f"tag {req.tag!r} moved from run {previous} to run {name}")
-    outcome = SweepOutcome(name)
+    outcome = SweepOutcome(name, stop_worst=grid.stop_worst)
     drawn = f", drawn with seed {grid.seed} (`seed: {grid.seed}` draws them again)" if grid.seed is not None else ""
     say(f"run {name}: a sweep of {len(grid.points)} point(s) over {', '.join(grid.axes)}{drawn}")
+    if grid.stop_worst and not req.follow:
+        say(
+            f"run {name}: stop_worst is decided by the controller that follows a sweep: detached, every point runs to its end"
+        )
     for k, point in enumerate(grid.points, 1):
         label = f"point {k}/{len(grid.points)} ({point_text(point)})"
         one = dataclasses.replace(

@@ -141,6 +141,7 @@ def compare(
                 "runner": job.runner,
                 "status": job.status,
                 "exit_code": job.exit_code,
+                "error": job.error,  # a point stopped by its sweep says why here
                 "started_at": job.started_at,
                 "finished_at": job.finished_at,
                 "variables": own,

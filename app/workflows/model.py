@@ -70,6 +70,18 @@ class ArtifactSpec(Record):
 
 
 @record
+class StopWorst(Record):
+    """`sweep: {stop_worst: ...}`: at each step of `at`, a job of the sweep that reached it is
+    stopped when its `metric` (best so far) ranks in the worse part of those that reached it
+    (asynchronous successive halving: app/runs/halving.py)."""
+
+    metric: str
+    at: list[int]
+    keep: float = 0.5
+    mode: str = ""  # "min" or "max"; "": read from the metric's name (app/views/compare.py)
+
+
+@record
 class SweepSpec(Record):
     """A workflow's `sweep:`: the variables swept, each as its values (grid) or a distribution
     (random: `choice`, `uniform`, `log_uniform`, `int_uniform` -> [lo, hi]); app/runs/sweep.py
@@ -80,6 +92,7 @@ class SweepSpec(Record):
     seed: int | None = None  # random: the same seed draws the same points
     # variable -> ("values", [v, ...]) or (distribution, [lo, hi]) / ("choice", [v, ...])
     variables: dict[str, tuple[str, list[Scalar]]] = field(default_factory=dict)
+    stop_worst: StopWorst | None = None
 
 
 @record

@@ -22,11 +22,12 @@ The variables sit under `variables:` so that a workflow's own variable may be ca
 from collections.abc import Callable
 from typing import Any
 
-from lanpool.app.workflows.model import Scalar, SweepSpec, WorkflowError
+from lanpool.app.workflows.model import Scalar, StopWorst, SweepSpec, WorkflowError
 
 MAX_POINTS = 1000  # one run's jobs: a bigger grid is a typo more often than a plan
 MAX_VALUES = 1000  # of one variable
-SWEEP_KEYS = ("method", "samples", "seed", "variables")
+SWEEP_KEYS = ("method", "samples", "seed", "variables", "stop_worst")
+MAX_RUNGS = 20
 DISTRIBUTIONS = ("choice", "uniform", "log_uniform", "int_uniform")
 
 
@@ -52,6 +53,7 @@ def parse_sweep(item: Any, err: Callable[[str, str], WorkflowError]) -> SweepSpe
     spec: dict[str, tuple[str, list[Scalar]]] = {}
     for name, given in variables.items():
         spec[str(name)] = _variable(str(name), given, method, bad)
+    stop_worst = _stop_worst(raw.get("stop_worst"), bad) if "stop_worst" in raw else None
     if method == "grid":
         for key in ("samples", "seed"):
             if key in raw:
@@ -61,14 +63,42 @@ def parse_sweep(item: Any, err: Callable[[str, str], WorkflowError]) -> SweepSpe
             size *= len(values)
         if size > MAX_POINTS:
             raise bad(f"{size} points; one run takes at most {MAX_POINTS} (sweep fewer values)")
-        return SweepSpec(method="grid", variables=spec)
+        return SweepSpec(method="grid", variables=spec, stop_worst=stop_worst)
     samples = raw.get("samples")
     if isinstance(samples, bool) or not isinstance(samples, int) or not 1 <= samples <= MAX_POINTS:
         raise bad(f"'method: random' needs 'samples', a whole number from 1 to {MAX_POINTS}")
     seed = raw.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise bad(f"'seed' must be a whole number, not {str(seed)[:40]!r}")
-    return SweepSpec(method="random", samples=samples, seed=seed, variables=spec)
+    return SweepSpec(method="random", samples=samples, seed=seed, variables=spec, stop_worst=stop_worst)
+
+
+def _stop_worst(raw: Any, bad: Callable[[str], WorkflowError]) -> StopWorst:
+    """`stop_worst: {metric: val_loss, at: [100, 300], keep: 0.5, mode: min}`."""
+    shape = "a mapping like {metric: val_loss, at: [100, 300], keep: 0.5}"
+    if not isinstance(raw, dict):
+        raise bad(f"'stop_worst' must be {shape}")
+    unknown = [str(k) for k in raw if k not in ("metric", "at", "keep", "mode")]
+    if unknown:
+        raise bad(f"'stop_worst' takes metric, at, keep, mode, not {', '.join(unknown)[:80]}")
+    metric = raw.get("metric")
+    if not isinstance(metric, str) or not metric.strip() or not metric.isprintable() or len(metric) > 100:
+        raise bad(f"'stop_worst' needs 'metric', the name of a metric the job logs ({shape})")
+    at = raw.get("at")
+    at = [at] if isinstance(at, int) and not isinstance(at, bool) else at
+    if (
+        not isinstance(at, list)
+        or not 1 <= len(at) <= MAX_RUNGS
+        or any(isinstance(s, bool) or not isinstance(s, int) or s < 1 for s in at)
+    ):
+        raise bad(f"'stop_worst.at' lists the steps to decide at: 1 to {MAX_RUNGS} whole numbers >= 1")
+    keep = raw.get("keep", 0.5)
+    if isinstance(keep, bool) or not isinstance(keep, (int, float)) or not 0 < keep < 1:
+        raise bad("'stop_worst.keep' is the part kept at each step, between 0 and 1 (0.5: the better half)")
+    mode = raw.get("mode", "")
+    if mode not in ("", "min", "max"):
+        raise bad(f"'stop_worst.mode' is min or max, not {str(mode)[:20]!r}")
+    return StopWorst(metric=metric, at=sorted(set(at)), keep=float(keep), mode=mode)
 
 
 def _variable(name: str, given: Any, method: str, bad: Callable[[str], WorkflowError]) -> tuple[str, list[Scalar]]:

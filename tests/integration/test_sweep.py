@@ -151,3 +151,39 @@ def test_a_workflows_random_sweep_draws_the_same_points_again_and_reuses_them(gp
     again = cli("headless", "run", "train", "--json", cwd=project, check=True, timeout=240)
     assert [j["point"] for j in json.loads(again.stdout.splitlines()[-1])["jobs"]] == points
     assert "3 of 3 point(s) DONE (3 reused)" in again.stderr
+
+
+SLOW_WORKFLOWS = """
+workflows:
+  - name: train
+    resources: {gpu: 1}
+    commands:
+      # val_loss = lr * 10 / k at step k, one step each 0.5 s, 20 steps: a point stopped early ends long before.
+      - >-
+        for k in $(seq 1 20); do awk -v lr=${{ lr }} -v k=$k 'BEGIN { printf "{\\"step\\": %d, \\"name\\": \\"val_loss\\", \\"value\\": %g}\\n", k, lr * 10 / k }'
+        >> "$LANPOOL_METRICS_FILE"; sleep 0.5; done
+      - echo "finished lr=${{ lr }}"
+    sweep:
+      variables:
+        lr: [0.1, 0.2, 0.4, 0.8]
+      stop_worst: {metric: val_loss, at: [3], keep: 0.5}
+"""
+
+
+def test_stop_worst_stops_the_worse_points_at_the_step_and_says_why(gpu_runners, cli, make_project):
+    project = make_project(SLOW_WORKFLOWS, files={".lanpool/variables.yaml": VARIABLES})
+    res = cli("headless", "run", "train", "--json", cwd=project, timeout=240)
+    assert res.returncode == 0, res.stderr  # a point the sweep stopped is not a failure
+    jobs = {j["point"]["lr"]: j for j in json.loads(res.stdout.splitlines()[-1])["jobs"]}
+    assert jobs["0.1"]["status"] == "DONE"  # the best point is never stopped
+    # 0.4 and 0.8 reach step 3 after 0.1 and 0.2 did (two GPUs): worse than both, they are stopped.
+    assert jobs["0.4"]["status"] == jobs["0.8"]["status"] == "STOPPED", jobs
+    assert "stopped by stop_worst" in res.stderr
+    rows = {
+        r["variables"]["lr"]: r
+        for r in json.loads(cli("headless", "compare", jobs["0.1"]["run"], "--json").stdout)["jobs"]
+    }
+    assert rows["0.4"]["error"].startswith("stopped by the sweep at step 3 (val_loss 1.333, rank 3 of "), rows["0.4"]
+    assert not rows["0.1"]["error"]
+    status = cli("headless", "status", "--no-refresh", check=True).stdout
+    assert "stopped by the sweep at step 3" in status  # the reason in the runs table

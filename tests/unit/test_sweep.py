@@ -97,7 +97,10 @@ def test_a_random_sweep_with_a_seed_draws_the_same_points_within_its_bounds(tmp_
 @pytest.mark.parametrize(
     ("sweep", "says"),
     [
-        ("lr: [1, 2]", "'sweep': takes method, samples, seed, variables, not lr (variables go under 'variables')"),
+        (
+            "lr: [1, 2]",
+            "'sweep': takes method, samples, seed, variables, stop_worst, not lr (variables go under 'variables')",
+        ),
         ("variables: {}", "'sweep': needs 'variables'"),
         ("method: bayes\nvariables: {lr: [1]}", "'method' is grid or random, not 'bayes'"),
         ("variables: {lr: {uniform: [0, 1]}}", "a grid takes lists of values; uniform is for 'method: random'"),
@@ -111,6 +114,12 @@ def test_a_random_sweep_with_a_seed_draws_the_same_points_within_its_bounds(tmp_
         ("method: random\nsamples: 2\nvariables: {lr: {int_uniform: [1, 2.5]}}", "int_uniform takes two whole numbers"),
         ("method: random\nsamples: 2\nvariables: {lr: {normal: [0, 1]}}", "give a list of values, or one of choice"),
         ("variables: {lr: [[1, 2]]}", "choice takes a list of values"),
+        ("variables: {lr: [1]}\nstop_worst: [val_loss]", "'stop_worst' must be a mapping like {metric: val_loss"),
+        ("variables: {lr: [1]}\nstop_worst: {at: [1]}", "'stop_worst' needs 'metric'"),
+        ("variables: {lr: [1]}\nstop_worst: {metric: l, at: [0]}", "'stop_worst.at' lists the steps to decide at"),
+        ("variables: {lr: [1]}\nstop_worst: {metric: l, at: [1], keep: 1}", "'stop_worst.keep' is the part kept"),
+        ("variables: {lr: [1]}\nstop_worst: {metric: l, at: 5, mode: best}", "'stop_worst.mode' is min or max"),
+        ("variables: {lr: [1]}\nstop_worst: {metric: l, at: 5, every: 2}", "'stop_worst' takes metric, at, keep, mode"),
         (
             "variables: {a: " + str(list(range(40))) + ", b: " + str(list(range(30))) + "}",
             "1200 points; one run takes at most 1000",
@@ -131,3 +140,11 @@ def test_a_sweep_of_a_variable_the_workflow_lacks_is_one_line(tmp_path):
     plain = load_workflows(write_project(tmp_path / "plain", "workflows:\n  - name: train\n    commands: [echo]\n"))
     with pytest.raises(UsageError, match="train has no 'sweep:': give --sweep VAR=V1,V2"):
         grid_of(plain, "train", [], KNOWN, {})
+
+
+def test_stop_worst_is_read_and_kept_when_the_command_line_gives_the_points(tmp_path):
+    project = _project(tmp_path, "variables: {lr: [1, 2]}\nstop_worst: {metric: val_loss, at: [300, 100, 100]}")
+    spec = project.get("train").sweep
+    assert spec is not None and spec.stop_worst is not None
+    assert (spec.stop_worst.at, spec.stop_worst.keep, spec.stop_worst.mode) == ([100, 300], 0.5, "")
+    assert grid_of(project, "train", ["lr=5,6"], KNOWN, {}).stop_worst == spec.stop_worst
