@@ -11,6 +11,7 @@ from lanpool.app.cli.render import say
 from lanpool.app.cli.run_options import env_of, options_of_run, resources_of
 from lanpool.app.controller import Controller
 from lanpool.app.errors import ExitCode, UsageError
+from lanpool.app.runs.sweep import point_text
 from lanpool.app.startup.import_paused import import_paused
 from lanpool.app.views.formatting import duration, status_text
 from lanpool.app.workflows import Project
@@ -19,10 +20,6 @@ if TYPE_CHECKING:
     from lanpool.app.runs.sweep import SweepOutcome
 
 FOLLOWED_AT_ONCE = 16  # points followed together; the others keep running and are read when their turn comes
-
-
-def _point_text(point: dict[str, str]) -> str:
-    return " ".join(f"{k}={v}" for k, v in point.items())
 
 
 async def run_sweep(ctl: Controller, project: Project, args: argparse.Namespace) -> int:
@@ -52,7 +49,7 @@ async def run_sweep(ctl: Controller, project: Project, args: argparse.Namespace)
             row = await ctl.follow(job_id, follow=True)
         if job_id in points:
             ended = f"{status_text(row)} in {duration(row.started_at, row.finished_at)}"
-            say(f"run {outcome.run_name}: point {_point_text(points[job_id])}: {ended}")
+            say(f"run {outcome.run_name}: point {point_text(points[job_id])}: {ended}")
 
     try:
         await asyncio.gather(*(follow(s.job_id) for s in outcome.submitted))
@@ -109,7 +106,7 @@ def plan_sweep(ctl: Controller, project: Project, args: argparse.Namespace) -> i
     rows, shown = [], []
     for point, plan in planned:
         asked = next(j for j in plan.jobs if j.workflow == args.workflow)
-        rows.append([_point_text(point), asked.action.upper(), asked.key[:12], asked.reason])
+        rows.append([point_text(point), asked.action.upper(), asked.key[:12], asked.reason])
         shown.append(
             {"point": point, "action": asked.action, "key": asked.key, "reason": asked.reason, **plan.to_json()}
         )
@@ -154,7 +151,7 @@ async def _stop_worst(ctl: Controller, outcome: "SweepOutcome", job_ids: list[st
                     if verdict.stop and not ctl.runs.job(job_id).state.is_terminal():
                         why = verdict.reason(rule.metric)
                         stopped[job_id] = why
-                        say(f"run {outcome.run_name}: point {_point_text(outcome.points[job_id])}: {why}")
+                        say(f"run {outcome.run_name}: point {point_text(outcome.points[job_id])}: {why}")
                         stops.append(asyncio.create_task(ctl.stop(job_id, why=why)))
     finally:
         await asyncio.gather(*stops, return_exceptions=True)  # each stop recorded before the sweep ends
