@@ -22,10 +22,13 @@ from lanpool.agent.home import AgentHome
 from lanpool.agent.jobs.admission import DEFAULT_MAX_QUEUED, DEFAULT_STAGED_SHARE
 from lanpool.agent.jobs.journal import JobRecord
 from lanpool.agent.jobs.manager import DEFAULT_GRACE_S
+from lanpool.agent.jobs.turns import queue_rows, span
+from lanpool.agent.jobs.usage import parse_window, read_usage, render, summarize
 from lanpool.agent.retention import collect, parse_size
 from lanpool.agent.ssh.keys import authorize_key
 from lanpool.agent.ssh.pairing import Pairing
 from lanpool.protocol import DEFAULT_PORT
+from lanpool.protocol.pairing import sanitize_label
 from lanpool.protocol.runtime import event_loop
 from lanpool.protocol.schema import name_problem
 
@@ -101,12 +104,27 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
         help="minutes a pairing code stays valid (default 15)",
     )
     serve.add_argument(
+        "--max-queued-per-owner",
         "--max-queued-per-controller",
+        dest="max_queued_per_controller",
         type=_number(1, 1_000_000, "jobs", integer=True, low_ok=True),
         default=DEFAULT_MAX_QUEUED,
         metavar="N",
-        help=f"jobs of one controller that may wait in this runner's queue (default {DEFAULT_MAX_QUEUED}); "
-        "past it a submit is refused with the reason",
+        help=f"jobs of one controller (its key: the jobs' owner) that may wait in this runner's queue "
+        f"(default {DEFAULT_MAX_QUEUED}); past it a submit is refused with the reason",
+    )
+    serve.add_argument(
+        "--max-gpus-per-owner",
+        type=_number(1, 4096, "GPUs", integer=True, low_ok=True),
+        default=None,
+        metavar="N",
+        help="GPUs one controller's running jobs may hold at once on this runner (default: all); its "
+        "next job waits, saying so, and a job asking for more is refused",
+    )
+    serve.add_argument(
+        "--private-occupancy",
+        action="store_true",
+        help="tell controllers only how many jobs hold this runner, never whose, which workflows or since when",
     )
     serve.add_argument(
         "--max-staged-per-controller",
@@ -172,6 +190,13 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
 
     auth = sub.add_parser("authorize", help="allow a controller's public key to connect")
     auth.add_argument("pubkey_file", type=Path, help="the controller's .pub file (app headless key prints its path)")
+    auth.add_argument(
+        "--label",
+        default="",
+        metavar="NAME",
+        help="the name its jobs go by on this runner (other controllers' queue reasons, `status`, `usage`); "
+        "a key already authorized gets this label",
+    )
     auth.add_argument("--data-dir", type=Path, default=None)
 
     status = sub.add_parser("status", help="is the agent running, its address, its pairing code, its jobs")
@@ -212,6 +237,26 @@ def build_parser(prog: str = "app agent") -> argparse.ArgumentParser:
         "stopped (default: they are counted and kept)",
     )
     gc.add_argument("--json", action="store_true")
+
+    usage = sub.add_parser(
+        "usage", help="GPU-, CPU- and wall-hours of the jobs that ran here, by controller key or workflow (sreport)"
+    )
+    usage.add_argument("--data-dir", type=Path, default=None)
+    usage.add_argument(
+        "--since",
+        type=_window,
+        default="30d",
+        metavar="AGE",
+        help="the last AGE: 12h, 30d, 2w ... (default 30d); a job that started before counts from then",
+    )
+    usage.add_argument(
+        "--by",
+        choices=("owner", "workflow"),
+        default="owner",
+        help="a row per controller key (its label: the name it paired with) or per workflow (default owner). "
+        "GPU-hours: GPUs held x hours; CPU-hours: CPUs asked x hours (a job that asked none counts 0)",
+    )
+    usage.add_argument("--json", action="store_true", help="rows, total and each job counted, as JSON")
     return parser
 
 
@@ -227,12 +272,15 @@ def main(argv: list[str] | None = None) -> int:
             event_loop.run(_serve(home, args), prefer_uvloop=False)  # why: protocol/runtime/event_loop.py
         elif args.verb == "authorize":
             home.create()
-            added = authorize_key(home.authorized_keys, args.pubkey_file)
-            print(f"{'authorized' if added else 'already authorized'}: {args.pubkey_file} -> {home.authorized_keys}")
+            done = authorize_key(home.authorized_keys, args.pubkey_file, args.label)
+            named = f" as {sanitize_label(args.label)!r}" if args.label else ""
+            print(f"{done}{named}: {args.pubkey_file} -> {home.authorized_keys}")
         elif args.verb == "gc":
             _gc(home, args)
         elif args.verb == "status":
             return _status(home, args.json)
+        elif args.verb == "usage":
+            _usage(home, args)
         elif args.verb == "pair":
             home.create()
             state = Pairing(home.root / "pairing.json", args.ttl * 60).issue()
@@ -288,6 +336,8 @@ async def _serve(home: AgentHome, args: argparse.Namespace) -> None:
         direct_transfers=not args.no_direct_transfers,
         direct_ports=_port_range(args.direct_ports) if args.direct_ports else None,
         max_queued_per_owner=args.max_queued_per_controller,
+        max_gpus_per_owner=args.max_gpus_per_owner,
+        private_occupancy=args.private_occupancy,
         max_staged_per_owner=args.max_staged_per_controller,
         job_sandbox=args.job_sandbox,
         job_user=args.job_user,
@@ -323,6 +373,25 @@ def _runner_name(text: str) -> str:
     return text
 
 
+def _window(text: str) -> float:
+    """An argparse type: `--since 30d` as seconds (agent/jobs/usage.py parse_window), in one line when not."""
+    try:
+        return parse_window(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _usage(home: AgentHome, args: argparse.Namespace) -> None:
+    """What the ledger says (agent/jobs/usage.py): read from the file, whether or not the agent runs."""
+    until = time.time()
+    since = until - args.since
+    report = summarize(read_usage(home.usage_ledger, since, until), args.by, since, until)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+        return
+    print(render(report, home.root))
+
+
 def _size(text: str) -> int:
     """An argparse type: a size (agent/retention.py parse_size) of at least one byte, in one line when not."""
     try:
@@ -353,14 +422,16 @@ def _status(home: AgentHome, as_json: bool) -> int:
     info = _running_info(home)
     pairing = Pairing(home.root / "pairing.json").current()
     keys = home.authorized_keys.read_text().splitlines() if home.authorized_keys.exists() else []
-    jobs = []
+    records: list[JobRecord] = []
     if home.jobs.is_dir():
         for job_dir in sorted(home.jobs.iterdir()):
             try:
-                data = json.loads((job_dir / "job.json").read_text())
-            except (OSError, ValueError):
+                records.append(JobRecord.load(job_dir))
+            except (OSError, ValueError, TypeError):  # a job dir half made, or a journal from elsewhere
                 continue
-            jobs.append({"job": data.get("job_id"), "run": data.get("run_name"), "state": data.get("state")})
+    jobs = [{"job": r.job_id, "run": r.run_name, "state": str(r.state)} for r in records]
+    now = time.time()
+    queue = queue_rows(records, now)  # running, then waiting in their turns (agent.jobs.turns)
     out = {
         "running": info is not None,
         "data_dir": str(home.root),
@@ -373,6 +444,7 @@ def _status(home: AgentHome, as_json: bool) -> int:
         "authorized_controllers": len([k for k in keys if k.strip()]),
         "jobs_running": sum(j["state"] in ("SUBMITTED", "RUNNING") for j in jobs),
         "jobs_total": len(jobs),
+        "jobs": queue,
     }
     if as_json:
         print(json.dumps(out, indent=2))
@@ -389,7 +461,34 @@ def _status(home: AgentHome, as_json: bool) -> int:
     else:
         print("pairing code: none (`app agent pair` makes one)")
     print(f"jobs: {out['jobs_running']} running, {out['jobs_total']} in the journal")
+    if queue:
+        print(_queue_table(queue, now))
     return 0 if info else 1
+
+
+def _queue_table(rows: list[dict[str, Any]], now: float) -> str:
+    """Running and waiting jobs, with whose they are (`app agent status`)."""
+    head = ["JOB", "STATE", "TURN", "OWNER", "WORKFLOW", "RUN", "GPU", "CPU", "SINCE"]
+    lines = []
+    for r in rows:
+        since = r["started_at"] or r["submitted_at"]
+        took = span(max(0.0, now - since)) if since else "-"
+        limit = f" of {span(r['max_duration_s'])}" if r["started_at"] and r["max_duration_s"] else ""
+        lines.append(
+            [
+                str(r["job_id"])[:12],
+                str(r["state"]),
+                str(r["turn"] or "-"),
+                str(r["owner"]),
+                str(r["workflow"])[:32],
+                str(r["run"])[:32],
+                str(r["gpus"]),
+                f"{r['cpus']:g}",
+                took + limit,
+            ]
+        )
+    widths = [max(len(h), *(len(row[i]) for row in lines)) for i, h in enumerate(head)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in [head, *lines])
 
 
 _LIVE_GRACE_S = 3600.0

@@ -126,8 +126,12 @@ class Agent:
         job_sandbox: str = "auto",
         job_user: str | None = None,
         max_staged_per_owner: int | None = None,
+        max_gpus_per_owner: int | None = None,
+        private_occupancy: bool = False,
     ) -> None:
         self.home = home
+        self.max_gpus_per_owner = max_gpus_per_owner  # agent.jobs.turns
+        self.private_occupancy = private_occupancy
         self.max_staged_per_owner = max_staged_per_owner  # None: DEFAULT_STAGED_SHARE of the jobs' disk
         self.job_sandbox = job_sandbox
         self.job_user = job_user
@@ -207,6 +211,8 @@ class Agent:
             self.manager.blobs.budget = self.blob_cache_size
         self.manager.max_queued = self.max_queued_per_owner
         self.manager.max_staged = self.max_staged_per_owner
+        self.manager.max_gpus_per_owner = self.max_gpus_per_owner
+        self.manager.private_occupancy = self.private_occupancy
         if self.manager.max_staged is None:
             self.manager.max_staged = int(shutil.disk_usage(self.home.jobs).total * DEFAULT_STAGED_SHARE)
         self.manager.blobs.create()
@@ -281,6 +287,20 @@ class Agent:
             **telemetry().resources(),  # "gpu_util": percent per GPU now (agent.host.gpu_telemetry)
         }
 
+    def hello_resources(self) -> dict[str, int | str]:
+        """resources_now() and, for an authenticated controller only (never in the mDNS record the
+        whole LAN hears), who holds this runner now: labels, workflows, resources and times."""
+        resources = self.resources_now()
+        if self.manager is not None:
+            try:
+                held = self.manager.holders_summary()
+            except Exception:  # this feeds every Hello: as resources_now
+                log.exception("cannot say who holds this runner")
+                held = ""
+            if held:
+                resources["held_by"] = held
+        return resources
+
     def _txt(self) -> dict[str, str]:
         return txt_record(self.name, __version__, PROTOCOL_VERSION, self._host_key_text, self.resources_now())
 
@@ -332,7 +352,7 @@ class Agent:
             process.exit(1)
             return
         await ChannelSession(
-            process, self.manager, self.name, self.resources_now, exchange, self.direct, owner=owner
+            process, self.manager, self.name, self.hello_resources, exchange, self.direct, owner=owner
         ).run()
 
     async def close(self, grace_s: float) -> None:

@@ -10,6 +10,7 @@ data_dir/
   blobs/<sha256>      content-addressed file cache: workspaces are built from it
   pyenvs/<key>/       installed `requirements:` layers jobs' Python environments share
   secrets/<id>.json   an unfinished job's secrets (0600, the dir 0700): kept for a restart
+  usage.jsonl         a line per job that ran, when it ended (0600): `app agent usage`; gc keeps it
 """
 
 import contextlib
@@ -64,6 +65,11 @@ class AgentHome:
     def secrets(self) -> Path:
         """Unfinished jobs' secrets (agent.jobs.kept_secrets): beside jobs/, never in a job's dir."""
         return self.root / "secrets"
+
+    @property
+    def usage_ledger(self) -> Path:
+        """What jobs used (agent.jobs.usage): in the data dir, not jobs/, so it outlives `app agent gc`."""
+        return self.root / "usage.jsonl"
 
     def job_dir(self, job_id: str) -> Path:
         return self.jobs / job_id

@@ -30,6 +30,7 @@ from lanpool.agent.errors import AgentError
 from lanpool.agent.home import AgentHome
 from lanpool.agent.jobs.journal import JobRecord
 from lanpool.agent.jobs.kept_secrets import SecretKeeper
+from lanpool.agent.jobs.usage import record_usage
 from lanpool.agent.workspace.blobs import BlobCache
 from lanpool.agent.workspace.spool import LogSpool
 from lanpool.protocol import JobState
@@ -142,6 +143,7 @@ def cancel_queued(home: AgentHome, record: JobRecord, job_dir: Path, now: float)
     record.stop_requested = True
     record.error = CANCELLED_BY_GC
     record.finished_at = now
+    record_usage(home.usage_ledger, record)  # a retry waiting in the queue ran before: its hours count
     if not record.save(job_dir):
         return None
     with contextlib.suppress(OSError):  # its log says why too; a full disk may refuse that line

@@ -35,10 +35,12 @@ if TYPE_CHECKING:
     from lanpool.app.runs.result import RunOutcome, Submitted
     from lanpool.app.runs.retention import DEFAULT_PRUNE_AGE, Removal, Retention, parse_age
     from lanpool.app.runs.sweep import SweepOutcome
+    from lanpool.app.runs.sweep_follow import SweepFollower
     from lanpool.app.secret_store import SecretStore
     from lanpool.app.store.run_filter import RunFilter
     from lanpool.app.transfer.artifacts import Artifacts
     from lanpool.app.views.runs import Runs
+    from lanpool.app.views.usage import Usage
     from lanpool.app.workflows import Project
     from lanpool.app.workflows.model import Scalar
 
@@ -282,12 +284,14 @@ class Controller:
         specs: list[str],
         *,
         say: Callable[[str], None] | None = None,
-        on_submitted: "Callable[[Submitted], None] | None" = None,
+        on_submitted: "Callable[[Submitted, dict[str, str]], None] | None" = None,
+        slots: "asyncio.Semaphore | None" = None,
         **options: Any,
     ) -> "SweepOutcome":
         """`run --sweep VAR=V1,V2 ...` (else the workflow's `sweep:`): one run, one detached job per
         point (app/runs/sweep.py); `options` are Controller.run's. A point that ran before with the same
-        inputs is reused unless `no_cache`."""
+        inputs is reused unless `no_cache`. `slots`: at most that many points sent and not ended
+        (`--max-parallel`): the caller follows the points and releases a slot as each ends."""
         from lanpool.app.runs.loop import RunLoop, RunRequest
         from lanpool.app.runs.sweep import grid_of, run_sweep
 
@@ -296,7 +300,33 @@ class Controller:
         known: dict[str, object] = dict(self.variables(project, workflow_name))
         grid = grid_of(project, workflow_name, specs, known, request.overrides)
         loop = RunLoop(self.store, self.home, self.pool, self.jobs, self.secrets, self.plan)
-        return await run_sweep(loop, project, request, grid, known, say or (lambda _text: None), on_submitted)
+        return await run_sweep(loop, project, request, grid, known, say or (lambda _text: None), on_submitted, slots)
+
+    def sweep_follower(
+        self,
+        project: "Project",
+        workflow_name: str,
+        *,
+        max_parallel: int | None = None,
+        judge: bool = True,
+        say: Callable[[str], None] | None = None,
+        on_end: "Callable[[JobRow, dict[str, str]], None] | None" = None,
+    ) -> "SweepFollower":
+        """What follows a sweep's points as `sweep` sends them (app/runs/sweep_follow.py): at most
+        `max_parallel` not ended, and the workflow's `stop_worst` judged (unless not `judge`)."""
+        from lanpool.app.runs.sweep_follow import SweepFollower
+
+        spec = project.get(workflow_name).sweep
+        return SweepFollower(
+            self.store,
+            lambda job_id: self.follow(job_id, follow=True),
+            lambda job_id, why: self.stop(job_id, why=why),
+            workflow_name,
+            max_parallel=max_parallel,
+            rule=spec.stop_worst if spec and judge else None,
+            say=say or (lambda _text: None),
+            on_end=on_end,
+        )
 
     def sweep_plan(
         self, project: "Project", workflow_name: str, specs: list[str], overrides: dict[str, str], **options: Any
@@ -461,6 +491,13 @@ class Controller:
         reader = MetricsReader(job_id)  # the one parser of metric lines (the TUI reads the same way)
         reader.update(self.store)
         return reader.points
+
+    def usage(self, since_s: float, by: str) -> "Usage":
+        """GPU-, CPU- and wall-hours of the jobs that ran in the last `since_s` seconds, a row per
+        runner, workflow or run (app/views/usage.py): from the store alone, no runner asked."""
+        from lanpool.app.views.usage import usage_of
+
+        return usage_of(self.store, since_s, by)
 
     # -- artifacts --------------------------------------------------------------------------
 

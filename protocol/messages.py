@@ -41,7 +41,9 @@ from lanpool.protocol.transfer_messages import (
 #    SubmitJob.hold_base (pip holds the runner's torch/Lightning at the base's versions).
 # 6: SubmitJob.port_count (`ports: N`: the runner picks N free ports, $PORT_0...), answered in
 #    JobAccepted.ports.
-PROTOCOL_VERSION = 6
+# 7: SubmitJob.priority (a workflow's `priority:`: orders one owner's waiting jobs on a shared
+#    runner, agent/jobs/turns.py).
+PROTOCOL_VERSION = 7
 
 # A JobStatus carries at most this many of the job's artifact files to a controller whose
 # ClientHello names ARTIFACT_PAGES, with `artifacts_total` saying how many there are; the
@@ -233,6 +235,7 @@ class SubmitJob(Message):
     # `run -d`: answer once the job is accepted (journalled, its files staged), not once it
     # started; nobody follows it, and its start (a process, a container) is the runner's affair.
     detached: bool = False
+    priority: int = 0  # among its owner's waiting jobs on the runner: higher first (agent/jobs/turns.py)
 
 
 @record

@@ -180,6 +180,7 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "max_duration_s": _Bound(lo=0, hi=366 * 24 * 3600),
     "retry_delay_s": _Bound(lo=0, hi=7 * 24 * 3600),
     "after": _Bound(max_len=128, pattern=_ID),  # a DAG step's dependencies (job ids)
+    "priority": _Bound(lo=-1000, hi=1000),  # orders one owner's waiting jobs (a workflow's `priority:`)
     "run_key": _Bound(max_len=128, text=True),
     # A detached gang's member (SubmitJob.gang, agent/gang/hub.py).
     "gang_id": _Bound(max_len=64, pattern=_ID),

@@ -37,6 +37,7 @@ def admit(
     owner: Owner | None,
     max_queued: int = DEFAULT_MAX_QUEUED,
     max_staged: int | None = None,
+    max_gpus: int | None = None,
 ) -> tuple[JobRecord, Executor, str]:
     """The QUEUED record of a new job of `owner`, its executor and a note about that choice (or "");
     JobError when the request is malformed, names a job that exists, can never fit this runner,
@@ -54,7 +55,7 @@ def admit(
             raise JobError(
                 ErrorCode.BAD_REQUEST,
                 f"{queued} of your jobs already wait in this runner's queue (at most {max_queued}, its "
-                "`--max-queued-per-controller`): submit again once some have started, or stop some",
+                "`--max-queued-per-owner`): submit again once some have started, or stop some",
             )
     staged = staged_size(req.files)
     if owner is not None and max_staged is not None:  # nor fill its disk with workspaces waiting to run
@@ -90,6 +91,12 @@ def admit(
     problem = never_fits(need, capacity)
     if problem:
         raise JobError(ErrorCode.BAD_REQUEST, problem)
+    if owner is not None and max_gpus is not None and need.gpus > max_gpus:  # it could never start here
+        raise JobError(
+            ErrorCode.BAD_REQUEST,
+            f"the job needs {need.gpus} GPU and one controller may hold at most {max_gpus} on this runner "
+            "(its `--max-gpus-per-owner`): ask for fewer, or use another runner",
+        )
     record = JobRecord(
         job_id=req.job_id,
         run_name=req.run_name,
@@ -108,6 +115,7 @@ def admit(
         memory_mb=resources.memory_mb or 0,
         ports=sorted(set(req.ports)),
         gpu_count=resources.gpu or 0,
+        priority=req.priority,
         queued_seq=1 + max((j.record.queued_seq for j in jobs.values()), default=0),
         max_duration_s=req.max_duration_s,
         retry_on=list(req.retry_on),

@@ -9,11 +9,13 @@ what starts next are the manager's (agent.jobs.manager), which calls `settle` fr
 import asyncio
 import logging
 import time
+from pathlib import Path
 
 from lanpool.agent.executors import Execution, Outcome
 from lanpool.agent.executors.base import CopiesOut
 from lanpool.agent.jobs.job import Job
 from lanpool.agent.jobs.limits import human_duration, retries
+from lanpool.agent.jobs.usage import record_usage
 from lanpool.agent.workspace.artifacts import list_artifacts
 from lanpool.protocol import JobState
 from lanpool.protocol.errors import clip
@@ -66,9 +68,10 @@ async def list_job_artifacts(job: Job, execution: Execution | None = None) -> No
     job.record.artifact_files = [{"path": f.path, "size": f.size} for f in files]
 
 
-def settle(job: Job, state: JobState, code: int | None, error: str) -> None:
+def settle(job: Job, state: JobState, code: int | None, error: str, ledger: Path | None = None) -> None:
     """Write the run's end into the job's record and log: its final state, or, when its
-    retry policy takes this end, its return to the queue."""
+    retry policy takes this end, its return to the queue. A job that ran and ended gets its
+    line in the usage `ledger` (agent.jobs.usage) too."""
     job.flush_output()  # its output is over: what masking held back at a cut (agent.jobs.masking)
     record = job.record
     error = clip(error, _ERROR_CHARS)  # may quote a tar member's name or a peer's value: bounded
@@ -86,6 +89,8 @@ def settle(job: Job, state: JobState, code: int | None, error: str) -> None:
     record.exit_code = code
     record.error = error
     record.finished_at = time.time()
+    if ledger is not None:  # before the record: a crash between them settles it again, counted once
+        record_usage(ledger, record)
     record.save(job.dir)
     job.spool.close()
     log.info("job %s %s (exit %s)", record.job_id, state, code)

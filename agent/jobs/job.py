@@ -23,6 +23,9 @@ def masked_env(env: dict[str, str], masked: list[str]) -> dict[str, str]:
     return {k: "***" if any(m and m in v for m in masked) else v for k, v in env.items()}
 
 
+REASON_CHARS = 1000  # a waiting job's reason, holders named (protocol.schema bounds it at 1024)
+
+
 @dataclass
 class Job:
     record: JobRecord
@@ -46,6 +49,8 @@ class Job:
     # While QUEUED: its place in the runner's queue and why it waits (agent.jobs.queue; not journalled).
     position: int = 0
     reason: str = ""
+    # While QUEUED for want of room: who holds it now (agent.jobs.turns), asked at each status.
+    held_by: Callable[[], str] | None = None
     # Why the spool refused the job's own output (a full disk), "" while it takes it: the job is
     # failed with it (agent.jobs.end.ended_state), by `on_write_failure` (agent.jobs.supervision)
     # once it runs. Its output is dropped meanwhile, never held: the agent must not fill memory.
@@ -67,12 +72,23 @@ class Job:
     def status(self, artifacts_from: int = 0, artifacts_max: int | None = None) -> JobStatus:
         status = self.record.to_status(self.spool.next_seq, artifacts_from, artifacts_max)
         if self.record.state == JobState.QUEUED:
-            return dataclasses.replace(status, position=self.position, reason=self.reason)
+            return dataclasses.replace(status, position=self.position, reason=self._waiting_reason())
         if self.shown_state() != status.state:  # started (or re-adopted), but waiting in Slurm's queue
             return dataclasses.replace(status, state=JobState.QUEUED, reason=self.reason)
         if self.record.attempt:
             return dataclasses.replace(status, reason=f"retry {self.record.attempt} of {self.record.retry_limit}")
         return status
+
+    def _waiting_reason(self) -> str:
+        """The queue's reason, with who holds the room it waits for before the jobs ahead:
+        "waiting for 2 GPU: 0 of 2 free; held by alice (train, 2 GPU, 1h12m); 1 job ahead"."""
+        held = self.held_by() if self.held_by is not None else ""
+        if not held:
+            return self.reason
+        head, sep, ahead = self.reason.rpartition("; ")
+        if not (sep and ahead.endswith(" ahead")):
+            return f"{self.reason}; held by {held}"[:REASON_CHARS]
+        return f"{head}; held by {held}"[: REASON_CHARS - len(ahead) - 2] + f"; {ahead}"
 
     def set_pending(self, reason: str) -> None:
         """The executor's own queue (Slurm's) holds the started job, for `reason` ("" once it runs)."""

@@ -64,6 +64,7 @@ class JobRecord:
     last_mask: list[Any] = field(default_factory=list)
     # The runner's queue (agent.jobs.queue): order of arrival, and a retry's delay.
     queued_seq: int = 0
+    priority: int = 0  # orders its owner's own waiting jobs, higher first (agent.jobs.turns)
     not_before: float = 0.0
     # Time limit and retries (agent.jobs.limits), as the SubmitJob asked.
     max_duration_s: float = 0.0

@@ -40,6 +40,7 @@ from lanpool.agent.jobs.owner import Owner, owns
 from lanpool.agent.jobs.queue import Amount, Waiting, capacity_of, holds, in_use, need_of, plan, replace_files
 from lanpool.agent.jobs.recovery import adoption_of, read_journal, remove_leftovers
 from lanpool.agent.jobs.supervision import Supervisor
+from lanpool.agent.jobs.turns import Holder, InLine, holders_text, take_turns, who
 from lanpool.agent.workspace.blobs import BlobCache
 from lanpool.agent.workspace.spool import LogSpool
 from lanpool.agent.workspace.staging import check_room, stage_workspace
@@ -52,6 +53,7 @@ DEFAULT_GRACE_S = 10.0
 # A submit answers once the job has started, or after this long (an image still being pulled:
 # it then shows SUBMITTED, pull progress in its log). A detached one (`run -d`) answers once staged.
 START_WAIT_S = 20.0
+HELD_BY_CHARS = 250  # Hello's resource values are at most 256 characters (protocol.schema)
 
 
 class JobManager:
@@ -79,6 +81,10 @@ class JobManager:
         self.jobs: dict[str, Job] = {}
         self.max_queued = DEFAULT_MAX_QUEUED  # of one controller's jobs (agent.jobs.admission)
         self.max_staged: int | None = None  # bytes one controller's unfinished jobs staged (None: no bound)
+        # Sharing (agent.jobs.turns): GPUs one controller's running jobs may hold (None: all), and
+        # whether others' labels, workflows and times are hidden from a waiting job's reason.
+        self.max_gpus_per_owner: int | None = None
+        self.private_occupancy = False
         self._tasks: set[asyncio.Task[None]] = set()  # strong refs to background tasks
         self._staging: set[str] = set()  # submitted jobs whose workspace is still being built
         # Called when a job starts or ends (what the runner has free changed).
@@ -175,7 +181,14 @@ class JobManager:
     async def submit(self, req: SubmitJob, owner: Owner | None) -> Job:
         req = with_picked_ports(req)  # port_count is at most 16 (protocol.schema); admit checks the sum
         record, executor, note = admit(
-            req, self.jobs, self.executors, self.capacity, owner, self.max_queued, self.max_staged
+            req,
+            self.jobs,
+            self.executors,
+            self.capacity,
+            owner,
+            self.max_queued,
+            self.max_staged,
+            self.max_gpus_per_owner,
         )
         check_room(req.files, self.home.jobs)
         job_dir = self.home.job_dir(req.job_id)
@@ -249,7 +262,7 @@ class JobManager:
             ),
             key=lambda j: j.record.queued_seq,
         )
-        queued = self._ready(queued)
+        queued = self._in_turn(self._ready(queued))
         now = time.time()
         queued = gang_line(queued, self.gang_held, now)
         if not queued:
@@ -268,6 +281,8 @@ class JobManager:
                 if job.record.gang_id:
                     reason = f"gang {job.record.gang_id}: not all its nodes were free; again in {job.record.not_before - now:.0f}s"
             job.position, job.reason = position, reason
+            # Who holds what it waits for, told when its status is asked (the times are then's).
+            job.held_by = self._holders_text if position else None
         for job_id in decided.start:
             if self.jobs[job_id].record.gang_id:
                 self._reserve(self.jobs[job_id])
@@ -279,6 +294,70 @@ class JobManager:
         if decided.wake_at is not None:
             self._wake = asyncio.get_running_loop().call_later(max(0.0, decided.wake_at - now), self._pump)
 
+    def _in_turn(self, queued: list[Job]) -> list[Job]:
+        """The queue in fair turns between owners (agent.jobs.turns), without the jobs whose owner
+        holds its --max-gpus-per-owner already (they wait out of line, saying so)."""
+        holding = [j.record for j in self.jobs.values() if holds(j.record)]
+        running: dict[str, int] = {}
+        gpus_held: dict[str, int] = {}
+        for r in holding:
+            running[r.owner] = running.get(r.owner, 0) + 1
+            gpus_held[r.owner] = gpus_held.get(r.owner, 0) + need_of(r).gpus
+        last_start: dict[str, float] = {}
+        for job in self.jobs.values():
+            started = job.record.started_at
+            if started is not None and started > last_start.get(job.record.owner, -math.inf):
+                last_start[job.record.owner] = started
+        by_id = {j.record.job_id: j for j in queued}
+        line = [InLine(j.record.job_id, j.record.owner, j.record.queued_seq, j.record.priority) for j in queued]
+        ordered = [by_id[i] for i in take_turns(line, running, last_start)]
+        cap = self.max_gpus_per_owner
+        if cap is None:
+            return ordered
+        kept = []
+        for job in ordered:
+            owner, need = job.record.owner, need_of(job.record).gpus
+            if owner and need and gpus_held.get(owner, 0) + need > cap:
+                job.position, job.held_by = 0, None
+                job.reason = (
+                    f"waiting for your jobs here to hold fewer GPUs: they hold {gpus_held.get(owner, 0)}, this one "
+                    f"needs {need}, and one controller may hold {cap} on this runner (--max-gpus-per-owner)"
+                )
+                continue
+            kept.append(job)
+        return kept
+
+    def _holders_text(self) -> str:
+        """The jobs holding resources here, as a waiting job's reason names them (agent.jobs.turns)."""
+        holding = [j.record for j in self.jobs.values() if holds(j.record)]
+        found = [
+            Holder(r.owner_label, r.owner, r.workflow, need_of(r).gpus, r.cpus, r.started_at, r.max_duration_s)
+            for r in holding
+        ]
+        return holders_text(found, time.time(), self.private_occupancy)
+
+    def holders_summary(self) -> str:
+        """The same for a controller's `runners` (Hello: at most 256 characters)."""
+        return self._holders_text()[:HELD_BY_CHARS]
+
+    def occupancy(self) -> list[dict[str, Any]]:
+        """What holds this runner now, for a controller's `runners` and `app agent status`: per
+        job its owner's label, workflow, resources and start (nothing of its content)."""
+        if self.private_occupancy:
+            return []
+        return [
+            {
+                "owner": who(j.record.owner_label, j.record.owner),
+                "workflow": j.record.workflow,
+                "gpus": need_of(j.record).gpus,
+                "cpus": need_of(j.record).cpus,
+                "started_at": j.record.started_at,
+                "max_duration_s": j.record.max_duration_s,
+            }
+            for j in self.jobs.values()
+            if holds(j.record)
+        ]
+
     def _ready(self, queued: list[Job]) -> list[Job]:
         """The queued jobs whose dependencies are DONE (agent.jobs.dag); the others wait out of line
         (reason set), and those with a dependency that ended otherwise fail now, in cascade."""
@@ -289,7 +368,8 @@ class JobManager:
                 fail, reason = blocked(job, self.jobs) if job.record.after else (False, "")
                 if fail:
                     job.record.retry_on = []  # a retry cannot bring the dependency back
-                    settle(job, JobState.FAILED, None, reason)  # no _finish: it held nothing, and we pump
+                    # No _finish: it held nothing, and we pump.
+                    settle(job, JobState.FAILED, None, reason, self.home.usage_ledger)
                     self.secrets.forget(job.record.job_id)
                     job.notify()
                     failed = True
@@ -381,7 +461,7 @@ class JobManager:
         record.gpus = gpus
         record.not_before = 0.0
         record.save(job.dir)
-        job.position, job.reason = 0, ""
+        job.position, job.reason, job.held_by = 0, "", None
         job.executor = executor
         if record.attempt:
             job.system_line(f"lanpool: retry {record.attempt} of {record.retry_limit}")
@@ -472,7 +552,7 @@ class JobManager:
     def _finish(self, job: Job, state: JobState, code: int | None, error: str) -> None:
         """The job's run ended (or never began): its record settled (agent.jobs.end), what it
         held freed, and the queue's next job started now."""
-        settle(job, state, code, error)
+        settle(job, state, code, error, self.home.usage_ledger)
         if job.record.terminal:  # not a retry, which needs them again
             forget_token(job.dir)
             self.secrets.forget(job.record.job_id)

@@ -9,6 +9,7 @@ import asyncssh
 from lanpool.agent.errors import AgentError
 from lanpool.agent.jobs.owner import Owner
 from lanpool.protocol import key_text
+from lanpool.protocol.pairing import sanitize_label
 
 log = logging.getLogger(__name__)
 
@@ -29,16 +30,43 @@ def load_or_create_host_key(path: Path) -> asyncssh.SSHKey:
     return key
 
 
-def authorize_key(authorized_keys: Path, pubkey_file: Path) -> bool:
-    """Add the public key in `pubkey_file`; returns False if it was already there."""
+def authorize_key(authorized_keys: Path, pubkey_file: Path, label: str = "") -> str:
+    """Add the public key in `pubkey_file` with `label` (else its own comment) as the name its
+    jobs are shown under to other controllers and in `app agent status`/`usage`: "authorized",
+    "relabelled" (it was there, now with `label`) or "already authorized"."""
     try:
         text = pubkey_file.read_text()
     except OSError as exc:
         raise AgentError(f"cannot read {pubkey_file}: {exc.strerror}") from None
+    shown = sanitize_label(label)
+    if label and not shown:
+        raise AgentError(f"--label {label[:40]!r}: give a name of letters, digits, spaces or -_.@ (e.g. alice)")
     try:
-        return add_authorized_key(authorized_keys, text)
+        if add_authorized_key(authorized_keys, text, shown):
+            return "authorized"
+        return "relabelled" if shown and relabel_key(authorized_keys, text, shown) else "already authorized"
     except ValueError as exc:
         raise AgentError(f"{pubkey_file} is not an SSH public key ({exc}); pass the .pub file") from None
+
+
+def relabel_key(authorized_keys: Path, text: str, label: str) -> bool:
+    """Give an authorized key a new label (its line's comment); False if it had that one already.
+    The file is replaced whole (a reader never sees half of it); the agent reads it again on change."""
+    key = asyncssh.import_public_key(text.strip())
+    key.set_comment(label)
+    new_line = key.export_public_key().decode().strip()
+    lines = authorized_keys.read_text().splitlines()
+    wanted = key_text(new_line)
+    changed = [
+        new_line if line.strip() and key_text(line) == wanted and line.strip() != new_line else line for line in lines
+    ]
+    if changed == lines:
+        return False
+    tmp = authorized_keys.with_name(authorized_keys.name + ".new")
+    tmp.write_text("".join(line + "\n" for line in changed))
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, authorized_keys)
+    return True
 
 
 def add_authorized_key(authorized_keys: Path, text: str, comment: str = "") -> bool:

@@ -38,12 +38,14 @@ def run(
     runner: str | None = None,
     name: str | None = None,
     env: Mapping[str, str] | None = None,
+    max_parallel: int | None = None,
     home: str | Path | None = None,
 ) -> Run:
     """Run `workflow` of the project at (or above) `project`, as `app headless run` does, and
     return its handle. `variables` override the workflow's (`--lr 3e-4`); `sweep` makes one job
     per combination of the values (`--sweep lr=...`); `detach` (default) returns once the jobs are
-    sent (`-d`), else once they ended. `runner`: a runner's name or HOST[:PORT]; `name`: the run's."""
+    sent (`-d`), else once they ended. `runner`: a runner's name or HOST[:PORT]; `name`: the run's.
+    `max_parallel`: a sweep's points sent and not ended at most (`--max-parallel`; needs detach=False)."""
     from lanpool.app.workflows.resolve import render_value
 
     async def go(ctl: Any) -> str:
@@ -69,11 +71,16 @@ def run(
         }
         if sweep is not None or loaded.get(workflow).sweep is not None:
             specs = [_sweep_spec(k, values, render_value) for k, values in (sweep or {}).items()]
-            outcome = await ctl.sweep(loaded, workflow, specs, **options)
-            if not detach:
-                for job_id in outcome.job_ids:
-                    await ctl.follow(job_id, follow=True)
+            if max_parallel is not None and (detach or isinstance(max_parallel, bool) or max_parallel < 1):
+                raise UsageError("max_parallel: a whole number >= 1, kept while the sweep is followed: detach=False")
+            follower = ctl.sweep_follower(loaded, workflow, max_parallel=max_parallel, judge=not detach)
+            async with follower:  # followed (detach=False): the CLI's limits and early stopping
+                sent = None if detach else follower.sent
+                outcome = await ctl.sweep(loaded, workflow, specs, on_submitted=sent, slots=follower.slots, **options)
+                await follower.wait()
             return str(outcome.run_name)
+        if max_parallel is not None:
+            raise UsageError(f"max_parallel limits a sweep's points: {workflow} has no sweep: give sweep={{...}}")
         return str((await ctl.run(loaded, workflow, **options)).run_name)
 
     return Run(call(go, home), home)

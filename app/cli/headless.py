@@ -4,7 +4,7 @@ Every verb calls the same Controller API as the TUI. Errors are one line on
 stderr and an ExitCode; `run` exits with the job's own exit code. The verbs
 live by area: app/cli/run_verbs.py (run, plan), job_verbs.py (status, logs,
 stop, artifacts, metrics), compare_verbs.py (compare), attach_verbs.py (attach), retention_verbs.py (rm, prune), runner_verbs.py
-(runners, key), secret_verbs.py (secrets); the command line itself in parser.py.
+(runners, key), secret_verbs.py (secrets), usage_verbs.py (usage); the command line itself in parser.py.
 """
 
 import argparse
@@ -35,6 +35,7 @@ _HANDLERS: dict[str, tuple[str, str]] = {
     "artifacts": ("job_verbs", "artifacts"),
     "metrics": ("job_verbs", "metrics"),
     "compare": ("compare_verbs", "compare"),
+    "usage": ("usage_verbs", "usage"),
     "rm": ("retention_verbs", "rm"),
     "prune": ("retention_verbs", "prune"),
     "runners": ("runner_verbs", "runners"),
@@ -46,10 +47,10 @@ _HANDLERS: dict[str, tuple[str, str]] = {
 }
 
 
-# Verbs that only ask runners a question or two: asyncio's own loop (already imported) serves them
-# as well as uvloop, whose import (~4 ms) they would pay for nothing (protocol/runtime/event_loop.py says
-# where uvloop pays: moving bytes).
-_ON_ASYNCIO_LOOP = frozenset({"runners", "key"})
+# Verbs that only ask runners a question or two (or none: `usage` reads the store): asyncio's own loop
+# (already imported) serves them as well as uvloop, whose import (~4 ms) they would pay for nothing
+# (protocol/runtime/event_loop.py says where uvloop pays: moving bytes).
+_ON_ASYNCIO_LOOP = frozenset({"runners", "key", "usage"})
 
 
 def handler_of(verb: str) -> Handler:

@@ -32,6 +32,19 @@ class _Parser(argparse.ArgumentParser):
         self.exit(ExitCode.USAGE, f"{self.prog}: error: {message} (see --help)\n")
 
 
+def _max_parallel(text: str) -> int:
+    """`--max-parallel N`: 1 to a sweep's most points."""
+    from lanpool.app.workflows.sweep_spec import MAX_POINTS
+
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_POINTS:
+        raise argparse.ArgumentTypeError(f"expects a whole number of points from 1 to {MAX_POINTS}, not {text[:40]!r}")
+    return count
+
+
 def _node_count(text: str) -> int:
     """`--nodes N`: how many runners, 1 to MAX_NODES (0 or less used to mean one node, silently)."""
     from lanpool.app.workflows.loader import MAX_NODES
@@ -176,6 +189,24 @@ def build_parser(only: str | None = None) -> _Parser:
         help="which way is better (default: max for names like acc, f1, score; else min, as for a loss)",
     )
     compare.add_argument("--json", action="store_true", help="the rows as JSON: variables, status, each metric")
+
+    usage = sub.add_parser(
+        "usage", help="GPU-, CPU- and wall-hours of this controller's jobs by runner, workflow or run (sreport)"
+    )
+    usage.add_argument(
+        "--since",
+        default="30d",
+        metavar="AGE",
+        help="the last AGE: 12h, 30d, 2w ... (default 30d); a job that started before counts from then",
+    )
+    usage.add_argument(
+        "--by",
+        choices=("runner", "workflow", "run"),
+        default="runner",
+        help="a row per runner, workflow or run (default runner). GPUs and CPUs as each job asked, on each of its "
+        "nodes: GPU-hours = GPUs x hours; CPU-hours = CPUs x hours (a job that asked none counts 0)",
+    )
+    usage.add_argument("--json", action="store_true", help="rows, total and each job's nodes counted, as JSON")
 
     sub.add_parser("key", help="print the path of this controller's public key (for `app agent authorize`)")
 
@@ -322,6 +353,13 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         "what answers there, like `runners add` (default: the best-fitting trusted runner)",
     )
     p.add_argument("-d", "--detach", action="store_true", help="submit and return; follow later with `logs -f`")
+    p.add_argument(
+        "--max-parallel",
+        type=_max_parallel,
+        default=None,
+        metavar="N",
+        help="a sweep's points: at most N sent and not ended at once; the next is sent as one ends (not with -d)",
+    )
     p.add_argument(
         "--nodes", type=_node_count, default=None, help="run the workflow on N runners at once (multi-node DDP), N >= 1"
     )

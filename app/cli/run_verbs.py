@@ -137,6 +137,8 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
         from lanpool.app.cli.sweep_verbs import run_sweep
 
         return await run_sweep(ctl, project, args)
+    if args.max_parallel:
+        raise UsageError(f"--max-parallel limits a sweep's points: {args.workflow} has no sweep: add --sweep VAR=V1,V2")
     notify_cmd = _notify_cmd(args)  # a bad one is refused before anything runs
     import_paused("lanpool.app.runs.loop")  # the SSH stack, ~60% of a `run`'s imports (Controller.run uses it)
     submitted: list[Submitted] = []

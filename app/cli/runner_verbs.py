@@ -8,7 +8,9 @@ from lanpool.app.cli import render
 from lanpool.app.cli.render import say
 from lanpool.app.controller import Controller, parse_address
 from lanpool.app.errors import ExitCode, UsageError
-from lanpool.app.views.formatting import RUNNER_HEADERS, gpu_util_text, runner_cells
+from lanpool.app.views.formatting import RUNNER_HEADERS, clip, gpu_util_text, runner_cells
+
+HELD_BY_SHOWN = 80  # the table's column; --json has it whole
 
 
 async def runners(ctl: Controller, args: argparse.Namespace) -> int:
@@ -35,9 +37,12 @@ async def runners(ctl: Controller, args: argparse.Namespace) -> int:
     elif not views:
         print("no runners found: start `app agent serve` on a GPU machine, or `app headless runners add HOST[:PORT]`")
     else:
-        # GPU UTIL after GPUS FREE: here only, the TUI's Runners table has its own columns
+        # GPU UTIL after GPUS FREE and who holds it last: here only, the TUI's Runners table has its own columns
         headers = [*RUNNER_HEADERS[:4], "GPU UTIL", *RUNNER_HEADERS[4:]]
         rows = [[*cells[:4], gpu_util_text(v), *cells[4:]] for v in views for cells in [runner_cells(v)]]
+        if any(v.held_by for v in views):
+            headers.append("HELD BY")
+            rows = [[*row, clip(v.held_by or "-", HELD_BY_SHOWN)] for row, v in zip(rows, views, strict=True)]
         print(render.table(headers, rows))
     return ExitCode.OK
 

@@ -17,9 +17,7 @@ from lanpool.app.views.formatting import duration, status_text
 from lanpool.app.workflows import Project
 
 if TYPE_CHECKING:
-    from lanpool.app.runs.sweep import SweepOutcome
-
-FOLLOWED_AT_ONCE = 16  # points followed together; the others keep running and are read when their turn comes
+    from lanpool.app.controller import JobRow
 
 
 async def run_sweep(ctl: Controller, project: Project, args: argparse.Namespace) -> int:
@@ -27,41 +25,52 @@ async def run_sweep(ctl: Controller, project: Project, args: argparse.Namespace)
         raise UsageError("--notify follows one job: for a sweep's point, `app headless attach JOB --notify`")
     if args.ports:
         raise UsageError("--port forwards one job's port to this machine: a sweep's points would all claim it")
+    if args.max_parallel and args.detach:
+        raise UsageError(
+            "--max-parallel is kept by the controller that follows the sweep: drop -d (a point sent keeps "
+            "running if this controller stops; the points not sent yet are not), or drop --max-parallel"
+        )
     import_paused("lanpool.app.runs.loop")  # the SSH stack (as `run`)
-    outcome = await ctl.sweep(project, args.workflow, args.sweep, say=say, **options_of_run(args))
-    points = outcome.points
-    mine = [s.job_id for s in outcome.submitted if ctl.runs.job(s.job_id).workflow == args.workflow]
-    compared = [*mine, *(j.id for j in outcome.reused)]
-    if args.detach:
-        if args.json:
-            print(json.dumps({"run": outcome.run_name, "jobs": _jobs_json(ctl, compared, points)}))
-        say(
-            f"detached: `app headless compare {outcome.run_name}` compares the points, "
-            f"`app headless stop {outcome.run_name}` stops them"
-        )
-        return ExitCode.OK
-    limit = asyncio.Semaphore(FOLLOWED_AT_ONCE)
-    stopped: dict[str, str] = {}  # job id -> why the sweep stopped it (stop_worst)
-    judge = asyncio.create_task(_stop_worst(ctl, outcome, mine, stopped)) if outcome.stop_worst else None
 
-    async def follow(job_id: str) -> None:
-        async with limit:
-            row = await ctl.follow(job_id, follow=True)
-        if job_id in points:
-            ended = f"{status_text(row)} in {duration(row.started_at, row.finished_at)}"
-            say(f"run {outcome.run_name}: point {point_text(points[job_id])}: {ended}")
+    def ended(row: "JobRow", point: dict[str, str]) -> None:
+        took = duration(row.started_at, row.finished_at)
+        say(f"run {row.run_name}: point {point_text(point)}: {status_text(row)} in {took}")
 
-    try:
-        await asyncio.gather(*(follow(s.job_id) for s in outcome.submitted))
-        if judge is not None:
-            judge.cancel()
-            await asyncio.gather(judge, return_exceptions=True)
-    except asyncio.CancelledError:
-        say(
-            f"run {outcome.run_name}: its jobs keep running: `app headless compare {outcome.run_name}`, "
-            f"`app headless stop {outcome.run_name}`"
-        )
-        raise
+    follower = ctl.sweep_follower(
+        project, args.workflow, max_parallel=args.max_parallel, judge=not args.detach, say=say, on_end=ended
+    )
+    async with follower:
+        try:
+            outcome = await ctl.sweep(
+                project,
+                args.workflow,
+                args.sweep,
+                say=say,
+                on_submitted=None if args.detach else follower.sent,
+                slots=follower.slots,
+                **options_of_run(args),
+            )
+            points = outcome.points
+            mine = [s.job_id for s in outcome.submitted if ctl.runs.job(s.job_id).workflow == args.workflow]
+            compared = [*mine, *(j.id for j in outcome.reused)]
+            if args.detach:
+                if args.json:
+                    print(json.dumps({"run": outcome.run_name, "jobs": _jobs_json(ctl, compared, points)}))
+                say(
+                    f"detached: `app headless compare {outcome.run_name}` compares the points, "
+                    f"`app headless stop {outcome.run_name}` stops them"
+                )
+                return ExitCode.OK
+            await follower.wait()
+        except asyncio.CancelledError:
+            if follower.mine:
+                run = ctl.runs.job(follower.mine[0]).run_name
+                unsent = "; the points not sent yet (--max-parallel) are not sent" if follower.slots else ""
+                say(
+                    f"run {run}: its jobs keep running: `app headless compare {run}`, `app headless stop {run}`{unsent}"
+                )
+            raise
+    stopped = follower.stopped
     if args.json:
         print(json.dumps({"run": outcome.run_name, "jobs": _jobs_json(ctl, compared, points)}))
     else:
@@ -123,35 +132,3 @@ def plan_sweep(ctl: Controller, project: Project, args: argparse.Namespace) -> i
             f"`app headless run {sorted(deps)[0]}` first, and every point reuses it"
         )
     return ExitCode.OK
-
-
-JUDGED_EVERY_S = 1.0  # how often a followed sweep looks at its points' metrics (stop_worst)
-
-
-async def _stop_worst(ctl: Controller, outcome: "SweepOutcome", job_ids: list[str], stopped: dict[str, str]) -> None:
-    """A followed sweep's early stopping (app/runs/halving.py): each point's metric, as its log
-    comes in, ranked at each rung; a point in the worse part is stopped, saying why. Runs until
-    cancelled (the sweep's points have all ended)."""
-    from lanpool.app.runs.halving import Rungs
-    from lanpool.app.views.compare import better_is
-    from lanpool.app.views.overview import MetricsReader
-
-    rule = outcome.stop_worst
-    assert rule is not None
-    rungs = Rungs(rule, better_is(rule.metric, rule.mode or None))
-    readers = {job_id: MetricsReader(job_id) for job_id in job_ids}
-    stops: list[asyncio.Task[object]] = []
-    try:
-        while True:
-            await asyncio.sleep(JUDGED_EVERY_S)
-            for job_id, reader in readers.items():
-                if job_id in stopped or not ctl.runs.read_metrics(reader):
-                    continue
-                for verdict in rungs.observe(job_id, reader.points):
-                    if verdict.stop and not ctl.runs.job(job_id).state.is_terminal():
-                        why = verdict.reason(rule.metric)
-                        stopped[job_id] = why
-                        say(f"run {outcome.run_name}: point {point_text(outcome.points[job_id])}: {why}")
-                        stops.append(asyncio.create_task(ctl.stop(job_id, why=why)))
-    finally:
-        await asyncio.gather(*stops, return_exceptions=True)  # each stop recorded before the sweep ends

@@ -108,6 +108,7 @@ async def submit_job(
             run_key=run_key,
             gang=gang_specs[node] if gang_specs else None,
             detached=detached,
+            priority=job.priority,
         )
         try:
             accepted, status = await session.submit_accepted(request)

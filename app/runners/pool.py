@@ -211,7 +211,10 @@ class Pool:
                     not gpus and count(resources, "running") > 0
                 )
                 state = RunnerState.BUSY if busy else RunnerState.LIVE
-                props = bounded_props({**props_of(row), **resources})
+                # What its Hello says now replaces what it said before; who holds it is the Hello's
+                # alone (a runner nobody holds any more says nothing of it: the old holders go).
+                earlier = {k: v for k, v in props_of(row).items() if k != "held_by"}
+                props = bounded_props({**earlier, **resources})
                 fields = {"paired": 1, "last_ok": now, "last_seen": now, "props": json.dumps(props)}
         self.store.set_runner(name, state=state, **fields)
         return state

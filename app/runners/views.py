@@ -64,6 +64,11 @@ class RunnerView(Record):
         return count(self.props, "gpus_free", self.gpus)
 
     @property
+    def held_by(self) -> str:
+        """Who holds it, as it last said to us (agent/jobs/turns.py): labels, workflows, times."""
+        return "".join(c for c in str(self.props.get("held_by", "")) if c.isprintable())[:MAX_PROP_VALUE]
+
+    @property
     def gpu_util(self) -> list[int | None]:
         """Percent busy per GPU now, as the runner last said ("gpu_util": "37,0"); None: not read."""
         parts = str(self.props.get("gpu_util", "")).split(",")
@@ -110,6 +115,7 @@ class RunnerView(Record):
             "executor": self.props.get("executor", ""),
             "isolation": self.props.get("isolation", ""),
             "running_jobs": self.running,
+            "held_by": self.held_by,
             "last_seen": self.last_seen,
         }
         if self.problem:

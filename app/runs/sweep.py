@@ -6,10 +6,13 @@ does), its own log and metrics. `app headless compare RUN` puts the points side 
 
 Every point is sent detached, one after another; a followed sweep then waits for all of them and
 ends with their comparison, a detached one (`-d`) returns once the last is sent, so the laptop may
-close. A point's dependencies are planned with it: run them first (`app headless run prepare`) and
+close. `--max-parallel N` (followed only) sends a point when one of N slots is free: the front end
+that follows the points frees a point's slot when it ends (`slots`), so the points beyond N wait on
+this controller, not in a runner's queue, and leave other users' jobs room. A point's dependencies are planned with it: run them first (`app headless run prepare`) and
 every point reuses them, rather than each point running its own.
 """
 
+import asyncio
 import dataclasses
 import itertools
 import math
@@ -139,9 +142,12 @@ async def run_sweep(
     grid: Grid,
     known: dict[str, object],
     say: Callable[[str], None],
-    on_submitted: Callable[[Submitted], None] | None = None,
+    on_submitted: Callable[[Submitted, dict[str, str]], None] | None = None,
+    slots: asyncio.Semaphore | None = None,
 ) -> SweepOutcome:
-    """Make the run, then send each point of `grid` to it as a detached job of its own."""
+    """Make the run, then send each point of `grid` to it as a detached job of its own. `slots`:
+    a point is sent once it holds one; the caller releases it when the point's job ends (a point
+    reused from an earlier run holds none). `on_submitted` gets each job sent with its point."""
     store = loop.store
     if req.run_name is not None and store.run_name_taken(req.run_name):
         raise UsageError(name_taken(req.run_name))
@@ -165,13 +171,24 @@ async def run_sweep(
         one = dataclasses.replace(
             req, overrides={**req.overrides, **point}, run_name=name, in_run=True, follow=False, tag=None
         )
-        sent = await loop.run(project, one, None, _prefixed(say, label), None)
+        if slots is not None:
+            if slots.locked():
+                say(f"{label}: waits for one of the points running to end (--max-parallel)")
+            await slots.acquire()
+        try:
+            sent = await loop.run(project, one, None, _prefixed(say, label), None)
+        except BaseException:
+            if slots is not None:
+                slots.release()
+            raise
+        if slots is not None and not any(store.job(s.job_id).workflow == req.workflow_name for s in sent.submitted):
+            slots.release()  # reused: nothing of this point runs
         for sub in sent.submitted:
             say(f"{label}: job {sub.job_id} on runner {sub.runner}")
             outcome.submitted.append(sub)
             outcome.points[sub.job_id] = point
             if on_submitted:
-                on_submitted(sub)
+                on_submitted(sub, point)
         wanted = [j for j in sent.reused if j.workflow == req.workflow_name]
         for job in wanted:  # the point itself ran before (its dependencies' reuse is the run's own business)
             outcome.reused.append(job)

@@ -235,6 +235,25 @@ _LAST_PART = (
 )
 
 
+def _m014_metric_summaries(db: "sqlite_utils.Database") -> None:
+    # Each job's metrics summed up as they arrive (app/store/metric_summaries.py): `compare` reads
+    # a row per job and metric, not every point. Steps are JSON text (a job's own values).
+    db.execute(
+        """CREATE TABLE metric_summaries (
+            job_id TEXT NOT NULL REFERENCES jobs(id),
+            name TEXT NOT NULL,
+            points INTEGER NOT NULL,
+            last REAL, last_step TEXT, last_at INTEGER NOT NULL,
+            low REAL, low_step TEXT, low_at INTEGER NOT NULL,
+            high REAL, high_step TEXT, high_at INTEGER NOT NULL,
+            PRIMARY KEY (job_id, name)
+        ) WITHOUT ROWID"""
+    )
+    from lanpool.app.store.metric_summaries import rebuild
+
+    rebuild(db.conn)  # the metrics stored before this migration
+
+
 MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m001_initial,
     _m002_cache,
@@ -249,6 +268,7 @@ MIGRATIONS: list[Callable[["sqlite_utils.Database"], None]] = [
     _m011_job_retries,
     _m012_slurm_jobs_have_their_nodes,
     _m013_run_projects,
+    _m014_metric_summaries,
 ]
 
 

@@ -1,24 +1,37 @@
 """What jobs leave behind: their logs (stored as the chunks they arrive in) and the list of their artifacts."""
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lanpool.app.store.log_batch import LogBatch
 from lanpool.app.store.rows import ARTIFACTS_REFUSED, Table
 from lanpool.app.store.transactions import atomic
+
+if TYPE_CHECKING:
+    from lanpool.app.store.metric_summaries import StoredSummary
 
 
 class OutputRows(Table):
     def add_log_chunks(self, chunks: Iterable[tuple[Any, ...]]) -> None:
         """Store (job_id, node, seq, n_lines, stream, data[, at]) rows; a chunk seen twice is kept once.
         `at`: when the agent received the chunk's first line (0 or absent: not known, stored NULL)."""
-        rows = ((*r[:6], (r[6] or None) if len(r) > 6 else None) for r in chunks)
+        rows = [(*r[:6], (r[6] or None) if len(r) > 6 else None) for r in chunks]
+        insert = "INSERT OR IGNORE INTO log_chunks (job_id, node, seq, n_lines, stream, data, at) VALUES (?, ?, ?, ?, ?, ?, ?)"
         with atomic(self.conn):
-            self.conn.executemany(
-                "INSERT OR IGNORE INTO log_chunks (job_id, node, seq, n_lines, stream, data, at) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
+            self.conn.executemany(insert, (r for r in rows if r[4] != "met"))
+            # Metrics one by one: only a chunk stored now (not one that came twice) joins the
+            # job's summaries (app/store/metric_summaries.py), in this same transaction.
+            new = [(r[0], r[1], r[2], r[5]) for r in rows if r[4] == "met" and self.conn.execute(insert, r).rowcount]
+            if new:
+                from lanpool.app.store.metric_summaries import fold_chunks  # (not on a verb that stores no metric)
+
+                fold_chunks(self.conn, new)
+
+    def metric_summaries(self, job_ids: Iterable[str]) -> "dict[str, dict[str, StoredSummary]]":
+        """job id -> metric name -> the summary kept as its points arrived (app/store/metric_summaries.py)."""
+        from lanpool.app.store.metric_summaries import read_summaries
+
+        return read_summaries(self.conn, job_ids)
 
     def log_batch(self) -> LogBatch:
         """A follower's rows, stored a transaction every 0.25 s rather than one per batch

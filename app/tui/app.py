@@ -222,7 +222,8 @@ class LanpoolApp(App[None]):
 
     def action_tab(self, tab: str) -> None:
         self.query_one("#tabs", TabbedContent).active = tab
-        target = TAB_FOCUS.get(tab)
+        # Metrics: the picker of the chart it shows (the job's own, or the overlay of a sweep or marks).
+        target = self.metrics.focus_target() if tab == "metrics" else TAB_FOCUS.get(tab)
         if target and tab in ("logs", "metrics"):
             # Focus moves after the frame that shows the tab: the blurred and the focused widget
             # restyle (:focus), 4-11 ms of the key's frame (scripts/bench-tui). A key or click that
@@ -267,6 +268,10 @@ class LanpoolApp(App[None]):
         if event.job_id != self.job_id:
             self.select_job(event.job_id)
         self.action_tab("logs")
+
+    @on(RunsPane.MarksChanged)
+    def _marks_changed(self, event: RunsPane.MarksChanged) -> None:
+        self.metrics.set_marked(event.job_ids, visible=self.active_tab() == "metrics")
 
     @on(RunsPane.RunsDeleted)
     def _runs_deleted(self, event: RunsPane.RunsDeleted) -> None:

@@ -41,6 +41,8 @@ KEYS_HELP = [
     ("g / G", "Logs: top (pages older lines in from the store) / follow the end"),
     ("t", "Logs: show / hide each line's arrival time (the runner's clock)"),
     ("space / l / m", "Metrics: show or hide a metric / log scale / smoothing (off, 0.6, 0.9)"),
+    ("space / u", "Runs: mark / unmark the job, unmark all (Metrics overlays the marked jobs)"),
+    ("o / O", "Metrics of a sweep or of marked jobs: the next / previous metric overlaid"),
     ("w / c", "Logs: save the whole log to a file / copy the shown lines"),
     ("d", "download the selected job's artifacts to a directory"),
     ("D", "delete the selected job's run: its jobs, logs, artifacts (asks first)"),

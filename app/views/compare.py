@@ -1,33 +1,23 @@
 """Runs side by side (`app headless compare`): one row per job, the variables that differ between
 the rows, its state and duration, and for each metric the last value, the best and the step of
 the best. Works on any jobs named together (several runs, or the jobs of one run); the rows come
-from the store and the metric points the jobs logged, nothing else.
+from the store: its jobs and the summary of each metric it keeps as points arrive.
 
 Which way is better is the metric's: `--mode` says it, else a name that reads as a score
 (acc, f1, auc, precision, recall, score, reward, bleu, iou, map) is maximised and any other
 (a loss, an error, perplexity) minimised. A point without a number (NaN, inf) is never best.
 """
 
-import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from lanpool.app.store import JobRow
+from lanpool.app.store.metric_summaries import StoredSummary
+from lanpool.app.store.metric_summaries import better_is as better_is  # (read from here by the TUI)
 
 GPU_METRIC = re.compile(r"gpu\d+_(util|mem_mb|power_w)")  # what the runner samples, not what a job logs
-_SCORES = frozenset(
-    {"acc", "accuracy", "f1", "auc", "auroc", "precision", "recall", "score", "reward", "bleu", "iou", "map"}
-)
 MODES = ("min", "max")
-
-
-def better_is(metric: str, mode: str | None = None) -> str:
-    """ "min" or "max": `mode` when given, else read from the metric's name."""
-    if mode:
-        return mode
-    words = [w for w in re.split(r"[^a-z0-9]+", metric.lower()) if w]
-    return "max" if any(w in _SCORES or w.endswith("acc") for w in words) else "min"
 
 
 @dataclass(frozen=True)
@@ -53,49 +43,11 @@ class MetricSummary:
         }
 
 
-def summarize(points: list[dict[str, Any]], name: str, mode: str) -> MetricSummary | None:
-    """The summary of metric `name` among a job's points (in the order logged); None if never logged."""
-    return _summary([p for p in points if str(p.get("name")) == name], name, mode)
-
-
-def _by_name(points: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
-    grouped: dict[str, list[dict[str, Any]]] = {}
-    for point in points:
-        name = point.get("name")
-        grouped.setdefault(name if name.__class__ is str else str(name), []).append(point)
-    return grouped
-
-
-def _summary(mine: list[dict[str, Any]], name: str, mode: str) -> MetricSummary | None:
-    """summarize() of points already of one metric."""
-    if not mine:
-        return None
-    best: tuple[float, Any] | None = None
-    lower = mode == "min"
-    for p in mine:  # the first of equal bests: where it was reached
-        value = p.get("value")
-        if value.__class__ is not float and value.__class__ is not int:  # (not bool, not text: no number)
-            continue
-        if value != value or value in (math.inf, -math.inf):  # NaN, inf: never best
-            continue
-        if best is None or (value < best[0] if lower else value > best[0]):
-            best = (float(value), p.get("step"))
-    last = mine[-1]
-    return MetricSummary(
-        name=name,
-        mode=mode,
-        last=_number(last.get("value")),
-        last_step=last.get("step"),
-        best=best[0] if best else None,
-        best_step=best[1] if best else None,
-        points=len(mine),
-    )
-
-
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) else None
+def summary_of(stored: StoredSummary, name: str, mode: str) -> MetricSummary:
+    """What `compare` shows of a job's metric: the store's summary (kept as points arrived,
+    app/store/metric_summaries.py) read the metric's way (`mode`)."""
+    best, best_step = stored.best(mode)
+    return MetricSummary(name, mode, stored.last, stored.last_step, best, best_step, stored.points)
 
 
 @dataclass
@@ -112,16 +64,16 @@ class Comparison:
 def compare(
     jobs: list[JobRow],
     variables: dict[str, dict[str, Any]],
-    points: dict[str, list[dict[str, Any]]],
+    summaries: dict[str, dict[str, StoredSummary]],
     *,
     metrics: list[str] | None = None,
     mode: str | None = None,
     sort: str | None = None,
 ) -> Comparison:
-    """Rows for `jobs` (in the order given), with each job's `variables` and metric `points`
-    (job id -> ...). `metrics`: those shown (default: every metric a job logged, but the runner's
+    """Rows for `jobs` (in the order given), with each job's `variables` and metric `summaries`
+    (job id -> ...; Store.metric_summaries). `metrics`: those shown (default: every metric a job logged, but the runner's
     GPU samples); `sort`: a metric whose best orders the rows, best first (jobs without it last)."""
-    grouped = {j.id: _by_name(points.get(j.id, [])) for j in jobs}  # one pass over each job's points
+    grouped = {j.id: summaries.get(j.id, {}) for j in jobs}
     logged = list(dict.fromkeys(name for j in jobs for name in grouped[j.id]))
     shown = list(dict.fromkeys(metrics)) if metrics else sorted(n for n in logged if not GPU_METRIC.fullmatch(n))
     if sort and sort not in shown:
@@ -132,7 +84,11 @@ def compare(
     rows = []
     for job in jobs:
         own = variables.get(job.id, {})
-        summaries = {name: _summary(grouped[job.id].get(name, []), name, better_is(name, mode)) for name in shown}
+        own_metrics = grouped[job.id]
+        shown_metrics = {
+            name: summary_of(own_metrics[name], name, better_is(name, mode)) if name in own_metrics else None
+            for name in shown
+        }
         rows.append(
             {
                 "run": job.run_name,
@@ -145,7 +101,7 @@ def compare(
                 "started_at": job.started_at,
                 "finished_at": job.finished_at,
                 "variables": own,
-                "metrics": {name: s.to_json() if s else None for name, s in summaries.items()},
+                "metrics": {name: s.to_json() if s else None for name, s in shown_metrics.items()},
             }
         )
     if sort:

@@ -53,12 +53,8 @@ class Runs:
                 found = [j for j in found if j.workflow == run.workflow] or found
             jobs.update((j.id, j) for j in found if j.id not in jobs)
         variables = {job_id: self.store.job_variables(job_id) for job_id in jobs}
-        points = {}
-        for job_id in jobs:
-            reader = MetricsReader(job_id)  # the one parser of metric lines (`metrics`, the TUI)
-            reader.update(self.store)
-            points[job_id] = reader.points
-        return compare(list(jobs.values()), variables, points, metrics=metrics, mode=mode, sort=sort)
+        summaries = self.store.metric_summaries(jobs)  # kept as points arrived: no point read here
+        return compare(list(jobs.values()), variables, summaries, metrics=metrics, mode=mode, sort=sort)
 
     def recent(self, limit: int = 50, only: "RunFilter | None" = None) -> list[RunRow]:
         """The `limit` newest runs (those `only` lets through: `status --state ...`)."""

@@ -50,6 +50,7 @@ WORKFLOW_KEYS = (
     "ports",
     "max_duration",
     "retry",
+    "priority",
     "slurm",
     "hold_base",
     "sweep",
@@ -175,6 +176,7 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
         retry_limit=retry_limit,
         retry_delay_s=retry_delay_s,
         hold_base=hold_base,
+        priority=_parse_priority(item, err),
         sweep=parse_sweep(item, err),
         file=path,
         line=item.line,
@@ -376,6 +378,22 @@ def _parse_ports(item: LineMap, err: AtKey) -> list[int]:
     if len(set(ports)) > MAX_PORTS:
         raise err(f"'ports' lists {len(set(ports))} ports: at most {MAX_PORTS}", "ports")
     return sorted(set(ports))
+
+
+MAX_PRIORITY = 1000
+
+
+def _parse_priority(item: LineMap, err: AtKey) -> int:
+    """`priority: 10`: on a runner several people share, this workflow's jobs go before the same
+    person's other waiting jobs (higher first); never before another person's turn (agent/jobs/turns.py)."""
+    value = item.get("priority", 0)
+    if not isinstance(value, int) or isinstance(value, bool) or not -MAX_PRIORITY <= value <= MAX_PRIORITY:
+        raise err(
+            f"'priority' must be a whole number from -{MAX_PRIORITY} to {MAX_PRIORITY} (higher starts first "
+            f"among your jobs waiting on a runner), not {str(value)[:40]!r}",
+            "priority",
+        )
+    return value
 
 
 def _parse_port_count(item: LineMap, err: AtKey) -> int:

@@ -129,6 +129,7 @@ class Workflow(Record):
     retry_delay_s: float = 0.0
     # The runner's torch/Lightning (and CUDA) held at the base's versions while pip installs (agent/python/job_envs.py).
     hold_base: bool = True
+    priority: int = 0  # among its person's jobs waiting on a shared runner: higher first (agent/jobs/turns.py)
     sweep: SweepSpec | None = None  # `sweep:`: `run` makes a job per point (app/runs/sweep.py)
     file: Path | None = None
     line: int | None = None

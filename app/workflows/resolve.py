@@ -52,6 +52,7 @@ class ResolvedJob(Record):
     # containers, never a reason for a runner to refuse the job.
     image_implicit: bool = False
     hold_base: bool = True  # pip holds the runner's torch/Lightning at the base's versions
+    priority: int = 0  # orders its person's waiting jobs on a shared runner; not an input (no cache key)
 
 
 def coerce_override(name: str, text: str, default: Scalar | None) -> Scalar:
@@ -200,6 +201,7 @@ def resolve(project: Project, name: str, overrides: dict[str, str], builtins: di
         retry_delay_s=wf.retry_delay_s,
         image_implicit=implicit,
         hold_base=wf.hold_base,
+        priority=wf.priority,
     )
 
 

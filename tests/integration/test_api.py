@@ -41,9 +41,17 @@ def test_run_wait_logs_metrics_and_compare(agent, cli, project, controller_home)
     assert lanpool.Run(run.name, home=controller_home).status()[0]["status"] == "DONE"
 
     sweep = lanpool.run(
-        "train", sweep={"lr": [0.5, 0.125]}, detach=False, project=project, runner=agent.address, home=controller_home
+        "train",
+        sweep={"lr": [0.5, 0.125]},
+        detach=False,
+        max_parallel=1,
+        project=project,
+        runner=agent.address,
+        home=controller_home,
     )
     table = lanpool.compare(sweep, run, sort="val_loss", home=controller_home)
+    first, second = sorted((r for r in table["jobs"] if r["run"] == sweep.name), key=lambda r: r["started_at"])
+    assert first["finished_at"] <= second["started_at"]  # max_parallel=1: the second point sent once the first ended
     assert [r["variables"]["lr"] for r in table["jobs"]] == ["0.125", "0.25", "0.5"]  # best val_loss first
     assert table["varying"] == ["lr"] and table["jobs"][0]["metrics"]["val_loss"]["best"] == 0.0625
     assert any(r["name"] == agent.name for r in lanpool.runners(wait=0, home=controller_home))
@@ -62,6 +70,10 @@ def test_stop_and_bad_input(agent, project, controller_home):
         lanpool.run("nosuch", project=project, home=controller_home)
     with pytest.raises(lanpool.Error, match="sweep 'lr': give a list of values without commas"):
         lanpool.run("train", sweep={"lr": ["1,2"]}, project=project, home=controller_home)
+    with pytest.raises(lanpool.Error, match="max_parallel: a whole number >= 1, kept while the sweep is followed"):
+        lanpool.run("train", sweep={"lr": [1, 2]}, max_parallel=2, project=project, home=controller_home)  # detached
+    with pytest.raises(lanpool.Error, match="max_parallel limits a sweep's points: train has no sweep"):
+        lanpool.run("train", detach=False, max_parallel=2, project=project, home=controller_home)
     with pytest.raises(lanpool.Error, match="no run or job named 'nosuch-run'"):
         lanpool.Run("nosuch-run", home=controller_home).status()
     with pytest.raises(lanpool.Error, match="mode 'best': 'min' or 'max'"):

@@ -28,7 +28,10 @@ def test_a_job_that_does_not_fit_now_is_queued_and_starts_when_room_frees(runner
             second = await s.submit(_job("second", "echo second ran"))
             assert first.state == "RUNNING"
             assert second.state == "QUEUED" and second.position == 1
-            assert second.reason == "waiting for 2 CPU: 0 of 2 free", second.reason
+            # What it waits for, and whose job holds it (its label: the key's comment; agent/jobs/turns.py).
+            assert second.reason.startswith("waiting for 2 CPU: 0 of 2 free; held by lanpool-controller (w, 2 CPU, "), (
+                second.reason
+            )
             end = await wait_state(s, "second", {"DONE", "FAILED"})
             done_first = await s.status("first")
             assert end.state == "DONE"

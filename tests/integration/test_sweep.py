@@ -102,6 +102,48 @@ def test_a_detached_sweep_returns_at_once_and_its_points_run_without_the_control
     assert sorted(r["variables"]["lr"] for r in rows) == ["0.1", "0.2", "0.4"]
 
 
+PARALLEL = """
+workflows:
+  - name: train
+    resources: {gpu: 1}
+    commands: ["echo lr=${{ lr }}", "sleep 2"]
+"""
+
+
+def test_max_parallel_sends_a_point_only_when_one_ends(tmp_path, controller_home, cli, make_project):
+    """A runner with room for all four points runs at most two at once: the controller holds the rest."""
+    agent = start_agent(tmp_path / "g", controller_home, name="gpu-4", extra_env={"LANPOOL_FAKE_GPUS": "0,1,2,3"})
+    try:
+        cli("headless", "runners", "add", agent.address, check=True)
+        project = make_project(PARALLEL, files={".lanpool/variables.yaml": "variables:\n  train:\n    lr: 1\n"})
+        res = _sweep(cli, project, "--sweep", "lr=1,2,3,4", "--max-parallel", "2")
+        assert "4 of 4 point(s) DONE" in res.stderr, res.stderr
+        assert "point 3/4 (lr=3): waits for one of the points running to end (--max-parallel)" in res.stderr
+        run = json.loads(res.stdout.splitlines()[-1])["run"]
+        rows = json.loads(cli("headless", "compare", run, "--json", check=True).stdout)["jobs"]
+        spans = [(r["started_at"], r["finished_at"]) for r in rows]
+        # At each start, how many points ran: never more than two (the runner had four GPUs free).
+        running = [sum(1 for s, f in spans if s <= start < f) for start, _ in spans]
+        assert len(rows) == 4 and max(running) <= 2, spans
+    finally:
+        agent.stop()
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["-d", "--sweep", "lr=1,2", "--max-parallel", "1"], "--max-parallel is kept by the controller that follows"),
+        (["--max-parallel", "2"], "--max-parallel limits a sweep's points: train has no sweep: add --sweep"),
+        (["--sweep", "lr=1,2", "--max-parallel", "0"], "argument --max-parallel: expects a whole number of points"),
+    ],
+)
+def test_max_parallel_is_for_a_followed_sweep(cli, make_project, controller_home, args, says):
+    project = make_project(WORKFLOWS, files={".lanpool/variables.yaml": VARIABLES})
+    res = cli("headless", "run", "train", *args, cwd=project)
+    assert res.returncode == 2 and says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout) == []
+
+
 @pytest.mark.parametrize(
     ("args", "says"),
     [
@@ -187,3 +229,21 @@ def test_stop_worst_stops_the_worse_points_at_the_step_and_says_why(gpu_runners,
     assert not rows["0.1"]["error"]
     status = cli("headless", "status", "--no-refresh", check=True).stdout
     assert "stopped by the sweep at step 3" in status  # the reason in the runs table
+
+
+def test_a_sweep_followed_from_python_keeps_max_parallel_and_stops_the_worse_points(
+    gpu_runners, make_project, controller_home
+):
+    """lanpool.run(detach=False) follows a sweep as the CLI does (app/runs/sweep_follow.py): two
+    points at a time, and at step 3 each is ranked among those that reached it (0.2 second of two:
+    stopped; 0.4 and 0.8, sent as slots freed, third and fourth: stopped)."""
+    import lanpool
+
+    project = make_project(SLOW_WORKFLOWS, files={".lanpool/variables.yaml": VARIABLES})
+    run = lanpool.run("train", detach=False, max_parallel=2, project=project, home=controller_home)
+    rows = {r["variables"]["lr"]: r for r in lanpool.compare(run, home=controller_home)["jobs"]}
+    assert rows["0.1"]["status"] == "DONE", rows
+    assert rows["0.2"]["status"] == rows["0.4"]["status"] == rows["0.8"]["status"] == "STOPPED", rows
+    assert rows["0.8"]["error"].startswith("stopped by the sweep at step 3 (val_loss 2.667, rank "), rows["0.8"]
+    spans = [(r["started_at"], r["finished_at"]) for r in rows.values()]
+    assert max(sum(1 for s, f in spans if s <= start < f) for start, _ in spans) <= 2, spans

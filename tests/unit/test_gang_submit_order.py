@@ -64,6 +64,7 @@ def _job() -> types.SimpleNamespace:
         retry_delay_s=0,
         image_implicit=False,
         hold_base=True,
+        priority=0,
     )
 
 

@@ -147,7 +147,7 @@ def test_metrics_reader_reads_only_new_points_and_series_sort_by_step(store):
 
 
 def test_a_metrics_chunk_is_read_whole_and_line_by_line_only_when_it_must():
-    from lanpool.app.views.overview import _json_lines
+    from lanpool.app.store.metric_lines import json_lines as _json_lines
 
     good = b'{"step": 1, "name": "a", "value": 1}\n\n{"step": 2, "name": "a", "value": 2}\n'
     assert [p["step"] for p in _json_lines(good)] == [1, 2]

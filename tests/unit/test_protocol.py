@@ -391,7 +391,7 @@ def test_missing_or_mistyped_fields_are_invalid(decode, body, field_name):
 def test_unknown_extra_fields_are_ignored():
     body = _body(_SUBMIT)
     body["added_in_protocol_9"] = {"anything": [1, 2]}
-    body["priority"] = "high"
+    body["urgency"] = "high"
     assert decode_client_message(body) == _SUBMIT
     nested = _body(_STATUS)
     nested["artifacts"][0]["sha256"] = "abc"

@@ -558,3 +558,18 @@ def test_a_boolean_field_refuses_other_words(tmp_path: Path):
     err = _error(tmp_path)
     _assert_at(err, path, 4)
     assert "'hold_base' must be true or false" in str(err)
+
+
+def test_priority_reaches_the_job(tmp_path: Path):
+    _write(tmp_path, "workflows:\n  - name: t\n    priority: 7\n    commands: [x]\n")
+    assert resolve(load_workflows(tmp_path), "t", {}, BUILTINS).priority == 7
+    _write(tmp_path, "workflows:\n  - name: t\n    commands: [x]\n")
+    assert resolve(load_workflows(tmp_path), "t", {}, BUILTINS).priority == 0
+
+
+@pytest.mark.parametrize("written", ["high", "1001", "-5000", "true", "1.5"])
+def test_a_priority_out_of_range_or_not_a_number_is_refused_at_its_line(tmp_path: Path, written):
+    path = _write(tmp_path, f"workflows:\n  - name: t\n    commands: [x]\n    priority: {written}\n")
+    err = _error(tmp_path)
+    _assert_at(err, path, 4)
+    assert "'priority' must be a whole number from -1000 to 1000" in str(err)

@@ -1,15 +1,19 @@
 """The Runs tab: runs and their jobs, newest first, filtered by text and status, and what acts on
-a run or job from there: stop / abort (s / x), delete a run (D), prune ended runs.
+a run or job from there: stop / abort (s / x), delete a run (D), prune ended runs, mark jobs
+(space; u unmarks all) for the Metrics tab to overlay. A sweep's points sit together under their
+run, each named by the values of its variables that differ from the others'.
 
 The pane owns its filter and status choice, and tells the app with messages: a row highlighted
 (`JobHighlighted`: the app shows that job in Logs, Metrics and Artifacts), a row opened with
-Enter (`JobOpened`), runs deleted (`RunsDeleted`: a job shown may be gone). Stopping runs in a
+Enter (`JobOpened`), runs deleted (`RunsDeleted`: a job shown may be gone), the marks changed
+(`MarksChanged`). Stopping runs in a
 worker on the app, whose one handler turns a failure into a notification.
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
 from textual import on
 from textual.app import ComposeResult
@@ -23,8 +27,9 @@ from lanpool.app.tui.dialogs.simple import ConfirmDialog, Field, FormDialog
 from lanpool.app.tui.widgets.panes import Pane
 from lanpool.app.tui.widgets.tables import RunsTable
 from lanpool.app.tui.workers import run_on_app
-from lanpool.app.views import overview
+from lanpool.app.views import overlay, overview
 from lanpool.app.views.formatting import size
+from lanpool.app.views.overview import JobLine
 
 RUNS_LIMIT = 500  # rows in the runs list (filtering searches the whole store)
 # Rows on the first frame: more than a screen holds; the rest are added just after it (adding a
@@ -48,12 +53,21 @@ class RunsPane(Pane):
     class RunsDeleted(Message):
         removal: Removal
 
+    @dataclass
+    class MarksChanged(Message):
+        """The jobs marked (space), in the order marked: the Metrics tab overlays them."""
+
+        job_ids: list[str]
+
     def __init__(self, ctl: Controller, clock: Callable[[], float]) -> None:
         super().__init__("Runs", id="runs")
         self.ctl = ctl
         self.clock = clock
         self.text = ""  # the filter
         self.status = ""  # a status, or any
+        self.marked: dict[str, None] = {}  # job ids, in the order marked
+        # Each sweep point's own variables (what tells it from the others), read once: they never change.
+        self._own: dict[str, dict[str, Any]] = {}
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="runs-bar"):
@@ -72,8 +86,49 @@ class RunsPane(Pane):
     def refresh_runs(self, first: int | None = None) -> None:
         """The runs list; `first`: when it is built anew, only that many rows now (the rest with
         the next call), the columns sized for all."""
-        lines = self.ctl.runs.job_lines(self.text, self.status, RUNS_LIMIT)
-        self.table.show_jobs(lines, self.clock(), first)
+        lines, sweeps = overlay.sweep_rows(self.ctl.runs.job_lines(self.text, self.status, RUNS_LIMIT))
+        labels = self._point_labels(lines, list(sweeps.values())) if sweeps else {}
+        self.table.show_jobs(lines, self.clock(), first, self.marked, sweeps.values(), labels)
+
+    def _point_labels(self, lines: list[JobLine], sweeps: list[list[str]]) -> dict[str, str]:
+        """Each sweep point's label: the values of the variables that differ between its sweep's
+        points. The list's variables are its run's when they tell nothing apart (a sweep's run
+        holds each swept variable as its list of values): then each point's own, read once."""
+        listed = {line.job.id: line.variables for line in lines}
+        labels: dict[str, str] = {}
+        for ids in sweeps:
+            values = {job_id: listed[job_id] for job_id in ids}
+            if not overlay.varying(values):
+                self._read_own([job_id for job_id in ids if job_id not in self._own])
+                values = {job_id: self._own.get(job_id, {}) for job_id in ids}
+            named = overlay.point_labels(values, {})
+            labels.update((job_id, label) for job_id, label in named.items() if label != job_id)
+        return labels
+
+    def _read_own(self, job_ids: list[str]) -> None:
+        for start in range(0, len(job_ids), overlay.MAX_JOBS):
+            chunk = job_ids[start : start + overlay.MAX_JOBS]
+            try:
+                rows = self.ctl.runs.compared(chunk).rows
+            except LanpoolError:  # one gone meanwhile: shown without its values
+                rows = []
+            for job_id in chunk:
+                self._own[job_id] = {}
+            self._own.update((str(r["job_id"]), r.get("variables") or {}) for r in rows)
+
+    @on(RunsTable.MarkWanted)
+    def _mark(self, event: RunsTable.MarkWanted) -> None:
+        event.stop()
+        if event.job_id is None:
+            if not self.marked:
+                return
+            self.marked.clear()
+        elif event.job_id in self.marked:
+            del self.marked[event.job_id]
+        else:
+            self.marked[event.job_id] = None
+        self.post_message(self.MarksChanged(list(self.marked)))
+        self.refresh_runs()
 
     def move_to(self, job_id: str) -> None:
         """The cursor onto this job's row, if it is shown."""
@@ -181,6 +236,11 @@ class RunsPane(Pane):
 
     def _removed(self, removal: Removal) -> None:
         self.post_message(self.RunsDeleted(removal))
+        gone = [job_id for job_id in self.marked if job_id in removal.jobs]
+        if gone:
+            for job_id in gone:
+                del self.marked[job_id]
+            self.post_message(self.MarksChanged(list(self.marked)))
         self.notify(f"deleted {len(removal.runs)} run(s), {len(removal.jobs)} job(s): {size(removal.freed)} freed")
         self.refresh_runs()
 

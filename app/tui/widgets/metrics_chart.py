@@ -227,7 +227,7 @@ class MetricsChart(Widget):
         want = max(1, min(len(groups), MAX_CHARTS))
         if len(plots) != want:
             box.remove_children()
-            plots = [_cached_plot_class()() for _ in range(want)]
+            plots = [cached_plot_class()() for _ in range(want)]
             box.mount_all(plots)
         extras = []
         if self.log_scale:
@@ -271,7 +271,7 @@ class MetricsChart(Widget):
 _CACHED_PLOT: "type[PlotextPlot] | None" = None
 
 
-def _cached_plot_class() -> "type[PlotextPlot]":
+def cached_plot_class() -> "type[PlotextPlot]":
     """PlotextPlot that builds its chart again only when it was drawn anew, resized or the theme
     changed: plotext draws the whole canvas in Python on every render, and a render came with
     every switch to the Metrics tab, data changed or not (scripts/bench-tui)."""

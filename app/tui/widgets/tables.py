@@ -14,13 +14,15 @@ changed (rows added below, as the rest of the list after the first frame, are
 not a change to the rows above).
 """
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Collection, Hashable, Iterable, Sequence
+from dataclasses import dataclass
 
 from rich.cells import cell_len
 from rich.text import Text
 from textual.binding import Binding
 from textual.events import Resize
 from textual.geometry import Region
+from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 from textual.widgets import DataTable
@@ -247,6 +249,10 @@ class LiveTable(DataTable[Cell]):
 
 
 class RunsTable(LiveTable):
+    """The runs list: a row per job, a sweep's points together under their run (the run's name on
+    the first, a tree down the others, each point named by its variables' values), marked jobs
+    with a dot (what the Metrics tab overlays)."""
+
     COLUMNS = (
         ("run", "RUN"),
         ("job", "JOB"),
@@ -259,18 +265,49 @@ class RunsTable(LiveTable):
         ("artifacts", "ARTIFACTS"),
     )
     HIDE_ORDER = ("variables", "artifacts", "submitted", "workflow", "runner", "job", "duration")
+    BINDINGS = [
+        Binding("space", "mark", "Mark", show=False),
+        Binding("u", "unmark_all", "Unmark all", show=False),
+    ]
 
-    def show_jobs(self, lines: list[JobLine], now: float, first: int | None = None) -> None:
+    @dataclass
+    class MarkWanted(Message):
+        """space on a row (`job_id`: mark it, or unmark it), or u (None: unmark every job)."""
+
+        job_id: str | None
+
+    def action_mark(self) -> None:
+        if key := self.selected_key:
+            self.post_message(self.MarkWanted(key))
+
+    def action_unmark_all(self) -> None:
+        self.post_message(self.MarkWanted(None))
+
+    def show_jobs(
+        self,
+        lines: list[JobLine],
+        now: float,
+        first: int | None = None,
+        marked: Collection[str] = (),
+        sweeps: Iterable[list[str]] = (),
+        labels: dict[str, str] | None = None,
+    ) -> None:
+        """`lines` in order; `sweeps`: each sweep's job ids, together in `lines` (app/views/overlay.py
+        sweep_rows); `labels`: a point's variables' values."""
+        tree = _sweep_tree(lines, sweeps, labels or {})
         rows: list[Row] = []
         for line in lines:
             j = line.job
             runner = ", ".join(line.runners) or "-"
             variables = line.variables_text
+            run = tree.get(j.id) or j.run_name + (f" ({line.tag})" if line.tag else "")
+            if marked:  # a column of marks: the runs' names stay aligned
+                run = ("● " if j.id in marked else "  ") + run
             rows.append(
                 (
                     j.id,
                     [
-                        j.run_name + (f" ({line.tag})" if line.tag else ""),
+                        plain_cell(run, "bold" if j.id in marked else ""),
                         j.id,
                         j.workflow,
                         variables if len(variables) <= 40 else variables[:39] + "…",
@@ -283,6 +320,23 @@ class RunsTable(LiveTable):
                 )
             )
         self.show(rows, first)
+
+
+def _sweep_tree(lines: list[JobLine], sweeps: Iterable[list[str]], labels: dict[str, str]) -> dict[str, str]:
+    """A sweep's RUN cells: the run's name on its first point, then a tree, each point's label
+    after it (`calm-heron-2 ┬ lr=0.001`, `             ├ lr=0.003`, `             └ lr=0.01`)."""
+    by_id = {line.job.id: line for line in lines}
+    cells: dict[str, str] = {}
+    for ids in sweeps:
+        if not ids or ids[0] not in by_id:
+            continue
+        head = by_id[ids[0]]
+        name = head.job.run_name + (f" ({head.tag})" if head.tag else "")
+        pad = " " * cell_len(name)
+        for i, job_id in enumerate(ids):
+            branch = "┬" if i == 0 else "└" if i == len(ids) - 1 else "├"
+            cells[job_id] = f"{name if i == 0 else pad} {branch} {labels.get(job_id, '')}".rstrip()
+    return cells
 
 
 class RunnersTable(LiveTable):
