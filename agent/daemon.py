@@ -373,8 +373,25 @@ class Agent:
             self._lock_fd = None
 
 
+def raise_open_files_limit() -> None:
+    """Each waiting job keeps its log spool open, so a runner several people share holds a
+    thousand files for its queue alone (ten people's --max-queued-per-owner 100): past the soft
+    limit many systems start a service with (1,024), a submit would fail with EMFILE. The hard
+    limit is the admin's word; the soft one is raised to it (at most 2**20)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = 1 << 20 if hard == resource.RLIM_INFINITY else min(hard, 1 << 20)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+    except (ImportError, ValueError, OSError) as exc:  # a platform or a policy that says no: as it was
+        log.info("open files limit left as it was: %s", exc)
+
+
 async def serve(agent: Agent) -> None:
     """Run an agent until SIGINT/SIGTERM."""
+    raise_open_files_limit()
     # Handled from the first moment: a SIGTERM while it starts (mDNS probing takes a second or
     # two, jobs may already have been taken back) shuts it down properly once started, never by default.
     stop = asyncio.Event()

@@ -21,7 +21,7 @@ from lanpool.app.home import ControllerHome  # noqa: E402
 from lanpool.app.keys import load_or_create_client_key  # noqa: E402
 from lanpool.app.runners.client import RunnerSession  # noqa: E402
 from lanpool.protocol import SubmitJob  # noqa: E402
-from tests.harness import APP_MODULE, lanpool_env, start_agent, write_project  # noqa: E402
+from tests.harness import APP_MODULE, authorize_key, controller_key, lanpool_env, start_agent, write_project  # noqa: E402
 
 DAG = """
 workflows:
@@ -67,11 +67,13 @@ async def bench(agent, n: int) -> dict:
         await s.submit(job(1, "true"))
         submit_ms = 1000 * (time.perf_counter() - t0) / 2
         print(f"submit (accepted, queued): {submit_ms:.1f} ms each")
-        while (second := await s.status("j1")).state != "DONE":
+        for i in range(2, 8):  # a short line: each ends, the next starts
+            await s.submit(SubmitJob(f"h{i}", "r", "w", ["true"], resources={"cpu": 1}))
+        while (await s.status("h7")).state != "DONE":
             await asyncio.sleep(0.05)
-        first = await s.status("j0")
-        handover_ms = 1000 * (second.started_at - first.finished_at)
-        print(f"hand-over latency: {handover_ms:.0f} ms")
+        chain = [await s.status(j) for j in ("j0", "j1", *(f"h{i}" for i in range(2, 8)))]
+        handover_ms = _median_gap(chain)
+        print(f"hand-over latency (median of {len(chain) - 1}): {handover_ms:.0f} ms")
         await s.submit(job(2, "sleep 600"))
         cpu0, rss0 = _proc(agent.proc.pid)
         t0 = time.perf_counter()
@@ -94,6 +96,43 @@ async def bench(agent, n: int) -> dict:
         "rss_mb": (round(rss0 / 1024), round(rss1 / 1024)),
         "idle_cpu_pct": round((cpu2 - cpu1) / 5 * 100, 1),
     }
+
+
+def _median_gap(chain: list) -> float:
+    """The median time (ms) between a job's end and the next one's start, in start order."""
+    ran = sorted((j for j in chain if j.started_at and j.finished_at), key=lambda j: j.started_at)
+    return statistics.median(1000 * (b.started_at - a.finished_at) for a, b in zip(ran, ran[1:], strict=False))
+
+
+async def fair_turns(agent, keys: list, n: int) -> dict:
+    """Fair turns (agent/jobs/turns.py): `n` jobs queued by len(keys) owners behind a holder, each
+    submit timed; then the hand-over when the holder ends, with all of them in line."""
+    sessions = [await RunnerSession.open(agent.host, agent.port, key, None) for key in keys]
+    try:
+        job = lambda i, cmd: SubmitJob(f"f{i}", "r", "w", [cmd], resources={"cpu": 1}, detached=True)  # noqa: E731
+        await sessions[0].submit(job(0, "sleep 600"))  # holds the runner until all are in line
+        per_owner = n // len(sessions)
+        t0 = time.perf_counter()
+        for k in range(per_owner):  # the owners' submits interleave, as people's do
+            for o, s in enumerate(sessions):
+                await s.submit(job(1 + o * per_owner + k, "true"))
+        took = time.perf_counter() - t0
+        # The holder ends, then each job in turn ("true": it ends at once): the first rounds' hand-overs,
+        # with the rest of the thousand still in line (and no submit arriving meanwhile).
+        await sessions[0].stop("f0", True, 0)
+        firsts = [(o, 1 + o * per_owner + k) for k in range(3) for o in range(len(sessions))]
+        while (await sessions[firsts[-1][0]].status(f"f{firsts[-1][1]}")).state not in ("DONE", "FAILED"):
+            await asyncio.sleep(0.05)
+        chain = [await sessions[0].status("f0")] + [await sessions[o].status(f"f{i}") for o, i in firsts]
+        handover_ms = _median_gap(chain)
+        print(
+            f"{n} queued of {len(sessions)} owners: {1000 * took / n:.1f} ms a submit; "
+            f"hand-over (median of {len(chain) - 1}) {handover_ms:.0f} ms"
+        )
+        return {"queued_each_ms": round(1000 * took / n, 1), "handover_ms": round(handover_ms)}
+    finally:
+        for s in sessions:
+            s.close()
 
 
 def _prompt(agents: list, home: Path, project: Path, rounds: int, it: str, baseline: str) -> tuple[float, float]:
@@ -130,9 +169,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         os.environ["LANPOOL_HOME"] = str(tmp / "controller")
-        agent = start_agent(tmp / "agent", tmp / "controller", extra_env={"LANPOOL_FAKE_CPUS": "1"}, verbose=False)
+        room = ["--max-queued-per-owner", str(args.jobs + 10)]  # the default (100) bounds one person's line
+        agent = start_agent(
+            tmp / "agent", tmp / "controller", extra_env={"LANPOOL_FAKE_CPUS": "1"}, extra_args=room, verbose=False
+        )
         try:
             queue = asyncio.run(bench(agent, args.jobs))
+        finally:
+            agent.stop()
+        # Ten people on one runner: ten controller keys, each authorized with a label.
+        homes = [tmp / f"owner{k}" for k in range(10)]
+        agent = start_agent(
+            tmp / "agent-fair", homes[0], extra_env={"LANPOOL_FAKE_CPUS": "1"}, extra_args=room, verbose=False
+        )
+        try:
+            keys = []
+            for home in homes:
+                env = lanpool_env(home)
+                authorize_key(controller_key(env), agent.data_dir, env)
+                keys.append(load_or_create_client_key(ControllerHome(home).key))
+            fair = asyncio.run(fair_turns(agent, keys, args.jobs))
         finally:
             agent.stop()
         agent = start_agent(tmp / "agent2", tmp / "controller", verbose=False)
@@ -158,6 +214,20 @@ def main() -> None:
             row("submit to a runner's queue", queue["submit_ms"], target="< 500 ms", unit="ms"),
             row("hand-over (room frees -> next job starts)", queue["handover_ms"], target="< 1000 ms", unit="ms"),
             row(f"{args.jobs:,} queued jobs, submit each", queue["queued_each_ms"], unit="ms"),
+            row(
+                f"{args.jobs:,} queued jobs of 10 owners (fair turns), submit each (baseline: one owner)",
+                fair["queued_each_ms"],
+                queue["queued_each_ms"],
+                target="<= 2x",
+                unit="ms",
+            ),
+            row(
+                f"hand-over with {args.jobs:,} queued jobs of 10 owners (baseline: an empty queue)",
+                fair["handover_ms"],
+                queue["handover_ms"],
+                target="<= 2x",
+                unit="ms",
+            ),
             row(f"agent RSS with {args.jobs:,} queued jobs (before: baseline)", rss1, rss0, unit="MB"),
             row(f"agent idle CPU with {args.jobs:,} queued jobs", queue["idle_cpu_pct"], unit="%"),
             row("`run -d` of a 3-step DAG to the prompt, vs one job", round(dag[0], 2), round(dag[1], 2), unit="s"),

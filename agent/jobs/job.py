@@ -49,7 +49,9 @@ class Job:
     # While QUEUED: its place in the runner's queue and why it waits (agent.jobs.queue; not journalled).
     position: int = 0
     reason: str = ""
-    # While QUEUED for want of room: who holds it now (agent.jobs.turns), asked at each status.
+    # While QUEUED for want of room: the queue's reason and who holds the room now
+    # (agent.jobs.turns), both made when a status asks (the pump only hands them over).
+    reason_of: Callable[[], str] | None = None
     held_by: Callable[[], str] | None = None
     # Why the spool refused the job's own output (a full disk), "" while it takes it: the job is
     # failed with it (agent.jobs.end.ended_state), by `on_write_failure` (agent.jobs.supervision)
@@ -82,12 +84,13 @@ class Job:
     def _waiting_reason(self) -> str:
         """The queue's reason, with who holds the room it waits for before the jobs ahead:
         "waiting for 2 GPU: 0 of 2 free; held by alice (train, 2 GPU, 1h12m); 1 job ahead"."""
-        held = self.held_by() if self.held_by is not None else ""
+        reason = self.reason or (self.reason_of() if self.reason_of is not None else "")
+        held = self.held_by() if self.held_by is not None and not self.reason else ""
         if not held:
-            return self.reason
-        head, sep, ahead = self.reason.rpartition("; ")
+            return reason
+        head, sep, ahead = reason.rpartition("; ")
         if not (sep and ahead.endswith(" ahead")):
-            return f"{self.reason}; held by {held}"[:REASON_CHARS]
+            return f"{reason}; held by {held}"[:REASON_CHARS]
         return f"{head}; held by {held}"[: REASON_CHARS - len(ahead) - 2] + f"; {ahead}"
 
     def set_pending(self, reason: str) -> None:

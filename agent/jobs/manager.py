@@ -34,6 +34,7 @@ from lanpool.agent.jobs.dag import blocked, stage_dependencies
 from lanpool.agent.jobs.end import settle
 from lanpool.agent.jobs.env import with_picked_ports
 from lanpool.agent.jobs.job import Job, masked_env
+from lanpool.agent.jobs.journal import JobRecord
 from lanpool.agent.jobs.kept_secrets import KeptSecrets, SecretKeeper
 from lanpool.agent.jobs.launch import launch_of, read_request, save_request
 from lanpool.agent.jobs.owner import Owner, owns
@@ -84,6 +85,7 @@ class JobManager:
         # Sharing (agent.jobs.turns): GPUs one controller's running jobs may hold (None: all), and
         # whether others' labels, workflows and times are hidden from a waiting job's reason.
         self.max_gpus_per_owner: int | None = None
+        self._needs: dict[str, Amount] = {}  # job id -> what it asks for (self._need)
         self.private_occupancy = False
         self._tasks: set[asyncio.Task[None]] = set()  # strong refs to background tasks
         self._staging: set[str] = set()  # submitted jobs whose workspace is still being built
@@ -262,25 +264,36 @@ class JobManager:
             ),
             key=lambda j: j.record.queued_seq,
         )
-        queued = self._in_turn(self._ready(queued))
+        # One pass over every job: what holds resources now, and each owner's latest start (the turns').
+        holding: list[JobRecord] = []
+        last_start: dict[str, float] = {}
+        for known in self.jobs.values():
+            record = known.record
+            if record.started_at is not None and record.started_at > last_start.get(record.owner, -math.inf):
+                last_start[record.owner] = record.started_at
+            if holds(record):
+                holding.append(record)
+        queued = self._in_turn(self._ready(queued), holding, last_start)
         now = time.time()
         queued = gang_line(queued, self.gang_held, now)
         if not queued:
             return
-        used = in_use([j.record for j in self.jobs.values()])
+        used = in_use(holding)
         if self.gang_held:  # a reservation holds its CPUs and memory (its GPUs are allocated)
             held = need_of(self.jobs[self.gang_held].record)
             used = Amount(used.cpus + held.cpus, used.memory_mb + held.memory_mb, 0)
         free = Amount(self.capacity.cpus - used.cpus, self.capacity.memory_mb - used.memory_mb, len(self.gpus.free))
-        waiting = [Waiting(j.record.job_id, need_of(j.record), j.record.not_before) for j in queued]
+        waiting = [Waiting(j.record.job_id, self._need(j), j.record.not_before) for j in queued]
         decided = plan(waiting, free, self.capacity, now)
         for job in queued:
-            position, reason = decided.waiting.get(job.record.job_id, (0, ""))
+            position, why = decided.waiting.get(job.record.job_id, (0, None))
+            reason = ""
             if job.record.not_before > now:
+                why = None
                 reason = f"retry {job.record.attempt} of {job.record.retry_limit} in {job.record.not_before - now:.0f}s"
                 if job.record.gang_id:
                     reason = f"gang {job.record.gang_id}: not all its nodes were free; again in {job.record.not_before - now:.0f}s"
-            job.position, job.reason = position, reason
+            job.position, job.reason, job.reason_of = position, reason, why
             # Who holds what it waits for, told when its status is asked (the times are then's).
             job.held_by = self._holders_text if position else None
         for job_id in decided.start:
@@ -294,20 +307,23 @@ class JobManager:
         if decided.wake_at is not None:
             self._wake = asyncio.get_running_loop().call_later(max(0.0, decided.wake_at - now), self._pump)
 
-    def _in_turn(self, queued: list[Job]) -> list[Job]:
+    def _need(self, job: Job) -> Amount:
+        """What the job asks for (its record's resources never change once admitted): counted once."""
+        need = self._needs.get(job.record.job_id)
+        if need is None:
+            need = self._needs[job.record.job_id] = need_of(job.record)
+        return need
+
+    def _in_turn(self, queued: list[Job], holding: list[JobRecord], last_start: dict[str, float]) -> list[Job]:
         """The queue in fair turns between owners (agent.jobs.turns), without the jobs whose owner
         holds its --max-gpus-per-owner already (they wait out of line, saying so)."""
-        holding = [j.record for j in self.jobs.values() if holds(j.record)]
+        if not queued:
+            return queued
         running: dict[str, int] = {}
         gpus_held: dict[str, int] = {}
         for r in holding:
             running[r.owner] = running.get(r.owner, 0) + 1
             gpus_held[r.owner] = gpus_held.get(r.owner, 0) + need_of(r).gpus
-        last_start: dict[str, float] = {}
-        for job in self.jobs.values():
-            started = job.record.started_at
-            if started is not None and started > last_start.get(job.record.owner, -math.inf):
-                last_start[job.record.owner] = started
         by_id = {j.record.job_id: j for j in queued}
         line = [InLine(j.record.job_id, j.record.owner, j.record.queued_seq, j.record.priority) for j in queued]
         ordered = [by_id[i] for i in take_turns(line, running, last_start)]
@@ -316,9 +332,9 @@ class JobManager:
             return ordered
         kept = []
         for job in ordered:
-            owner, need = job.record.owner, need_of(job.record).gpus
+            owner, need = job.record.owner, self._need(job).gpus
             if owner and need and gpus_held.get(owner, 0) + need > cap:
-                job.position, job.held_by = 0, None
+                job.position, job.held_by, job.reason_of = 0, None, None
                 job.reason = (
                     f"waiting for your jobs here to hold fewer GPUs: they hold {gpus_held.get(owner, 0)}, this one "
                     f"needs {need}, and one controller may hold {cap} on this runner (--max-gpus-per-owner)"
@@ -461,7 +477,7 @@ class JobManager:
         record.gpus = gpus
         record.not_before = 0.0
         record.save(job.dir)
-        job.position, job.reason, job.held_by = 0, "", None
+        job.position, job.reason, job.held_by, job.reason_of = 0, "", None, None
         job.executor = executor
         if record.attempt:
             job.system_line(f"lanpool: retry {record.attempt} of {record.retry_limit}")

@@ -18,7 +18,9 @@ manager (agent.jobs.manager) applies the choices.
 import dataclasses
 import hashlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from lanpool.agent.errors import JobError
@@ -60,7 +62,9 @@ class Waiting:
 @dataclass(frozen=True)
 class Plan:
     start: list[str]  # job ids to start now, in order
-    waiting: dict[str, tuple[int, str]]  # job id -> (position from 1, reason)
+    # job id -> (position from 1, its reason): the text is made when asked (a status), not for
+    # each of a thousand waiting jobs at every hand-over (docs/bench/bench-queue.json).
+    waiting: dict[str, tuple[int, Callable[[], str]]]
     wake_at: float | None  # the earliest end of a retry delay, if any
 
 
@@ -80,21 +84,23 @@ def never_fits(need: Amount, capacity: Amount) -> str:
 def plan(queue: list[Waiting], free: Amount, capacity: Amount, now: float) -> Plan:
     """What to start now from `queue` (oldest first), given what is `free`; see the module docstring."""
     start: list[str] = []
-    waiting: dict[str, tuple[int, str]] = {}
+    waiting: dict[str, tuple[int, Callable[[], str]]] = {}
     wake_at: float | None = None
     head: Waiting | None = None
+    room = free  # what a job may take: all that is free, less the head's need once there is a head
     for job in queue:
         if job.not_before > now:
             wake_at = job.not_before if wake_at is None else min(wake_at, job.not_before)
             continue
-        room = free if head is None else free.minus(head.need)
         if job.need.fits_in(room):
             start.append(job.job_id)
             free = free.minus(job.need)
+            room = free if head is None else free.minus(head.need)
             continue
         if head is None:
             head = job
-        waiting[job.job_id] = (len(waiting) + 1, _reason(job.need, free, capacity, len(waiting)))
+            room = free.minus(head.need)
+        waiting[job.job_id] = (len(waiting) + 1, partial(_reason, job.need, free, capacity, len(waiting)))
     return Plan(start, waiting, wake_at)
 
 
@@ -120,9 +126,13 @@ def _n(value: float) -> str:
 # -- a job record's part in the bookkeeping (what agent.jobs.manager adds up) --------------
 
 
+_HOLDING = frozenset({JobState.SUBMITTED.value, JobState.RUNNING.value})
+
+
 def holds(record: JobRecord) -> bool:
-    """Whether the job holds resources: started or starting (a queued one holds nothing)."""
-    return not record.terminal and record.state != JobState.QUEUED
+    """Whether the job holds resources: started or starting (a queued or ended one holds nothing).
+    A string test: it runs for every job at every hand-over (thousands with a long queue)."""
+    return record.state in _HOLDING
 
 
 def in_use(records: list[JobRecord]) -> Amount:

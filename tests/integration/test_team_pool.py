@@ -6,6 +6,7 @@ real controller keys; GPUs faked at the edge (LANPOOL_FAKE_GPUS)."""
 import asyncio
 import json
 import subprocess
+from pathlib import Path
 
 import asyncssh
 import pytest
@@ -200,5 +201,30 @@ def test_priority_orders_ones_own_waiting_jobs(tmp_path, controller_home):
 
         started = asyncio.run(scenario())
         assert sorted(started, key=lambda j: started[j]) == ["p1", "p3", "p2"], started
+    finally:
+        agent.stop()
+
+
+def test_a_long_shared_queue_is_not_bounded_by_a_low_open_files_limit(tmp_path, controller_home):
+    """Each waiting job keeps its log open: an agent started with a soft limit of 64 files (as a
+    service may be, at 1,024) takes 100 queued jobs, having raised the limit to its hard one."""
+    low = ["bash", "-c", 'ulimit -Sn 64 && exec "$0" "$@"', *APP_MODULE]
+    agent = start_agent(tmp_path / "agent", controller_home, app=low, extra_env={"LANPOOL_FAKE_GPUS": "0"})
+    try:
+
+        async def scenario() -> None:
+            async with await open_session(agent) as alice:
+                await _submit(alice, _job("hold", "w", 60), *(_job(f"q{k}", "w", 0) for k in range(100)))
+                last = await wait_state(alice, "q99", {"QUEUED"})
+                assert last.position == 100, last
+                await alice.stop("hold", True, 0)
+
+        asyncio.run(scenario())
+        soft = next(
+            line.split()[3]
+            for line in Path(f"/proc/{agent.proc.pid}/limits").read_text().splitlines()
+            if line.startswith("Max open files")
+        )
+        assert soft == "unlimited" or int(soft) > 64, soft
     finally:
         agent.stop()
