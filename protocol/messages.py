@@ -43,7 +43,9 @@ from lanpool.protocol.transfer_messages import (
 #    JobAccepted.ports.
 # 7: SubmitJob.priority (a workflow's `priority:`: orders one owner's waiting jobs on a shared
 #    runner, agent/jobs/turns.py).
-PROTOCOL_VERSION = 7
+# 8: SubmitJob.idle_s (a dev environment ends after that long with no session into it);
+#    Hello.sshd_user/sshd_host_key (the dev OpenSSH server a job's `ssh-config` entry reaches).
+PROTOCOL_VERSION = 8
 
 # A JobStatus carries at most this many of the job's artifact files to a controller whose
 # ClientHello names ARTIFACT_PAGES, with `artifacts_total` saying how many there are; the
@@ -236,6 +238,7 @@ class SubmitJob(Message):
     # started; nobody follows it, and its start (a process, a container) is the runner's affair.
     detached: bool = False
     priority: int = 0  # among its owner's waiting jobs on the runner: higher first (agent/jobs/turns.py)
+    idle_s: float = 0.0  # a dev environment: stopped after this long with no SSH/exec session (0: never)
 
 
 @record

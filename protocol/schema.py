@@ -178,6 +178,7 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "retry_limit": _Bound(lo=0, hi=100),
     "retry_on": _WORD,
     "max_duration_s": _Bound(lo=0, hi=366 * 24 * 3600),
+    "idle_s": _Bound(lo=0, hi=366 * 24 * 3600),  # a dev environment's idle limit
     "retry_delay_s": _Bound(lo=0, hi=7 * 24 * 3600),
     "after": _Bound(max_len=128, pattern=_ID),  # a DAG step's dependencies (job ids)
     "priority": _Bound(lo=-1000, hi=1000),  # orders one owner's waiting jobs (a workflow's `priority:`)

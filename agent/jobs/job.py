@@ -3,6 +3,7 @@
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +61,17 @@ class Job:
     on_write_failure: Callable[[], None] | None = None
     # Ended because its agent exits (a process cannot outlive it), with `lost` in its retry: it ends LOST.
     lost_at_shutdown: bool = False
+    # Sessions into the job now (exec, shells, the dev sshd's logins) and when the last one ended:
+    # a dev environment's idle limit counts from there (agent.jobs.supervision).
+    sessions: int = 0
+    idle_since: float = 0.0
+
+    def session_opened(self) -> None:
+        self.sessions += 1
+
+    def session_closed(self) -> None:
+        self.sessions = max(0, self.sessions - 1)
+        self.idle_since = time.time()
 
     def notify(self) -> None:
         self.changed.set()

@@ -27,7 +27,7 @@ from lanpool.app.runs.result import Submitted
 from lanpool.app.store import JobRow
 from lanpool.app.workflows import Project
 from lanpool.app.workflows.model import Scalar, StopWorst, SweepSpec
-from lanpool.app.workflows.resolve import render_value
+from lanpool.app.workflows.resolve import coerce_override, render_value
 from lanpool.app.workflows.sweep_spec import MAX_POINTS, MAX_VALUES
 
 
@@ -153,6 +153,10 @@ async def run_sweep(
         raise UsageError(name_taken(req.run_name))
     if req.nodes and req.nodes > 1 or req.resume:
         raise UsageError("--sweep runs single-node jobs, each from scratch: drop --nodes/--resume")
+    for point in grid.points:  # a value of the wrong type is refused before the run exists (as --lr abc is)
+        for variable, text in point.items():
+            default = known.get(variable)
+            coerce_override(variable, text, default if isinstance(default, str | int | float) else None)
     name = req.run_name or new_run_name(store.run_name_taken)
     # The run's variables: the defaults with the command line's, each swept one as its list of values.
     variables: dict[str, object] = {**known, **req.overrides, **grid.axes}

@@ -68,6 +68,10 @@ def test_stop_and_bad_input(agent, project, controller_home):
         lanpool.run("train", variables={"nosuch": 1}, project=project, home=controller_home)
     with pytest.raises(lanpool.Error, match="no workflow named 'nosuch'"):
         lanpool.run("nosuch", project=project, home=controller_home)
+    with pytest.raises(lanpool.Error, match="--lr expects a number \\(default 0.5\\), got 'fast'"):
+        lanpool.run("train", variables={"lr": "fast"}, project=project, home=controller_home)
+    with pytest.raises(lanpool.Error, match="--lr expects a number \\(default 0.5\\), got 'fast'"):
+        lanpool.run("train", sweep={"lr": [0.1, "fast"]}, project=project, home=controller_home)
     with pytest.raises(lanpool.Error, match="sweep 'lr': give a list of values without commas"):
         lanpool.run("train", sweep={"lr": ["1,2"]}, project=project, home=controller_home)
     with pytest.raises(lanpool.Error, match="max_parallel: a whole number >= 1, kept while the sweep is followed"):

@@ -163,6 +163,7 @@ def test_max_parallel_is_for_a_followed_sweep(cli, make_project, controller_home
             "--sweep: 1200 points; one run takes at most 1000 (sweep fewer values)",
         ),
         (["--sweep", "lr=1,2", "--port", "8080"], "--port forwards one job's port to this machine"),
+        (["--sweep", "lr=0.1,fast"], "--lr expects a number (default 0.3), got 'fast'"),  # before the run exists
     ],
 )
 def test_a_bad_sweep_is_one_line_and_nothing_runs(cli, make_project, controller_home, args, says):
