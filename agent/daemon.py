@@ -37,8 +37,9 @@ from lanpool.agent.jobs.owner import Owner
 from lanpool.agent.jobs.queue import Amount
 from lanpool.agent.python.interpreters import Pythons
 from lanpool.agent.python.job_envs import JobPythons
+from lanpool.agent.shell.dev_sshd import load_or_create_host_key as load_or_create_dev_host_key
 from lanpool.agent.shell.into_job import serve_exec
-from lanpool.agent.shell.sshd import sweep_stale
+from lanpool.agent.shell.sshd import sshd_offered, sweep_stale
 from lanpool.agent.ssh.keys import add_authorized_key, load_or_create_host_key
 from lanpool.agent.ssh.mdns import Advertiser, advertise_addresses, txt_record
 from lanpool.agent.ssh.pairing import CODE_TTL_S, Lockout, Pairing, PairingResponder
@@ -169,6 +170,8 @@ class Agent:
         self._tasks: set[asyncio.Task[None]] = set()
         self._txt_due: asyncio.TimerHandle | None = None  # the coalesced TXT update (_on_jobs_changed)
         self._lock_fd: int | None = None  # the data dir's lock, held shared while it runs (AgentHome.lock)
+        # The jobs' dev sshd's host key (base64; agent/shell/dev_sshd.py): "" when this runner offers none.
+        self.dev_host_key = ""
 
     async def start(self) -> None:
         self.home.create()
@@ -226,6 +229,7 @@ class Agent:
         # One-time sshd directories an agent killed earlier left behind; after the checks above,
         # so that a refused option is still the only line an agent that cannot start prints.
         sweep_stale()
+        self._make_dev_host_key()
         self.manager.listeners.append(self._on_jobs_changed)
         self._server = await listen(self, self.host, self.port, host_key)
         self.port = self._server.sockets[0].getsockname()[1]
@@ -268,6 +272,16 @@ class Agent:
         log.info(
             "agent %s listening on %s:%d (executor %s)", self.name, self.host, self.port, self.resources.get("executor")
         )
+
+    def _make_dev_host_key(self) -> None:
+        """The dev sshd's host key, made once (about a millisecond) where a dev sshd can be offered:
+        its listener is a direct connection's, and an sshd is installed and not turned off."""
+        if self.direct is None or not sshd_offered():
+            return
+        try:
+            self.dev_host_key = load_or_create_dev_host_key(self.home.dev_sshd_host_key)
+        except (OSError, ValueError, asyncssh.KeyImportError) as exc:
+            log.warning("no dev sshd: cannot make or read %s (%s)", self.home.dev_sshd_host_key, exc)
 
     def resources_now(self) -> dict[str, int | str]:
         """What the machine has and, right now, what is free: for Hello and the TXT record."""
@@ -328,7 +342,8 @@ class Agent:
         conn = process.channel.get_connection()
         request = process.shell_request if isinstance(process, LanpoolSession) else None
         if request is not None and self.manager is not None:
-            await serve_exec(process, self.manager, request, self.owners.get(conn), self.direct)
+            dev_key = self.home.dev_sshd_host_key if self.dev_host_key else None
+            await serve_exec(process, self.manager, request, self.owners.get(conn), self.direct, dev_key)
             return
         gang_id = self.gang_grants.get(conn)
         if gang_id is not None and process.subsystem == GANG_SUBSYSTEM and self.gang is not None:
@@ -352,7 +367,14 @@ class Agent:
             process.exit(1)
             return
         await ChannelSession(
-            process, self.manager, self.name, self.hello_resources, exchange, self.direct, owner=owner
+            process,
+            self.manager,
+            self.name,
+            self.hello_resources,
+            exchange,
+            self.direct,
+            owner=owner,
+            dev_host_key=self.dev_host_key,
         ).run()
 
     async def close(self, grace_s: float) -> None:

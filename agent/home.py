@@ -11,6 +11,7 @@ data_dir/
   pyenvs/<key>/       installed `requirements:` layers jobs' Python environments share
   secrets/<id>.json   an unfinished job's secrets (0600, the dir 0700): kept for a restart
   usage.jsonl         a line per job that ran, when it ended (0600): `app agent usage`; gc keeps it
+  dev-sshd-host-key   the jobs' dev sshd's ed25519 host key (0600; agent/shell/dev_sshd.py), made at start
 """
 
 import contextlib
@@ -70,6 +71,12 @@ class AgentHome:
     def usage_ledger(self) -> Path:
         """What jobs used (agent.jobs.usage): in the data dir, not jobs/, so it outlives `app agent gc`."""
         return self.root / "usage.jsonl"
+
+    @property
+    def dev_sshd_host_key(self) -> Path:
+        """The dev sshd's host key (agent/shell/dev_sshd.py): in the data dir, which no job can read
+        (a sandbox sees it as an empty tmpfs), and kept, so the controllers' known_hosts line holds."""
+        return self.root / "dev-sshd-host-key"
 
     def job_dir(self, job_id: str) -> Path:
         return self.jobs / job_id

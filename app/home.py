@@ -33,6 +33,12 @@ class ControllerHome(Record):
         return self.root / "id_ed25519"
 
     @property
+    def ssh_dir(self) -> Path:
+        """`app headless ssh-config`'s files: the ssh_config of the running jobs and their runners'
+        pinned dev sshd host keys (app/shell/ssh_config.py), the ControlMaster sockets."""
+        return self.root / "ssh"
+
+    @property
     def artifacts(self) -> Path:
         return self.root / "artifacts"
 

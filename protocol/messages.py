@@ -78,6 +78,10 @@ class Hello(Message):
     name: str
     resources: dict[str, int | str] = field(default_factory=dict)
     features: list[str] = field(default_factory=list)  # what a controller may ask beyond the version (additive)
+    # The runner's dev sshd (protocol/shell_sshd.py DEV_SSHD): the user to log in as and the base64
+    # of its persistent ed25519 host key, which an `ssh-config` entry pins; "" when it offers none.
+    sshd_user: str = ""
+    sshd_host_key: str = ""
 
 
 @record

@@ -189,6 +189,14 @@ _FIELD_BOUNDS: dict[str, _Bound] = {
     "gang_rank": _Bound(lo=0, hi=255),
     "coordinator": _Bound(max_len=300, text=True),
     "host_key": _Bound(max_len=16 * 1024, text=True),
+    # Hello's dev sshd (protocol/shell_sshd.py): a user name as the offer line carries it, and the
+    # base64 of an ed25519 public key blob (what goes into a known_hosts line and an ssh_config).
+    "sshd_user": _Bound(
+        max_len=33, pattern=re.compile(r"[a-z_][a-z0-9_.-]{0,31}\$?"), pattern_says="must be a POSIX user name"
+    ),
+    "sshd_host_key": _Bound(
+        max_len=68, pattern=re.compile(r"[A-Za-z0-9+/]{68}"), pattern_says="must be an ed25519 key's base64"
+    ),
     "gang_token": _Bound(max_len=128, text=True),
     "gang_order": _Bound(lo=0),
     "submitted_at": _Bound(lo=0),

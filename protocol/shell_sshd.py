@@ -14,6 +14,12 @@ controller pins), or `lanpool-sshd -` when it cannot (no sshd, a container job, 
 then the controller opens the shell on the channel instead. The channel stays open for the
 session and its exit status says whether the session ran (SSHD_RAN) or not (SSHD_UNUSED:
 the controller falls back the same way); the command's own exit code is the `ssh` client's.
+
+A dev offer (`lanpool-exec JOB_ID --dev-sshd KEY`, KEY the controller's own key: the one that
+owns the job) is the same exchange for `app headless ssh-proxy`, the ProxyCommand of an
+`ssh-config` Host entry: its sshd keeps the runner's persistent dev host key (Hello.sshd_host_key,
+so the entry's known_hosts line holds), runs every session (shell, exec, sftp, scp, rsync)
+inside the job and forwards to the job's declared ports only (agent/shell/dev_sshd.py).
 """
 
 import base64
@@ -23,6 +29,9 @@ import re
 SHELL_SSHD = "shell-sshd"
 SSHD_ENV = "LANPOOL_SSHD_SHELLS"  # 0: a runner offers no sshd, a controller asks for none
 SSHD_FLAG = "--sshd"
+# Hello.features: this agent takes `--dev-sshd KEY` and says its dev sshd's user and host key in Hello.
+DEV_SSHD = "dev-sshd"
+DEV_SSHD_FLAG = "--dev-sshd"
 KEY_PREFIX = "ssh-ed25519:"
 OFFER_PREFIX = b"lanpool-sshd "
 NO_OFFER_LINE = b"lanpool-sshd -\n"

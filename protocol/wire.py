@@ -4,7 +4,7 @@ a public key is compared."""
 import shlex
 from collections.abc import Sequence
 
-from lanpool.protocol.shell_sshd import SSHD_FLAG
+from lanpool.protocol.shell_sshd import DEV_SSHD_FLAG, SSHD_FLAG
 
 SUBSYSTEM = "lanpool"  # the SSH subsystem that carries lanpool's frames
 # A detached gang's barrier (agent/gang/hub.py): members' agents to node 0's, with the gang's token only.
@@ -22,11 +22,18 @@ MAX_EXEC_NODE = 4096
 ENCRYPTION_ALGS = ["aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com", "aes128-ctr"]
 
 
-def exec_command(job_id: str, argv: Sequence[str], node: int | None = None, sshd_key: str = "") -> str:
+def exec_command(
+    job_id: str, argv: Sequence[str], node: int | None = None, sshd_key: str = "", dev_sshd_key: str = ""
+) -> str:
     """The exec request for `argv` (none: a shell) in job `job_id`, on its node `node` where its
     runner runs every node (None: the runner's own part), through a one-time sshd for `sshd_key`
-    (`ssh-ed25519:BASE64`) when given."""
-    flags = [*([NODE_FLAG, str(node)] if node is not None else []), *([SSHD_FLAG, sshd_key] if sshd_key else [])]
+    (`ssh-ed25519:BASE64`) when given, or the job's dev sshd for `dev_sshd_key` (the controller's
+    own key, same form: protocol/shell_sshd.py)."""
+    flags = [
+        *([NODE_FLAG, str(node)] if node is not None else []),
+        *([SSHD_FLAG, sshd_key] if sshd_key else []),
+        *([DEV_SSHD_FLAG, dev_sshd_key] if dev_sshd_key else []),
+    ]
     return shlex.join([EXEC_VERB, job_id, *flags, *(["--", *argv] if argv else [])])
 
 

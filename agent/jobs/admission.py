@@ -118,6 +118,7 @@ def admit(
         priority=req.priority,
         queued_seq=1 + max((j.record.queued_seq for j in jobs.values()), default=0),
         max_duration_s=req.max_duration_s,
+        idle_s=req.idle_s,
         retry_on=list(req.retry_on),
         retry_limit=req.retry_limit,
         retry_delay_s=req.retry_delay_s,

@@ -41,6 +41,8 @@ def ended_state(job: Job, outcome: Outcome) -> tuple[JobState, str]:
         state, error = JobState.LOST, "its agent shut down"
     if record.timed_out:
         error = f"stopped: max_duration {human_duration(record.max_duration_s)} reached"
+    elif record.idled_out:
+        error = f"stopped: idle {human_duration(record.idle_s)} with no session"
     elif outcome.ended_by and state is JobState.FAILED:
         error = f"stopped: {outcome.ended_by} reached"
     if outcome.oom_error():

@@ -68,6 +68,7 @@ class JobRecord:
     not_before: float = 0.0
     # Time limit and retries (agent.jobs.limits), as the SubmitJob asked.
     max_duration_s: float = 0.0
+    idle_s: float = 0.0  # a dev environment: stopped after this long with no session into it (0: never)
     retry_on: list[str] = field(default_factory=list)
     retry_limit: int = 0
     retry_delay_s: float = 0.0
@@ -78,6 +79,7 @@ class JobRecord:
     last_end: str = ""  # why its last attempt ended, when it was retried (told to its gang)
     attempt_started_at: float | None = None  # this attempt's start (max_duration); started_at is the job's
     timed_out: bool = False
+    idled_out: bool = False  # stopped by its idle limit (agent.jobs.supervision)
     # A detached DAG's step (agent.jobs.dag): the jobs it waits for, and its run key's sha256.
     after: list[str] = field(default_factory=list)
     run_key_hash: str = ""

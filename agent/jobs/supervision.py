@@ -74,6 +74,8 @@ class Supervisor:
         self._spawn(telemetry().watch(job))  # the GPUs it holds, sampled into its metrics
         if record.max_duration_s > 0:
             self._spawn(self._time_limit(job, execution))
+        if record.idle_s > 0:
+            self._spawn(self._idle_limit(job, execution))
         # A stop (or its gang's restart) asked while it was starting, or under way at the agent's restart
         if record.stop_requested or record.restart_to > record.attempt:
             if not adopted:
@@ -106,6 +108,24 @@ class Supervisor:
                 log.info("job %s: still running %gs after SIGTERM; SIGKILL", job.record.job_id, grace)
                 job.system_line(f"lanpool: still running {grace:g}s after SIGTERM; SIGKILL")
                 execution.send_signal(signal.SIGKILL)
+
+    async def _idle_limit(self, job: Job, execution: Execution) -> None:
+        """A dev environment's idle limit: stopped once no session (exec, shell, the dev sshd's
+        logins) has been open for `idle_s`, counted from the last one's end, else from its start."""
+        record = job.record
+        every = min(30.0, max(0.5, record.idle_s / 4))
+        while True:
+            await asyncio.sleep(every)
+            if job.execution is not execution or record.terminal or record.stop_requested:
+                return
+            since = job.idle_since or record.attempt_started_at or record.started_at or time.time()
+            if job.sessions == 0 and time.time() - since >= record.idle_s:
+                break
+        record.idled_out = record.stop_requested = True
+        record.save(job.dir)
+        limit = human_duration(record.idle_s)
+        job.system_line(f"lanpool: idle {limit} with no session; SIGTERM, SIGKILL after {self.grace_s:g}s")
+        self.terminate(job, self.grace_s)
 
     async def _time_limit(self, job: Job, execution: Execution) -> None:
         """max_duration: counted from the start (an adopted job keeps its start), then a stop."""

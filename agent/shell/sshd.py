@@ -20,6 +20,8 @@ or a connection that says nothing, does not use the offer up (the controller's `
 after it), and what it may cost is bounded: MAX_TRIES connections, MAX_PENDING logging in at
 once, each for LOGIN_GRACE_S (sshd's LoginGraceTime), new ones for ACCEPT_S. The channel closing
 or the job ending stops every sshd of the offer; their log lines go to the agent's log.
+A job's dev sshd (`--dev-sshd`, agent/shell/dev_sshd.py) is the same offer with the runner's dev
+host key, its own config and dispatcher, and a login that counts as a session of the job.
 """
 
 import asyncio
@@ -44,6 +46,13 @@ from typing import Any
 import asyncssh
 
 from lanpool.agent.jobs.job import Job
+from lanpool.agent.shell.dev_sshd import (
+    dev_config,
+    dev_permit_open,
+    dev_script,
+    load_or_create_host_key,
+    sftp_server_path,
+)
 from lanpool.agent.shell.process_job import inside, job_environment
 from lanpool.protocol.errors import clip
 from lanpool.protocol.shell_sshd import NO_OFFER_LINE, SSHD_ENV, SSHD_RAN, SSHD_UNUSED, offer_line
@@ -127,12 +136,16 @@ async def serve_sshd(
     argv: tuple[str, ...],
     client_key_b64: str,
     listen: Callable[[str], socket.socket] | None,
+    dev_host_key: Path | None = None,
 ) -> int:
     """Offer a one-time sshd for the job's shell and serve it; SSHD_RAN or SSHD_UNUSED. `listen`
-    gives a listener on a host in the direct connections' ports (DirectSender.listen_plain)."""
-    what = f"sshd shell in job {job.record.job_id}"
+    gives a listener on a host in the direct connections' ports (DirectSender.listen_plain).
+    `dev_host_key`: the job's dev sshd instead (agent/shell/dev_sshd.py), with that host key."""
+    what = f"{'dev sshd' if dev_host_key else 'sshd shell'} in job {job.record.job_id}"
     # A container's or a Slurm job's shell goes on the SSH channel (agent/shell/container.py, slurm_job.py).
     why = "a container or Slurm job" if job.record.container_id else unusable_because()
+    if why is None and dev_host_key is not None and not dev_host_key.is_file():
+        why = f"no dev host key at {dev_host_key}"
     sockname = process.channel.get_extra_info("sockname")
     peername = process.channel.get_extra_info("peername")
     if why is None and (listen is None or not sockname or not peername):
@@ -158,12 +171,18 @@ async def serve_sshd(
     # finally below) is found and removed by the next agent's sweep_stale.
     workdir = Path(tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-", dir=base))
     try:
-        script, host_b64 = _prepare(workdir, job, argv, client_key_b64)
+        if dev_host_key is not None:
+            script, host_b64 = await _prepare_dev(workdir, job, client_key_b64, dev_host_key)
+        else:
+            script, host_b64 = _prepare(workdir, job, argv, client_key_b64)
         port = listener.getsockname()[1]
         process.stdout.write(offer_line(port, pwd.getpwuid(os.getuid()).pw_name, host_b64))
         fingerprint = asyncssh.import_public_key(f"ssh-ed25519 {client_key_b64}").get_fingerprint("sha256")
-        await _serve(process, job, listener, str(peername[0]), _Sshd(workdir / "sshd_config", fingerprint, what))
-        ran = not script.exists()  # the forced command's first act: no client can fake it
+        how = _Sshd(workdir / "sshd_config", fingerprint, what, job, dev=dev_host_key is not None)
+        logged_in = await _serve(process, job, listener, str(peername[0]), how)
+        # One-time: the forced command's first act is to delete itself, which no client can fake.
+        # Dev: the script stays for every session of the connection; sshd's login line tells.
+        ran = logged_in if dev_host_key is not None else not script.exists()
         log.info("%s: ended (%s)", what, "a session ran" if ran else "no session ran")
         return SSHD_RAN if ran else SSHD_UNUSED
     finally:
@@ -278,6 +297,29 @@ def _prepare(workdir: Path, job: Job, argv: tuple[str, ...], client_key_b64: str
     return script, host_key.export_public_key().decode().split()[1]
 
 
+async def _prepare_dev(workdir: Path, job: Job, client_key_b64: str, host_key: Path) -> tuple[Path, str]:
+    """The dev sshd's files in `workdir` (agent/shell/dev_sshd.py); the dispatcher's path and the
+    base64 of the runner's dev host key."""
+    host_b64 = load_or_create_host_key(host_key)  # made at start: read here
+    keys = workdir / "authorized_keys"
+    _write(keys, f"restrict,pty,port-forwarding ssh-ed25519 {client_key_b64} lanpool-controller\n")
+    env, cwd = job_environment(job)
+    script = workdir / "dev.sh"
+    _write(script, dev_script(env, cwd, inside(job, [], cwd)))
+    ports = await asyncio.to_thread(dev_permit_open, job)  # reads /proc: every process's fds
+    config = dev_config(
+        host_key=host_key,
+        authorized_keys=keys,
+        user=pwd.getpwuid(os.getuid()).pw_name,
+        ports=ports,
+        sftp_server=sftp_server_path(),
+        script=script,
+        login_grace_s=LOGIN_GRACE_S,
+    )
+    _write(workdir / "sshd_config", config)
+    return script, host_b64
+
+
 def _session_script(env: dict[str, str], cwd: Path, argv: tuple[str, ...]) -> str:
     """The forced command: delete itself, enter the job's directory, run the shell (or `argv`)
     with exactly the job's environment and the client's TERM. Every value is quoted for sh;
@@ -319,10 +361,16 @@ def _same_host(a: str, b: str) -> bool:
 class _Sshd:
     """What every `sshd -i` of one offer is started with, and how its login is told."""
 
-    def __init__(self, config: Path, fingerprint: str, what: str) -> None:
+    def __init__(
+        self, config: Path, fingerprint: str, what: str, counted: Job | None = None, dev: bool = False
+    ) -> None:
         self.config = config
         self.fingerprint = fingerprint  # of the session's key, as sshd logs it
         self.what = what
+        # A login (a dev sshd's, or the one-time shell's) is a session of its job for as long as its
+        # connection lasts (a dev environment's idle limit counts them: Job.session_opened/closed).
+        self.counted = counted
+        self.dev = dev
 
 
 class _Login:
@@ -374,10 +422,11 @@ class _Login:
 
 async def _serve(
     process: asyncssh.SSHServerProcess[bytes], job: Job, listener: socket.socket, peer: str, how: _Sshd
-) -> None:
+) -> bool:
     """The offer, from its listener to the end of its session: the first connection that logs in
     (_first_login) is served until its sshd ends, the controller is done or the job ends; every
-    other connection's sshd is killed once one logged in, or when the offer ends without one."""
+    other connection's sshd is killed once one logged in, or when the offer ends without one.
+    Whether one logged in."""
     closed = asyncio.ensure_future(_client_done(process))
     ended = asyncio.ensure_future(job.wait_terminal())
     logins: list[_Login] = []
@@ -388,15 +437,29 @@ async def _serve(
             if other is not login:
                 other.kill()  # before a login, so no session of ours
         if login is None:
-            return
-        log.info("%s: %s logged in; the session runs in a one-time sshd", how.what, peer)
-        await asyncio.wait([login.ended, closed, ended], return_when=asyncio.FIRST_COMPLETED)
-        if not login.ended.done():
-            log.info(
-                "%s: %s; stopping its sshd", how.what, "the job ended" if ended.done() else "the controller is done"
-            )
-            await login.stop()
+            return False
+        log.info(
+            "%s: %s logged in; the session runs in a %s sshd",
+            how.what,
+            peer,
+            "dev" if how.dev else "one-time",
+        )
+        if how.counted is not None:
+            how.counted.session_opened()
+        try:
+            await asyncio.wait([login.ended, closed, ended], return_when=asyncio.FIRST_COMPLETED)
+            if not login.ended.done():
+                log.info(
+                    "%s: %s; stopping its sshd",
+                    how.what,
+                    "the job ended" if ended.done() else "the controller is done",
+                )
+                await login.stop()
+        finally:
+            if how.counted is not None:
+                how.counted.session_closed()
         await asyncio.wait([login.logging], timeout=1.0)
+        return True
     finally:
         closed.cancel()
         ended.cancel()

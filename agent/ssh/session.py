@@ -16,6 +16,7 @@ from lanpool.agent.jobs.job import Job
 from lanpool.agent.jobs.journal import artifact_page
 from lanpool.agent.jobs.manager import JobManager
 from lanpool.agent.jobs.owner import Owner
+from lanpool.agent.shell.dev_sshd import sshd_user as dev_sshd_user
 from lanpool.agent.shell.sshd import sshd_offered
 from lanpool.agent.ssh.pairing import PairingRefused, PairingResponder
 from lanpool.agent.workspace.artifacts import Wanted, artifact_stream
@@ -50,7 +51,7 @@ from lanpool.protocol import (
 )
 from lanpool.protocol.errors import clip
 from lanpool.protocol.messages import ARTIFACT_PAGES, STATUS_ARTIFACTS, AgentMessage, ClientMessage, JobStatus
-from lanpool.protocol.shell_sshd import SHELL_SSHD
+from lanpool.protocol.shell_sshd import DEV_SSHD, SHELL_SSHD
 from lanpool.protocol.transfer_messages import ARTIFACT_DIRECT
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,7 @@ class ChannelSession:
         direct: DirectSender | None = None,
         *,
         owner: Owner | None,
+        dev_host_key: str = "",
     ) -> None:
         """`pairing` is set on pairing-only connections: they may run the pairing
         exchange (and say hello, and ping), nothing else. `direct`: artifacts may go on a
@@ -93,6 +95,7 @@ class ChannelSession:
         self._pairing = pairing
         self._direct = direct
         self._owner = owner
+        self._dev_host_key = dev_host_key  # base64 of the dev sshd's host key ("": none offered)
         self._streams: set[asyncio.Task[None]] = set()
         self._write_lock = asyncio.Lock()
         self._blobs: BlobCache = manager.blobs
@@ -108,9 +111,24 @@ class ChannelSession:
             features = []
             if self._direct is not None:
                 features.append(ARTIFACT_DIRECT)
+            sshd_user = sshd_host_key = ""
             if self._direct is not None and sshd_offered():  # its listener is in the direct connections' ports
                 features.append(SHELL_SSHD)
-            await self._send(Hello(PROTOCOL_VERSION, __version__, self._name, self._resources(), features))
+                user = dev_sshd_user() if self._dev_host_key and self._pairing is None else ""
+                if user:  # what an `ssh-config` entry needs
+                    features.append(DEV_SSHD)
+                    sshd_user, sshd_host_key = user, self._dev_host_key
+            await self._send(
+                Hello(
+                    PROTOCOL_VERSION,
+                    __version__,
+                    self._name,
+                    self._resources(),
+                    features,
+                    sshd_user=sshd_user,
+                    sshd_host_key=sshd_host_key,
+                )
+            )
             while True:
                 data = await self._proc.stdin.read(_READ_SIZE)
                 if not data:

@@ -83,6 +83,13 @@ def build_parser(only: str | None = None) -> _Parser:
         return parser
     run = _add_run(sub)
     plan = _add_plan(sub)
+    # Listed for help only: parse_args reads `dev ...` as `run --dev ...` (app/cli/dev_env_verbs.py).
+    sub.add_parser(
+        "dev",
+        add_help=False,
+        help="a dev environment: a job that stays up for ssh, scp, rsync and your editor (run --dev)",
+        usage="app headless dev [options] [WORKFLOW [--VARIABLE VALUE ...]]",
+    )
 
     status = sub.add_parser("status", help="runs and their jobs, newest first; with RUN: that run in full")
     status.add_argument(
@@ -222,6 +229,21 @@ def build_parser(only: str | None = None) -> _Parser:
     ports.add_argument("ref", metavar="RUN|JOB")
     ports.add_argument("--node", type=int, default=None, help="that node of a multi-node job (default 0)")
     ports.add_argument("--json", action="store_true", help="the forwards as JSON (one line), then hold them")
+    # Running jobs as OpenSSH hosts (app/cli/dev_verbs.py): `ssh lanpool-RUN`, scp, rsync, VS Code.
+    ssh_config = sub.add_parser(
+        "ssh-config", help="an ssh Host entry per running job (ssh/scp/rsync/VS Code to lanpool-RUN)"
+    )
+    ssh_config.add_argument(
+        "--install", action="store_true", help="make ~/.ssh/config include it (its first line; once)"
+    )
+    ssh_config.add_argument("--json", action="store_true", help="the entries as JSON")
+    ssh_config.add_argument(
+        "--no-control-master", action="store_true", help="no ControlMaster: each ssh opens its own connection"
+    )
+    # No help: not listed. The ProxyCommand of each entry; errors are one line for ssh to show.
+    ssh_proxy = sub.add_parser("ssh-proxy")
+    ssh_proxy.add_argument("job", metavar="RUN|JOB")
+    ssh_proxy.add_argument("--node", type=int, default=None, help="that node of a multi-node job (default 0)")
     secrets = sub.add_parser("secrets", help="values for `${{ secrets.NAME }}` in a workflow's env (kept 0600)")
     secrets_sub = secrets.add_subparsers(dest="secrets_verb", required=True, metavar="VERB", parser_class=_Parser)
     secret_set = secrets_sub.add_parser("set", help="set a secret; the value from stdin or a prompt, never argv")
@@ -334,6 +356,13 @@ def _add_plan(sub: Any) -> argparse.ArgumentParser:
     return plan
 
 
+def _idle(text: str) -> float:
+    """`--idle 2h`; `0`, `off` or `never`: no idle limit."""
+    if text.strip().lower() in ("0", "off", "never"):
+        return 0.0
+    return _duration(366 * 24 * 3600)(text)
+
+
 def _duration(most: float) -> Callable[[str], float]:
     def parse(text: str) -> float:
         from lanpool.app.workflows.limits import parse_duration
@@ -359,6 +388,20 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         default=None,
         metavar="N",
         help="a sweep's points: at most N sent and not ended at once; the next is sent as one ends (not with -d)",
+    )
+    p.add_argument(
+        "--dev",
+        action="store_true",
+        help="a dev environment (`app headless dev`): the job stays up after its commands for ssh, scp, "
+        "rsync and your editor (`app headless ssh-config`), until stopped, its max_duration or --idle",
+    )
+    p.add_argument(
+        "--idle",
+        type=_idle,
+        default=None,
+        metavar="DURATION",
+        help="a dev environment ends after this long with no session into it (default: the workflow's "
+        "`idle:`, else 2h; 0: never)",
     )
     p.add_argument(
         "--nodes", type=_node_count, default=None, help="run the workflow on N runners at once (multi-node DDP), N >= 1"
@@ -490,6 +533,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     """The command line as a Namespace. For `run` and `plan` only the options before the
     workflow name are read here; the words after it stay in `tail` until the workflow's
     variables are known (app/cli/workflow_args.py: read_tail, through `apply_tail`)."""
+    if argv and argv[0] == "dev":  # `dev W ...` is `run --dev W ...`: the same options and variables
+        argv = ["run", "--dev", *argv[1:]]
     if not argv or argv[0] not in ("run", "plan"):
         return build_parser().parse_args(argv)
     verb = argv[0]

@@ -127,6 +127,8 @@ def _list_workflows(project: Project, as_json: bool) -> None:
 
 async def run(ctl: Controller, args: argparse.Namespace) -> int:
     project = _project(ctl, args, "run")
+    if args.dev and not args.workflow:  # `dev` alone: the project's one `dev: true` workflow
+        args.workflow = _dev_workflow(project)
     if not args.workflow:
         _list_workflows(project, args.json)
         return ExitCode.OK
@@ -139,6 +141,12 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
         return await run_sweep(ctl, project, args)
     if args.max_parallel:
         raise UsageError(f"--max-parallel limits a sweep's points: {args.workflow} has no sweep: add --sweep VAR=V1,V2")
+    if args.dev or project.get(args.workflow).dev:  # a dev environment (app/cli/dev_env_verbs.py)
+        from lanpool.app.cli.dev_env_verbs import run_dev
+
+        return await run_dev(ctl, project, args)
+    if args.idle is not None:
+        raise UsageError(f"--idle is a dev environment's: `app headless dev {args.workflow}` (or `dev: true` in it)")
     notify_cmd = _notify_cmd(args)  # a bad one is refused before anything runs
     import_paused("lanpool.app.runs.loop")  # the SSH stack, ~60% of a `run`'s imports (Controller.run uses it)
     submitted: list[Submitted] = []
@@ -242,6 +250,15 @@ async def plan(ctl: Controller, args: argparse.Namespace) -> int:
             f"resources of {args.workflow} (the command line's over the workflow's): {shown_resources(asked.job.resources)}"
         )
     return ExitCode.OK
+
+
+def _dev_workflow(project: Project) -> str:
+    marked = [name for name, wf in project.workflows.items() if wf.dev]
+    if len(marked) != 1:
+        which = f"several are ({', '.join(sorted(marked)[:5])})" if marked else "none is"
+        refused = f" (refused, so not counted: {', '.join(sorted(project.refused)[:5])})" if project.refused else ""
+        raise UsageError(f"name the workflow (app headless dev WORKFLOW): {which} marked `dev: true`{refused}")
+    return marked[0]
 
 
 def _has_sweep(project: Project, workflow: str) -> bool:

@@ -109,6 +109,7 @@ async def submit_job(
             gang=gang_specs[node] if gang_specs else None,
             detached=detached,
             priority=job.priority,
+            idle_s=job.idle_s,
         )
         try:
             accepted, status = await session.submit_accepted(request)

@@ -67,13 +67,13 @@ async def sshd_shell(session: RunnerSession, job_id: str, argv: Sequence[str]) -
         except (OSError, asyncssh.Error) as exc:
             raise RunnerError(f"{session.where} refused a shell in job {job_id}: {exc}") from None
         try:
-            line = await _first_line(proc)
+            line = await first_line(proc)
             offer = parse_offer_line(line) if line else None
             if offer is None:
                 if line == NO_OFFER_LINE:
                     log.info("%s offers no sshd for job %s", session.where, job_id)
                     return None
-                if await _refused(proc):  # the runner said why (the job ended, ...), shown on our stderr
+                if await refused(proc):  # the runner said why (the job ended, ...), shown on our stderr
                     return exit_code_of(proc)
                 raise RunnerError(f"{session.where} answered the shell request with {line[:80]!r}")
             port, user, host_key = offer
@@ -137,7 +137,7 @@ def _write(path: Path, text: str) -> None:
         fh.write(text)
 
 
-async def _first_line(proc: asyncssh.SSHClientProcess[bytes]) -> bytes:
+async def first_line(proc: asyncssh.SSHClientProcess[bytes]) -> bytes:
     """The runner's first line (at most MAX_OFFER_LINE bytes), or what came before the channel closed."""
     head = b""
     with contextlib.suppress(TimeoutError):
@@ -150,7 +150,7 @@ async def _first_line(proc: asyncssh.SSHClientProcess[bytes]) -> bytes:
     return head
 
 
-async def _refused(proc: asyncssh.SSHClientProcess[bytes]) -> bool:
+async def refused(proc: asyncssh.SSHClientProcess[bytes]) -> bool:
     """Whether the runner closed the channel with a reason on stderr (shown on ours)."""
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(proc.wait_closed(), _CLOSE_S)

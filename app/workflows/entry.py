@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from lanpool.app.workflows.dialects import normalize
-from lanpool.app.workflows.limits import parse_limits
+from lanpool.app.workflows.limits import MAX_DURATION_S, parse_duration, parse_limits
 from lanpool.app.workflows.line_map import LineMap
 from lanpool.app.workflows.model import (
     ArtifactSpec,
@@ -51,6 +51,8 @@ WORKFLOW_KEYS = (
     "max_duration",
     "retry",
     "priority",
+    "dev",
+    "idle",
     "slurm",
     "hold_base",
     "sweep",
@@ -177,6 +179,8 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
         retry_delay_s=retry_delay_s,
         hold_base=hold_base,
         priority=_parse_priority(item, err),
+        dev=_parse_dev(item, err),
+        idle_s=_parse_idle(item, err),
         sweep=parse_sweep(item, err),
         file=path,
         line=item.line,
@@ -378,6 +382,29 @@ def _parse_ports(item: LineMap, err: AtKey) -> list[int]:
     if len(set(ports)) > MAX_PORTS:
         raise err(f"'ports' lists {len(set(ports))} ports: at most {MAX_PORTS}", "ports")
     return sorted(set(ports))
+
+
+DEFAULT_IDLE_S = 2 * 3600.0  # a dev environment nobody is in for this long ends (`idle:`, `dev --idle`)
+
+
+def _parse_dev(item: LineMap, err: AtKey) -> bool:
+    """`dev: true`: `run` (and `dev`) start it as a dev environment: it stays up for ssh and editors."""
+    dev = flag(item.get("dev", False))
+    if dev is None:
+        raise err("'dev' must be true or false (true: the job stays up for ssh and your editor)", "dev")
+    return dev
+
+
+def _parse_idle(item: LineMap, err: AtKey) -> float | None:
+    """`idle: 2h` (or `off`): how long a dev environment stays up with no session into it."""
+    if item.get("idle") is None:
+        return None
+    if flag(item["idle"]) is False:
+        return 0.0
+    try:
+        return parse_duration(item["idle"], "'idle'", MAX_DURATION_S)
+    except ValueError as exc:
+        raise err(str(exc), "idle") from None
 
 
 MAX_PRIORITY = 1000

@@ -130,6 +130,8 @@ class Workflow(Record):
     # The runner's torch/Lightning (and CUDA) held at the base's versions while pip installs (agent/python/job_envs.py).
     hold_base: bool = True
     priority: int = 0  # among its person's jobs waiting on a shared runner: higher first (agent/jobs/turns.py)
+    dev: bool = False  # a dev environment: `run`/`dev` keep it up for ssh and editors (app/runs/dev.py)
+    idle_s: float | None = None  # a dev environment's idle limit (None: the default, 0: none)
     sweep: SweepSpec | None = None  # `sweep:`: `run` makes a job per point (app/runs/sweep.py)
     file: Path | None = None
     line: int | None = None

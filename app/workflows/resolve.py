@@ -53,6 +53,7 @@ class ResolvedJob(Record):
     image_implicit: bool = False
     hold_base: bool = True  # pip holds the runner's torch/Lightning at the base's versions
     priority: int = 0  # orders its person's waiting jobs on a shared runner; not an input (no cache key)
+    idle_s: float = 0.0  # a dev environment: ended after this long with no session (app/runs/dev.py)
 
 
 def coerce_override(name: str, text: str, default: Scalar | None) -> Scalar:

@@ -42,8 +42,10 @@ def _started(agent, job_id: str, **fields) -> None:
     wait_for_line(agent, job_id, "ready")
 
 
-def _leftovers() -> set[str]:
-    return set(glob.glob("/dev/shm/lanpool-sshd-*")) | set(glob.glob("/tmp/lanpool-sshd-*"))
+def _leftovers(agent) -> set[str]:
+    # This agent's only (its pid is in the name): other tests' agents run sshds at the same time.
+    name = f"lanpool-sshd-{agent.proc.pid}-*"
+    return set(glob.glob(f"/dev/shm/{name}")) | set(glob.glob(f"/tmp/{name}"))
 
 
 def _key(tmp_path: Path, name: str) -> tuple[Path, str]:
@@ -76,7 +78,7 @@ def _ssh(tmp_path: Path, key: Path, offer, host_key_line: str, *extra: str, host
 
 
 def test_ssh_goes_through_a_one_time_sshd_output_exit_code_and_the_jobs_env(agent):
-    before = _leftovers()
+    before = _leftovers(agent)
     _started(agent, "sj", env={"MY_VAR": "from the job's env"})
     code, out = _shell(agent, "sj", "echo sshd-$((40+2)) $MY_VAR; pwd; exit 9")
     assert code == 9
@@ -86,7 +88,7 @@ def test_ssh_goes_through_a_one_time_sshd_output_exit_code_and_the_jobs_env(agen
     assert IN_SSHD in log and "a session ran" in log
     assert "Accepted publickey" in log  # sshd's own account of the login, in the agent's log
     asyncio.run(_stop(agent, "sj", abort=True, grace_s=0))
-    assert _leftovers() <= before  # the session's keys and script are gone
+    assert _leftovers(agent) <= before  # the session's keys and script are gone
 
 
 def test_lanpool_sshd_shells_0_goes_on_the_channel_instead(agent, monkeypatch):

@@ -191,7 +191,10 @@ def test_gpus_are_shared_out_between_running_process_jobs(tmp_path, controller_h
             wait_for_line(agent, job_id, "gpus=")
         # No GPU free now: the job waits in the runner's queue, then gets the first one freed.
         queued = submit(agent, "c", ['echo "gpus=$CUDA_VISIBLE_DEVICES"'], "", resources={"gpu": 1})
-        assert queued.state == "QUEUED" and queued.reason == "waiting for 1 GPU: 0 of 2 free", queued
+        assert queued.state == "QUEUED", queued
+        assert queued.reason.startswith("waiting for 1 GPU: 0 of 2 free; held by lanpool-controller (w, 1 GPU, "), (
+            queued
+        )
         submit(agent, "none", ['echo "gpus=[$CUDA_VISIBLE_DEVICES]"'], "", resources={"gpu": 0})
         asyncio.run(_stop(agent, "a", grace_s=0))
         follow(agent, "a")  # ended: its GPU is free again, and "c" takes it

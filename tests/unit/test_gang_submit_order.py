@@ -65,6 +65,7 @@ def _job() -> types.SimpleNamespace:
         image_implicit=False,
         hold_base=True,
         priority=0,
+        idle_s=0.0,
     )
 
 

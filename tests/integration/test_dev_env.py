@@ -1,0 +1,112 @@
+"""Dev environments (`app headless dev`, `dev: true`; app/runs/dev.py): the job runs its commands,
+says it is ready with its directory, stays up, and its runner ends it after its idle limit with
+no session into it (agent/jobs/supervision.py). Real CLI, real agent. The SSH path into it
+(`ssh-config`, `ssh-proxy`): tests/integration/test_dev_ssh.py."""
+
+import json
+import time
+
+import pytest
+
+from tests.harness import start_agent
+
+WORKFLOWS = """
+workflows:
+  - name: box
+    dev: true
+    idle: 4s
+    commands: ["echo setting up in $PWD", "mkdir -p made-by-setup"]
+  - name: train
+    commands: ["echo trained"]
+"""
+
+
+@pytest.fixture
+def runner(tmp_path, controller_home, cli):
+    agent = start_agent(tmp_path / "agent", controller_home)
+    cli("headless", "runners", "add", agent.address, check=True)
+    yield agent
+    agent.stop()
+
+
+def _status(cli, run: str) -> dict:
+    return json.loads(cli("headless", "status", run, "--json", check=True).stdout)["jobs"][0]
+
+
+def _wait_status(cli, run: str, wanted: str, timeout: float = 60) -> dict:
+    deadline = time.time() + timeout
+    while (job := _status(cli, run))["status"] != wanted:
+        assert time.time() < deadline, job
+        time.sleep(0.5)
+    return job
+
+
+def test_a_dev_environment_stays_up_and_ends_after_its_idle_limit_with_no_session(runner, cli, make_project):
+    project = make_project(WORKFLOWS)
+    res = cli("headless", "dev", "--json", cwd=project, timeout=120)  # the one `dev: true` workflow
+    assert res.returncode == 0, res.stderr
+    ready = json.loads(res.stdout)
+    run, workdir = ready["run"], ready["workdir"]
+    assert ready["host"] == f"lanpool-{run}" and ready["idle_s"] == 4
+    assert f"setting up in {workdir}" in cli("headless", "logs", run, check=True).stdout
+    # Its commands ran and it stays up: a session into it finds what they made, and holds it
+    # past its idle limit (4 s) for as long as it lasts.
+    held = cli("headless", "exec", run, "--", "sh", "-c", "test -d made-by-setup && sleep 7 && echo still-here")
+    assert held.returncode == 0 and "still-here" in held.stdout, held.stderr
+    assert _status(cli, run)["status"] == "RUNNING"
+    ended = _wait_status(cli, run, "STOPPED", timeout=60)  # 4 s after the session ended
+    assert ended["error"] == "stopped: idle 4s with no session", ended
+    logs = cli("headless", "logs", run, check=True)
+    assert "lanpool: idle 4s with no session" in logs.stdout + logs.stderr
+
+
+def test_dev_names_its_workflow_and_says_how_to_get_in(runner, cli, make_project):
+    project = make_project(WORKFLOWS)
+    res = cli("headless", "dev", "train", "--idle", "0", cwd=project, timeout=120)  # any workflow, no idle limit
+    assert res.returncode == 0, res.stderr
+    run = next(
+        line.split()[4].rstrip(",") for line in res.stdout.splitlines() if line.startswith("dev environment ready")
+    )
+    assert f"  ssh lanpool-{run} " in res.stdout and f"code --remote ssh-remote+lanpool-{run} /" in res.stdout
+    assert f"it stays up until `app headless stop {run}`, its max_duration, or no idle limit" in res.stdout
+    time.sleep(2)
+    assert _status(cli, run)["status"] == "RUNNING"  # its command ended long ago: it stays up
+    cli("headless", "stop", run, check=True)
+    assert _wait_status(cli, run, "STOPPED")["status"] == "STOPPED"
+    # A dev environment is never reused: the next `dev` starts another.
+    again = cli("headless", "dev", "train", "--idle", "0", "--json", cwd=project, timeout=120)
+    assert json.loads(again.stdout)["run"] != run
+    cli("headless", "stop", json.loads(again.stdout)["run"], check=True)
+
+
+@pytest.mark.parametrize(
+    ("workflows", "args", "says"),
+    [
+        (
+            WORKFLOWS.replace("    dev: true\n", ""),
+            ["dev"],
+            "name the workflow (app headless dev WORKFLOW): none is marked",
+        ),
+        (
+            WORKFLOWS.replace("name: train\n", "name: train\n    dev: true\n"),
+            ["dev"],
+            "several are (box, train) marked `dev: true`",
+        ),
+        (WORKFLOWS, ["dev", "box", "--idle", "soon"], "argument --idle: duration 'soon' is not a duration like 2h"),
+        (WORKFLOWS, ["run", "train", "--idle", "1h"], "--idle is a dev environment's: `app headless dev train`"),
+        (WORKFLOWS, ["dev", "box", "--nodes", "2"], "a dev environment runs on one runner: drop --nodes"),
+        (WORKFLOWS.replace("idle: 4s", "idle: soon"), ["dev", "box"], "'idle' 'soon' is not a duration like 2h"),
+        (
+            WORKFLOWS.replace("idle: 4s", "idle: soon"),
+            ["dev"],
+            "none is marked `dev: true` (refused, so not counted: box)",
+        ),
+        (WORKFLOWS.replace("dev: true", "dev: maybe"), ["run", "box"], "'dev' must be true or false"),
+    ],
+)
+def test_bad_dev_input_is_one_line_and_nothing_runs(cli, make_project, controller_home, workflows, args, says):
+    project = make_project(workflows)
+    res = cli("headless", *args, cwd=project)
+    assert res.returncode == 2, res.stderr
+    assert says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
+    assert json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout) == []
