@@ -121,11 +121,8 @@ class Supervisor:
             since = job.idle_since or record.attempt_started_at or record.started_at or time.time()
             if job.sessions == 0 and time.time() - since >= record.idle_s:
                 break
-        record.idled_out = record.stop_requested = True
-        record.save(job.dir)
-        limit = human_duration(record.idle_s)
-        job.system_line(f"lanpool: idle {limit} with no session; SIGTERM, SIGKILL after {self.grace_s:g}s")
-        self.terminate(job, self.grace_s)
+        record.idled_out = True
+        self._limit_reached(job, f"idle {human_duration(record.idle_s)} with no session")
 
     async def _time_limit(self, job: Job, execution: Execution) -> None:
         """max_duration: counted from the start (an adopted job keeps its start), then a stop."""
@@ -134,10 +131,14 @@ class Supervisor:
         await asyncio.sleep(max(0.0, started + record.max_duration_s - time.time()))
         if job.execution is not execution or record.terminal or record.stop_requested:
             return
-        record.timed_out = record.stop_requested = True
-        record.save(job.dir)
-        limit = human_duration(record.max_duration_s)
-        job.system_line(f"lanpool: max_duration {limit} reached; SIGTERM, SIGKILL after {self.grace_s:g}s")
+        record.timed_out = True
+        self._limit_reached(job, f"max_duration {human_duration(record.max_duration_s)} reached")
+
+    def _limit_reached(self, job: Job, what: str) -> None:
+        """A limit of the job's own (its flag set by the caller) stops it: journalled, said, SIGTERM."""
+        job.record.stop_requested = True
+        job.record.save(job.dir)
+        job.system_line(f"lanpool: {what}; SIGTERM, SIGKILL after {self.grace_s:g}s")
         self.terminate(job, self.grace_s)
 
     async def _monitor(self, job: Job) -> None:

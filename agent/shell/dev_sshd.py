@@ -84,6 +84,24 @@ def dev_permit_open(job: Job) -> list[int]:
     return [p for p in job.record.ports if job_listens(job.record.job_id, p) is not False]
 
 
+def login_lines(host_key: Path, authorized_keys: Path, user: str) -> list[str]:
+    """What every sshd a runner starts for a job (the one-time shell's, the dev one) says of who
+    may log in: one key file, the agent's own user, a public key and nothing else."""
+    return [
+        f"HostKey {host_key}",
+        f"AuthorizedKeysFile {authorized_keys}",
+        f"AllowUsers {user}",
+        "AuthenticationMethods publickey",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "HostbasedAuthentication no",
+        "UsePAM no",
+        "PermitRootLogin prohibit-password",
+        "StrictModes no",  # the files are ours, 0600 in a 0700 directory
+    ]
+
+
 def dev_config(
     *,
     host_key: Path,
@@ -99,17 +117,7 @@ def dev_config(
     ports = sorted(set(ports))
     permit = " ".join(f"{host}:{p}" for p in ports for host in ("127.0.0.1", "localhost"))
     lines = [
-        f"HostKey {host_key}",
-        f"AuthorizedKeysFile {authorized_keys}",
-        f"AllowUsers {user}",
-        "AuthenticationMethods publickey",
-        "PubkeyAuthentication yes",
-        "PasswordAuthentication no",
-        "KbdInteractiveAuthentication no",
-        "HostbasedAuthentication no",
-        "UsePAM no",
-        "PermitRootLogin prohibit-password",
-        "StrictModes no",  # the files are ours, 0600 in a 0700 directory
+        *login_lines(host_key, authorized_keys, user),
         "PermitUserEnvironment no",
         "PermitUserRC no",
         "PrintMotd no",

@@ -51,6 +51,7 @@ from lanpool.agent.shell.dev_sshd import (
     dev_permit_open,
     dev_script,
     load_or_create_host_key,
+    login_lines,
     sftp_server_path,
 )
 from lanpool.agent.shell.process_job import inside, job_environment
@@ -260,17 +261,7 @@ def _prepare(workdir: Path, job: Job, argv: tuple[str, ...], client_key_b64: str
         workdir / "sshd_config",
         "\n".join(
             [
-                f"HostKey {workdir / 'host_key'}",
-                f"AuthorizedKeysFile {workdir / 'authorized_keys'}",
-                f"AllowUsers {me}",
-                "AuthenticationMethods publickey",
-                "PubkeyAuthentication yes",
-                "PasswordAuthentication no",
-                "KbdInteractiveAuthentication no",
-                "HostbasedAuthentication no",
-                "UsePAM no",
-                "PermitRootLogin prohibit-password",
-                "StrictModes no",  # the files are ours, 0600 in a 0700 directory
+                *login_lines(workdir / "host_key", workdir / "authorized_keys", me),
                 "AllowTcpForwarding no",
                 "AllowStreamLocalForwarding no",
                 "AllowAgentForwarding no",
