@@ -49,6 +49,10 @@ CONFLICT_BROWSE_S = 1.5
 # only have been too slow (a loaded machine answers late): it ends no claim heard more
 # recently than this. Hearing others but not the claim is what ends one.
 SILENT_BROWSE_TRUSTED_AFTER_S = 120.0
+# Hearing others but not the claim ends it only once it has gone unheard this long: on a
+# loaded machine one responder among several may answer after a 1.5 s browse ended (found in
+# CI: `run` right after `runners` showed the conflict heard the runner but not the forger).
+CONFLICT_HOLD_S = 10.0
 
 
 def record_advert(store: Store, advert: "Advert") -> tuple[str, int] | None:
@@ -142,8 +146,8 @@ async def fold_browse(
     store: Store, client_key: asyncssh.SSHKey, adverts: list["Advert"], started_at: float, browsed_s: float
 ) -> None:
     """Everything one browse heard (from `started_at`, for `browsed_s` seconds): the
-    adverts, then the conflicts whose claim it no longer heard are over (a browse that heard
-    nobody at all: only those last heard SILENT_BROWSE_TRUSTED_AFTER_S ago)."""
+    adverts, then the conflicts whose claim it no longer heard are over: those last heard
+    CONFLICT_HOLD_S before it began (a browse that heard nobody at all: SILENT_BROWSE_TRUSTED_AFTER_S)."""
     heard: dict[str, set[str]] = {}
     for advert in adverts:
         key = host_key_or_none(advert.host_key)
@@ -166,7 +170,8 @@ async def fold_browse(
         return
     for row in store.runners():
         seen = row["conflict_seen"] or 0
-        if row["conflict_key"] and seen < started_at and (adverts or seen < started_at - SILENT_BROWSE_TRUSTED_AFTER_S):
+        unheard_for = started_at - seen
+        if row["conflict_key"] and unheard_for > (CONFLICT_HOLD_S if adverts else SILENT_BROWSE_TRUSTED_AFTER_S):
             log.info("the conflicting claim on runner %s is no longer heard: conflict over", row["name"])
             clear_conflict(store, row["name"])
 

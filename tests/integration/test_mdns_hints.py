@@ -147,7 +147,7 @@ def test_a_forger_killed_without_goodbye_leaves_no_conflict(added, controller_ho
     finally:
         forger.send_signal(signal.SIGKILL)  # no goodbye packets: it "stops answering"
         forger.wait()
-    _wait(cli, added.name, lambda r: r["state"] == "LIVE", "LIVE again after the forger died")
+    _wait(cli, added.name, lambda r: r["state"] == "LIVE", "LIVE again after the forger died", timeout=60)
 
 
 def test_known_key_at_another_address_changes_nothing_unless_the_key_answers_there(

@@ -62,7 +62,7 @@ def test_hostile_peers_across_network_namespaces(tmp_path, controller_home, make
             return {r["name"]: r for r in json.loads(res.stdout)}
 
         def wait(pred, what: str) -> dict:
-            deadline = time.time() + 30
+            deadline = time.time() + 45
             while time.time() < deadline:
                 seen = listing()
                 if pred(seen):
