@@ -32,6 +32,8 @@ SSHD_FLAG = "--sshd"
 # Hello.features: this agent takes `--dev-sshd KEY` and says its dev sshd's user and host key in Hello.
 DEV_SSHD = "dev-sshd"
 DEV_SSHD_FLAG = "--dev-sshd"
+# Hello.features: its dev sshd takes container jobs too (a `docker exec` per session).
+DEV_SSHD_CONTAINERS = "dev-sshd-containers"
 KEY_PREFIX = "ssh-ed25519:"
 OFFER_PREFIX = b"lanpool-sshd "
 NO_OFFER_LINE = b"lanpool-sshd -\n"

@@ -8,17 +8,23 @@ from pathlib import Path
 
 import pytest
 
+from tests import harness
 from tests.docker_harness import BUSYBOX_IMAGE, busybox_rootfs_tar, remove_agent_containers
 from tests.harness import (
     APP_MODULE,
     REPO,
     SPAWNED,
     follow_until,
+    fork_server,
     lanpool_env,
     start_agent,
     start_docker_agent,
     write_project,
 )
+
+# `cli` and agents forked from a process that has the CLI imported (tests/cli_forkserver.py):
+# the same code, without an interpreter start and its imports per process.
+harness.FORKS_WANTED = os.environ.get("LANPOOL_TESTS_PLAIN_CLI") != "1"
 
 # A test's tier is its directory (tests/README.md): `-m unit` (or the path) selects one.
 TIERS = ("unit", "integration", "system")
@@ -163,14 +169,18 @@ def cli(controller_home: Path):
     def run(
         *args: str, cwd: Path | None = None, timeout: float = 120, check: bool = False
     ) -> subprocess.CompletedProcess:
-        result = subprocess.run(
-            [*APP_MODULE, *args],
-            cwd=cwd,
-            env=lanpool_env(controller_home),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
+        forks = fork_server()
+        if forks is not None:
+            result = forks.run(list(args), str(cwd) if cwd else None, lanpool_env(controller_home), timeout)
+        else:
+            result = subprocess.run(
+                [*APP_MODULE, *args],
+                cwd=cwd,
+                env=lanpool_env(controller_home),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+            )
         if check and result.returncode != 0:
             raise AssertionError(f"app {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
         return result

@@ -22,9 +22,26 @@ def _static_busybox() -> Path | None:
     return None
 
 
-def busybox_rootfs_tar(extra: dict[str, bytes] | None = None) -> bytes:
+def host_program_files(programs: list[str]) -> dict[str, tuple[bytes, int]]:
+    """This machine's `programs` with the shared libraries `ldd` names for them (and the loader),
+    each at its own path: what a test image needs to run them (path in the image: content, mode)."""
+    files: dict[str, tuple[bytes, int]] = {}
+    for program in programs:
+        files[program.lstrip("/")] = (Path(program).read_bytes(), 0o755)
+        listed = subprocess.run(["ldd", program], capture_output=True, text=True, check=True).stdout
+        for line in listed.splitlines():
+            words = line.split()
+            path = words[2] if "=>" in words and len(words) > 2 else words[0] if words else ""
+            if path.startswith("/"):
+                files[path.lstrip("/")] = (Path(path).read_bytes(), 0o755)
+    return files
+
+
+def busybox_rootfs_tar(
+    extra: dict[str, bytes] | None = None, programs: dict[str, tuple[bytes, int]] | None = None
+) -> bytes:
     """A root filesystem (tar) with Debian's static busybox as /bin/sh and every other applet,
-    plus the `extra` files (path in the image: content)."""
+    plus the `extra` files (path in the image: content) and `programs` (host_program_files)."""
     busybox = _static_busybox()
     if busybox is None:
         pytest.fail("test images need a static busybox: apt-get install busybox-static (scripts/dockerd start does)")
@@ -55,6 +72,15 @@ def busybox_rootfs_tar(extra: dict[str, bytes] | None = None) -> bytes:
         add_file("etc/group", b"root:x:0:\nnogroup:x:65534:\n")
         for name, data in (extra or {}).items():
             add_file(name, data)
+        made = {"bin", "etc", "proc", "sys", "dev", "workspace", "tmp"}
+        for name, (data, mode) in sorted((programs or {}).items()):
+            parts = name.split("/")[:-1]
+            for depth in range(1, len(parts) + 1):
+                parent = "/".join(parts[:depth])
+                if parent not in made:
+                    add_dir(parent)
+                    made.add(parent)
+            add_file(name, data, mode)
     return buf.getvalue()
 
 

@@ -31,6 +31,36 @@ APP_MODULE = (sys.executable, "-m", "lanpool.app.cli.main")
 LOOPBACK = "127.0.0.1"
 
 
+# The `app` processes of the tests (their `cli` and agents) forked from one that has imported the
+# CLI (tests/cli_forkserver.py): tests/conftest.py turns it on, unless LANPOOL_TESTS_PLAIN_CLI=1.
+# The benchmarks leave it off: they measure what a user's `app` costs, start-up included.
+FORKS_WANTED = False
+_fork_server = None
+
+
+def fork_server():
+    """The worker's fork server, started on first use; None when not wanted."""
+    global _fork_server
+    if not FORKS_WANTED:
+        return None
+    if _fork_server is None:
+        import atexit
+        import tempfile
+
+        from tests.cli_forkserver import CliForkServer
+
+        directory = Path(tempfile.mkdtemp(prefix="lp-cli-"))  # a socket's path must stay short
+        server = CliForkServer(directory, lanpool_env(None), str(REPO / "lanpool" / "app" / "cli" / "main.py"))
+
+        def close() -> None:
+            server.close()
+            shutil.rmtree(directory, ignore_errors=True)
+
+        atexit.register(close)
+        _fork_server = server
+    return _fork_server
+
+
 def venv_python() -> str:
     """The repository's venv interpreter (scripts/setup makes it), else this one."""
     venv = REPO / ".venv" / "bin" / "python"
@@ -268,10 +298,22 @@ def spawn_agent(
         *(["-v"] if verbose else []),
         *extra_args,
     ]
+    forks = fork_server() if tuple(app) == tuple(APP_MODULE) else None
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=new_session
-        )
+        if forks is not None:
+            with open(os.devnull, "rb") as devnull:
+                proc = forks.spawn(
+                    argv[len(app) :], None, env, (devnull.fileno(), log.fileno(), log.fileno()), new_session
+                )
+        else:
+            proc = subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=new_session,
+            )
     agent = AgentProc(proc, data_dir, host, 0, log_path, name)
     SPAWNED.append(agent)
     return agent

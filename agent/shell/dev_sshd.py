@@ -15,6 +15,10 @@ peer check, bounds, login detection and cleanup), with three differences:
   command, so sftp is the external sftp-server run in the job (never internal-sftp, which would
   serve files as sshd's user, outside the sandbox). The client's text only ever reaches `sh -c`
   inside the job; nothing of it is evaluated outside.
+In a container job the dispatcher is the engine's own `docker exec` into the job's container
+(dev_container_script): the session runs as the container's user, in its filesystem and with
+its environment; what the client asked reaches only the container's `sh -c`. sftp, scp and rsync
+then need their server programs in the image (sftp-server, rsync), as with any sshd in it.
 sshd itself does one thing beyond that: local forwarding (`-L`, `-W`) to 127.0.0.1 at the ports
 the job declared, as `app headless ports` gives (PermitOpen, decided when the connection starts:
 a declared port some other process listens on is left out). Remote forwarding, unix sockets,
@@ -25,6 +29,7 @@ import os
 import pwd
 import re
 import shlex
+import shutil
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -171,4 +176,37 @@ def dev_script(env: dict[str, str], cwd: Path, prefix: Sequence[str]) -> str:
         "fi\n"
         f'exec /usr/bin/env -i {assignments} "TERM=${{TERM:-xterm}}" "SSH_CONNECTION=${{SSH_CONNECTION-}}" '
         f'{enter} "$@"\n'
+    )
+
+
+def docker_cli() -> str | None:
+    """The engine's command line, which a container job's dev sessions go through; None: no dev
+    sshd for container jobs on this runner (the agent itself talks to the engine by its API)."""
+    return shutil.which("docker")
+
+
+def engine_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """What tells the docker CLI which engine the agent uses (DOCKER_HOST, its TLS settings)."""
+    environ = dict(os.environ) if environ is None else environ
+    return {k: v for k, v in environ.items() if k in ("DOCKER_HOST", "DOCKER_TLS_VERIFY", "DOCKER_CERT_PATH")}
+
+
+def dev_container_script(docker: str, container_id: str, cwd: str, engine: dict[str, str], config_dir: Path) -> str:
+    """The dispatcher of a container job's dev sshd: each session is a `docker exec` into the job's
+    container, in `cwd` there, with a terminal when the client has one; the client's command only
+    ever an argument of the container's `sh -c`. The CLI runs with nothing of the session's
+    environment but the engine's address and a config dir of its own (no user's ~/.docker)."""
+    assignments = " ".join(
+        shlex.quote(f"{name}={value}") for name, value in {**engine, "DOCKER_CONFIG": str(config_dir)}.items()
+    )
+    shell = "if command -v bash >/dev/null; then exec bash $0; else exec sh $0; fi"
+    return (
+        'if [ -n "${SSH_ORIGINAL_COMMAND-}" ]; then set -- /bin/sh -c "$SSH_ORIGINAL_COMMAND"\n'
+        f"elif [ -t 0 ]; then set -- /bin/sh -c {shlex.quote(shell)} -i\n"
+        f"else set -- /bin/sh -c {shlex.quote(shell)} -s\n"
+        "fi\n"
+        "tty=; if [ -t 0 ]; then tty=-t; fi\n"
+        f"exec /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin {assignments} {shlex.quote(docker)} exec -i $tty "
+        f'-w {shlex.quote(cwd)} -e "TERM=${{TERM:-xterm}}" -e "SSH_CONNECTION=${{SSH_CONNECTION-}}" '
+        f'{shlex.quote(container_id)} "$@"\n'
     )

@@ -40,7 +40,7 @@ import stat
 import sys
 import tempfile
 from collections.abc import Callable
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import asyncssh
@@ -48,8 +48,11 @@ import asyncssh
 from lanpool.agent.jobs.job import Job
 from lanpool.agent.shell.dev_sshd import (
     dev_config,
+    dev_container_script,
     dev_permit_open,
     dev_script,
+    docker_cli,
+    engine_env,
     load_or_create_host_key,
     login_lines,
     sftp_server_path,
@@ -143,8 +146,14 @@ async def serve_sshd(
     gives a listener on a host in the direct connections' ports (DirectSender.listen_plain).
     `dev_host_key`: the job's dev sshd instead (agent/shell/dev_sshd.py), with that host key."""
     what = f"{'dev sshd' if dev_host_key else 'sshd shell'} in job {job.record.job_id}"
-    # A container's or a Slurm job's shell goes on the SSH channel (agent/shell/container.py, slurm_job.py).
-    why = "a container or Slurm job" if job.record.container_id else unusable_because()
+    # A container's or a Slurm job's shell goes on the SSH channel (agent/shell/container.py,
+    # slurm_job.py); a container's dev sshd runs here and enters it with `docker exec`.
+    why = unusable_because()
+    if why is None and job.record.container_id:
+        if dev_host_key is None:
+            why = "a container job"
+        elif docker_cli() is None:
+            why = "no docker command on this runner's PATH (a container job's dev sessions use `docker exec`)"
     if why is None and dev_host_key is not None and not dev_host_key.is_file():
         why = f"no dev host key at {dev_host_key}"
     sockname = process.channel.get_extra_info("sockname")
@@ -294,9 +303,18 @@ async def _prepare_dev(workdir: Path, job: Job, client_key_b64: str, host_key: P
     host_b64 = load_or_create_host_key(host_key)  # made at start: read here
     keys = workdir / "authorized_keys"
     _write(keys, f"restrict,pty,port-forwarding ssh-ed25519 {client_key_b64} lanpool-controller\n")
-    env, cwd = job_environment(job)
     script = workdir / "dev.sh"
-    _write(script, dev_script(env, cwd, inside(job, [], cwd)))
+    docker = docker_cli()
+    if job.record.container_id and docker:
+        from lanpool.agent.executors.docker import WORKSPACE  # the docker SDK: container jobs' only
+
+        cwd = str(PurePosixPath(WORKSPACE) / job.record.working_dir)
+        config_dir = workdir / "docker"
+        config_dir.mkdir(mode=0o700)
+        _write(script, dev_container_script(docker, job.record.container_id, cwd, engine_env(), config_dir))
+    else:
+        env, host_cwd = job_environment(job)
+        _write(script, dev_script(env, host_cwd, inside(job, [], host_cwd)))
     ports = await asyncio.to_thread(dev_permit_open, job)  # reads /proc: every process's fds
     config = dev_config(
         host_key=host_key,

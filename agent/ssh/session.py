@@ -16,6 +16,7 @@ from lanpool.agent.jobs.job import Job
 from lanpool.agent.jobs.journal import artifact_page
 from lanpool.agent.jobs.manager import JobManager
 from lanpool.agent.jobs.owner import Owner
+from lanpool.agent.shell.dev_sshd import docker_cli
 from lanpool.agent.shell.dev_sshd import sshd_user as dev_sshd_user
 from lanpool.agent.shell.sshd import sshd_offered
 from lanpool.agent.ssh.pairing import PairingRefused, PairingResponder
@@ -51,7 +52,7 @@ from lanpool.protocol import (
 )
 from lanpool.protocol.errors import clip
 from lanpool.protocol.messages import ARTIFACT_PAGES, STATUS_ARTIFACTS, AgentMessage, ClientMessage, JobStatus
-from lanpool.protocol.shell_sshd import DEV_SSHD, SHELL_SSHD
+from lanpool.protocol.shell_sshd import DEV_SSHD, DEV_SSHD_CONTAINERS, SHELL_SSHD
 from lanpool.protocol.transfer_messages import ARTIFACT_DIRECT
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,8 @@ class ChannelSession:
                 user = dev_sshd_user() if self._dev_host_key and self._pairing is None else ""
                 if user:  # what an `ssh-config` entry needs
                     features.append(DEV_SSHD)
+                    if docker_cli():
+                        features.append(DEV_SSHD_CONTAINERS)
                     sshd_user, sshd_host_key = user, self._dev_host_key
             await self._send(
                 Hello(

@@ -24,7 +24,7 @@ from lanpool.app.shell.ssh_config import (
 )
 from lanpool.app.views.terminal_text import safe_text
 from lanpool.protocol import JobState
-from lanpool.protocol.shell_sshd import DEV_SSHD
+from lanpool.protocol.shell_sshd import DEV_SSHD, DEV_SSHD_CONTAINERS
 
 HELLO_S = 10.0  # per runner, for its Hello's dev sshd fields
 
@@ -70,13 +70,13 @@ async def entries(ctl: Controller) -> tuple[list[HostEntry], dict[str, str], lis
     per_run: dict[str, int] = {}
     for job in running:
         per_run[job.run_name] = per_run.get(job.run_name, 0) + 1
-    # A container or Slurm job: its runner offers no dev sshd for it (yet), so an entry would only fail.
-    elsewhere = {j.id for j in running if json.loads(j.spec or "{}").get("image") or RemoteJob(ctl.jobs, j.id).slurm}
-    notes = [
-        f"job {j} runs in a container or on Slurm: no dev sshd for it (`app headless ssh` works)" for j in elsewhere
-    ]
+    # A Slurm job: its runner offers no dev sshd for it, so an entry would only fail.
+    elsewhere = {j.id for j in running if RemoteJob(ctl.jobs, j.id).slurm}
+    notes = [f"job {j} runs on Slurm: no dev sshd for it (`app headless ssh` works)" for j in elsewhere]
+    boxed = {j.id for j in running if json.loads(j.spec or "{}").get("image")}
     nodes = [(job, at) for job in running if job.id not in elsewhere for at in RemoteJob(ctl.jobs, job.id).nodes]
-    hellos: dict[tuple[str, int], tuple[str, str, str]] = {}  # (host, port) -> (runner, user, host key)
+    # (host, port) -> (runner, user, host key, whether it takes container jobs)
+    hellos: dict[tuple[str, int], tuple[str, str, str, bool]] = {}
 
     async def ask(runner: str, host: str, port: int) -> None:
         try:
@@ -94,7 +94,7 @@ async def entries(ctl: Controller) -> tuple[list[HostEntry], dict[str, str], lis
                 "it off): its jobs left out"
             )
             return
-        hellos[host, port] = (runner, hello.sshd_user, hello.sshd_host_key)
+        hellos[host, port] = (runner, hello.sshd_user, hello.sshd_host_key, DEV_SSHD_CONTAINERS in hello.features)
 
     where = {(at.host, at.port): at.runner for _job, at in nodes}
     await asyncio.gather(*(ask(runner, host, port) for (host, port), runner in where.items()))
@@ -104,7 +104,13 @@ async def entries(ctl: Controller) -> tuple[list[HostEntry], dict[str, str], lis
         said = hellos.get((at.host, at.port))
         if said is None:
             continue
-        runner, user, host_key = said
+        runner, user, host_key, containers = said
+        if job.id in boxed and not containers:
+            notes.append(
+                f"job {job.id} runs in a container and runner {runner} has no `docker` command for its dev sshd "
+                "(or is older): left out (`app headless ssh` works)"
+            )
+            continue
         keys[runner] = host_key
         names = aliases(job.run_name, job.id, at.node, per_run[job.run_name] == 1)
         found.append(HostEntry(names, job.id, at.node, runner, user, host_key))

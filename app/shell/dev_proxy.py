@@ -49,7 +49,7 @@ async def proxy(
         if offer is None:
             if line == NO_OFFER_LINE:
                 raise RunnerError(
-                    f"{session.where} offers no dev sshd for job {job_id} (a container or Slurm job, no sshd "
+                    f"{session.where} offers no dev sshd for job {job_id} (a Slurm job, no sshd or docker command "
                     "there, or LANPOOL_SSHD_SHELLS=0: its agent log says which)"
                 )
             if await refused(proc):  # the runner said why (the job ended, another key, ...)

@@ -25,5 +25,5 @@ def test_a_container_jobs_shell_is_not_offered_an_sshd_and_goes_on_the_channel(d
     code, out = _shell(docker_agent, "cbox", "echo in-box; exit 5")
     assert (code, b"in-box" in out) == (5, True)
     log = docker_agent.log_path.read_text()
-    assert "not offered (a container or Slurm job" in log and _on_the_channel("cbox", 5) in log
+    assert "not offered (a container job" in log and _on_the_channel("cbox", 5) in log
     asyncio.run(_stop(docker_agent, "cbox", abort=True, grace_s=0))
