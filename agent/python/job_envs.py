@@ -37,12 +37,12 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import time
 from pathlib import Path
 
 from lanpool.agent.executors.base import ExecutorError, OutputSink
 from lanpool.agent.executors.sandbox import Sandbox, chown_tree
+from lanpool.agent.python.helper_proc import kill_and_reap
 from lanpool.agent.python.interpreters import Interpreter, Pythons, PythonsError
 from lanpool.agent.python.venv import VenvShape
 
@@ -364,9 +364,7 @@ async def _run(what: str, argv: list[str], cwd: Path, extra_env: dict[str, str],
                     sink("out", line if line.endswith(b"\n") else line + b"\n")
             return await proc.wait()
     except (asyncio.CancelledError, TimeoutError, ValueError) as exc:  # ValueError: a line past _MAX_LINE
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        await proc.wait()
+        await kill_and_reap(proc)
         if isinstance(exc, asyncio.CancelledError):
             raise
         why = f"ran over {_INSTALL_TIMEOUT_S / 3600:g} h" if isinstance(exc, TimeoutError) else "wrote a line too long"

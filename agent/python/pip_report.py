@@ -17,18 +17,18 @@ any error at debug level and carries on.
 
 import asyncio
 import concurrent.futures
-import contextlib
 import http.client
 import json
 import os
 import re
-import signal
 import stat
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from lanpool.agent.python.helper_proc import kill_and_reap
 
 MAX_REPORT = 32 * 1024 * 1024  # a report holds each package's metadata (its README too): big, not unbounded
 MAX_PACKAGES = 5000
@@ -131,9 +131,7 @@ async def dry_run(argv: list[str], cwd: str, env: dict[str, str], timeout_s: flo
             code = await proc.wait()
     finally:
         if proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            await proc.wait()
+            await kill_and_reap(proc)
     if code != 0:
         raise ReportError(f"pip's dry run exited {code}")
     return b"".join(chunks)

@@ -29,7 +29,7 @@ from textual.widgets import Header, TabbedContent
 from textual.worker import Worker, WorkerState
 
 from lanpool.app.controller import Controller
-from lanpool.app.errors import LanpoolError
+from lanpool.app.errors import LanpoolError, NotFoundError
 from lanpool.app.tui import keys
 from lanpool.app.tui.dialogs.simple import HelpScreen
 from lanpool.app.tui.live import LiveFeeds
@@ -195,9 +195,12 @@ class LanpoolApp(App[None]):
         if self.runners.stale or tab == "runners":
             self.runners.refresh_runners()
         if self.job_id:
-            self.logs.refresh_header()
-            if tab == "metrics":
-                self.metrics.refresh_metrics()
+            try:
+                self.logs.refresh_header()
+                if tab == "metrics":
+                    self.metrics.refresh_metrics()
+            except NotFoundError:  # its run was deleted just now: RunsDeleted, on its way, clears it
+                self.job_id = None
         now = self.clock()
         if now - self._last_sync >= SYNC_EVERY_S:
             self._last_sync = now
