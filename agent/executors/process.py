@@ -234,8 +234,12 @@ class ProcessExecution:
         if sig == signal.SIGKILL and self.pid != self._proc.pid:
             # bwrap outside the sandbox's group ends once its PID 1 is gone, unless it was stopped
             # itself (SIGSTOP): then nothing else would end the job's wait.
-            with contextlib.suppress(ProcessLookupError):
-                self._proc.kill()
+            # os.kill, not Process.kill(): Popen's poll() inside it may reap bwrap (just ended by the
+            # killpg) before asyncio's child watcher does, which then reports exit 255 instead of
+            # 137 (CPython #86276; seen in CI under load). A zombie takes the signal harmlessly.
+            if self._proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self._proc.pid, signal.SIGKILL)
 
     async def detach(self) -> None:
         pass  # nothing to let go of: a process job is stopped before the agent exits
