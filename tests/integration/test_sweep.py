@@ -201,6 +201,9 @@ workflows:
   - name: train
     resources: {gpu: 1}
     commands:
+      # 0.2 reaches each step 2 s after 0.1, sent with it: ranked second of two at step 3 however
+      # the two starts fall on a loaded machine (seen in CI: it got there first, alone, and ran on).
+      - if [ "${{ lr }}" = 0.2 ]; then sleep 2; fi
       # val_loss = lr * 10 / k at step k, one step each 0.5 s, 20 steps: a point stopped early ends long before.
       - >-
         for k in $(seq 1 20); do awk -v lr=${{ lr }} -v k=$k 'BEGIN { printf "{\\"step\\": %d, \\"name\\": \\"val_loss\\", \\"value\\": %g}\\n", k, lr * 10 / k }'
