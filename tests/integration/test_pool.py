@@ -138,7 +138,9 @@ GPU_JOBS = """
 workflows:
   - name: hold
     resources: {gpu: 1}
-    commands: ["echo CUDA=$CUDA_VISIBLE_DEVICES", "sleep 4"]
+    # Holds its GPU until the test releases it: a fixed sleep ran out before `next` was sent on a
+    # CPU-burning machine (seen in CI under load: `next` found room and never queued).
+    commands: ["echo CUDA=$CUDA_VISIBLE_DEVICES", "while [ ! -e release ]; do sleep 0.2; done"]
   - name: next
     resources: {gpu: 1}
     commands: ["echo CUDA=$CUDA_VISIBLE_DEVICES"]
@@ -197,6 +199,8 @@ def test_queue_until_room_and_reject_what_never_fits(tmp_path, controller_home, 
             lambda j: j["workflow"] == "next" and j["status"] == "QUEUED" and j["error"],
             "the second GPU job QUEUED, with the reason",
         )
+        for workspace in (tmp_path / "a" / "jobs").glob("*/workspace"):
+            (workspace / "release").touch()  # a file in the job's workspace: what a sandboxed job sees
         out, err = waiting.communicate(timeout=60)
         assert waiting.returncode == 0, err
         # It waited in the runner's own queue, which said why.
