@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from lanpool.app.jobs.remote import JobServices, LogSink
     from lanpool.app.runners.client import RunnerSession
+    from lanpool.app.runs.dev import DevEnvironment
     from lanpool.app.runs.planning import Plan
     from lanpool.app.runs.resource_overrides import shown_resources
     from lanpool.app.runs.result import RunOutcome, Submitted
@@ -245,7 +246,7 @@ class Controller:
         queue_timeout: float | None = None,
         resources: dict[str, int | str] | None = None,
         run_name: str | None = None,
-        dev_idle_s: float | None = None,
+        dev: "DevEnvironment | None" = None,
     ) -> "RunOutcome":
         """Run a workflow's plan: reused jobs are skipped, the others run in order, each
         getting its dependencies' artifacts, each a gang of its nodes (app/jobs/remote.py).
@@ -253,7 +254,7 @@ class Controller:
         With follow=False the single job to run is submitted and left running.
         `env`: `--env`/`--env-file` (app/runs/env_overrides.py), applied to every job of the run.
         `resources`: `--gpu/--cpu/--memory` over the requested workflow's (app/runs/resource_overrides.py);
-        `run_name`: `--name`, refused when taken; `dev_idle_s`: a dev environment (app/runs/dev.py).
+        `run_name`: `--name`, refused when taken; `dev`: a dev environment (app/runs/dev.py).
         """
         # The loop lives in app/runs/loop.py, imported here: only `run` needs it (start-up time).
         from lanpool.app.runs.loop import RunLoop, RunRequest
@@ -275,7 +276,7 @@ class Controller:
             queue_timeout=queue_timeout,
             resources=resources,
             run_name=run_name,
-            dev_idle_s=dev_idle_s,
+            dev=dev,
         )
         return await loop.run(project, request, sink, say or (lambda _text: None), on_submitted)
 

@@ -34,6 +34,12 @@ DEV_SSHD = "dev-sshd"
 DEV_SSHD_FLAG = "--dev-sshd"
 # Hello.features: its dev sshd takes container jobs too (a `docker exec` per session).
 DEV_SSHD_CONTAINERS = "dev-sshd-containers"
+# Hello.features: a dev offer's channel can be the connection itself. A controller that cannot
+# reach the offer's port (a firewall before the runner's --direct-ports) writes RELAY_LINE first
+# on the channel; then the channel carries ssh's bytes both ways, to an sshd the runner starts on
+# a socket pair of its own (slower: asyncssh's work per packet on both sides, but it gets through).
+DEV_SSHD_RELAY = "dev-sshd-relay"
+RELAY_LINE = b"lanpool-sshd relay\n"
 KEY_PREFIX = "ssh-ed25519:"
 OFFER_PREFIX = b"lanpool-sshd "
 NO_OFFER_LINE = b"lanpool-sshd -\n"

@@ -61,7 +61,7 @@ class Job:
     on_write_failure: Callable[[], None] | None = None
     # Ended because its agent exits (a process cannot outlive it), with `lost` in its retry: it ends LOST.
     lost_at_shutdown: bool = False
-    # Sessions into the job now (exec, shells, the dev sshd's logins) and when the last one ended:
+    # Sessions into the job now (exec, shells, the dev sshd's logins, forwarded connections) and when the last one ended:
     # a dev environment's idle limit counts from there (agent.jobs.supervision).
     sessions: int = 0
     idle_since: float = 0.0

@@ -111,7 +111,7 @@ class Supervisor:
 
     async def _idle_limit(self, job: Job, execution: Execution) -> None:
         """A dev environment's idle limit: stopped once no session (exec, shell, the dev sshd's
-        logins) has been open for `idle_s`, counted from the last one's end, else from its start."""
+        logins, a forwarded connection to its ports) has been open for `idle_s`, counted from the last one's end, else from its start."""
         record = job.record
         every = min(30.0, max(0.5, record.idle_s / 4))
         while True:

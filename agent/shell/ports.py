@@ -137,11 +137,15 @@ class _ChannelSide(asyncssh.SSHForwarder):
 async def _cut_at_end(chan: asyncssh.SSHTCPChannel[bytes], job: Job) -> None:
     ended = asyncio.ensure_future(job.wait_terminal())
     closed = asyncio.ensure_future(chan.wait_closed())
+    # A forwarded connection is a session into the job while it lasts: a dev environment used
+    # through its ports alone (JupyterLab in a browser) is not idle meanwhile.
+    job.session_opened()
     try:
         await asyncio.wait([ended, closed], return_when=asyncio.FIRST_COMPLETED)
         if ended.done() and not closed.done():
             log.info("job %s ended: cutting a forward of its port", job.record.job_id)
             chan.close()  # the session's forwarder then closes the upstream socket (connection_lost)
     finally:
+        job.session_closed()
         ended.cancel()
         closed.cancel()

@@ -59,7 +59,7 @@ from lanpool.agent.shell.dev_sshd import (
 )
 from lanpool.agent.shell.process_job import inside, job_environment
 from lanpool.protocol.errors import clip
-from lanpool.protocol.shell_sshd import NO_OFFER_LINE, SSHD_ENV, SSHD_RAN, SSHD_UNUSED, offer_line
+from lanpool.protocol.shell_sshd import NO_OFFER_LINE, RELAY_LINE, SSHD_ENV, SSHD_RAN, SSHD_UNUSED, offer_line
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +72,7 @@ MAX_TRIES = 8
 MAX_PENDING = 4
 _STOP_S = 5.0
 _LOG_LINES = 200  # of one sshd's stderr, into the agent's log
+_RELAY_CHUNK = 256 * 1024
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}\$?")
 _SBIN = "/usr/sbin:/usr/local/sbin:/sbin"
 _PRIVSEP_DIR = Path("/run/sshd")  # Debian's sshd will not start as root without it
@@ -347,12 +348,62 @@ def _session_script(env: dict[str, str], cwd: Path, argv: tuple[str, ...]) -> st
     )
 
 
-async def _client_done(process: asyncssh.SSHServerProcess[bytes]) -> None:
+class _Relay:
+    """A dev offer whose channel may become the connection itself (RELAY_LINE): `asked` is done once
+    the controller wrote the line, `sock` once an sshd holds the other end of our socket pair."""
+
+    def __init__(self) -> None:
+        loop = asyncio.get_running_loop()
+        self.asked: asyncio.Future[None] = loop.create_future()
+        self.sock: asyncio.Future[socket.socket] = loop.create_future()
+        self.down: asyncio.Future[None] | None = None  # sshd's bytes to the channel
+
+    async def start(self, process: asyncssh.SSHServerProcess[bytes], how: "_Sshd") -> "_Login":
+        ours, theirs = socket.socketpair()
+        ours.setblocking(False)
+        login = await _Login.start(theirs, how)
+        self.sock.set_result(ours)
+        self.down = asyncio.ensure_future(_relay_down(ours, process))
+        return login
+
+    async def close(self) -> None:
+        if self.down is not None:
+            await asyncio.wait([self.down], timeout=_STOP_S)  # what sshd said last reaches the controller
+            self.down.cancel()
+        if self.sock.done() and not self.sock.cancelled():
+            self.sock.result().close()
+        self.sock.cancel()
+
+
+async def _client_done(process: asyncssh.SSHServerProcess[bytes], relay: _Relay | None = None) -> None:
     """Returns once the controller is done with the session: it sent EOF on the channel (its
-    `ssh` ended, whether or not it ever connected) or closed it. Nothing else is read from it."""
-    with contextlib.suppress(asyncssh.Error, OSError):
+    `ssh` ended, whether or not it ever connected) or closed it. A dev offer's channel that
+    starts with RELAY_LINE is the connection: what follows goes to the relay's sshd; anything
+    else is read and dropped."""
+    with contextlib.suppress(asyncssh.Error, OSError, asyncio.IncompleteReadError):
+        if relay is not None and await process.stdin.readexactly(len(RELAY_LINE)) == RELAY_LINE:
+            relay.asked.set_result(None)
+            sock = await relay.sock
+            loop = asyncio.get_running_loop()
+            try:
+                while data := await process.stdin.read(_RELAY_CHUNK):
+                    await loop.sock_sendall(sock, data)
+            finally:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_WR)
+            return
         while await process.stdin.read(4096):
             pass
+
+
+async def _relay_down(sock: socket.socket, process: asyncssh.SSHServerProcess[bytes]) -> None:
+    """The relay's sshd to the channel, with the channel's backpressure, until sshd closes."""
+    loop = asyncio.get_running_loop()
+    with contextlib.suppress(OSError, asyncssh.Error):
+        while data := await loop.sock_recv(sock, _RELAY_CHUNK):
+            process.stdout.write(data)
+            await process.stdout.drain()
+        process.stdout.write_eof()
 
 
 def _same_host(a: str, b: str) -> bool:
@@ -436,11 +487,12 @@ async def _serve(
     (_first_login) is served until its sshd ends, the controller is done or the job ends; every
     other connection's sshd is killed once one logged in, or when the offer ends without one.
     Whether one logged in."""
-    closed = asyncio.ensure_future(_client_done(process))
+    relay = _Relay() if how.dev else None
+    closed = asyncio.ensure_future(_client_done(process, relay))
     ended = asyncio.ensure_future(job.wait_terminal())
     logins: list[_Login] = []
     try:
-        login = await _first_login(listener, peer, how, logins, closed, ended)
+        login = await _first_login(listener, peer, how, logins, closed, ended, relay, process)
         listener.close()
         for other in logins:
             if other is not login:
@@ -470,6 +522,8 @@ async def _serve(
         await asyncio.wait([login.logging], timeout=1.0)
         return True
     finally:
+        if relay is not None:
+            await relay.close()
         closed.cancel()
         ended.cancel()
         for each in logins:  # cancelled (the agent stopping) too: no session outlives its agent
@@ -483,12 +537,15 @@ async def _first_login(
     logins: list[_Login],
     closed: asyncio.Future[None],
     ended: asyncio.Future[None],
+    relay: _Relay | None = None,
+    process: asyncssh.SSHServerProcess[bytes] | None = None,
 ) -> _Login | None:
     """Connections from the SSH connection's address, each into an sshd of its own (appended to
     `logins`), until one logs in with the session's key: that one. None when the controller is
     done or the job ends first, or when no connection is pending and none may come any more
     (ACCEPT_S passed, MAX_TRIES taken, MAX_STRANGERS closed). Connections from elsewhere, and
-    those over MAX_PENDING, are closed unread."""
+    those over MAX_PENDING, are closed unread. A relay the controller asks for (RELAY_LINE) is one
+    more connection, on the channel itself, from the owner's authenticated connection."""
     loop = asyncio.get_running_loop()
     listener.setblocking(False)
     deadline = loop.time() + ACCEPT_S
@@ -508,11 +565,17 @@ async def _first_login(
             waits: set[asyncio.Future[Any]] = {closed, ended, *(w for x in logins for w in (x.accepted, x.ended))}
             if accepting is not None:
                 waits.add(accepting)
+            if relay is not None and not relay.sock.done():
+                waits.add(relay.asked)
             timeout = max(0.0, deadline - loop.time()) if accepting is not None else None
             done, _ = await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if closed in done or ended in done:
                 log.info("%s: %s", how.what, "the controller gave up first" if closed.done() else "the job ended")
                 return None
+            if relay is not None and relay.asked.done() and not relay.sock.done() and process is not None:
+                log.info("%s: %s asked for the session on its SSH channel (its port unreachable?)", how.what, peer)
+                logins.append(await relay.start(process, how))
+                continue
             for login in list(logins):
                 if login.ended.done() and not login.accepted.done():
                     await asyncio.wait([login.logging], timeout=1.0)  # its last lines: did it log in?

@@ -52,7 +52,7 @@ from lanpool.protocol import (
 )
 from lanpool.protocol.errors import clip
 from lanpool.protocol.messages import ARTIFACT_PAGES, STATUS_ARTIFACTS, AgentMessage, ClientMessage, JobStatus
-from lanpool.protocol.shell_sshd import DEV_SSHD, DEV_SSHD_CONTAINERS, SHELL_SSHD
+from lanpool.protocol.shell_sshd import DEV_SSHD, DEV_SSHD_CONTAINERS, DEV_SSHD_RELAY, SHELL_SSHD
 from lanpool.protocol.transfer_messages import ARTIFACT_DIRECT
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,7 @@ class ChannelSession:
                 user = dev_sshd_user() if self._dev_host_key and self._pairing is None else ""
                 if user:  # what an `ssh-config` entry needs
                     features.append(DEV_SSHD)
+                    features.append(DEV_SSHD_RELAY)
                     if docker_cli():
                         features.append(DEV_SSHD_CONTAINERS)
                     sshd_user, sshd_host_key = user, self._dev_host_key

@@ -6,17 +6,19 @@ stays up on its runner until stopped, its max_duration, or its idle limit."""
 import argparse
 import asyncio
 import json
+import secrets
 
 from lanpool.app.cli.render import say
 from lanpool.app.cli.run_options import options_of_run
+from lanpool.app.cli.shell_verbs import jupyter_of, ports
 from lanpool.app.controller import Controller, JobRow
 from lanpool.app.errors import ExitCode, LanpoolError, UsageError
-from lanpool.app.runs.dev import READY, ready_dir
+from lanpool.app.runs.dev import JUPYTER, READY, DevEnvironment, ready_dir
 from lanpool.app.startup.import_paused import import_paused
 from lanpool.app.views.formatting import status_text
 from lanpool.app.views.terminal_text import safe_line
 from lanpool.app.workflows import Project
-from lanpool.app.workflows.entry import DEFAULT_IDLE_S
+from lanpool.app.workflows.entry import DEFAULT_IDLE_S, IDES
 
 READY_POLL_S = 1.0  # how often its log is read for the ready line while its commands run
 
@@ -32,7 +34,12 @@ async def run_dev(ctl: Controller, project: Project, args: argparse.Namespace) -
             "--notify follows a job to its end: a dev environment stays up (`app headless attach RUN --notify`)"
         )
     idle = args.idle if args.idle is not None else wf.idle_s if wf.idle_s is not None else DEFAULT_IDLE_S
-    options = {**options_of_run(args), "follow": False, "no_cache": True, "reuse": False, "dev_idle_s": idle}
+    ide = args.ide if args.ide is not None else wf.ide
+    if ide not in ("", *IDES):
+        raise UsageError(f"--ide {ide!r}: lanpool starts {', '.join(IDES)} (ssh editors need no --ide: ssh-config)")
+    # JupyterLab's token: made here, given to the job only (masked wherever its env is shown).
+    dev = DevEnvironment(idle, ide, secrets.token_urlsafe(24) if ide == JUPYTER else "")
+    options = {**options_of_run(args), "follow": False, "no_cache": True, "reuse": False, "dev": dev}
     import_paused("lanpool.app.runs.loop")  # the SSH stack (as `run`)
     outcome = await ctl.run(project, args.workflow, say=say, **options)
     mine = [s for s in outcome.submitted if ctl.runs.job(s.job_id).workflow == args.workflow]
@@ -49,26 +56,34 @@ async def run_dev(ctl: Controller, project: Project, args: argparse.Namespace) -
         raise
     host = f"lanpool-{row.run_name}"
     limit = "no idle limit" if not idle else f"{_human(idle)} with no session"
+    lab = await jupyter_of(ctl, job_id) if ide == JUPYTER else None
+    if ide == JUPYTER and lab is None:  # its marker comes before the ready line: this is no JupyterLab of ours
+        raise LanpoolError(f"run {row.run_name}: its log names no JupyterLab port: `app headless logs {row.run_name}`")
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "run": row.run_name,
-                    "job_id": job_id,
-                    "runner": row.runner,
-                    "workdir": workdir,
-                    "host": host,
-                    "idle_s": idle,
-                }
-            )
-        )
+        ready: dict[str, object] = {
+            "run": row.run_name,
+            "job_id": job_id,
+            "runner": row.runner,
+            "workdir": workdir,
+            "host": host,
+        }
+        if lab:  # the runner's port: `app headless ports RUN --json` forwards it and gives the URL
+            ready["jupyter"] = {"port": lab[0], "token": lab[1]}
+        print(json.dumps({**ready, "idle_s": idle}))
         return ExitCode.OK
     print(f"dev environment ready: run {row.run_name} on runner {row.runner}, in {workdir}")
     print(f"  ssh {host}                 (the entry: app headless ssh-config --install, once)")
     print(f"  code --remote ssh-remote+{host} {workdir}")
     print(f"  app headless ssh {row.run_name}         (a shell, without ssh-config)")
     print(f"it stays up until `app headless stop {row.run_name}`, its max_duration, or {limit}")
-    return ExitCode.OK
+    if lab is None:
+        return ExitCode.OK
+    # JupyterLab is reached through a forward: held here, as `ports` holds one (Ctrl-C ends the
+    # forward, not the job; `app headless ports RUN` forwards it again, with the same URL's token).
+    print(
+        f"jupyter: JupyterLab in {workdir}, forwarded while this runs (Ctrl-C: `app headless ports {row.run_name}` again)"
+    )
+    return await ports(ctl, argparse.Namespace(ref=job_id, node=None, json=False))
 
 
 async def _ready(ctl: Controller, job_id: str) -> tuple[JobRow, str]:

@@ -404,6 +404,13 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         "`idle:`, else 2h; 0: never)",
     )
     p.add_argument(
+        "--ide",
+        default=None,
+        metavar="jupyter",
+        help="a dev environment that also serves JupyterLab: `dev` forwards it and prints its URL with its "
+        "token (default: the workflow's `ide:`)",
+    )
+    p.add_argument(
         "--nodes", type=_node_count, default=None, help="run the workflow on N runners at once (multi-node DDP), N >= 1"
     )
     p.add_argument("--resume", metavar="RUN|JOB", help="resume from that job's checkpoint (placed on every node)")

@@ -141,7 +141,9 @@ async def run(ctl: Controller, args: argparse.Namespace) -> int:
         return await run_sweep(ctl, project, args)
     if args.max_parallel:
         raise UsageError(f"--max-parallel limits a sweep's points: {args.workflow} has no sweep: add --sweep VAR=V1,V2")
-    if args.dev or project.get(args.workflow).dev:  # a dev environment (app/cli/dev_env_verbs.py)
+    if (
+        args.dev or args.ide is not None or project.get(args.workflow).dev
+    ):  # a dev environment (app/cli/dev_env_verbs.py)
         from lanpool.app.cli.dev_env_verbs import run_dev
 
         return await run_dev(ctl, project, args)

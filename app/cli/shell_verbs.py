@@ -10,6 +10,7 @@ from lanpool.app.cli.render import say
 from lanpool.app.controller import Controller
 from lanpool.app.errors import ExitCode, LanpoolError, UsageError
 from lanpool.app.jobs.remote import RemoteJob
+from lanpool.app.runs.dev import JUPYTER_READY, JUPYTER_TOKEN_ENV, jupyter_port, jupyter_url
 from lanpool.app.shell.into_job import JobTarget, forward_ports, hold_forwards, run_command, run_shell, running_target
 from lanpool.protocol import JobState
 
@@ -74,19 +75,40 @@ async def ports(ctl: Controller, args: argparse.Namespace) -> int:
     declared = target.ports
     if not declared:
         raise UsageError(f"job {target.job_id} declared no ports (`ports:` in its workflow, or `run --port N`)")
+    jupyter = await jupyter_of(ctl, target.job_id)
     async with await ctl.connect(target.host, target.port) as session:
         listeners = await forward_ports(session, declared)
         urls = {port: f"http://127.0.0.1:{listener.get_port()}" for port, listener in listeners.items()}
+        lab = None
+        if jupyter and jupyter[0] in listeners:
+            lab = (jupyter[0], jupyter_url(listeners[jupyter[0]].get_port(), jupyter[1]))
         if args.json:
-            print(json.dumps([{"port": p, "url": u} for p, u in urls.items()]), flush=True)
+            rows = [
+                {"port": p, "url": u, **({"jupyter": lab[1]} if lab and lab[0] == p else {})} for p, u in urls.items()
+            ]
+            print(json.dumps(rows), flush=True)
         else:
             for port, url in urls.items():
                 print(f"port {port}: {url}", flush=True)
+            if lab:
+                print(f"jupyter: {lab[1]}", flush=True)
             say(f"forwarding until job {target.job_id} ends (Ctrl-C stops forwarding; the job keeps running)")
         state = await hold_forwards(session, target.job_id, listeners, say)
     if not args.json:
         say(f"job {target.job_id} {state}: forwards closed")
     return ExitCode.OK
+
+
+async def jupyter_of(ctl: Controller, job_id: str) -> tuple[int, str] | None:
+    """The runner port and token of the JupyterLab a dev environment serves (`ide: jupyter`,
+    app/runs/dev.py), once its log says it listens; None for any other job."""
+    env = json.loads(ctl.runs.job(job_id).spec or "{}").get("env") or {}
+    token = env.get(JUPYTER_TOKEN_ENV) if isinstance(env, dict) else None
+    if not isinstance(token, str) or not token:
+        return None
+    await ctl.follow(job_id, follow=False)  # its log so far, into the store
+    ports = [p for line in ctl.runs.search_log(job_id, JUPYTER_READY, 20) if (p := jupyter_port(line))]
+    return (ports[-1], token) if ports else None
 
 
 def forward_while_running(ctl: Controller, job_id: str, say: Callable[[str], None]) -> "asyncio.Task[None] | None":

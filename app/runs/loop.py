@@ -32,7 +32,7 @@ from lanpool.app.jobs.remote import JobServices, Launch, LogSink
 from lanpool.app.jobs.submit import submit_job
 from lanpool.app.runners.client import RunnerSession
 from lanpool.app.runners.pool import Pool
-from lanpool.app.runs.dev import as_dev_environment
+from lanpool.app.runs.dev import DevEnvironment, as_dev_environment
 from lanpool.app.runs.names import new_run_name
 from lanpool.app.runs.placement import Placement
 from lanpool.app.runs.planning import Plan, PlannedJob, with_env
@@ -73,9 +73,9 @@ class RunRequest(Record):
     resources: dict[str, int | str] | None = None  # `--gpu`, `--cpu`, `--memory` (app/runs/resource_overrides.py)
     run_name: str | None = None  # `--name`: the run's name, else a new memorable one
     in_run: bool = False  # run_name names a run made already (a sweep's, app/runs/sweep.py): join it
-    # A dev environment (app/runs/dev.py): the workflow's job stays up, and ends after this long
-    # with no session into it (0: never). None: an ordinary run.
-    dev_idle_s: float | None = None
+    # A dev environment (app/runs/dev.py): the workflow's job stays up (and serves its IDE), and
+    # ends after its idle limit with no session into it. None: an ordinary run.
+    dev: DevEnvironment | None = None
 
 
 @dataclass(eq=False)  # never compared: no __eq__ compiled at import
@@ -319,8 +319,8 @@ def _as_requested(job: ResolvedJob, requested: bool, req: RunRequest) -> Resolve
         job = dataclasses.replace(job, ports=sorted({*job.ports, *req.ports}))
     if req.max_duration_s and requested:
         job = dataclasses.replace(job, max_duration_s=req.max_duration_s)
-    if req.dev_idle_s is not None and requested:
-        job = as_dev_environment(job, req.dev_idle_s)
+    if req.dev is not None and requested:
+        job = as_dev_environment(job, req.dev)
     return job
 
 

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import sys
 import threading
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from lanpool.app.errors import RunnerError
 from lanpool.app.runners.client import RunnerSession
 from lanpool.app.shell.ssh_config import pin
 from lanpool.app.shell.sshd import first_line, refused
-from lanpool.protocol.shell_sshd import NO_OFFER_LINE, parse_offer_line
+from lanpool.protocol.shell_sshd import DEV_SSHD_RELAY, NO_OFFER_LINE, RELAY_LINE, parse_offer_line
 from lanpool.protocol.wire import exec_command
 
 PROXY_FAILED = 255  # what ssh says of a ProxyCommand that could not connect
@@ -62,18 +63,54 @@ async def proxy(
         try:
             sock = await asyncio.to_thread(socket.create_connection, (session.peer_host, port), CONNECT_S)
         except OSError as exc:
-            raise RunnerError(
-                f"cannot reach {session.where}'s dev sshd at port {port} ({exc.strerror or exc}): a firewall "
-                "between here and its --direct-ports?"
-            ) from None
-        with sock:
-            await relay(sock, 0, 1)
+            unreachable = f"cannot reach {session.where}'s dev sshd at port {port} ({exc.strerror or exc})"
+            if DEV_SSHD_RELAY not in session.hello.features:
+                raise RunnerError(f"{unreachable}: a firewall between here and its --direct-ports?") from None
+            # The same offer, on the channel itself: slower, but it gets through a firewall that
+            # lets lanpool's own port through only (protocol/shell_sshd.py, RELAY_LINE).
+            print(f"lanpool: {unreachable}: relayed on lanpool's connection (slower)", file=sys.stderr, flush=True)
+            await relay_on_channel(proc, 0, 1)
+        else:
+            with sock:
+                await relay(sock, 0, 1)
         with contextlib.suppress(OSError, asyncssh.Error, TimeoutError):  # the runner may have closed it first
             proc.stdin.write_eof()  # done: the runner stops the sshd, if it has not ended already
             await asyncio.wait_for(proc.wait_closed(), _CLOSE_S)
         return 0
     finally:
         proc.close()
+
+
+async def relay_on_channel(proc: "asyncssh.SSHClientProcess[bytes]", rfd: int, wfd: int) -> None:
+    """Copy `rfd` to the offer's channel and the channel to `wfd`, after RELAY_LINE, until the
+    runner's side ends (its sshd closed). `rfd` is read by a thread of its own, as in relay()."""
+    loop = asyncio.get_running_loop()
+    proc.stdin.write(RELAY_LINE)
+
+    async def send(data: bytes) -> None:
+        proc.stdin.write(data)
+        await proc.stdin.drain()
+
+    def up() -> None:
+        with contextlib.suppress(OSError, RuntimeError, asyncssh.Error):
+            while data := os.read(rfd, _CHUNK):
+                asyncio.run_coroutine_threadsafe(send(data), loop).result()
+            asyncio.run_coroutine_threadsafe(_write_eof(proc), loop).result()
+
+    threading.Thread(target=up, name="ssh-proxy-up", daemon=True).start()
+    with contextlib.suppress(OSError, asyncssh.Error):
+        while data := await proc.stdout.read(_CHUNK):
+            await asyncio.to_thread(_write_all, wfd, data)
+
+
+async def _write_eof(proc: "asyncssh.SSHClientProcess[bytes]") -> None:
+    proc.stdin.write_eof()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 async def relay(sock: socket.socket, rfd: int, wfd: int) -> None:

@@ -53,6 +53,7 @@ WORKFLOW_KEYS = (
     "priority",
     "dev",
     "idle",
+    "ide",
     "slurm",
     "hold_base",
     "sweep",
@@ -179,8 +180,9 @@ def parse_workflow(item: Any, path: Path, parent_line: int, notes: list[str] | N
         retry_delay_s=retry_delay_s,
         hold_base=hold_base,
         priority=_parse_priority(item, err),
-        dev=_parse_dev(item, err),
+        dev=_parse_dev(item, err) or bool(_parse_ide(item, err)),
         idle_s=_parse_idle(item, err),
+        ide=_parse_ide(item, err),
         sweep=parse_sweep(item, err),
         file=path,
         line=item.line,
@@ -393,6 +395,25 @@ def _parse_dev(item: LineMap, err: AtKey) -> bool:
     if dev is None:
         raise err("'dev' must be true or false (true: the job stays up for ssh and your editor)", "dev")
     return dev
+
+
+IDES = ("jupyter",)  # what `ide:` (and `dev --ide`) can start in a dev environment (app/runs/dev.py)
+
+
+def _parse_ide(item: LineMap, err: AtKey) -> str:
+    """`ide: jupyter`: a dev environment (`dev: true` implied) that also serves JupyterLab."""
+    value = item.get("ide")
+    if value is None:
+        return ""
+    if value not in IDES:
+        raise err(
+            f"'ide' {str(value)[:40]!r} is not one lanpool starts: {', '.join(IDES)} "
+            "(VS Code and other ssh editors need no `ide:`: `app headless ssh-config`)",
+            "ide",
+        )
+    if flag(item.get("dev", True)) is False:
+        raise err("'ide' makes a dev environment: drop `dev: false`", "ide")
+    return str(value)
 
 
 def _parse_idle(item: LineMap, err: AtKey) -> float | None:

@@ -132,6 +132,7 @@ class Workflow(Record):
     priority: int = 0  # among its person's jobs waiting on a shared runner: higher first (agent/jobs/turns.py)
     dev: bool = False  # a dev environment: `run`/`dev` keep it up for ssh and editors (app/runs/dev.py)
     idle_s: float | None = None  # a dev environment's idle limit (None: the default, 0: none)
+    ide: str = ""  # `ide: jupyter`: a dev environment that also serves JupyterLab (app/runs/dev.py)
     sweep: SweepSpec | None = None  # `sweep:`: `run` makes a job per point (app/runs/sweep.py)
     file: Path | None = None
     line: int | None = None

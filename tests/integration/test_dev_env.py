@@ -4,11 +4,15 @@ no session into it (agent/jobs/supervision.py). Real CLI, real agent. The SSH pa
 (`ssh-config`, `ssh-proxy`): tests/integration/test_dev_ssh.py."""
 
 import json
+import socket
+import subprocess
 import time
+import urllib.request
 
 import pytest
 
 from tests.harness import start_agent
+from tests.integration.test_daily_use import _read_until
 
 WORKFLOWS = """
 workflows:
@@ -110,3 +114,56 @@ def test_bad_dev_input_is_one_line_and_nothing_runs(cli, make_project, controlle
     assert res.returncode == 2, res.stderr
     assert says in res.stderr and len(res.stderr.strip().splitlines()) == 1, res.stderr
     assert json.loads(cli("headless", "status", "--json", "--no-refresh", check=True).stdout) == []
+
+
+FORWARDED = """
+workflows:
+  - name: served
+    dev: true
+    idle: 3s
+    ports: 1
+    commands: ["python -m http.server $PORT_0 --bind 127.0.0.1 >/dev/null 2>&1 &"]
+"""
+
+
+def test_a_forwarded_connection_is_a_session_that_holds_a_dev_environment_past_its_idle_limit(
+    runner, cli, make_project
+):
+    # JupyterLab in a browser reaches a dev environment through its ports alone: while such a
+    # connection is open the job is in use, and its idle limit counts from its end.
+    project = make_project(FORWARDED)
+    run = json.loads(cli("headless", "dev", "served", "--json", cwd=project, timeout=120, check=True).stdout)["run"]
+    forward = cli.popen("headless", "ports", run, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        url = _read_until(forward.stdout, "http://127.0.0.1:").rsplit(": ", 1)[1].strip()
+        for _ in range(150):  # the server in the job may still be starting
+            try:
+                urllib.request.urlopen(url, timeout=10).read()
+                break
+            except OSError:
+                time.sleep(0.2)
+        with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10):
+            time.sleep(7)  # past its 3 s idle limit, with one connection open and quiet
+            assert _status(cli, run)["status"] == "RUNNING"
+        ended = _wait_status(cli, run, "STOPPED", timeout=60)  # 3 s after it closed
+        assert ended["error"] == "stopped: idle 3s with no session", ended
+    finally:
+        forward.kill()
+        forward.wait(30)
+
+
+def test_a_jupyterlab_that_exits_before_it_listens_fails_the_dev_environment_in_one_line(runner, cli, make_project):
+    # The project's own `jupyterlab` package shadows the real one (python -m runs what the
+    # working directory holds first): it exits at once, so nothing ever listens on the port.
+    project = make_project(
+        "workflows:\n  - name: nb\n    ide: jupyter\n    commands: [echo setting up]\n",
+        files={"jupyterlab/__init__.py": "", "jupyterlab/__main__.py": "import sys\nsys.exit('broken lab')\n"},
+    )
+    res = cli("headless", "dev", "nb", cwd=project, timeout=180)
+    assert res.returncode == 1, res.stdout + res.stderr
+    lines = [line for line in res.stderr.splitlines() if line.startswith("app: error:")]
+    assert len(lines) == 1 and "the dev environment ended before it was ready: FAILED (1)" in lines[0], res.stderr
+    assert "jupyter:" not in res.stdout  # no URL for a server that is not there
+    logs = cli("headless", "logs", json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["run"])
+    assert "lanpool: jupyter exited before it listened" in logs.stdout + logs.stderr
+    assert "broken lab" in logs.stdout + logs.stderr  # the tail of its own log, in the job's

@@ -8,6 +8,7 @@ tests/unit/test_ssh_config.py."""
 import asyncio
 import hashlib
 import json
+import os
 import shutil
 import socket
 import stat
@@ -148,6 +149,50 @@ def test_ssh_scp_sftp_and_rsync_run_in_the_job(dev):
     remote = dev.ssh(dev.host(), "cd copy && sha256sum *").stdout.decode().splitlines()
     local = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in tree.iterdir()}
     assert {line.split()[1]: line.split()[0] for line in remote} == local
+
+
+IPTABLES = shutil.which("iptables", path="/usr/sbin:/sbin:/usr/bin:/bin")
+
+
+@pytest.mark.skipif(
+    os.environ.get("LANPOOL_TESTS_OWN_NETNS") != "1" or IPTABLES is None,
+    reason="firewalls the worker's own network namespace (scripts/test's integration workers) with iptables",
+)
+def test_a_firewalled_dev_sshd_port_is_relayed_on_lanpool_connection(dev):
+    # A firewall that lets lanpool's own port through and nothing else (as a runner whose
+    # --direct-ports are closed): connecting to the dev sshd's port is refused, so ssh-proxy asks
+    # for the same offer on the SSH channel itself (protocol/shell_sshd.py, RELAY_LINE).
+    assert IPTABLES is not None
+    rules = [
+        ["INPUT", "-p", "tcp", "--dport", str(dev.agent.port), "-j", "ACCEPT"],
+        ["INPUT", "-p", "tcp", "--syn", "-j", "REJECT", "--reject-with", "tcp-reset"],
+    ]
+    for rule in rules:
+        subprocess.run([IPTABLES, "-A", *rule], check=True, capture_output=True)
+    try:
+        got = dev.ssh(dev.host(), 'echo "$LANPOOL_JOB_ID"; pwd')
+        assert got.returncode == 0, got.stderr
+        assert got.stdout.decode().split()[0] == dev.job and b"relayed on lanpool's connection (slower)" in got.stderr
+        assert dev.ssh(dev.host(), "exit 7").returncode == 7
+        data = os.urandom(3 * 1024 * 1024)  # both ways through the channel, byte for byte
+        up = dev.ssh(dev.host(), "cat > relayed.bin && sha256sum relayed.bin", input=data)
+        assert up.returncode == 0 and hashlib.sha256(data).hexdigest() in up.stdout.decode(), up.stderr
+        down = dev.ssh(dev.host(), "cat relayed.bin")
+        assert down.returncode == 0 and down.stdout == data, down.stderr
+        # The relay is the same offer: the dev sshd's own key check holds (another key: refused).
+        stranger, _ = _key(dev.tmp, "stranger")
+        swapped = dev.tmp / "stranger_config"
+        swapped.write_text(dev.config.read_text().replace(str(dev.home / "id_ed25519"), str(stranger)))
+        other = subprocess.run(
+            ["ssh", "-F", str(swapped), "-o", "BatchMode=yes", dev.host(), "echo in"],
+            capture_output=True,
+            env=dev.env,
+            timeout=60,
+        )
+        assert other.returncode == 255 and b"in" not in other.stdout, other
+    finally:
+        for rule in rules:
+            subprocess.run([IPTABLES, "-D", *rule], capture_output=True)
 
 
 def test_forwards_reach_the_declared_port_only(dev):

@@ -524,12 +524,14 @@ async def test_download_defaults_to_the_download_dir_never_the_project(agent, pr
     assert sorted(p.relative_to(project) for p in project.rglob("*")) == before  # nothing new in the project
 
 
+# It runs until the test releases it: a fixed sleep could end between two of the TUI's looks on
+# a loaded machine, which then saw DONE without RUNNING (seen in CI).
 NAP = """
 workflows:
   - name: nap
     commands:
       - echo awake
-      - sleep 4
+      - while [ ! -e release ]; do sleep 0.2; done
       - echo over
 """
 
@@ -548,7 +550,9 @@ async def test_a_job_run_detached_elsewhere_shows_running_then_done_with_no_cli_
         [submitted] = json.loads(res.stdout.strip().splitlines()[-1])["jobs"]
         job_id = submitted["job_id"]
         assert submitted["status"] != "RUNNING" or app.ctl.store.job(job_id).started_at, submitted
-        await wait_status(pilot, job_id, "RUNNING", 15)
+        await wait_status(pilot, job_id, "RUNNING", 30)
+        for workspace in (agent.data_dir / "jobs").glob("*/workspace"):
+            (workspace / "release").touch()  # a file in the job's workspace: what a sandboxed job sees
         await wait_status(pilot, job_id, "DONE", 30)
         assert app.ctl.store.job(job_id).state.name == "DONE"
         assert b"over" in b"".join(chunk[3] for chunk in app.ctl.store.log_chunks(job_id))
