@@ -12,10 +12,8 @@ import subprocess
 import urllib.error
 import urllib.request
 
-import pytest
-
-from tests.harness import start_agent
 from tests.integration.test_daily_use import _read_until
+from tests.integration.test_dev_env import runner  # noqa: F401 (the fixture: an agent, added)
 
 NOTEBOOK = """
 workflows:
@@ -24,14 +22,6 @@ workflows:
     requirements: requirements.txt
     commands: ["echo setting up in $PWD"]
 """
-
-
-@pytest.fixture
-def runner(tmp_path, controller_home, cli):
-    agent = start_agent(tmp_path / "agent", controller_home)
-    cli("headless", "runners", "add", agent.address, check=True)
-    yield agent
-    agent.stop()
 
 
 def _get(url: str, token: str | None = None, data: bytes | None = None, method: str = "GET") -> tuple[int, bytes]:
