@@ -65,7 +65,10 @@ workflows:
     nodes: 2
     commands:
       - echo "up $NODE_RANK"
-      - if [ "$NODE_RANK" = 1 ]; then echo "node 1 fails"; exit 7; fi
+      - if [ "$NODE_RANK" = 0 ]; then touch node0-is-up; fi
+      # Node 1 fails once node 0 is up (the test cluster's nodes share this machine's files): failing
+      # at once, a loaded machine's srun killed node 0 before its first line (seen in CI).
+      - if [ "$NODE_RANK" = 1 ]; then while [ ! -e node0-is-up ]; do sleep 0.2; done; echo "node 1 fails"; exit 7; fi
       - sleep 120
 """,
     )
