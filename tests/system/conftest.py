@@ -5,6 +5,8 @@ says what may not run side by side (--dist loadgroup sends a group to one worker
 
 - the Slurm files share one two-node cluster and its queue;
 - the gang files start runners with the same names (r0, r1);
+- the lab files bring scripts/lab's network namespaces (lp-h1, lp-h2: 10.77.0.x, port 7422) up and
+  down, so one's `lab down` would cut the other's runner off (seen in CI);
 - any other file is a group of its own (its module fixtures stay one).
 The longest groups start first (tests/conftest.py LONGEST_FIRST). Agents started without a name
 get the worker's id in theirs (tests/harness.py `default_runner_name`): two `test-runner` adverts on
@@ -19,6 +21,8 @@ SHARED = {
     "test_slurm_recovery": "slurm",
     "test_runner_gang": "gang",
     "test_runner_gang_restart": "gang",
+    "test_pool": "lab",
+    "test_mdns_hints": "lab",
 }
 
 
