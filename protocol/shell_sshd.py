@@ -16,7 +16,7 @@ session and its exit status says whether the session ran (SSHD_RAN) or not (SSHD
 the controller falls back the same way); the command's own exit code is the `ssh` client's.
 
 A dev offer (`lanpool-exec JOB_ID --dev-sshd KEY`, KEY the controller's own key: the one that
-owns the job) is the same exchange for `app headless ssh-proxy`, the ProxyCommand of an
+owns the job) is the same exchange for app/shell/ssh_hop.py, the ProxyCommand of an
 `ssh-config` Host entry: its sshd keeps the runner's persistent dev host key (Hello.sshd_host_key,
 so the entry's known_hosts line holds), runs every session (shell, exec, sftp, scp, rsync)
 inside the job and forwards to the job's declared ports only (agent/shell/dev_sshd.py).

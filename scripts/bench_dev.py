@@ -1,8 +1,8 @@
 """A dev environment over OpenSSH (`app headless dev`, `ssh-config`), against plain OpenSSH to
 a loopback sshd in the same run (bench_downloads.Sshd; both on aes128-gcm), alternating:
 
-1. `ssh HOST true`: cold (a ProxyCommand each time: `app headless ssh-proxy`, the lanpool
-   connection, a dev sshd) and warm (the entry's ControlMaster is up), vs `ssh` to the sshd.
+1. `ssh HOST true`: cold (a ProxyCommand each time: app/shell/ssh_hop.py, the system ssh to the
+   agent for the offer, a dev sshd) and warm (the entry's ControlMaster is up), vs `ssh` to the sshd.
 2. `rsync -a` of a directory (--files files of 1 MiB, default 100) into the job, vs into a
    directory through the loopback sshd; the target emptied before each.
 

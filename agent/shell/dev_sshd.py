@@ -1,5 +1,5 @@
 """A job's dev OpenSSH server: what `ssh lanpool-RUN` (an `app headless ssh-config` entry, its
-ProxyCommand `app headless ssh-proxy`) logs in to, for ssh, scp, sftp, rsync, VS Code Remote-SSH
+ProxyCommand app/shell/ssh_hop.py) logs in to, for ssh, scp, sftp, rsync, VS Code Remote-SSH
 and `-L` to the job's own ports.
 
 It is the one-time sshd of agent/shell/sshd.py (the same offer on the exec channel, listener,

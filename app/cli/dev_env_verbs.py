@@ -7,7 +7,9 @@ import argparse
 import asyncio
 import json
 import secrets
+from pathlib import Path
 
+from lanpool.app.cli.dev_verbs import included, write_entries
 from lanpool.app.cli.render import say
 from lanpool.app.cli.run_options import options_of_run
 from lanpool.app.cli.shell_verbs import jupyter_of, ports
@@ -55,6 +57,10 @@ async def run_dev(ctl: Controller, project: Project, args: argparse.Namespace) -
         )
         raise
     host = f"lanpool-{row.run_name}"
+    # Its Host entry now (with the other running jobs'), so that `ssh lanpool-RUN` works at once.
+    found, notes, _text = await write_entries(ctl)
+    entry = any(e.job_id == job_id for e in found)
+    config = ctl.home.root / "ssh" / "config"
     limit = "no idle limit" if not idle else f"{_human(idle)} with no session"
     lab = await jupyter_of(ctl, job_id) if ide == JUPYTER else None
     if ide == JUPYTER and lab is None:  # its marker comes before the ready line: this is no JupyterLab of ours
@@ -66,14 +72,22 @@ async def run_dev(ctl: Controller, project: Project, args: argparse.Namespace) -
             "runner": row.runner,
             "workdir": workdir,
             "host": host,
+            "ssh_config": str(config) if entry else None,
         }
         if lab:  # the runner's port: `app headless ports RUN --json` forwards it and gives the URL
             ready["jupyter"] = {"port": lab[0], "token": lab[1]}
         print(json.dumps({**ready, "idle_s": idle}))
         return ExitCode.OK
     print(f"dev environment ready: run {row.run_name} on runner {row.runner}, in {workdir}")
-    print(f"  ssh {host}                 (the entry: app headless ssh-config --install, once)")
-    print(f"  code --remote ssh-remote+{host} {workdir}")
+    if entry and included(ctl.home.root, Path.home() / ".ssh" / "config"):
+        print(f"  ssh {host}")
+        print(f"  code --remote ssh-remote+{host} {workdir}")
+    elif entry:
+        print(f"  ssh -F {config} {host}     (`app headless ssh-config --install`, once: `ssh {host}`, editors)")
+        print(f"  code --remote ssh-remote+{host} {workdir}   (after --install)")
+    else:
+        for note in notes:
+            say(note)
     print(f"  app headless ssh {row.run_name}         (a shell, without ssh-config)")
     print(f"it stays up until `app headless stop {row.run_name}`, its max_duration, or {limit}")
     if lab is None:

@@ -4,7 +4,7 @@ Every verb calls the same Controller API as the TUI. Errors are one line on
 stderr and an ExitCode; `run` exits with the job's own exit code. The verbs
 live by area: app/cli/run_verbs.py (run, plan), job_verbs.py (status, logs,
 stop, artifacts, metrics), compare_verbs.py (compare), attach_verbs.py (attach), retention_verbs.py (rm, prune), runner_verbs.py
-(runners, key), secret_verbs.py (secrets), usage_verbs.py (usage), dev_verbs.py (ssh-config, ssh-proxy);
+(runners, key), secret_verbs.py (secrets), usage_verbs.py (usage), dev_verbs.py (ssh-config);
 the command line itself in parser.py.
 """
 
@@ -45,7 +45,6 @@ _HANDLERS: dict[str, tuple[str, str]] = {
     "exec": ("shell_verbs", "exec_"),
     "ports": ("shell_verbs", "ports"),
     "ssh-config": ("dev_verbs", "ssh_config"),
-    "ssh-proxy": ("dev_verbs", "ssh_proxy"),
     "secrets": ("secret_verbs", "secrets"),
 }
 
@@ -53,7 +52,7 @@ _HANDLERS: dict[str, tuple[str, str]] = {
 # Verbs that only ask runners a question or two (or none: `usage` reads the store): asyncio's own loop
 # (already imported) serves them as well as uvloop, whose import (~4 ms) they would pay for nothing
 # (protocol/runtime/event_loop.py says where uvloop pays: moving bytes).
-_ON_ASYNCIO_LOOP = frozenset({"runners", "key", "usage", "ssh-config", "ssh-proxy"})
+_ON_ASYNCIO_LOOP = frozenset({"runners", "key", "usage", "ssh-config"})
 
 
 def handler_of(verb: str) -> Handler:

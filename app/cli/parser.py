@@ -240,10 +240,6 @@ def build_parser(only: str | None = None) -> _Parser:
     ssh_config.add_argument(
         "--no-control-master", action="store_true", help="no ControlMaster: each ssh opens its own connection"
     )
-    # No help: not listed. The ProxyCommand of each entry; errors are one line for ssh to show.
-    ssh_proxy = sub.add_parser("ssh-proxy")
-    ssh_proxy.add_argument("job", metavar="RUN|JOB")
-    ssh_proxy.add_argument("--node", type=int, default=None, help="that node of a multi-node job (default 0)")
     secrets = sub.add_parser("secrets", help="values for `${{ secrets.NAME }}` in a workflow's env (kept 0600)")
     secrets_sub = secrets.add_subparsers(dest="secrets_verb", required=True, metavar="VERB", parser_class=_Parser)
     secret_set = secrets_sub.add_parser("set", help="set a secret; the value from stdin or a prompt, never argv")

@@ -95,8 +95,7 @@ def test_help_lists_every_verb(tmp_path):
         if hasattr(a, "choices") and isinstance(a.choices, dict)
         for name in a.choices
     }
-    # `ssh-proxy` is ssh's ProxyCommand (the `ssh-config` entries run it), not typed by people: not listed.
-    assert {"plan", "metrics", "run", "status"} <= verbs - {"ssh-proxy"} <= listed, verbs - listed
+    assert {"plan", "metrics", "run", "status"} <= verbs <= listed, verbs - listed
     assert "app completion bash|zsh" in done.stdout
 
 

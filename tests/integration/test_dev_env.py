@@ -1,9 +1,10 @@
 """Dev environments (`app headless dev`, `dev: true`; app/runs/dev.py): the job runs its commands,
 says it is ready with its directory, stays up, and its runner ends it after its idle limit with
 no session into it (agent/jobs/supervision.py). Real CLI, real agent. The SSH path into it
-(`ssh-config`, `ssh-proxy`): tests/integration/test_dev_ssh.py."""
+(`ssh-config`, its ProxyCommand): tests/integration/test_dev_ssh.py."""
 
 import json
+import shutil
 import socket
 import subprocess
 import time
@@ -71,7 +72,19 @@ def test_dev_names_its_workflow_and_says_how_to_get_in(runner, cli, make_project
     run = next(
         line.split()[4].rstrip(",") for line in res.stdout.splitlines() if line.startswith("dev environment ready")
     )
-    assert f"  ssh lanpool-{run} " in res.stdout and f"code --remote ssh-remote+lanpool-{run} /" in res.stdout
+    assert f"code --remote ssh-remote+lanpool-{run} /" in res.stdout
+    # Its Host entry is written already (no `ssh-config` run): the line it prints gets in.
+    printed = next(line.split() for line in res.stdout.splitlines() if line.startswith("  ssh -F "))
+    assert printed[3] == f"lanpool-{run}", res.stdout
+    if shutil.which("ssh") and shutil.which("sshd", path="/usr/sbin:/usr/local/sbin:/sbin"):
+        got = subprocess.run(
+            [*printed[:4], "-o", "BatchMode=yes", 'echo "in $LANPOOL_RUN_NAME"'],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            timeout=60,
+        )
+        assert got.returncode == 0 and got.stdout.strip() == f"in {run}", got
     assert f"it stays up until `app headless stop {run}`, its max_duration, or no idle limit" in res.stdout
     time.sleep(2)
     assert _status(cli, run)["status"] == "RUNNING"  # its command ended long ago: it stays up
@@ -80,6 +93,7 @@ def test_dev_names_its_workflow_and_says_how_to_get_in(runner, cli, make_project
     # A dev environment is never reused: the next `dev` starts another.
     again = cli("headless", "dev", "train", "--idle", "0", "--json", cwd=project, timeout=120)
     assert json.loads(again.stdout)["run"] != run
+    assert json.loads(again.stdout)["ssh_config"].endswith("/ssh/config")  # its entry is written
     cli("headless", "stop", json.loads(again.stdout)["run"], check=True)
 
 

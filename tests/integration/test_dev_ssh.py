@@ -1,4 +1,4 @@
-"""A running job as an OpenSSH host (`app headless ssh-config`, its ProxyCommand `ssh-proxy`, the
+"""A running job as an OpenSSH host (`app headless ssh-config`, its ProxyCommand app/shell/ssh_hop.py, the
 runner's dev sshd: agent/shell/dev_sshd.py): the real `ssh`, `scp`, `sftp` and `rsync` against a
 real agent, then the doors that must stay shut: a forward to a port the job did not declare or to
 the agent's own, `-R`, another controller's key, a wrong pinned host key, the agent's data dir.
@@ -24,9 +24,9 @@ import pytest
 
 from lanpool.agent.shell.dev_sshd import dev_permit_open
 from lanpool.app.home import ControllerHome
-from lanpool.app.shell.ssh_config import HostEntry, write_ssh_config
+from lanpool.app.shell.ssh_config import HOP, HostEntry, write_ssh_config
 from lanpool.protocol.wire import exec_command
-from tests.harness import APP_MODULE, authorize_key, controller_key, lanpool_env
+from tests.harness import authorize_key, controller_key, lanpool_env
 from tests.integration.test_job_shell import _connect, _free_port
 
 pytestmark = pytest.mark.skipif(
@@ -160,7 +160,7 @@ IPTABLES = shutil.which("iptables", path="/usr/sbin:/sbin:/usr/bin:/bin")
 )
 def test_a_firewalled_dev_sshd_port_is_relayed_on_lanpool_connection(dev):
     # A firewall that lets lanpool's own port through and nothing else (as a runner whose
-    # --direct-ports are closed): connecting to the dev sshd's port is refused, so ssh-proxy asks
+    # --direct-ports are closed): connecting to the dev sshd's port is refused, so the hop asks
     # for the same offer on the SSH channel itself (protocol/shell_sshd.py, RELAY_LINE).
     assert IPTABLES is not None
     rules = [
@@ -289,30 +289,64 @@ def test_other_keys_a_wrong_host_key_and_the_agents_files_stay_out(dev, tmp_path
             assert peek.returncode != 0 and b"PRIVATE KEY" not in peek.stdout and b"ssh-ed25519" not in peek.stdout
 
 
-def test_a_bad_name_is_one_line_for_ssh_to_show(dev):
+def test_a_job_the_runner_does_not_have_is_one_line_for_ssh_to_show(dev):
+    # The entry's hop asks the agent for a job it has not got (ended and forgotten, a stale
+    # config): the agent's reason, as one `lanpool:` line that ssh shows, exit 255, no session.
+    stale = dev.tmp / "stale_config"
+    stale.write_text(dev.config.read_text().replace(f"lanpool-exec {dev.job} ", "lanpool-exec 0123456789ab "))
     got = subprocess.run(
-        [*APP_MODULE, "headless", "ssh-proxy", "nosuch"],
+        ["ssh", "-F", str(stale), "-o", "BatchMode=yes", dev.host(), "echo in"],
         capture_output=True,
-        text=True,
         env=dev.env,
         stdin=subprocess.DEVNULL,
         timeout=60,
     )
-    assert got.returncode == 255 and got.stdout == ""
-    assert got.stderr.startswith("lanpool: no run or job named 'nosuch'") and got.stderr.count("\n") == 1, got.stderr
-    through = dev.ssh(
-        "-o", "ProxyCommand=" + f"{sys.executable} -m lanpool.app.cli.main headless ssh-proxy nosuch", "x"
+    assert got.returncode == 255 and b"in" not in got.stdout, got
+    lines = [line for line in got.stderr.decode().splitlines() if line.startswith("lanpool:")]
+    assert len(lines) == 1 and "0123456789ab" in lines[0] and "does not exist on this runner" in lines[0], got.stderr
+
+    # The hop run by hand with the wrong arguments: one line, nothing on stdout (it is ssh's).
+    hop = subprocess.run(
+        [sys.executable, "-I", "-S", str(HOP), "x"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=30,
     )
-    assert through.returncode == 255 and b"no run or job named 'nosuch'" in through.stderr, through
+    assert hop.returncode == 255 and hop.stdout == "" and hop.stderr.count("\n") == 1, hop
+    assert hop.stderr.startswith("lanpool: usage:")
+
+
+def test_a_wrong_pinned_agent_key_stops_the_hop_before_any_offer(dev):
+    # The agent's own host key, as ssh-config pinned it from the store, is the trust root: another
+    # key there and the system ssh refuses the agent, so no offer is asked for and no session runs.
+    known = dev.home / "ssh" / "known_hosts"
+    before = known.read_text()
+    _other, other_b64 = _key(dev.tmp, "impostor")
+    try:
+        known.write_text(
+            "".join(
+                f"{line.split()[0]} ssh-ed25519 {other_b64}\n" if line.startswith("lanpool-agent-") else line + "\n"
+                for line in before.splitlines()
+            )
+        )
+        got = dev.ssh(dev.host(), "echo in")
+        assert got.returncode == 255 and b"in" not in got.stdout, got
+        assert b"Host key verification failed" in got.stderr and b"lanpool: runner" in got.stderr, got.stderr
+    finally:
+        known.write_text(before)
+    assert dev.ssh(dev.host(), "true").returncode == 0
 
 
 _KEY = "AAAAC3NzaC1lZDI1NTE5AAAAIOYxWf1Mtm6FznXvhg2EY5c6zmpGCIFBrX5S7zaQXQ2L"
-_ENTRY = HostEntry(("lanpool-train-3", "lanpool-j-abc"), "j-abc", 0, "gpu-box", "alice", _KEY)
+_ENTRY = HostEntry(
+    ("lanpool-train-3", "lanpool-j-abc"), "j-abc", 0, "gpu-box", "alice", _KEY, "10.0.0.7", 7422, f"ssh-ed25519 {_KEY}"
+)
 
 
 def test_openssh_reads_the_entry_as_written(tmp_path):
     home = tmp_path / "lan pool"
-    write_ssh_config(home, [_ENTRY], "/usr/bin/python3", [("gpu-box", _KEY)])
+    write_ssh_config(home, [_ENTRY], "/usr/bin/python3", _KEY)
     got = subprocess.run(
         ["ssh", "-F", str(home / "ssh" / "config"), "-G", "lanpool-train-3"],
         capture_output=True,
@@ -325,8 +359,11 @@ def test_openssh_reads_the_entry_as_written(tmp_path):
     assert options["hostkeyalias"] == "lanpool-runner-gpu-box"
     assert options["identityfile"] == f"{home}/id_ed25519"
     assert options["userknownhostsfile"] == f"{home}/ssh/known_hosts"
-    assert "ssh-proxy j-abc" in options["proxycommand"]
-    assert (home / "ssh" / "known_hosts").read_text() == f"lanpool-runner-gpu-box ssh-ed25519 {_KEY}\n"
+    assert str(HOP) in options["proxycommand"] and "lanpool-exec j-abc --dev-sshd" in options["proxycommand"]
+    assert options["proxyusefdpass"] == "yes"
+    assert (home / "ssh" / "known_hosts").read_text() == (
+        f"lanpool-runner-gpu-box ssh-ed25519 {_KEY}\nlanpool-agent-gpu-box ssh-ed25519 {_KEY}\n"
+    )
     for path in (home / "ssh" / "config", home / "ssh" / "known_hosts"):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert stat.S_IMODE((home / "ssh").stat().st_mode) == 0o700

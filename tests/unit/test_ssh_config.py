@@ -10,6 +10,7 @@ import pytest
 
 from lanpool.app.errors import UsageError
 from lanpool.app.shell.ssh_config import (
+    HOP,
     HostEntry,
     aliases,
     host_entry,
@@ -17,9 +18,11 @@ from lanpool.app.shell.ssh_config import (
     pin,
     pinned,
     runner_alias,
+    write_ssh_config,
 )
 
 KEY = "AAAAC3NzaC1lZDI1NTE5AAAAIOYxWf1Mtm6FznXvhg2EY5c6zmpGCIFBrX5S7zaQXQ2L"
+CLIENT = "AAAAC3NzaC1lZDI1NTE5AAAAIJdZ/66wSCDZxlFAfNW5oJ/nnBynn1xTweus9oRCovdl"
 
 
 def _entry(**kw) -> HostEntry:
@@ -30,6 +33,9 @@ def _entry(**kw) -> HostEntry:
         "runner": "gpu-box",
         "user": "alice",
         "host_key": KEY,
+        "host": "10.0.0.7",
+        "port": 7422,
+        "agent_key": f"ssh-ed25519 {KEY}",
     }
     return HostEntry(**{**fields, **kw})
 
@@ -50,7 +56,7 @@ def test_runner_aliases_are_plain_words_and_distinct():
 
 def test_the_entry_pins_the_runner_uses_our_key_and_the_proxy(tmp_path):
     home = tmp_path / "lan pool %h"
-    text = host_entry(_entry(), home, "/opt/py 3/bin/python")
+    text = host_entry(_entry(), home, "/opt/py 3/bin/python", CLIENT)
     lines = [line.strip() for line in text.splitlines()]
     assert lines[0] == "Host lanpool-train-3 lanpool-j-abc"
     options = dict(line.split(" ", 1) for line in lines[1:])
@@ -62,31 +68,35 @@ def test_the_entry_pins_the_runner_uses_our_key_and_the_proxy(tmp_path):
     # `%` doubled (ssh expands tokens there), spaces kept by double quotes.
     assert options["IdentityFile"] == f'"{tmp_path}/lan pool %%h/id_ed25519"'
     assert options["UserKnownHostsFile"] == f'"{tmp_path}/lan pool %%h/ssh/known_hosts"'
+    # The hop (standard library only: -I -S), the agent's address and pinned alias, the dev offer.
     proxy = shlex.split(options["ProxyCommand"].replace("%%", "%"))
     assert proxy == [
-        "env",
-        f"LANPOOL_HOME={home}",
         "/opt/py 3/bin/python",
-        "-m",
-        "lanpool.app.cli.main",
-        "headless",
-        "ssh-proxy",
-        "j-abc",
+        "-I",
+        "-S",
+        str(HOP),
+        str(home),
+        "10.0.0.7",
+        "7422",
+        "lanpool-agent-gpu-box",
+        f"lanpool-exec j-abc --dev-sshd ssh-ed25519:{CLIENT}",
     ]
-    assert "--node" in host_entry(_entry(node=1), home, "python")
-    assert "ControlMaster" not in host_entry(_entry(), home, "python", control_master=False)
+    assert options["ProxyUseFdpass"] == "yes"
+    # Node K's entry goes to node K's runner: the request names the job only.
+    assert "--node" not in host_entry(_entry(node=1), home, "python", CLIENT)
+    assert "ControlMaster" not in host_entry(_entry(), home, "python", CLIENT, control_master=False)
 
 
 def test_a_long_home_puts_the_control_sockets_in_dot_ssh(tmp_path):
-    text = host_entry(_entry(), tmp_path / ("x" * 90), "python")
+    text = host_entry(_entry(), tmp_path / ("x" * 90), "python", CLIENT)
     assert 'ControlPath "~/.ssh/lanpool-cm-%C"' in text
-    assert 'ControlPath "/short/ssh/cm-%C"' in host_entry(_entry(), Path("/short"), "python")
+    assert 'ControlPath "/short/ssh/cm-%C"' in host_entry(_entry(), Path("/short"), "python", CLIENT)
 
 
 def test_a_home_with_a_double_quote_or_newline_is_refused(tmp_path):
     for bad in ('a"b', "a\nb"):
         with pytest.raises(UsageError):
-            host_entry(_entry(), tmp_path / bad, "python")
+            host_entry(_entry(), tmp_path / bad, "python", CLIENT)
 
 
 def test_pin_replaces_the_runners_line_and_keeps_the_others(tmp_path):
@@ -124,3 +134,14 @@ def test_install_writes_through_a_linked_config(tmp_path):
     link.symlink_to(target)
     assert install_include(tmp_path / "home", link)
     assert link.is_symlink() and target.read_text().startswith("Include ")
+
+
+def test_a_long_home_makes_dot_ssh_for_the_control_sockets(tmp_path, monkeypatch):
+    # ssh makes no directory for a ControlPath: with none, every `ssh lanpool-RUN` would fail.
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))
+    (tmp_path / "user").mkdir()
+    home = tmp_path / ("x" * 90)
+    write_ssh_config(home, [_entry()], "python", CLIENT)
+    assert stat.S_IMODE((tmp_path / "user" / ".ssh").stat().st_mode) == 0o700
+    known = (home / "ssh" / "known_hosts").read_text().splitlines()
+    assert known == [f"lanpool-runner-gpu-box ssh-ed25519 {KEY}", f"lanpool-agent-gpu-box ssh-ed25519 {KEY}"]
