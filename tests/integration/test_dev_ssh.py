@@ -25,6 +25,7 @@ import pytest
 from lanpool.agent.shell.dev_sshd import dev_permit_open
 from lanpool.app.home import ControllerHome
 from lanpool.app.shell.ssh_config import HOP, HostEntry, write_ssh_config
+from lanpool.app.shell.ssh_hop import connect
 from lanpool.protocol.wire import exec_command
 from tests.harness import authorize_key, controller_key, lanpool_env
 from tests.integration.test_job_shell import _connect, _free_port
@@ -380,3 +381,10 @@ def test_permit_open_leaves_out_a_declared_port_another_process_listens_on():
         assert dev_permit_open(job) == ([nobody] if sys.platform.startswith("linux") else [taken, nobody])
     finally:
         held.close()
+
+
+def test_the_hops_connection_for_ssh_has_nagle_off():
+    # ssh turns Nagle off for a terminal only; the hop's connection has it off for every session.
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        with connect("127.0.0.1", server.getsockname()[1]) as sock:
+            assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0

@@ -1,8 +1,11 @@
 """protocol/runtime/ssh_transport.py: no empty SSH_MSG_IGNORE before each packet of an AEAD connection (asyncssh's
 countermeasure for CBC's chained IVs), and the countermeasure kept where a cipher without AEAD is
-negotiated. Counted on the receiving side, against a real agent (its own process) and in-process."""
+negotiated. Counted on the receiving side, against a real agent (its own process) and in-process.
+And the immediate ACK asked for on every read (TCP_QUICKACK: an OpenSSH client's handshake)."""
 
 import asyncio
+import socket
+from types import SimpleNamespace
 
 import asyncssh
 import pytest
@@ -112,3 +115,38 @@ def test_install_is_idempotent_and_both_ends_in_one_process_send_none(ignores):
     assert asyncio.run(main()) == 300_000
     assert SSHConnection.send_packet is wrapped  # installed once, not wrapped again
     assert ignores["n"] == 0
+
+
+class _Transport:
+    def __init__(self, sock):
+        self.sock = sock
+
+    def get_extra_info(self, name):
+        return self.sock if name == "socket" else None
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="TCP_QUICKACK is Linux's")
+def test_quick_ack_asks_for_an_immediate_ack_on_tcp_and_leaves_other_sockets():
+    # Without it an OpenSSH client (Nagle on without a terminal) waits up to 40 ms for our
+    # delayed ACK at two steps of every handshake (ssh_transport's docstring).
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        with socket.create_connection(server.getsockname()) as client, server.accept()[0] as ours:
+            ours.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 0)
+            assert ours.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK) == 0
+            ssh_transport.quick_ack(SimpleNamespace(_transport=_Transport(ours)))
+            assert ours.getsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK) == 1
+            client.sendall(b"x")
+    a, b = socket.socketpair()
+    with a, b:  # not TCP: nothing asked, nothing raised
+        ssh_transport.quick_ack(SimpleNamespace(_transport=_Transport(a)))
+    ssh_transport.quick_ack(SimpleNamespace(_transport=None))  # a connection already closed
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="TCP_QUICKACK is Linux's")
+def test_every_read_of_a_real_connection_asks_for_the_quick_ack(agent, monkeypatch):
+    assert ssh_transport.install()
+    calls = []
+    original = ssh_transport.quick_ack
+    monkeypatch.setattr(ssh_transport, "quick_ack", lambda conn: calls.append(conn) or original(conn))
+    asyncio.run(_exchange(agent, ENCRYPTION_ALGS))
+    assert len(calls) >= 3 and all(isinstance(conn, SSHConnection) for conn in calls)
