@@ -2,7 +2,8 @@
 a loopback sshd in the same run (bench_downloads.Sshd; both on aes128-gcm), alternating:
 
 1. `ssh HOST true`: cold (a ProxyCommand each time: app/shell/ssh_hop.py, the system ssh to the
-   agent for the offer, a dev sshd) and warm (the entry's ControlMaster is up), vs `ssh` to the sshd.
+   agent for the offer, a dev sshd) and warm (the entry's ControlMaster is up), vs `ssh` to the sshd;
+   and cold with a terminal (`-tt`, as a prompt has), vs the same to the sshd.
 2. `rsync -a` of a directory (--files files of 1 MiB, default 100) into the job, vs into a
    directory through the loopback sshd; the target emptied before each.
 
@@ -38,7 +39,7 @@ workflows:
 
 def _timed(argv: list[str], env: dict[str, str] | None = None) -> float:
     t0 = time.perf_counter()
-    subprocess.run(argv, env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run(argv, env=env, check=True, capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
     return time.perf_counter() - t0
 
 
@@ -89,14 +90,18 @@ def main() -> None:
             subprocess.run(
                 [*lanpool_ssh, "-F", str(config), host, "true"], check=True, capture_output=True
             )  # master up
-            cold, warm, plain = [], [], []
+            cold, warm, plain, cold_tty, plain_tty = [], [], [], [], []
             for _ in range(args.repeat):  # alternated: the machine's load weighs on all alike
                 cold.append(_timed([*lanpool_ssh, "-F", str(cold_config), host, "true"]))
                 warm.append(_timed([*lanpool_ssh, "-F", str(config), host, "true"]))
                 plain.append(_timed([*plain_ssh, target, "true"]))
+                # With a terminal (what a prompt needs: ssh turns Nagle off itself then).
+                cold_tty.append(_timed([*lanpool_ssh, "-tt", "-F", str(cold_config), host, "true"]))
+                plain_tty.append(_timed([*plain_ssh, "-tt", target, "true"]))
             print(
                 f"ssh HOST true: cold {med(cold) * 1000:.0f} ms, warm {med(warm) * 1000:.0f} ms; "
-                f"plain OpenSSH {med(plain) * 1000:.0f} ms (median of {args.repeat})"
+                f"plain OpenSSH {med(plain) * 1000:.0f} ms (median of {args.repeat}); with a terminal (-tt): "
+                f"cold {med(cold_tty) * 1000:.0f} ms, plain {med(plain_tty) * 1000:.0f} ms"
             )
             data = tmp / "data"
             data.mkdir()
@@ -143,6 +148,13 @@ def main() -> None:
                 "`ssh HOST true`, cold (a proxy each time), vs plain OpenSSH",
                 round(med(cold) * 1000),
                 round(med(plain) * 1000),
+                target="<= 1.2x",
+                unit="ms",
+            ),
+            row(
+                "`ssh -tt HOST true` (a terminal, as for a prompt), cold, vs plain OpenSSH",
+                round(med(cold_tty) * 1000),
+                round(med(plain_tty) * 1000),
                 target="<= 1.2x",
                 unit="ms",
             ),

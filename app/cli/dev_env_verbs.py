@@ -12,7 +12,7 @@ from pathlib import Path
 from lanpool.app.cli.dev_verbs import included, write_entries
 from lanpool.app.cli.render import say
 from lanpool.app.cli.run_options import options_of_run
-from lanpool.app.cli.shell_verbs import jupyter_of, ports
+from lanpool.app.cli.shell_verbs import editor_port_of, jupyter_of, ports
 from lanpool.app.controller import Controller, JobRow
 from lanpool.app.errors import ExitCode, LanpoolError, UsageError
 from lanpool.app.runs.dev import JUPYTER, READY, DevEnvironment, ready_dir
@@ -61,6 +61,7 @@ async def run_dev(ctl: Controller, project: Project, args: argparse.Namespace) -
     found, notes, _text = await write_entries(ctl)
     entry = any(e.job_id == job_id for e in found)
     config = ctl.home.root / "ssh" / "config"
+    editor = editor_port_of(ctl, job_id)  # said before the ready line: in the store already
     limit = "no idle limit" if not idle else f"{_human(idle)} with no session"
     lab = await jupyter_of(ctl, job_id) if ide == JUPYTER else None
     if ide == JUPYTER and lab is None:  # its marker comes before the ready line: this is no JupyterLab of ours
@@ -73,6 +74,7 @@ async def run_dev(ctl: Controller, project: Project, args: argparse.Namespace) -
             "workdir": workdir,
             "host": host,
             "ssh_config": str(config) if entry else None,
+            "editor_port": editor,
         }
         if lab:  # the runner's port: `app headless ports RUN --json` forwards it and gives the URL
             ready["jupyter"] = {"port": lab[0], "token": lab[1]}
@@ -88,6 +90,10 @@ async def run_dev(ctl: Controller, project: Project, args: argparse.Namespace) -
     else:
         for note in notes:
             say(note)
+    if entry and editor:
+        # VS Code forwards to its server's port, which the dev sshd lets through when declared.
+        pick = json.dumps({host: f"{editor}-{editor}"})
+        print(f'  VS Code, in its settings.json: "remote.SSH.serverPickPortsFromRange": {pick}')
     print(f"  app headless ssh {row.run_name}         (a shell, without ssh-config)")
     print(f"it stays up until `app headless stop {row.run_name}`, its max_duration, or {limit}")
     if lab is None:

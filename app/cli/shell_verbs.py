@@ -10,7 +10,7 @@ from lanpool.app.cli.render import say
 from lanpool.app.controller import Controller
 from lanpool.app.errors import ExitCode, LanpoolError, UsageError
 from lanpool.app.jobs.remote import RemoteJob
-from lanpool.app.runs.dev import JUPYTER_READY, JUPYTER_TOKEN_ENV, jupyter_port, jupyter_url
+from lanpool.app.runs.dev import EDITOR_PORT, JUPYTER_READY, JUPYTER_TOKEN_ENV, jupyter_url, marker_port
 from lanpool.app.shell.into_job import JobTarget, forward_ports, hold_forwards, run_command, run_shell, running_target
 from lanpool.protocol import JobState
 
@@ -76,6 +76,7 @@ async def ports(ctl: Controller, args: argparse.Namespace) -> int:
     if not declared:
         raise UsageError(f"job {target.job_id} declared no ports (`ports:` in its workflow, or `run --port N`)")
     jupyter = await jupyter_of(ctl, target.job_id)
+    editor = editor_port_of(ctl, target.job_id)  # the log as jupyter_of just read it
     async with await ctl.connect(target.host, target.port) as session:
         listeners = await forward_ports(session, declared)
         urls = {port: f"http://127.0.0.1:{listener.get_port()}" for port, listener in listeners.items()}
@@ -84,12 +85,19 @@ async def ports(ctl: Controller, args: argparse.Namespace) -> int:
             lab = (jupyter[0], jupyter_url(listeners[jupyter[0]].get_port(), jupyter[1]))
         if args.json:
             rows = [
-                {"port": p, "url": u, **({"jupyter": lab[1]} if lab and lab[0] == p else {})} for p, u in urls.items()
+                {
+                    "port": p,
+                    "url": u,
+                    **({"jupyter": lab[1]} if lab and lab[0] == p else {}),
+                    **({"editor": True} if p == editor else {}),
+                }
+                for p, u in urls.items()
             ]
             print(json.dumps(rows), flush=True)
         else:
             for port, url in urls.items():
-                print(f"port {port}: {url}", flush=True)
+                kept = " (kept for an editor's server: VS Code's)" if port == editor else ""
+                print(f"port {port}: {url}{kept}", flush=True)
             if lab:
                 print(f"jupyter: {lab[1]}", flush=True)
             say(f"forwarding until job {target.job_id} ends (Ctrl-C stops forwarding; the job keeps running)")
@@ -107,8 +115,15 @@ async def jupyter_of(ctl: Controller, job_id: str) -> tuple[int, str] | None:
     if not isinstance(token, str) or not token:
         return None
     await ctl.follow(job_id, follow=False)  # its log so far, into the store
-    ports = [p for line in ctl.runs.search_log(job_id, JUPYTER_READY, 20) if (p := jupyter_port(line))]
+    ports = [p for line in ctl.runs.search_log(job_id, JUPYTER_READY, 20) if (p := marker_port(line, JUPYTER_READY))]
     return (ports[-1], token) if ports else None
+
+
+def editor_port_of(ctl: Controller, job_id: str) -> int | None:
+    """The runner port a dev environment keeps for an editor's server (app/runs/dev.py), as its
+    log in the store says; None for any other job."""
+    ports = [p for line in ctl.runs.search_log(job_id, EDITOR_PORT, 5) if (p := marker_port(line, EDITOR_PORT))]
+    return ports[-1] if ports else None
 
 
 def forward_while_running(ctl: Controller, job_id: str, say: Callable[[str], None]) -> "asyncio.Task[None] | None":

@@ -24,6 +24,12 @@ READY = "lanpool: dev environment ready in "  # then its working directory, as t
 # After the commands: the marker, then a wait that any shell has (`sleep infinity` is GNU's only).
 STAY_UP = [f'echo "{READY}$(pwd)"', "while :; do sleep 3600; done"]
 
+# Every dev environment keeps one more port the runner picks for an editor's server: VS Code
+# Remote-SSH starts its server after the connection and forwards to its port, which the dev sshd
+# lets through only when declared before the connection started (PermitOpen). VS Code takes the
+# port from `remote.SSH.serverPickPortsFromRange`, which `dev` prints. The job says it in its log.
+EDITOR_PORT = "lanpool: editor port "  # then the port on the runner's loopback
+
 JUPYTER = "jupyter"
 JUPYTER_READY = "lanpool: jupyter listens on port "  # then its port on the runner's loopback
 JUPYTER_TOKEN_ENV = "LANPOOL_JUPYTER_TOKEN"
@@ -65,11 +71,12 @@ class DevEnvironment:
 def as_dev_environment(job: ResolvedJob, dev: DevEnvironment) -> ResolvedJob:
     """`job` kept up after its commands (and serving JupyterLab when asked), ended by its runner
     after `dev.idle_s` with no session (0: never)."""
-    job = dataclasses.replace(job, idle_s=dev.idle_s)
+    # The editor's port: one more the runner picks, $PORT_k after the workflow's own $PORT_0..$PORT_{k-1}.
+    stay_up = [f'echo "{EDITOR_PORT}$PORT_{job.port_count}"', *STAY_UP]
+    job = dataclasses.replace(job, idle_s=dev.idle_s, port_count=job.port_count + 1)
     if dev.ide != JUPYTER:
-        return dataclasses.replace(job, commands=[*job.commands, *STAY_UP])
-    # One more port the runner picks: $PORT_k after the workflow's own $PORT_0..$PORT_{k-1}.
-    port = f"$PORT_{job.port_count}"
+        return dataclasses.replace(job, commands=[*job.commands, *stay_up])
+    port = f"$PORT_{job.port_count}"  # and JupyterLab's, one more
     start = [
         "if ! python -c 'import jupyterlab' >/dev/null 2>&1; then "
         "echo \"lanpool: jupyter: installing jupyterlab into this job's environment "
@@ -84,7 +91,7 @@ def as_dev_environment(job: ResolvedJob, dev: DevEnvironment) -> ResolvedJob:
     ]
     return dataclasses.replace(
         job,
-        commands=[*job.commands, *start, *STAY_UP],
+        commands=[*job.commands, *start, *stay_up],
         port_count=job.port_count + 1,
         env={**job.env, JUPYTER_TOKEN_ENV: dev.token},
     )
@@ -99,9 +106,9 @@ def ready_dir(line: str) -> str | None:
 _PORT = re.compile(r"\s*([0-9]{1,5})\b")
 
 
-def jupyter_port(line: str) -> int | None:
-    """The runner port a JupyterLab marker names (a line of the job's log), else None."""
-    head, found, rest = line.partition(JUPYTER_READY)
+def marker_port(line: str, marker: str) -> int | None:
+    """The runner port a marker (JUPYTER_READY, EDITOR_PORT) names in a line of the job's log, else None."""
+    head, found, rest = line.partition(marker)
     match = _PORT.match(rest) if found and not head.strip() else None
     port = int(match.group(1)) if match else 0
     return port if 0 < port < 65536 else None

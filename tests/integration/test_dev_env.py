@@ -183,3 +183,44 @@ def test_a_jupyterlab_that_exits_before_it_listens_fails_the_dev_environment_in_
     logs = cli("headless", "logs", json.loads(cli("headless", "status", "--json", check=True).stdout)[0]["run"])
     assert "lanpool: jupyter exited before it listened" in logs.stdout + logs.stderr
     assert "broken lab" in logs.stdout + logs.stderr  # the tail of its own log, in the job's
+
+
+@pytest.mark.skipif(
+    shutil.which("ssh") is None or shutil.which("sshd", path="/usr/sbin:/usr/local/sbin:/sbin") is None,
+    reason="needs OpenSSH's sshd and ssh (scripts/test installs them)",
+)
+def test_an_editor_server_started_through_the_connection_is_reached_on_the_port_kept_for_it(runner, cli, make_project):
+    # VS Code Remote-SSH's way: one connection; its server started through it, on a port from
+    # `serverPickPortsFromRange`; then a forward to that port on the same connection. The dev sshd
+    # decides what it forwards to when the connection starts: the port `dev` keeps (and prints)
+    # is reached; a server on any other port, started the same way, is not.
+    project = make_project(WORKFLOWS)
+    ready = json.loads(cli("headless", "dev", "train", "--idle", "0", "--json", cwd=project, timeout=120).stdout)
+    port, host = ready["editor_port"], ready["host"]
+    assert isinstance(port, int) and ready["ssh_config"], ready
+    ssh = ["ssh", "-F", ready["ssh_config"], "-o", "BatchMode=yes"]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        other = probe.getsockname()[1]
+
+    def run(*argv: str, data: bytes = b"") -> subprocess.CompletedProcess:
+        return subprocess.run([*ssh, *argv], input=data, capture_output=True, timeout=60)
+
+    try:
+        assert run(host, "true").returncode == 0  # the entry's ControlMaster: the one connection from here on
+        serve = " ".join(f"nohup python -m http.server {p} --bind 127.0.0.1 >/dev/null 2>&1 &" for p in (port, other))
+        wait = "; ".join(
+            f"for i in $(seq 100); do python -c \"import socket; socket.create_connection(('127.0.0.1', {p}), 1)\" "
+            "2>/dev/null && break; sleep 0.2; done"
+            for p in (port, other)
+        )
+        started = run(host, f"{serve} {wait}; echo up")
+        assert started.returncode == 0 and started.stdout.strip() == b"up", started
+        request = b"GET / HTTP/1.0\r\n\r\n"
+        kept = run("-W", f"127.0.0.1:{port}", host, data=request)
+        assert kept.stdout.startswith(b"HTTP/1.0 200"), kept
+        elsewhere = run("-W", f"127.0.0.1:{other}", host, data=request)
+        assert b"HTTP/" not in elsewhere.stdout and elsewhere.returncode != 0, elsewhere
+    finally:
+        run("-O", "exit", host)
+        cli("headless", "stop", ready["run"])

@@ -7,14 +7,15 @@ import pytest
 
 from lanpool.app.cli.parser import parse_args
 from lanpool.app.runs.dev import (
+    EDITOR_PORT,
     JUPYTER_READY,
     JUPYTER_TOKEN_ENV,
     READY,
     STAY_UP,
     DevEnvironment,
     as_dev_environment,
-    jupyter_port,
     jupyter_url,
+    marker_port,
     ready_dir,
 )
 from lanpool.app.workflows import load_workflows
@@ -37,7 +38,10 @@ def test_the_job_runs_its_commands_then_says_where_it_is_and_stays_up(tmp_path: 
     wf = project.get("box")
     assert wf.dev and wf.idle_s == 5400
     job = as_dev_environment(resolve(project, "box", {}, BUILTINS), DevEnvironment(5400))
-    assert job.commands == ["pip install -e .", *STAY_UP] and job.idle_s == 5400
+    # One port the runner picks, kept for an editor's server (VS Code's), said before the ready line.
+    assert job.commands == ["pip install -e .", f'echo "{EDITOR_PORT}$PORT_0"', *STAY_UP] and job.idle_s == 5400
+    assert job.port_count == 1
+    assert marker_port(f"{EDITOR_PORT}41234", EDITOR_PORT) == 41234
     assert ready_dir(f"{READY}/srv/jobs/abc/workspace") == "/srv/jobs/abc/workspace"
     assert ready_dir(f"[node 1] {READY}/x") is None  # only the line itself, never a line quoting it
     assert ready_dir("lanpool: something else") is None
@@ -52,19 +56,20 @@ def test_ide_jupyter_is_a_dev_environment_serving_jupyterlab_on_one_more_picked_
     wf = project.get("nb")
     assert wf.dev and wf.ide == "jupyter"  # `dev: true` implied
     job = as_dev_environment(resolve(project, "nb", {}, BUILTINS), DevEnvironment(60, "jupyter", "t0k"))
-    # The workflow's own $PORT_0 and $PORT_1 stay its own; JupyterLab gets $PORT_2, declared like them.
-    assert job.port_count == 3 and job.env[JUPYTER_TOKEN_ENV] == "t0k"
-    assert job.commands[0] == "x" and job.commands[-2:] == STAY_UP
-    started = "\n".join(job.commands[1:-2])
-    assert '--ServerApp.port="$PORT_2"' in started and "--ServerApp.ip=127.0.0.1" in started
+    # The workflow's own $PORT_0 and $PORT_1 stay its own; the editor's is $PORT_2, JupyterLab's
+    # $PORT_3, declared like them.
+    assert job.port_count == 4 and job.env[JUPYTER_TOKEN_ENV] == "t0k"
+    assert job.commands[0] == "x" and job.commands[-3:] == [f'echo "{EDITOR_PORT}$PORT_2"', *STAY_UP]
+    started = "\n".join(job.commands[1:-3])
+    assert '--ServerApp.port="$PORT_3"' in started and "--ServerApp.ip=127.0.0.1" in started
     # The token by environment: never in the command text, nor in JupyterLab's argv (/proc/PID/cmdline).
     assert f'JUPYTER_TOKEN="${JUPYTER_TOKEN_ENV}" python -m jupyterlab ' in started and "token=" not in started
-    assert "t0k" not in started and f'echo "{JUPYTER_READY}$PORT_2' in started
+    assert "t0k" not in started and f'echo "{JUPYTER_READY}$PORT_3' in started
     plain = as_dev_environment(resolve(project, "nb", {}, BUILTINS), DevEnvironment(60))
-    assert plain.port_count == 2 and JUPYTER_TOKEN_ENV not in plain.env
-    assert jupyter_port(f"{JUPYTER_READY}40123 (its log: /tmp/x)") == 40123
+    assert plain.port_count == 3 and JUPYTER_TOKEN_ENV not in plain.env
+    assert marker_port(f"{JUPYTER_READY}40123 (its log: /tmp/x)", JUPYTER_READY) == 40123
     for line in (f"[node 1] {JUPYTER_READY}40123", f"{JUPYTER_READY}99999", f"{JUPYTER_READY}x", "port 40123"):
-        assert jupyter_port(line) is None, line
+        assert marker_port(line, JUPYTER_READY) is None, line
     assert jupyter_url(5555, "abc") == "http://127.0.0.1:5555/lab?token=abc"
 
 
