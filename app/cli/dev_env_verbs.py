@@ -20,7 +20,7 @@ from lanpool.app.startup.import_paused import import_paused
 from lanpool.app.views.formatting import status_text
 from lanpool.app.views.terminal_text import safe_line
 from lanpool.app.workflows import Project
-from lanpool.app.workflows.entry import DEFAULT_IDLE_S, IDES
+from lanpool.app.workflows.entry import DEFAULT_IDLE_S, IDES, MAX_PORTS
 
 READY_POLL_S = 1.0  # how often its log is read for the ready line while its commands run
 
@@ -39,6 +39,16 @@ async def run_dev(ctl: Controller, project: Project, args: argparse.Namespace) -
     ide = args.ide if args.ide is not None else wf.ide
     if ide not in ("", *IDES):
         raise UsageError(f"--ide {ide!r}: lanpool starts {', '.join(IDES)} (ssh editors need no --ide: ssh-config)")
+    # The runner allows MAX_PORTS a job; a dev environment takes one more for an editor's server
+    # (app/runs/dev.py), and JupyterLab one more: said here, not as the runner's count of 17.
+    extra = 1 + (ide == JUPYTER)
+    declared = len(set(wf.ports)) + wf.port_count
+    if declared + extra > MAX_PORTS:
+        served = "an editor's server and JupyterLab" if extra == 2 else "an editor's server"
+        raise UsageError(
+            f"{args.workflow} declares {declared} ports and a dev environment keeps {extra} more ({served}): "
+            f"a job has at most {MAX_PORTS}, so declare at most {MAX_PORTS - extra}"
+        )
     # JupyterLab's token: made here, given to the job only (masked wherever its env is shown).
     dev = DevEnvironment(idle, ide, secrets.token_urlsafe(24) if ide == JUPYTER else "")
     options = {**options_of_run(args), "follow": False, "no_cache": True, "reuse": False, "dev": dev}

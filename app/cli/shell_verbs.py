@@ -96,8 +96,9 @@ async def ports(ctl: Controller, args: argparse.Namespace) -> int:
             print(json.dumps(rows), flush=True)
         else:
             for port, url in urls.items():
-                kept = " (kept for an editor's server: VS Code's)" if port == editor else ""
-                print(f"port {port}: {url}{kept}", flush=True)
+                print(f"port {port}: {url}", flush=True)
+            if editor in urls:  # on stderr: the lines above keep one form for scripts
+                say(f"port {editor} is kept for an editor's server (VS Code's serverPickPortsFromRange)")
             if lab:
                 print(f"jupyter: {lab[1]}", flush=True)
             say(f"forwarding until job {target.job_id} ends (Ctrl-C stops forwarding; the job keeps running)")

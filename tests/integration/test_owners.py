@@ -39,10 +39,11 @@ def _free_port() -> int:
 
 
 def _job(job_id: str, port: int, **extra) -> SubmitJob:
-    # A server that speaks first and closes at once: what it sent must still reach its owner.
+    # A server that speaks first and closes at once, for each connection: what it sent must
+    # still reach its owner.
     serve = (
         "python3 -c \"import socket; s=socket.create_server(('127.0.0.1', "
-        f"{port})); c,_=s.accept(); c.sendall(b'from-the-job'); c.close()\" &"
+        f"{port})); [(c.sendall(b'from-the-job'), c.close()) for c, _ in iter(s.accept, None)]\" &"
     )
     return SubmitJob(
         job_id=job_id,
@@ -71,6 +72,17 @@ async def _exec(agent, key: asyncssh.SSHKey, job_id: str, argv: list[str]) -> tu
         return proc.exit_status, f"{proc.stdout!s}{proc.stderr!s}"
 
 
+async def _owner_reaches(agent, port: int) -> None:
+    key = load_or_create_client_key(ControllerHome.default().key)
+    for _ in range(150):
+        try:
+            assert await _through_port(agent, key, port) == b"from-the-job"
+            return
+        except asyncssh.ChannelOpenError:  # nothing answers on it yet
+            await asyncio.sleep(0.2)
+    raise AssertionError(f"the job's server never answered on port {port}")
+
+
 async def _through_port(agent, key: asyncssh.SSHKey, port: int) -> bytes:
     async with asyncssh.connect(agent.host, agent.port, client_keys=[key], known_hosts=None) as conn:
         reader, writer = await conn.open_connection("127.0.0.1", port)
@@ -86,6 +98,9 @@ def test_another_controller_reaches_none_of_a_jobs_requests(agent, other):
     async def go() -> None:
         async with await open_session(agent) as a, await RunnerSession.open(agent.host, agent.port, other, None) as b:
             await wait_state(a, "mine", {"RUNNING"})
+            # Its server listening (a loaded machine starts it after RUNNING), so that another
+            # controller's forward below is refused for being another's, not for finding nothing.
+            await _owner_reaches(agent, port)
             unknown = await _refusal(b, "never-submitted")
             assert "no job" in unknown
             # Every request about another controller's job answers as for an id never seen.
