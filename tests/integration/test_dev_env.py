@@ -8,7 +8,6 @@ import shutil
 import socket
 import subprocess
 import time
-import urllib.request
 
 import pytest
 
@@ -165,12 +164,12 @@ def test_a_forwarded_connection_is_a_session_that_holds_a_dev_environment_past_i
         # Its own port (the other is the one kept for an editor's server: marked, and forwarded too).
         assert sorted(bool(row.get("editor")) for row in rows) == [False, True], rows
         url = next(row["url"] for row in rows if not row.get("editor"))
-        for _ in range(150):  # the server in the job may still be starting
-            try:
-                urllib.request.urlopen(url, timeout=10).read()
-                break
-            except OSError:
-                time.sleep(0.2)
+        own = next(row["port"] for row in rows if not row.get("editor"))
+        # The server in the job may still be starting: asked in the job (an exec, a session that
+        # ends with it), so that the one forwarded connection below is the test's.
+        probe = f"import socket; socket.create_connection(('127.0.0.1', {own}), 1).close()"
+        up = f'for i in $(seq 100); do python -c "{probe}" 2>/dev/null && exit 0; sleep 0.2; done; exit 1'
+        assert cli("headless", "exec", run, "--", "sh", "-c", up).returncode == 0
         with socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=10):
             time.sleep(24)  # past its 20 s idle limit, with one connection open and quiet
             assert _status(cli, run)["status"] == "RUNNING"
