@@ -103,6 +103,11 @@ class _JobSide(asyncssh.SSHForwarder):
         if self._ready:
             return super().eof_received()
         self._held.append(None)
+        # Recorded as asyncssh's own eof_received does: the channel's side asks it once the
+        # controller is done too, and closes only when this side's EOF is known. Without it, a
+        # server that answered and closed before the channel was open (an HTTP request that came
+        # in ahead of session_started) left the channel, and a dev environment's session, open.
+        self._eof_received = True
         return True  # kept open: the channel is told once it is there
 
     def connection_lost(self, exc: Exception | None) -> None:
