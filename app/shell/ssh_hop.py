@@ -72,6 +72,16 @@ def outer_ssh(home: str, host: str, port: int, alias: str, exec_request: str) ->
     return [*argv, "--", host, exec_request]
 
 
+def spawn_ssh(argv: list[str], fds: dict[int, int]) -> int:
+    """Start the system ssh with `fds` as its standard fds ({its fd: ours}); its pid. Our other fds
+    are close-on-exec (PEP 446): it gets these and nothing else of ours."""
+    actions = [(os.POSIX_SPAWN_DUP2, ours, theirs) for theirs, ours in fds.items()]
+    try:
+        return os.posix_spawnp(argv[0], argv, dict(os.environ), file_actions=actions)
+    except OSError as exc:
+        raise HopError(f"cannot start ssh ({exc.strerror or exc}): install OpenSSH's client") from None
+
+
 class Outer:
     """A system ssh to the agent, its stdin, stdout and stderr pipes ours (fds, no `subprocess`:
     its import is ~10 ms)."""
@@ -80,14 +90,8 @@ class Outer:
         in_r, self.stdin = os.pipe()
         self.stdout, out_w = os.pipe()
         self.stderr, err_w = os.pipe()
-        dup2 = os.POSIX_SPAWN_DUP2
         try:
-            # Our pipes' ends are close-on-exec (PEP 446): ssh gets these three and nothing else of ours.
-            self.pid = os.posix_spawnp(
-                argv[0], argv, dict(os.environ), file_actions=[(dup2, in_r, 0), (dup2, out_w, 1), (dup2, err_w, 2)]
-            )
-        except OSError as exc:
-            raise HopError(f"cannot start ssh ({exc.strerror or exc}): install OpenSSH's client") from None
+            self.pid = spawn_ssh(argv, {0: in_r, 1: out_w, 2: err_w})
         finally:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
@@ -215,13 +219,7 @@ def relay(argv: list[str], where: str) -> None:
     ours (what the runner says reaches the user's terminal through ssh)."""
     ours, theirs = socket.socketpair()
     with ours, theirs:
-        dup2 = os.POSIX_SPAWN_DUP2
-        try:
-            os.posix_spawnp(
-                argv[0], argv, dict(os.environ), file_actions=[(dup2, theirs.fileno(), 0), (dup2, theirs.fileno(), 1)]
-            )
-        except OSError as exc:
-            raise HopError(f"cannot start ssh ({exc.strerror or exc})") from None
+        spawn_ssh(argv, {0: theirs.fileno(), 1: theirs.fileno()})
         theirs.close()
         ours.sendall(RELAY_LINE)
         offered_port(read_offer(ours), b"", where)
